@@ -1,0 +1,61 @@
+# accelmatrix: two commands on a fresh machine.
+#   make demo   set up everything and run the example suite local_smoke end to end
+#   make test   run the test suite
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+
+export AIRFLOW_HOME ?= $(CURDIR)/airflow_home
+export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export ACCELMATRIX_HOME ?= $(AIRFLOW_HOME)/accelmatrix
+export PATH := $(BIN):$(PATH)
+
+.PHONY: venv demo test lint format bench standalone clean
+
+venv: $(VENV)/.installed
+
+# torch first, with pip: the CPU wheel 2.13.0 lies on this machine's disk and pip finds
+# it; uv would fetch a multi-GB CUDA build instead. uv then installs the rest fast and
+# keeps the torch already there (it satisfies the pin).
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q uv==0.13.9
+	$(BIN)/pip install -q torch==2.13.0
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/uv pip install -q -r requirements.txt -r requirements-dev.txt
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(BIN)/uv pip install -q --no-deps -e .
+	touch $@
+
+$(AIRFLOW_HOME)/.migrated: $(VENV)/.installed
+	mkdir -p $(AIRFLOW_HOME)
+	$(BIN)/airflow db migrate > $(AIRFLOW_HOME)/db-migrate.log 2>&1
+	touch $@
+
+demo: venv $(AIRFLOW_HOME)/.migrated
+	$(BIN)/python -m accelmatrix validate
+	$(BIN)/python -m accelmatrix pools --apply
+	$(BIN)/python -m accelmatrix.demo local_smoke
+
+test: venv
+	$(BIN)/pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: venv $(AIRFLOW_HOME)/.migrated
+	$(BIN)/python bench/bench_parse.py
+	$(BIN)/python bench/bench_evaluation.py
+
+standalone: venv $(AIRFLOW_HOME)/.migrated
+	$(BIN)/python -m accelmatrix pools --apply
+	$(BIN)/airflow standalone
+
+clean:
+	rm -rf $(AIRFLOW_HOME)

@@ -1,0 +1,5 @@
+import sys
+
+from accelmatrix.cli import main
+
+sys.exit(main())

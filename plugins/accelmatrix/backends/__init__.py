@@ -1,0 +1,5 @@
+"""Backends: one per machine kind, all behind `accelmatrix.backends.base.Backend`."""
+
+from accelmatrix.backends.base import Backend, CellContext, JobStatus, get_backend
+
+__all__ = ["Backend", "CellContext", "JobStatus", "get_backend"]

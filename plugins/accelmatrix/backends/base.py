@@ -1,0 +1,142 @@
+"""The contract every machine kind implements (local process, SSH host, TPU VM, K8s Job).
+
+Operators and triggers only talk to this interface, so switching a cell from `local` to a
+TPU VM is a change of its machine in the suite YAML, nothing else. Everything crossing a
+task boundary (resource records, job handles) is a JSON dict: it travels through XCom and
+must survive a worker dying between two tasks.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+MANAGED_BY = "accelmatrix"
+
+LogFn = Callable[[str], None]
+
+
+class BackendError(RuntimeError):
+    """Base of the errors a backend raises."""
+
+
+class InfrastructureError(BackendError):
+    """The machine failed us (capacity, preemption, provisioning): not a test failure."""
+
+
+class SetupFailed(BackendError):
+    """A setup command exited non-zero or timed out."""
+
+
+@dataclass
+class CellContext:
+    """Who is asking: enough to name and label a resource deterministically."""
+
+    dag_id: str
+    run_id: str
+    cell_id: str
+    artifacts_dir: Path
+    ttl_seconds: int = 6 * 3600
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class JobStatus:
+    done: bool
+    exit_code: int | None = None
+    detail: str = ""
+    infrastructure_failure: bool = False
+
+
+@dataclass
+class ManagedResource:
+    """A resource as a janitor sees it."""
+
+    backend: str
+    name: str
+    labels: dict[str, str]
+    created_at: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(abc.ABC):
+    """One machine kind. Instances are cheap; build one per task from the cell's machine spec."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, machine_spec: dict[str, Any]):
+        self.machine_spec = machine_spec
+
+    @abc.abstractmethod
+    def provision(self, ctx: CellContext) -> dict[str, Any]:
+        """Get-or-create the cell's machine; idempotent. Cleans up itself if it fails half way."""
+
+    @abc.abstractmethod
+    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+        """Values of the backend placeholders (${work_dir}, ${include_dir}, ${python})."""
+
+    @abc.abstractmethod
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        """Run the setup commands in order; raise SetupFailed on the first failure."""
+
+    @abc.abstractmethod
+    def submit(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+    ) -> dict[str, Any]:
+        """Start the workload detached from the caller; return a job handle.
+
+        Idempotent per resource: if the workload of this resource is still running (a retry
+        of the run task after a worker died), return a handle to it instead of starting again.
+        """
+
+    @abc.abstractmethod
+    def poll(self, handle: dict[str, Any]) -> JobStatus:
+        """Cheap, non-blocking status check (called from the triggerer)."""
+
+    @abc.abstractmethod
+    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+        """Complete log lines after byte ``offset`` and the new offset (non-blocking)."""
+
+    @abc.abstractmethod
+    def cancel(self, handle: dict[str, Any]) -> None:
+        """Stop the workload (its whole process tree / pod). Tolerates already-gone."""
+
+    @abc.abstractmethod
+    def collect(
+        self, resource: dict[str, Any], globs: list[str], dest: Path
+    ) -> list[str]:
+        """Copy artifacts matching ``globs`` into ``dest``; return their relative paths."""
+
+    @abc.abstractmethod
+    def teardown(self, resource: dict[str, Any]) -> None:
+        """Release everything; idempotent, tolerates not-found."""
+
+    @abc.abstractmethod
+    def list_managed(self) -> list[ManagedResource]:
+        """Every resource this backend created and still holds (for the janitor)."""
+
+
+_REGISTRY: dict[str, str] = {
+    "local": "accelmatrix.backends.local:LocalBackend",
+}
+
+
+def get_backend(machine_spec: dict[str, Any]) -> Backend:
+    """The backend for a machine spec; imported lazily (cloud clients are heavy)."""
+    kind = machine_spec.get("backend")
+    if kind not in _REGISTRY:
+        raise BackendError(f"unknown backend {kind!r} (allowed: {', '.join(_REGISTRY)})")
+    module, _, cls = _REGISTRY[kind].partition(":")
+    import importlib
+
+    return getattr(importlib.import_module(module), cls)(machine_spec)

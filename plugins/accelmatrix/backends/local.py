@@ -1,0 +1,349 @@
+"""LocalBackend: cells run as processes on the Airflow worker host.
+
+The embedded default: a fresh machine with no cloud account runs every example suite. The
+"machine" is an isolated work dir plus a resource record (resource.json) carrying the same
+labels a cloud resource would, so the janitor treats it like any other backend's resource.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from accelmatrix import settings
+from accelmatrix.backends.base import (
+    MANAGED_BY,
+    Backend,
+    CellContext,
+    JobStatus,
+    LogFn,
+    ManagedResource,
+    SetupFailed,
+)
+
+RUNNER = Path(__file__).with_name("local_runner.py")
+RECORD = "resource.json"
+KILL_GRACE_SECONDS = 5.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it has exited for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _pgid_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_process_group(pgid: int, grace: float = KILL_GRACE_SECONDS) -> bool:
+    """SIGTERM the group, then SIGKILL after ``grace`` seconds. True if something was killed."""
+    if pgid <= 1 or pgid == os.getpgid(0):
+        raise ValueError(f"refusing to kill process group {pgid}")
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not _group_has_live_members(pgid):
+            return True
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def _group_has_live_members(pgid: int) -> bool:
+    """True while any non-zombie process is in the group (zombies cannot be killed further)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+class LocalBackend(Backend):
+    kind = "local"
+
+    # -- naming ------------------------------------------------------------------------------
+    @staticmethod
+    def work_dir_for(ctx: CellContext) -> Path:
+        return (
+            settings.work_root()
+            / settings.safe_name(ctx.dag_id)
+            / settings.safe_name(ctx.run_id)
+            / settings.safe_name(ctx.cell_id)
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def provision(self, ctx: CellContext) -> dict[str, Any]:
+        work_dir = self.work_dir_for(ctx)
+        record_path = work_dir / RECORD
+        if record_path.exists():  # a retry finds the resource it created before
+            return json.loads(record_path.read_text())
+        created = not work_dir.exists()
+        try:
+            work_dir.mkdir(parents=True, exist_ok=True)
+            ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
+            now = time.time()
+            resource = {
+                "backend": self.kind,
+                "name": str(work_dir),
+                "work_dir": str(work_dir),
+                "artifacts_dir": str(ctx.artifacts_dir),
+                "created_at": now,
+                "labels": {
+                    "managed-by": MANAGED_BY,
+                    "dag": ctx.dag_id,
+                    "run": ctx.run_id,
+                    "cell": ctx.cell_id,
+                    "ttl": str(int(now + ctx.ttl_seconds)),
+                    **ctx.labels,
+                },
+            }
+            _fault("provision")
+            tmp = record_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(resource))
+            os.replace(tmp, record_path)
+            return resource
+        except BaseException:
+            # Airflow skips a teardown whose setup task failed: undo what we created here.
+            if created:
+                shutil.rmtree(work_dir, ignore_errors=True)
+            raise
+
+    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+        return {
+            "work_dir": resource["work_dir"],
+            "include_dir": str(settings.include_dir()),
+            "python": sys.executable,
+        }
+
+    def _env(self, resource: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+        # The worker's environment minus Airflow's own secrets-bearing variables: a workload
+        # that echoes its environment must not print the metadata DB URL or a JWT secret.
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "_AIRFLOW"))
+            and k not in ("ACCELMATRIX_RESULTS_URL",)
+        }
+        base.update(env)
+        base["ACCELMATRIX_WORK_DIR"] = resource["work_dir"]
+        return base
+
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        log_path = Path(resource["artifacts_dir"]) / "setup.log"
+        deadline = time.monotonic() + timeout
+        with open(log_path, "a", encoding="utf-8") as setup_log:
+            for i, argv in enumerate(commands):
+                log(f"setup[{i}]: {argv}")
+                setup_log.write(f"$ {argv}\n")
+                try:
+                    proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+                        argv,
+                        cwd=resource["work_dir"],
+                        env=self._env(resource, env),
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        text=True,
+                        errors="replace",
+                    )
+                except OSError as e:
+                    raise SetupFailed(f"setup[{i}] {argv[:1]} could not start: {e}") from None
+                timer = threading.Timer(
+                    max(0.0, deadline - time.monotonic()), kill_process_group, (proc.pid, 2.0)
+                )
+                timer.start()
+                tail: list[str] = []
+                try:
+                    assert proc.stdout is not None
+                    for line in proc.stdout:
+                        line = line.rstrip("\n")
+                        log(line)
+                        setup_log.write(line + "\n")
+                        tail = (tail + [line])[-20:]
+                    code = proc.wait()
+                finally:
+                    timer.cancel()
+                if time.monotonic() >= deadline and code != 0:
+                    raise SetupFailed(f"setup[{i}] {argv} timed out after {timeout}s")
+                if code != 0:
+                    raise SetupFailed(
+                        f"setup[{i}] {argv} exited with {code}; last lines:\n" + "\n".join(tail)
+                    )
+
+    def submit(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+    ) -> dict[str, Any]:
+        log_dir = Path(resource["artifacts_dir"])
+        handle = {
+            "backend": self.kind,
+            "work_dir": resource["work_dir"],
+            "log_path": str(log_dir / "output.log"),
+            "status_path": str(log_dir / "status.json"),
+        }
+        status = _read_status(Path(handle["status_path"]))
+        if status and status.get("exit_code") is None and _pid_alive(status["pid"]):
+            handle.update(pid=status["pid"], pgid=status["pgid"], reattached=True)
+            return handle
+        # A previous attempt's output is kept beside the new one, never overwritten.
+        for name in ("output.log", "stdout.log", "stderr.log", "status.json"):
+            p = log_dir / name
+            if p.exists():
+                p.rename(log_dir / f"{name}.{int(time.time() * 1000)}")
+        proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+            [sys.executable, str(RUNNER), "--log-dir", str(log_dir), "--cwd", resource["work_dir"]]
+            + ["--", *argv],
+            cwd=resource["work_dir"],
+            env=self._env(resource, env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(log_dir / "runner.log", "ab"),  # noqa: SIM115
+            start_new_session=True,  # own process group: survives the task, killable as one
+            close_fds=True,
+        )
+        handle.update(pid=proc.pid, pgid=proc.pid, reattached=False)
+        # Wait briefly for the runner's first status so poll() never sees "no status yet" as
+        # a vanished runner.
+        for _ in range(100):
+            if Path(handle["status_path"]).exists():
+                break
+            time.sleep(0.02)
+        return handle
+
+    def poll(self, handle: dict[str, Any]) -> JobStatus:
+        status = _read_status(Path(handle["status_path"]))
+        if status and status.get("exit_code") is not None:
+            sig = status.get("signal")
+            detail = f"exit code {status['exit_code']}" + (f" (signal {sig})" if sig else "")
+            return JobStatus(done=True, exit_code=status["exit_code"], detail=detail)
+        if _pid_alive(handle["pid"]):
+            return JobStatus(done=False, detail="running")
+        # Re-read: the runner may have written its final status between the two reads.
+        status = _read_status(Path(handle["status_path"]))
+        if status and status.get("exit_code") is not None:
+            return JobStatus(done=True, exit_code=status["exit_code"], detail="exited")
+        return JobStatus(
+            done=True,
+            exit_code=None,
+            detail="the workload's supervisor process disappeared (killed?) without a status",
+            infrastructure_failure=True,
+        )
+
+    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+        try:
+            with open(handle["log_path"], "rb") as f:
+                f.seek(offset)
+                chunk = f.read(1 << 20)
+        except FileNotFoundError:
+            return [], offset
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return [], offset
+        chunk = chunk[: end + 1]
+        lines = chunk.decode("utf-8", errors="replace").splitlines()
+        return lines, offset + len(chunk)
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        pgid = handle.get("pgid")
+        if pgid and _pgid_alive(pgid):
+            kill_process_group(pgid)
+
+    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+        work = Path(resource["work_dir"]).resolve()
+        dest.mkdir(parents=True, exist_ok=True)
+        copied: list[str] = []
+        for pattern in globs:
+            for src in sorted(work.glob(pattern)):
+                real = src.resolve()
+                # A symlink pointing outside the work dir must not exfiltrate files.
+                if not real.is_relative_to(work) or not real.is_file():
+                    continue
+                rel = src.relative_to(work)
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(real, target)
+                copied.append(str(rel))
+        return sorted(set(copied))
+
+    def teardown(self, resource: dict[str, Any]) -> None:
+        status = _read_status(Path(resource["artifacts_dir"]) / "status.json")
+        if status and status.get("exit_code") is None and status.get("pgid"):
+            if _pgid_alive(status["pgid"]):
+                kill_process_group(status["pgid"])
+        shutil.rmtree(resource["work_dir"], ignore_errors=True)
+
+    def list_managed(self) -> list[ManagedResource]:
+        out = []
+        root = settings.work_root()
+        if not root.exists():
+            return out
+        for record in root.glob(f"*/*/*/{RECORD}"):
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            out.append(
+                ManagedResource(
+                    backend=self.kind,
+                    name=data.get("name", str(record.parent)),
+                    labels=data.get("labels", {}),
+                    created_at=data.get("created_at"),
+                    detail={"work_dir": str(record.parent)},
+                )
+            )
+        return out
+
+
+def _read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _fault(point: str) -> None:
+    """Fault injection for the reliability tests: ACCELMATRIX_FAULT=provision fails here."""
+    if os.environ.get("ACCELMATRIX_FAULT") == point:
+        raise RuntimeError(f"injected fault at {point} (ACCELMATRIX_FAULT={point})")

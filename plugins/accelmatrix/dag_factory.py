@@ -1,0 +1,275 @@
+"""Suite YAML -> Airflow DAG (the converter from config to graph).
+
+Graph of every suite DAG:
+
+    plan ──> <machine>.[provision -> setup -> run -> collect -> evaluate]  (mapped per cell)
+         │                  └──────────── teardown (after collect) ──┘
+         └─────────────────────────────────────────────────────────────> gate
+
+* One mapped task group per machine used by the suite, so each group carries that machine's
+  Airflow pool (a pool is fixed per task, it cannot vary by map index).
+* The matrix is expanded at run time by `plan` (dynamic task mapping), never by parse-time
+  loops: a 500-cell suite is still 8 tasks in the DAG file.
+* `teardown` is a teardown task of `provision`: it runs after failures. It follows collect
+  directly, so a machine is not held while Great Expectations evaluates.
+* `gate` fails the run exactly when a non-quarantined cell did not pass: never a green run
+  with red cells.
+
+Parse-time cost: only pydantic + PyYAML + airflow.sdk are imported here. Everything heavy
+(pandas, Great Expectations, SQLAlchemy, torch) is imported inside tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task, task_group
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.task.trigger_rule import TriggerRule
+
+from accelmatrix import settings
+from accelmatrix.operators.run import RunWorkloadOperator
+from accelmatrix.spec.loader import SuiteError, load_suite, suite_id
+from accelmatrix.spec.suite import Suite
+
+log = logging.getLogger(__name__)
+
+START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
+CELL_NAME = "{{ cell_id }}"
+# Teardown must happen even when the cell misbehaved: retry it on its own.
+TEARDOWN_RETRIES = 3
+
+
+def _ref():
+    from accelmatrix.lifecycle import RunRef
+
+    ctx = get_current_context()
+    ctx["cell_id"] = ctx.get("cell_id", "")
+    return RunRef(dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"])
+
+
+def _name(cell: dict[str, Any]) -> None:
+    """Make the grid show the cell id instead of a bare map index."""
+    get_current_context()["cell_id"] = cell["id"]
+
+
+def _deterministic(fn, *args):
+    """Run a lifecycle step; a test failure (not infrastructure) is never retried."""
+    from accelmatrix.lifecycle import CellFailed
+
+    try:
+        return fn(*args)
+    except CellFailed as e:
+        raise AirflowFailException(str(e)) from None
+
+
+# -- tasks (thin wrappers over accelmatrix.lifecycle) -------------------------------------
+@task(task_id="plan", retries=0)
+def plan_task(suite_path: str) -> dict[str, Any]:
+    from accelmatrix import lifecycle
+
+    ctx = get_current_context()
+    dr = ctx["dag_run"]
+    return lifecycle.plan_run(
+        suite_path,
+        _ref(),
+        dict(ctx["params"]),
+        logical_date=getattr(dr, "logical_date", None),
+        run_type=str(getattr(dr, "run_type", "") or ""),
+    )
+
+
+@task(task_id="provision", map_index_template=CELL_NAME)
+def provision_task(cell: dict[str, Any]) -> dict[str, Any]:
+    from accelmatrix import lifecycle
+
+    _name(cell)
+    return lifecycle.provision(cell, _ref())
+
+
+@task(task_id="setup", map_index_template=CELL_NAME)
+def setup_task(cell: dict[str, Any], resource: dict[str, Any]) -> None:
+    from accelmatrix import lifecycle
+
+    _name(cell)
+    lifecycle.setup(cell, resource, _ref())
+
+
+@task(
+    task_id="collect",
+    map_index_template=CELL_NAME,
+    trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
+)
+def collect_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
+    from accelmatrix import lifecycle
+
+    _name(cell)
+    return lifecycle.collect(cell, resource, _ref())
+
+
+@task(
+    task_id="evaluate",
+    map_index_template=CELL_NAME,
+    trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
+    retries=0,
+)
+def evaluate_task(cell: dict[str, Any]) -> dict[str, Any]:
+    from accelmatrix import lifecycle
+
+    _name(cell)
+    return _deterministic(lifecycle.evaluate, cell, _ref())
+
+
+@task(task_id="teardown", map_index_template=CELL_NAME, retries=TEARDOWN_RETRIES,
+      retry_delay=timedelta(seconds=10))
+def teardown_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
+    from accelmatrix import lifecycle
+
+    _name(cell)
+    return lifecycle.teardown(cell, resource, _ref())
+
+
+@task(task_id="gate", trigger_rule=TriggerRule.ALL_DONE, retries=0)
+def gate_task(planned: list[dict[str, Any]]) -> dict[str, Any]:
+    from accelmatrix import lifecycle
+
+    return _deterministic(lifecycle.gate, planned, _ref())
+
+
+@task(task_id="suite_invalid", retries=0)
+def invalid_task(message: str) -> None:
+    raise AirflowFailException(message)
+
+
+# -- graph --------------------------------------------------------------------------------
+def _params(suite: Suite) -> dict[str, Param]:
+    params: dict[str, Param] = {}
+    for name, p in suite.params.items():
+        schema: dict[str, Any] = {"type": p.type}
+        if p.enum is not None:
+            schema["enum"] = p.enum
+        if p.minimum is not None:
+            schema["minimum"] = p.minimum
+        if p.maximum is not None:
+            schema["maximum"] = p.maximum
+        params[name] = Param(p.default, description=p.description, **schema)
+    params["cells"] = Param(
+        ["*"],
+        type="array",
+        items={"type": "string"},
+        description="Run only the cells whose id matches one of these globs, "
+        "e.g. model=tiny-mlp,*",
+    )
+    return params
+
+
+def used_machines(suite: Suite) -> list[str]:
+    if "machine" in suite.axes:
+        return suite.axis_labels("machine")
+    return [suite.machine or next(iter(suite.machines))]
+
+
+def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
+    """The mapped task group running every cell of one machine kind."""
+    pool = suite.pool_for(machine)
+    wl = suite.workload
+
+    @task_group(group_id=machine)
+    def cell_group(cell: dict[str, Any]) -> None:
+        resource = provision_task.override(pool=pool)(cell)
+        done_setup = setup_task.override(
+            pool=pool, execution_timeout=timedelta(seconds=wl.setup_timeout + 60)
+        )(cell, resource)
+        run = RunWorkloadOperator(
+            task_id="run",
+            cell=cell,
+            resource=resource,
+            pool=pool,
+            map_index_template=CELL_NAME,
+            execution_timeout=timedelta(seconds=wl.timeout + 600),
+        )
+        collected = collect_task(cell, resource)
+        evaluated = evaluate_task(cell)
+        torn = teardown_task(cell, resource).as_teardown(setups=resource)
+        done_setup >> run >> collected >> evaluated
+        collected >> torn
+
+    return cell_group.expand(cell=cells)
+
+
+def build_dag(path: Path | str) -> DAG:
+    """The DAG of one suite file. Raises SuiteError when the file is invalid."""
+    path = Path(path)
+    suite = load_suite(path)
+    dag_id = suite_id(path)
+    doc = (
+        f"### {dag_id}\n\n{suite.description}\n\nSuite file: `{path.name}`. "
+        "Trigger with params to select cells (`cells`) or change suite params."
+    )
+    with DAG(
+        dag_id=dag_id,
+        description=(suite.description or f"accelmatrix suite {dag_id}")[:200],
+        schedule=suite.schedule,
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=suite.max_active_runs,
+        params=_params(suite),
+        tags=sorted({"accelmatrix", *suite.tags}),
+        default_args={
+            "owner": ",".join(suite.owners),
+            "retries": suite.retries,
+            "retry_delay": timedelta(seconds=suite.retry_delay_seconds),
+            "execution_timeout": timedelta(minutes=30),
+        },
+        doc_md=doc,
+    ) as dag:
+        planned = plan_task(str(path))
+        groups = [_cell_group(suite, machine, planned[machine]) for machine in used_machines(suite)]
+        gate_task(planned["cells"]) << groups
+    return dag
+
+
+def build_invalid_dag(path: Path, error: SuiteError) -> DAG:
+    """Stand-in for a broken suite: visible in the UI with the error, never runs a cell.
+
+    Raising would turn the whole DAG file into an import error and take every other suite
+    down with it; this keeps the other suites working and the problem in plain sight.
+    """
+    dag_id = suite_id(path)
+    problems = "\n".join(f"- {p}" for p in error.problems)
+    with DAG(
+        dag_id=dag_id if _valid_dag_id(dag_id) else "accelmatrix_invalid_suite",
+        description=f"INVALID SUITE: {error.problems[0] if error.problems else ''}"[:200],
+        schedule=None,
+        start_date=START_DATE,
+        catchup=False,
+        is_paused_upon_creation=True,
+        tags=["accelmatrix", "invalid-suite"],
+        doc_md=f"### Invalid suite `{path.name}`\n\n{problems}\n\n"
+        "Fix the file; `python -m accelmatrix validate` shows the same errors.",
+    ) as dag:
+        invalid_task(str(error))
+    return dag
+
+
+def _valid_dag_id(dag_id: str) -> bool:
+    import re
+
+    return bool(re.match(r"^[A-Za-z0-9_.-]{1,250}$", dag_id))
+
+
+def build_dags(suites_dir: Path | str | None = None) -> dict[str, DAG]:
+    """Every suite under ``suites_dir`` as a DAG; a broken file never breaks the others."""
+    root = Path(suites_dir) if suites_dir else settings.suites_dir()
+    dags: dict[str, DAG] = {}
+    for path in sorted(root.glob("*.yaml")):
+        try:
+            dag = build_dag(path)
+        except SuiteError as e:
+            log.error("%s", e)
+            dag = build_invalid_dag(path, e)
+        dags[dag.dag_id] = dag
+    return dags

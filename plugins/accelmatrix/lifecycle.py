@@ -1,0 +1,355 @@
+"""The steps of one cell, as plain functions: plan, provision, setup, collect, evaluate,
+teardown, gate.
+
+The DAG wraps each in a thin TaskFlow task; keeping the logic here means it reads top to
+bottom without Airflow in the way and can be exercised directly. Every step records what
+it did in the results store, keyed by (dag_id, run_id, cell_id), so a retry or a clear
+overwrites its own row instead of adding one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from accelmatrix import settings
+from accelmatrix.backends.base import CellContext, get_backend
+from accelmatrix.spec.templating import render_tree
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _store():
+    from accelmatrix.results.store import ResultsStore
+
+    store = ResultsStore.from_settings()
+    store.ensure_schema()
+    return store
+
+
+@dataclass
+class RunRef:
+    """Which DAG run a step belongs to."""
+
+    dag_id: str
+    run_id: str
+
+    def artifacts(self, cell_id: str) -> Path:
+        return settings.cell_artifacts_dir(self.dag_id, self.run_id, cell_id)
+
+
+EARLIER_FAILURES = ("setup_failed", "timed_out", "infra_failed", "run_failed")
+
+
+class CellFailed(Exception):
+    """A cell's checks failed: deterministic, retrying would not help."""
+
+
+# -- plan ---------------------------------------------------------------------------------
+def plan_run(
+    suite_path: str,
+    ref: RunRef,
+    params: dict[str, Any],
+    *,
+    logical_date: datetime | None = None,
+    run_type: str | None = None,
+) -> dict[str, Any]:
+    """Expand the suite for this run, log the plan, record every cell as planned/excluded."""
+    from accelmatrix.plan import expand
+    from accelmatrix.spec.loader import load_suite
+
+    suite = load_suite(suite_path)
+    user_params = {k: v for k, v in params.items() if k in suite.params}
+    only = params.get("cells") or None
+    if only == ["*"]:
+        only = None
+    plan = expand(suite, ref.dag_id, params=user_params, only=only)
+    for cell in plan.cells:
+        if not any(c.get("type") == "exit_status" for c in cell.checks):
+            cell.checks.insert(0, {"type": "exit_status", "expected": 0, "name": None})
+    log.info("%s", plan.table())
+
+    store = _store()
+    store.upsert_run(
+        ref.dag_id,
+        ref.run_id,
+        suite=ref.dag_id,
+        logical_date=logical_date,
+        run_type=run_type,
+        params=params,
+        state="running",
+        started_at=_now(),
+    )
+    for cell in plan.cells:
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            cell.id,
+            cell_index=cell.index,
+            axes=cell.axes,
+            machine=cell.machine,
+            backend=cell.backend,
+            quarantined=cell.quarantined,
+            state="planned",
+        )
+    for ex in plan.excluded:
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            ex.id,
+            axes=ex.axes,
+            state="excluded",
+            excluded_reason=ex.reason,
+        )
+    out: dict[str, Any] = plan.by_machine(list(suite.machines))
+    out["cells"] = [
+        {"id": c.id, "machine": c.machine, "quarantined": c.quarantined} for c in plan.cells
+    ]
+    return out
+
+
+# -- provision / setup --------------------------------------------------------------------
+def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    store = _store()
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="provisioning",
+                      provision_started_at=_now())
+    backend = get_backend(cell["machine_spec"])
+    ctx = CellContext(
+        dag_id=ref.dag_id, run_id=ref.run_id, cell_id=cell["id"],
+        artifacts_dir=ref.artifacts(cell["id"]),
+    )
+    try:
+        resource = backend.provision(ctx)
+    except Exception as e:
+        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="infra_failed",
+                          message=f"provision failed: {e}")
+        raise
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="provisioned",
+                      provisioned_at=_now())
+    log.info("provisioned %s resource %s", backend.kind, resource["name"])
+    return resource
+
+
+def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
+    from accelmatrix.backends.base import SetupFailed
+
+    wl = cell["workload"]
+    store = _store()
+    if not wl["setup"]:
+        log.info("no setup commands")
+        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup")
+        return
+    backend = get_backend(cell["machine_spec"])
+    variables = backend.variables(resource)
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup")
+    try:
+        backend.setup(
+            resource,
+            render_tree(wl["setup"], variables),
+            workload_env(cell, resource, variables),
+            wl["setup_timeout"],
+            lambda line: log.info("%s", line),
+        )
+    except SetupFailed as e:
+        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup_failed",
+                          message=str(e))
+        raise
+
+
+def workload_env(
+    cell: dict[str, Any], resource: dict[str, Any], variables: dict[str, str]
+) -> dict[str, str]:
+    """The suite's env plus what every workload may rely on (cell id, axis values)."""
+    env = dict(render_tree(cell["workload"]["env"], variables))
+    env["ACCELMATRIX_CELL_ID"] = cell["id"]
+    for axis, label in cell["axes"].items():
+        env[f"ACCELMATRIX_AXIS_{axis.upper()}"] = label
+    return env
+
+
+# -- collect ------------------------------------------------------------------------------
+def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    """Copy artifacts and turn the declared metric sources into long-form metric rows."""
+    from pydantic import TypeAdapter
+
+    from accelmatrix.metrics.sources import MetricSource, collect_metrics, write_train_metrics
+
+    backend = get_backend(cell["machine_spec"])
+    art = ref.artifacts(cell["id"])
+    files_dir = art / "files"
+    variables = backend.variables(resource)
+    globs = render_tree(cell["workload"]["artifacts"], variables)
+    copied = backend.collect(resource, globs, files_dir)
+    log.info("collected %d artifact(s) into %s", len(copied), files_dir)
+    for rel in copied[:50]:
+        log.info("  %s", rel)
+
+    adapter = TypeAdapter(MetricSource)
+    sources = [adapter.validate_python(s) for s in cell["workload"]["metrics"]]
+    collected = collect_metrics(sources, files_dir=files_dir, log_path=art / "output.log")
+    for d in collected.diagnostics:
+        log.warning("metrics: %s", d)
+    (art / "metrics.json").write_text(json.dumps(collected.rows, default=_json_default))
+    write_train_metrics(
+        collected.rows, art / "train_metrics.json", extra={"cell": cell["id"], **cell["axes"]}
+    )
+    store = _store()
+    store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="collected")
+    return {"artifacts": len(copied), "metrics": len(collected.rows),
+            "diagnostics": collected.diagnostics}
+
+
+def _json_default(o: Any) -> Any:
+    return str(o)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# -- evaluate -----------------------------------------------------------------------------
+def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    """Run the cell's checks through Great Expectations; record verdicts; raise on failure."""
+    from pydantic import TypeAdapter
+
+    from accelmatrix.evaluation import CellOutputs, evaluate_cell
+    from accelmatrix.spec.checks import Check
+
+    art = ref.artifacts(cell["id"])
+    status = _read_json(art / "status.json")
+    metrics = _read_json(art / "metrics.json") or []
+    adapter = TypeAdapter(Check)
+    checks = [adapter.validate_python(c) for c in cell["checks"]]
+    report = evaluate_cell(
+        checks,
+        CellOutputs(
+            files_dir=art / "files",
+            log_path=art / "output.log",
+            status=status,
+            metrics=metrics,
+        ),
+        include_dir=settings.include_dir(),
+        data_docs_dir=art / "data_docs",
+        suite_name=f"{ref.dag_id}.{cell['id']}",
+    )
+    log.info("checks for %s:\n%s", cell["id"], report.format_table())
+    store = _store()
+    store.replace_checks(
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        [
+            {
+                "check_name": v.name,
+                "check_type": v.type,
+                "passed": v.passed,
+                "expected": v.expected,
+                "observed": v.observed,
+                "message": v.message,
+            }
+            for v in report.verdicts
+        ],
+    )
+    failed = [v for v in report.verdicts if not v.passed]
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    # A specific earlier failure (setup, timeout, infrastructure) says more than "failed".
+    earlier = prior.get("state") if prior.get("state") in EARLIER_FAILURES else None
+    if report.passed and earlier is None:
+        state = "passed"
+    else:
+        state = earlier or "failed"
+    message = "; ".join(f"{v.name}: {v.message}" for v in failed)[:2000] or None
+    if earlier and prior.get("message"):
+        message = f"{prior['message']}; {message or ''}"
+    store.upsert_cell(
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        state=state,
+        message=message,
+        data_docs=str(report.data_docs_index) if report.data_docs_index else None,
+    )
+    if report.data_docs_index:
+        log.info("Data Docs: %s", report.data_docs_index)
+    log.info("evaluation took %.2f s", report.seconds)
+    if state != "passed":
+        raise CellFailed(
+            f"cell {cell['id']} {state}: {len(failed)} of {len(report.verdicts)} check(s) "
+            "failed" + (": " + ", ".join(v.name for v in failed) if failed else "")
+        )
+    return {"cell": cell["id"], "state": state}
+
+
+# -- teardown -----------------------------------------------------------------------------
+def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    backend = get_backend(cell["machine_spec"])
+    backend.teardown(resource)
+    ended = time.time()
+    held = ended - float(resource["created_at"])
+    status = _read_json(ref.artifacts(cell["id"]) / "status.json") or {}
+    workload = None
+    if status.get("started_at") and status.get("ended_at"):
+        workload = status["ended_at"] - status["started_at"]
+    cost = held / 3600.0 * float(cell["machine_spec"].get("hourly_cost") or 0.0)
+    _store().upsert_cell(
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        teardown_at=_now(),
+        resource_held_seconds=held,
+        workload_seconds=workload,
+        cost=cost,
+    )
+    log.info(
+        "tore down %s; resource held %.1f s, workload ran %s s",
+        resource["name"],
+        held,
+        f"{workload:.1f}" if workload is not None else "-",
+    )
+    return {"held_seconds": held, "workload_seconds": workload}
+
+
+# -- gate ---------------------------------------------------------------------------------
+def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
+    """Decide the run: it fails exactly when a non-quarantined cell did not pass."""
+    store = _store()
+    rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
+    log.info("results for %s %s:\n%s", ref.dag_id, ref.run_id,
+             store.run_table(ref.dag_id, ref.run_id))
+    failed, quarantined_failed, passed = [], [], []
+    for c in planned:
+        state = (rows.get(c["id"]) or {}).get("state", "missing")
+        if state == "passed":
+            passed.append(c["id"])
+        elif c["quarantined"]:
+            quarantined_failed.append((c["id"], state))
+        else:
+            failed.append((c["id"], state))
+    summary = {
+        "passed": passed,
+        "failed": [f"{i} ({s})" for i, s in failed],
+        "quarantined_failed": [f"{i} ({s})" for i, s in quarantined_failed],
+    }
+    store.upsert_run(ref.dag_id, ref.run_id, state="failed" if failed else "passed",
+                     finished_at=_now())
+    for cid, state in quarantined_failed:
+        log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
+    if failed:
+        raise CellFailed(
+            f"{len(failed)} cell(s) failed: " + ", ".join(f"{i} ({s})" for i, s in failed)
+        )
+    log.info("all %d non-quarantined cell(s) passed", len(planned) - len(quarantined_failed))
+    return summary

@@ -1,0 +1,1 @@
+"""Operators: the steps of a cell that need more than a TaskFlow function."""

@@ -1,0 +1,186 @@
+"""Expand a suite's axes into the run plan: the cells to run and the cells excluded.
+
+The plan is computed inside the DAG's `plan` task (not at parse time), so UI params can
+filter cells and resolve `${params.*}`, and a run keeps the plan it started with even if the
+YAML changes mid-run. Each cell is a self-contained JSON dict: the mapped tasks need nothing
+else to provision, run and evaluate it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from accelmatrix.spec.suite import MAX_CELLS, QuarantineRule, Suite
+from accelmatrix.spec.templating import render_tree
+
+
+class PlanError(ValueError):
+    """The matrix cannot be planned (too many cells, nothing to run, ...)."""
+
+
+@dataclass
+class Cell:
+    id: str
+    index: int
+    axes: dict[str, str]
+    values: dict[str, Any]
+    machine: str
+    backend: str
+    pool: str
+    machine_spec: dict[str, Any]
+    workload: dict[str, Any]
+    checks: list[dict[str, Any]]
+    quarantined: bool = False
+    quarantine_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Excluded:
+    id: str
+    axes: dict[str, str]
+    reason: str
+
+
+@dataclass
+class Plan:
+    suite_id: str
+    cells: list[Cell] = field(default_factory=list)
+    excluded: list[Excluded] = field(default_factory=list)
+
+    def by_machine(self, machines: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Cells grouped by machine, one list per machine (empty lists included)."""
+        out: dict[str, list[dict[str, Any]]] = {m: [] for m in machines}
+        for c in self.cells:
+            out[c.machine].append(c.to_dict())
+        return out
+
+    def table(self) -> str:
+        """The run plan as a fixed-width table, for the task log and the CLI."""
+        rows = [("#", "cell", "machine", "status")]
+        for c in self.cells:
+            status = "run" + (f" (quarantined: {c.quarantine_reason})" if c.quarantined else "")
+            rows.append((str(c.index), c.id, c.machine, status))
+        for e in self.excluded:
+            rows.append(("-", e.id, "-", f"excluded: {e.reason}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [
+            "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows
+        ]
+        lines.insert(1, "-" * max(len(x) for x in lines))
+        head = (
+            f"Run plan for {self.suite_id}: {len(self.cells)} cell(s) to run, "
+            f"{len(self.excluded)} excluded"
+        )
+        return head + "\n" + "\n".join(lines)
+
+
+def cell_id(axes: dict[str, str]) -> str:
+    """Stable, readable id: `runtime=pt213,machine=cpu-small` (axis order of the YAML)."""
+    return ",".join(f"{k}={v}" for k, v in axes.items())
+
+
+def _matches(rule_value: str | list[str], label: str) -> bool:
+    wants = [rule_value] if isinstance(rule_value, str) else rule_value
+    return any(fnmatch.fnmatchcase(label, w) for w in wants)
+
+
+def expand(
+    suite: Suite,
+    suite_id: str,
+    *,
+    params: dict[str, Any] | None = None,
+    only: list[str] | None = None,
+) -> Plan:
+    """Every combination of the axes, minus exclusions, minus cells not selected by ``only``.
+
+    ``params`` are the run's param values (defaults from the suite where missing); ``only``
+    is a list of fnmatch globs over cell ids (the `cells` UI param).
+    """
+    values = {name: {} for name in suite.axes}
+    for name, raw in suite.axes.items():
+        labels = suite.axis_labels(name)
+        if isinstance(raw, dict):
+            values[name] = dict(raw)
+        else:
+            values[name] = dict(zip(labels, raw, strict=True))
+
+    resolved_params = {k: p.default for k, p in suite.params.items()}
+    resolved_params.update(params or {})
+
+    plan = Plan(suite_id=suite_id)
+    names = list(suite.axes)
+    for combo in itertools.product(*(list(values[n]) for n in names)):
+        axes = dict(zip(names, combo, strict=True))
+        cid = cell_id(axes)
+        reason = next(
+            (
+                r.reason
+                for r in suite.exclude
+                if all(_matches(want, axes[a]) for a, want in r.match.items())
+            ),
+            None,
+        )
+        if reason is None and only and not any(fnmatch.fnmatchcase(cid, g) for g in only):
+            reason = "not selected by the `cells` param"
+        if reason is not None:
+            plan.excluded.append(Excluded(id=cid, axes=axes, reason=reason))
+            continue
+
+        machine = axes.get("machine") if "machine" in suite.axes else suite.machine
+        if machine is None:
+            machine = next(iter(suite.machines))
+        variables: dict[str, Any] = {"cell.id": cid}
+        for a, label in axes.items():
+            variables[f"axis.{a}"] = label
+            v = values[a][label]
+            if isinstance(v, dict):
+                for k, fv in v.items():
+                    variables[f"axis.{a}.{k}"] = fv
+        for k, v in resolved_params.items():
+            variables[f"params.{k}"] = v
+
+        q_reason = _quarantine_reason(suite.quarantine, cid)
+        spec = suite.machines[machine]
+        plan.cells.append(
+            Cell(
+                id=cid,
+                index=len(plan.cells),
+                axes=axes,
+                values={a: values[a][axes[a]] for a in axes},
+                machine=machine,
+                backend=spec.backend,
+                pool=suite.pool_for(machine),
+                machine_spec=spec.model_dump(mode="json"),
+                # Backend variables (${work_dir}, ...) stay for the backend to fill in.
+                workload=render_tree(
+                    suite.workload.model_dump(mode="json"), variables, keep_unknown=True
+                ),
+                checks=[
+                    render_tree(c.model_dump(mode="json"), variables, keep_unknown=True)
+                    for c in suite.checks
+                ],
+                quarantined=q_reason is not None,
+                quarantine_reason=q_reason,
+            )
+        )
+
+    if len(plan.cells) > MAX_CELLS:
+        raise PlanError(
+            f"the matrix has {len(plan.cells)} cells after exclusions; Airflow maps at most "
+            f"{MAX_CELLS} ([core] max_map_length): split the suite or exclude cells"
+        )
+    return plan
+
+
+def _quarantine_reason(rules: list[QuarantineRule | str], cid: str) -> str | None:
+    for r in rules:
+        glob, reason = (r, "quarantined") if isinstance(r, str) else (r.cells, r.reason)
+        if fnmatch.fnmatchcase(cid, glob):
+            return reason
+    return None

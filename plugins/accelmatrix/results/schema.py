@@ -1,0 +1,242 @@
+"""Tables of the results store, as SQLAlchemy Core objects on one ``MetaData``.
+
+Core (not the ORM) because every write is a single keyed upsert or a delete+insert of one
+cell's rows: there is no object graph to track, and Core lets the store pick the dialect's
+native ``INSERT ... ON CONFLICT`` statement. The column types below hide three portability
+problems from callers, so the API behaves the same on the SQLite dev file and on PostgreSQL:
+
+* timestamps: SQLite has no time zones, so values are normalised to UTC on the way in and
+  come back as aware UTC datetimes on every dialect;
+* JSON: stored as canonical text (sorted keys), not a native JSON type, so the same
+  ``params``/``axes`` compare equal as strings on every database;
+* NaN: SQLite silently turns a bound NaN into NULL, so a metric value NULL *means* NaN on
+  every dialect (and SQL aggregates skip it, which is what a NaN sample deserves).
+
+`docs/results-schema.md` documents every column; keep it in sync with this file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+# Airflow caps dag_id/run_id at 250 characters; cell ids join every axis label, so they get
+# more room. Lengths are enforced in Python too (see store.py) so an over-long id fails the
+# same way on SQLite, which ignores VARCHAR lengths, as on PostgreSQL, which does not.
+ID_LEN = 250
+CELL_ID_LEN = 1024
+NAME_LEN = 250
+LABEL_LEN = 250
+
+# `metrics.step` of a scalar metric. A NULL step would make the unique key useless (NULLs
+# never collide in a unique index), so scalars get a sentinel; the API maps it to None.
+SCALAR_STEP = -1
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def to_utc(value: Any) -> datetime | None:
+    """An aware UTC stdlib datetime from a datetime or ISO-8601 string; naive input rejected.
+
+    Naive datetimes are refused rather than assumed UTC: a worker's local time silently
+    stored as UTC would shift durations and perf history by hours with no error anywhere.
+    Strings are accepted because Jinja-templated operator fields arrive rendered as text.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(f"not an ISO-8601 timestamp: {value!r}") from exc
+    if not isinstance(value, datetime):
+        raise ValueError(f"expected a timezone-aware datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"timestamp {value.isoformat()} has no time zone: pass an aware UTC one")
+    v = value.astimezone(UTC)
+    # Rebuild as a plain datetime: pendulum (Airflow's) subclasses carry extra behaviour that
+    # some drivers format differently.
+    return datetime(v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in and out, whatever the dialect stores."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+        v = to_utc(value)
+        if v is not None and dialect.name == "sqlite":
+            # SQLite's DATETIME is text without an offset: store the UTC wall time.
+            return v.replace(tzinfo=None)
+        return v
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class JsonText(TypeDecorator[Any]):
+    """JSON documents stored as canonical text; dicts in, dicts out."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None:
+            return None
+        # default=str: Airflow params can hold datetimes and the like; a lossy string beats
+        # failing the task that only wanted to record its run.
+        return json.dumps(value, sort_keys=True, default=str)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        return json.loads(value)
+
+
+class MetricValue(TypeDecorator[float]):
+    """Floats where NaN is stored as NULL (SQLite cannot hold NaN) and read back as NaN.
+
+    +/-inf need nothing special: SQLite REAL and PostgreSQL double precision both keep them.
+    """
+
+    impl = Float(precision=53)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> float | None:
+        if value is None:
+            return None
+        v = float(value)
+        return None if math.isnan(v) else v
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> float:
+        return math.nan if value is None else float(value)
+
+
+metadata = MetaData()
+
+
+def _key_columns(*, with_cell: bool) -> list[Column[Any]]:
+    cols: list[Column[Any]] = [
+        Column("dag_id", String(ID_LEN), nullable=False),
+        Column("run_id", String(ID_LEN), nullable=False),
+    ]
+    if with_cell:
+        cols.append(Column("cell_id", String(CELL_ID_LEN), nullable=False))
+    return cols
+
+
+runs = Table(
+    "runs",
+    metadata,
+    *_key_columns(with_cell=False),
+    Column("suite", String(LABEL_LEN), nullable=True),
+    Column("logical_date", UtcDateTime, nullable=True),
+    Column("run_type", String(LABEL_LEN), nullable=True),
+    Column("params", JsonText, nullable=False, default=lambda: {}),
+    Column("git_ref", String(LABEL_LEN), nullable=True),
+    Column("state", String(LABEL_LEN), nullable=True),
+    Column("started_at", UtcDateTime, nullable=True),
+    Column("finished_at", UtcDateTime, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False, default=utcnow),
+    Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
+    PrimaryKeyConstraint("dag_id", "run_id", name="pk_runs"),
+    # Perf history is read per suite over time.
+    Index("ix_runs_suite_logical_date", "suite", "logical_date"),
+)
+
+cells = Table(
+    "cells",
+    metadata,
+    *_key_columns(with_cell=True),
+    Column("cell_index", Integer, nullable=True),
+    Column("axes", JsonText, nullable=False, default=lambda: {}),
+    Column("machine", String(LABEL_LEN), nullable=True),
+    Column("backend", String(LABEL_LEN), nullable=True),
+    Column("quarantined", Boolean, nullable=False, default=False),
+    Column("excluded_reason", Text, nullable=True),
+    Column("state", String(LABEL_LEN), nullable=False, default="planned"),
+    Column("message", Text, nullable=False, default=""),
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("exit_code", Integer, nullable=True),
+    Column("provision_started_at", UtcDateTime, nullable=True),
+    Column("provisioned_at", UtcDateTime, nullable=True),
+    Column("run_started_at", UtcDateTime, nullable=True),
+    Column("run_ended_at", UtcDateTime, nullable=True),
+    Column("teardown_at", UtcDateTime, nullable=True),
+    Column("resource_held_seconds", Float(precision=53), nullable=True),
+    Column("workload_seconds", Float(precision=53), nullable=True),
+    Column("cost", Float(precision=53), nullable=True),
+    Column("data_docs", Text, nullable=True),
+    Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
+    PrimaryKeyConstraint("dag_id", "run_id", "cell_id", name="pk_cells"),
+)
+
+metrics = Table(
+    "metrics",
+    metadata,
+    *_key_columns(with_cell=True),
+    Column("name", String(NAME_LEN), nullable=False),
+    Column("step", Integer, nullable=False, default=SCALAR_STEP),
+    Column("value", MetricValue, nullable=True),
+    Column("unit", String(LABEL_LEN), nullable=True),
+    Column("source", String(LABEL_LEN), nullable=True),
+    # The unique key doubles as the primary key: no surrogate id is needed, and the index it
+    # creates also serves "all metrics of a cell" (its prefix).
+    PrimaryKeyConstraint("dag_id", "run_id", "cell_id", "name", "step", name="pk_metrics"),
+    # Perf tracking reads one metric of one DAG across many runs.
+    Index("ix_metrics_dag_name", "dag_id", "name"),
+)
+
+checks = Table(
+    "checks",
+    metadata,
+    *_key_columns(with_cell=True),
+    Column("check_name", String(NAME_LEN), nullable=False),
+    Column("check_type", String(LABEL_LEN), nullable=False, default=""),
+    Column("passed", Boolean, nullable=False),
+    Column("expected", Text, nullable=True),
+    Column("observed", Text, nullable=True),
+    Column("message", Text, nullable=True),
+    PrimaryKeyConstraint("dag_id", "run_id", "cell_id", "check_name", name="pk_checks"),
+)
+
+# Columns callers may set through upsert_run / upsert_cell: everything but the key and the
+# bookkeeping timestamps the store maintains itself.
+_MANAGED = {"dag_id", "run_id", "cell_id", "created_at", "updated_at"}
+RUN_FIELDS: tuple[str, ...] = tuple(c.name for c in runs.columns if c.name not in _MANAGED)
+CELL_FIELDS: tuple[str, ...] = tuple(c.name for c in cells.columns if c.name not in _MANAGED)
+METRIC_ROW_FIELDS: tuple[str, ...] = ("name", "value", "step", "unit", "source")
+CHECK_ROW_FIELDS: tuple[str, ...] = (
+    "check_name",
+    "check_type",
+    "passed",
+    "expected",
+    "observed",
+    "message",
+)

@@ -1,0 +1,327 @@
+"""The suite YAML, as pydantic models.
+
+One YAML file under include/suites/ describes one test matrix and becomes one Airflow DAG.
+Everything a user writes is validated here, at parse time, so that a typo is reported with
+the file, the field path and the allowed values before anything is provisioned.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from accelmatrix.metrics.sources import MetricSource
+from accelmatrix.spec.checks import Check
+from accelmatrix.spec.templating import TemplateError, check_references, strings_in
+
+# Names that end up in cell ids, pool names, task logs and resource labels: keep them tame.
+NAME_RE = r"^[a-z][a-z0-9_]*$"
+LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+MAX_CELLS = 1024  # Airflow's [core] max_map_length default
+BACKENDS = ("local",)
+RESERVED_PARAMS = ("cells",)
+
+Scalar = str | int | float | bool
+
+
+class Model(BaseModel):
+    """Base for every user-facing model: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Resources(Model):
+    """What a cell's machine offers. Used for scheduling on real backends and for cost."""
+
+    chips: PositiveInt | None = Field(None, description="TPU chips")
+    gpus: PositiveInt | None = None
+    gpu_type: str | None = Field(None, pattern=r"^[a-z0-9-]+$")
+    cpu: Annotated[float, Field(gt=0)] | None = None
+    memory: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+
+
+class LocalMachine(Model):
+    """A process on the Airflow worker host: the embedded default, needs no cloud account."""
+
+    backend: Literal["local"]
+    resources: Resources = Resources()
+    pool: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Airflow pool bounding concurrent use; default accelmatrix_<machine>",
+    )
+    pool_slots: PositiveInt = Field(4, description="slots of the pool when accelmatrix creates it")
+    hourly_cost: Annotated[float, Field(ge=0)] = 0.0
+
+
+Machine = LocalMachine
+
+
+class Workload(Model):
+    """What runs in a cell. Commands are argv lists: no shell ever sees a user value."""
+
+    setup: list[list[str]] = Field(default_factory=list)
+    run: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: PositiveInt = Field(3600, description="seconds the run may take before it is killed")
+    setup_timeout: PositiveInt = 600
+    artifacts: list[str] = Field(default_factory=list, description="globs relative to the work dir")
+    metrics: list[MetricSource] = Field(default_factory=list)
+
+    @field_validator("run", "setup", mode="before")
+    @classmethod
+    def _argv_scalars_to_str(cls, v: Any) -> Any:
+        # YAML turns `--steps, 20` into an int; an argv element is a string, so convert
+        # scalars but refuse mappings/lists/null that would be a mistake.
+        def conv(argv: Any) -> Any:
+            if not isinstance(argv, list):
+                return argv
+            out = []
+            for a in argv:
+                if isinstance(a, bool) or a is None or isinstance(a, (dict, list)):
+                    raise ValueError(
+                        f"argv elements must be strings or numbers, got {type(a).__name__}: {a!r}"
+                        " (write commands as a list of strings, e.g. [python, train.py])"
+                    )
+                out.append(str(a) if isinstance(a, (int, float)) else a)
+            return out
+
+        if v and isinstance(v, list) and all(isinstance(x, list) for x in v):
+            return [conv(x) for x in v]
+        return conv(v)
+
+    @field_validator("run", "setup")
+    @classmethod
+    def _no_nul(cls, v: Any) -> Any:
+        for s in strings_in(v):
+            if "\x00" in s:
+                raise ValueError("argv elements cannot contain NUL bytes")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise ValueError(f"env name {k!r} is not a valid variable name")
+            if k.startswith("ACCELMATRIX_"):
+                raise ValueError(f"env name {k!r}: the ACCELMATRIX_ prefix is reserved")
+            if "\x00" in val:
+                raise ValueError(f"env {k}: values cannot contain NUL bytes")
+        return v
+
+    @field_validator("artifacts")
+    @classmethod
+    def _relative_globs(cls, v: list[str]) -> list[str]:
+        for g in v:
+            if g.startswith("/") or ".." in re.split(r"[/\\]", g):
+                raise ValueError(
+                    f"artifact glob {g!r} must be relative to the work dir and must not "
+                    "contain '..'"
+                )
+        return v
+
+
+class ExcludeRule(Model):
+    """Cells matching every axis in `match` are not run; the plan shows them with `reason`."""
+
+    match: dict[str, str | list[str]] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
+class QuarantineRule(Model):
+    """Cells whose id matches `cells` run and are reported, but do not fail the DAG run."""
+
+    cells: str = Field(min_length=1, description="fnmatch glob over cell ids")
+    reason: str = Field(min_length=1)
+
+
+class ParamSpec(Model):
+    """A UI trigger-form param (rendered by Airflow's Param, validated by JSON schema)."""
+
+    type: Literal["string", "integer", "number", "boolean", "array"] = "string"
+    default: Any = None
+    description: str | None = None
+    enum: list[Scalar] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+    @model_validator(mode="after")
+    def _default_fits(self) -> ParamSpec:
+        if self.enum is not None and self.default is not None and self.default not in self.enum:
+            raise ValueError(f"default {self.default!r} is not one of enum {self.enum}")
+        return self
+
+
+class Suite(Model):
+    """A whole suite file. The DAG id is the file name without .yaml."""
+
+    description: str = ""
+    owners: list[str] = Field(default_factory=lambda: ["accelmatrix"])
+    tags: list[str] = Field(default_factory=list)
+    schedule: str | None = None
+    axes: dict[str, list[Scalar] | dict[str, dict[str, Any] | Scalar]] = Field(min_length=1)
+    exclude: list[ExcludeRule] = Field(default_factory=list)
+    machines: dict[str, Machine] = Field(min_length=1)
+    machine: str | None = Field(
+        None, description="machine of every cell, unless an axis named `machine` picks it"
+    )
+    workload: Workload
+    checks: list[Check] = Field(default_factory=list)
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    quarantine: list[QuarantineRule | str] = Field(default_factory=list)
+    retries: Annotated[int, Field(ge=0, le=10)] = 0
+    retry_delay_seconds: PositiveInt = 60
+    max_active_runs: PositiveInt = 1
+
+    # -- field rules -------------------------------------------------------------------------
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, axes: dict[str, Any]) -> dict[str, Any]:
+        for name, values in axes.items():
+            if not re.match(NAME_RE, name):
+                raise ValueError(f"axis name {name!r} must match {NAME_RE}")
+            labels = list(values) if isinstance(values, dict) else [_label(v) for v in values]
+            if not labels:
+                raise ValueError(f"axis {name!r} has no values")
+            for lab in labels:
+                if not re.match(LABEL_RE, lab):
+                    raise ValueError(
+                        f"axis {name!r} value {lab!r} must match {LABEL_RE} "
+                        "(it becomes part of the cell id)"
+                    )
+            dupes = {x for x in labels if labels.count(x) > 1}
+            if dupes:
+                raise ValueError(f"axis {name!r} has duplicate values: {sorted(dupes)}")
+        return axes
+
+    @field_validator("machines")
+    @classmethod
+    def _machine_names(cls, machines: dict[str, Any]) -> dict[str, Any]:
+        for name in machines:
+            if not re.match(MACHINE_NAME_RE, name):
+                raise ValueError(f"machine name {name!r} must match {MACHINE_NAME_RE}")
+        return machines
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, params: dict[str, Any]) -> dict[str, Any]:
+        for name in params:
+            if not re.match(NAME_RE, name):
+                raise ValueError(f"param name {name!r} must match {NAME_RE}")
+            if name in RESERVED_PARAMS:
+                raise ValueError(f"param name {name!r} is reserved by accelmatrix")
+        return params
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str | None) -> str | None:
+        if v is None or v.startswith("@"):
+            presets = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly")
+            if v is not None and v not in presets + ("@yearly",):
+                raise ValueError(f"schedule preset {v!r} is not one of {', '.join(presets)}")
+            return v
+        from croniter import croniter  # light; only where a schedule is written
+
+        if not croniter.is_valid(v):
+            raise ValueError(f"schedule {v!r} is not a valid cron expression (e.g. '0 2 * * *')")
+        return v
+
+    @field_validator("owners", "tags")
+    @classmethod
+    def _no_control(cls, v: list[str]) -> list[str]:
+        for s in v:
+            if CONTROL_CHARS.search(s) or not s.strip():
+                raise ValueError(f"{s!r} is empty or contains control characters")
+        return v
+
+    # -- cross-field rules -------------------------------------------------------------------
+    @model_validator(mode="after")
+    def _cross(self) -> Suite:
+        if "machine" in self.axes:
+            unknown = [v for v in self.axis_labels("machine") if v not in self.machines]
+            if unknown:
+                raise ValueError(
+                    f"axes.machine: {unknown} are not machines "
+                    f"(machines: {', '.join(self.machines)})"
+                )
+            if self.machine is not None:
+                raise ValueError("set either `machine` or an axis named `machine`, not both")
+        elif self.machine is None:
+            if len(self.machines) != 1:
+                raise ValueError(
+                    "several machines are defined: pick one with `machine:` or add an axis "
+                    f"named `machine` (machines: {', '.join(self.machines)})"
+                )
+        elif self.machine not in self.machines:
+            raise ValueError(
+                f"machine {self.machine!r} is not defined (machines: {', '.join(self.machines)})"
+            )
+
+        for i, rule in enumerate(self.exclude):
+            for axis, want in rule.match.items():
+                if axis not in self.axes:
+                    raise ValueError(
+                        f"exclude[{i}].match: no axis named {axis!r} "
+                        f"(axes: {', '.join(self.axes)})"
+                    )
+                labels = self.axis_labels(axis)
+                for w in [want] if isinstance(want, str) else want:
+                    if not any(c in w for c in "*?[") and w not in labels:
+                        raise ValueError(
+                            f"exclude[{i}].match.{axis}: {w!r} is not a value of axis {axis!r} "
+                            f"(values: {', '.join(labels)})"
+                        )
+
+        total = 1
+        for values in self.axes.values():
+            total *= len(values)
+        if total > MAX_CELLS * 16:
+            # Refuse before expanding a combinatorial explosion in memory.
+            raise ValueError(f"the axes multiply to {total} cells; the limit is {MAX_CELLS}")
+
+        fields = {
+            name: sorted({k for v in values.values() if isinstance(v, dict) for k in v})
+            if isinstance(values, dict)
+            else []
+            for name, values in self.axes.items()
+        }
+        templated: dict[str, Any] = {
+            "workload.run": self.workload.run,
+            "workload.setup": self.workload.setup,
+            "workload.env": self.workload.env,
+            "workload.artifacts": self.workload.artifacts,
+            "checks": [c.model_dump() for c in self.checks],
+        }
+        for where, obj in templated.items():
+            for s in strings_in(obj):
+                try:
+                    check_references(s, axes=fields, params=self.params)
+                except TemplateError as e:
+                    raise ValueError(f"{where}: {e}") from None
+        return self
+
+    # -- helpers -----------------------------------------------------------------------------
+    def axis_labels(self, axis: str) -> list[str]:
+        values = self.axes[axis]
+        return list(values) if isinstance(values, dict) else [_label(v) for v in values]
+
+    def pool_for(self, machine: str) -> str:
+        return self.machines[machine].pool or f"accelmatrix_{machine.replace('-', '_')}"
+
+
+def _label(v: Scalar) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    return str(v)

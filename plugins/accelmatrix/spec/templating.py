@@ -1,0 +1,108 @@
+"""`${...}` placeholders in suite strings.
+
+Suites need per-cell values inside argv lists, env values and check fields (the model of
+the cell, a UI param, the work dir). We substitute them per string, never through a shell,
+so a value can hold spaces, quotes or `;` and still arrive as one argv element.
+
+Grammar: `${axis.NAME}` (the value label), `${axis.NAME.FIELD}` (a field of a mapping
+value), `${params.NAME}`, `${cell.id}`, and backend variables `${work_dir}`,
+`${include_dir}`, `${python}` that only the backend running the cell knows. `$${` escapes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+PLACEHOLDER = re.compile(r"\$(\$?)\{([^}]*)\}")
+BACKEND_VARS = ("work_dir", "include_dir", "python")
+_NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
+_REF = re.compile(rf"^(?:axis\.{_NAME}(?:\.{_NAME})?|params\.{_NAME}|cell\.id|{'|'.join(BACKEND_VARS)})$")
+
+
+class TemplateError(ValueError):
+    """A placeholder is malformed or refers to something that does not exist."""
+
+
+def references(text: str) -> list[str]:
+    """Every placeholder reference in ``text`` (escaped ones excluded)."""
+    return [m.group(2) for m in PLACEHOLDER.finditer(text) if not m.group(1)]
+
+
+def check_references(
+    text: str, *, axes: Mapping[str, Iterable[str]], params: Iterable[str]
+) -> None:
+    """Raise TemplateError unless every reference in ``text`` can be resolved for every cell.
+
+    ``axes`` maps axis name -> the field names its mapping values have (empty for scalar axes).
+    """
+    params = set(params)
+    for ref in references(text):
+        if not _REF.match(ref):
+            raise TemplateError(
+                f"unknown placeholder ${{{ref}}}: use ${{axis.NAME}}, ${{axis.NAME.FIELD}}, "
+                f"${{params.NAME}}, ${{cell.id}} or one of "
+                + ", ".join(f"${{{v}}}" for v in BACKEND_VARS)
+            )
+        parts = ref.split(".")
+        if parts[0] == "axis":
+            if parts[1] not in axes:
+                raise TemplateError(
+                    f"${{{ref}}}: no axis named {parts[1]!r} (axes: {', '.join(sorted(axes))})"
+                )
+            fields = set(axes[parts[1]])
+            if len(parts) == 3 and parts[2] not in fields:
+                allowed = ", ".join(sorted(fields)) or "none: its values are scalars"
+                raise TemplateError(
+                    f"${{{ref}}}: axis {parts[1]!r} values have no field {parts[2]!r} "
+                    f"(fields: {allowed})"
+                )
+        elif parts[0] == "params" and parts[1] not in params:
+            raise TemplateError(
+                f"${{{ref}}}: no param named {parts[1]!r} (params: {', '.join(sorted(params))})"
+            )
+
+
+def render(text: str, variables: Mapping[str, Any], *, keep_unknown: bool = False) -> str:
+    """Substitute placeholders found in ``variables`` (flat dotted keys).
+
+    With ``keep_unknown`` a reference that is not in ``variables`` stays as it is, so the plan
+    can resolve axes and params and leave backend variables to the backend.
+    """
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1):
+            return "${" + m.group(2) + "}" if not keep_unknown else m.group(0)
+        ref = m.group(2)
+        if ref in variables:
+            value = variables[ref]
+            return "" if value is None else str(value)
+        if keep_unknown:
+            return m.group(0)
+        raise TemplateError(f"placeholder ${{{ref}}} has no value here")
+
+    return PLACEHOLDER.sub(sub, text)
+
+
+def render_tree(obj: Any, variables: Mapping[str, Any], *, keep_unknown: bool = False) -> Any:
+    """``render`` applied to every string inside nested lists and dicts (keys untouched)."""
+    if isinstance(obj, str):
+        return render(obj, variables, keep_unknown=keep_unknown)
+    if isinstance(obj, list):
+        return [render_tree(v, variables, keep_unknown=keep_unknown) for v in obj]
+    if isinstance(obj, dict):
+        return {k: render_tree(v, variables, keep_unknown=keep_unknown) for k, v in obj.items()}
+    return obj
+
+
+def strings_in(obj: Any) -> Iterable[str]:
+    """Every string inside nested lists and dicts, for validation."""
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from strings_in(v)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from strings_in(v)

@@ -1,0 +1,1 @@
+"""Triggers: asynchronous waits that run in the Airflow triggerer."""
