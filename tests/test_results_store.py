@@ -529,3 +529,26 @@ def test_concurrent_writers_same_sqlite_file(db_path: Path) -> None:
     assert set(store.metrics_frame(DAG, RUN).query("name == 'wall'")["value"]) == {last}
     assert raw(db_path, "SELECT count(*) FROM checks") == [(WORKERS,)]
     store.close()
+
+
+class _GenericDialectStore(ResultsStore):
+    """Takes the portable UPDATE-then-INSERT path, as MySQL or any other dialect would."""
+
+    @property
+    def dialect(self) -> str:
+        return "generic"
+
+
+def test_generic_dialect_fallback_upserts(db_path: Path) -> None:
+    s = _GenericDialectStore(f"sqlite:///{db_path}")
+    s.ensure_schema()
+    s.upsert_cell(DAG, RUN, "c", state="running", machine="m1", axes={"a": "1"})
+    s.upsert_cell(DAG, RUN, "c", state="passed")
+    s.upsert_run(DAG, RUN, suite="demo")
+    s.upsert_run(DAG, RUN, state="success")
+    assert raw(db_path, "SELECT count(*) FROM cells") == [(1,)]
+    c = s.get_cell(DAG, RUN, "c")
+    assert (c["state"], c["machine"], c["axes"]) == ("passed", "m1", {"a": "1"})
+    run = s.get_run(DAG, RUN)
+    assert (run["suite"], run["state"]) == ("demo", "success")
+    s.close()

@@ -51,7 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out-dir", type=Path, default=Path("."))
     p.add_argument("--profile-from-step", type=int, default=3)
     p.add_argument("--profile-steps", type=int, default=5)
-    p.add_argument("--fail-mode", choices=("none", "crash", "hang", "diverge"), default="none")
+    p.add_argument(
+        "--fail-mode",
+        choices=("none", "crash", "hang", "diverge"),
+        default="none",
+        help="inject a failure: crash (exception at step steps//2), hang (sleep forever at "
+        f"step steps//2), diverge (lr={DIVERGE_LR:g} instead of --lr: loss explodes to NaN)",
+    )
     p.add_argument(
         "--profiler",
         choices=("torch", "light"),
@@ -147,7 +153,7 @@ class LightProfiler:
 
     def __exit__(self, *exc: object) -> None:
         self._close_annotation()
-        if self._prof is not None:
+        if self._prof is not None and not self._saved:
             self._save()
 
     def step(self) -> None:

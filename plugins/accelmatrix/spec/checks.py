@@ -257,7 +257,7 @@ CHECK_TYPES: tuple[str, ...] = (
     "step_time_within_bounds",
 )
 
-_CHECK_LIST = TypeAdapter(list[Check])
+_CHECK_LIST = TypeAdapter(list[Check], config=ConfigDict(title="checks"))
 
 
 def parse_checks(raw: list[dict]) -> list[Check]:

@@ -1,0 +1,10 @@
+"""Evaluation layer: turn a cell's outputs and its checks into verdicts.
+
+Importing this package is cheap (no pandas, no Great Expectations): both are imported on
+the first ``evaluate_cell`` call, because DAG parsing must stay fast.
+"""
+
+from accelmatrix.evaluation.evaluate import evaluate_cell
+from accelmatrix.evaluation.report import CellOutputs, CheckVerdict, EvaluationReport
+
+__all__ = ["CellOutputs", "CheckVerdict", "EvaluationReport", "evaluate_cell"]

@@ -1,0 +1,62 @@
+"""``evaluate_cell``: observe a cell's outputs, validate them with GE, return verdicts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from accelmatrix.evaluation.observe import observation_frame, plan_checks
+from accelmatrix.evaluation.report import CellOutputs, CheckVerdict, EvaluationReport
+from accelmatrix.spec.checks import Check
+
+__all__ = ["evaluate_cell"]
+
+
+def evaluate_cell(
+    checks: list[Check],
+    outputs: CellOutputs,
+    *,
+    include_dir: Path,
+    data_docs_dir: Path | None = None,
+    suite_name: str = "cell",
+) -> EvaluationReport:
+    """Evaluate every check of one cell; a check that cannot be observed fails, never crashes.
+
+    ``include_dir`` resolves ``bounds_file`` paths. With ``data_docs_dir``, Great Expectations
+    Data Docs HTML for this cell is written there and its index returned in the report.
+    """
+    from accelmatrix.evaluation.gx_suite import run_suite
+
+    started = time.perf_counter()
+    if not checks:
+        # Nothing to validate: skip the multi-second Great Expectations import.
+        return EvaluationReport([], True, None, time.perf_counter() - started)
+    plans = plan_checks(checks, outputs, include_dir=Path(include_dir))
+    run = run_suite(
+        plans,
+        observation_frame(plans),
+        suite_name=suite_name,
+        data_docs_dir=Path(data_docs_dir) if data_docs_dir is not None else None,
+    )
+    verdicts = []
+    for plan in plans:
+        passed, error = run.outcome(plan)
+        message = plan.success if passed else plan.failure
+        if error:
+            message = f"{message} (Great Expectations error: {error})"
+        verdicts.append(
+            CheckVerdict(
+                name=plan.name,
+                type=plan.type,
+                passed=passed,
+                expected=plan.expected,
+                observed=plan.observed,
+                message=message,
+            )
+        )
+    return EvaluationReport(
+        verdicts=verdicts,
+        passed=all(v.passed for v in verdicts),
+        data_docs_index=run.data_docs_index,
+        seconds=time.perf_counter() - started,
+    )

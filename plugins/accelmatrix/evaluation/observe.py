@@ -1,0 +1,468 @@
+"""Observations: what a cell's outputs say, computed in plain Python/pandas.
+
+Each check becomes a ``CheckPlan``: the observed values (columns of a one-row DataFrame),
+the expectations to run on them (described without importing Great Expectations, so this
+module stays testable and cheap), and the human text for the verdict. Great Expectations
+then only decides pass/fail on numbers we computed ourselves, which keeps the checks easy
+to reason about and the GE suite small.
+
+A value we could not observe (missing metric, missing log, NaN loss) is a null cell, and
+every such column gets a not-null expectation: GE's column-map expectations skip nulls, so
+without it a missing metric would silently pass.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, load_bounds
+from accelmatrix.evaluation.report import CellOutputs
+from accelmatrix.spec.checks import (
+    ArtifactCountCheck,
+    Check,
+    ExitStatusCheck,
+    FinalLossCheck,
+    LogContainsCheck,
+    LogNotContainsCheck,
+    LossDecreasingCheck,
+    MetricBetweenCheck,
+    StepTimeWithinBoundsCheck,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["CheckPlan", "Expect", "observation_frame", "plan_checks"]
+
+RUNBOOK_BELOW = (
+    "if this follows an optimisation or dependency update, re-center the bounds; "
+    "if nothing changed, widen the confidence interval"
+)
+RUNBOOK_ABOVE = (
+    "a code change may have introduced a regression: find the cause before landing; "
+    "if nothing changed, escalate to the hardware team"
+)
+MAX_SHOWN_LINES = 3  # matching log lines quoted in an observation
+MAX_LINE_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One Great Expectations expectation on the observation frame, GE-free."""
+
+    kind: Literal["not_null", "between", "in_set", "a_greater_than_b"]
+    column: str
+    min_value: float | None = None
+    max_value: float | None = None
+    value_set: tuple[Any, ...] = ()
+    column_b: str | None = None  # for a_greater_than_b: column > column_b
+
+
+@dataclass
+class CheckPlan:
+    """One check: observed values, expectations over them, and verdict text."""
+
+    index: int
+    name: str  # the check's display name
+    prefix: str  # unique column prefix for this check's observations
+    type: str
+    expected: str
+    observed: str
+    columns: dict[str, Any] = field(default_factory=dict)
+    expectations: list[Expect] = field(default_factory=list)
+    failure: str = "check failed"  # the verdict message if any expectation fails
+    success: str = "ok"
+
+
+def num(x: Any) -> str:
+    """Short, exact-looking number text: 0.0 stays ``0.0``, long floats get 6 digits."""
+    if x is None:
+        return "missing"
+    if isinstance(x, bool) or isinstance(x, int):
+        return str(x)
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    text = repr(x)
+    return text if len(text) <= 10 else f"{x:.6g}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_") or "x"
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    """NaN becomes null so the not-null expectation catches it; inf stays (bounds fail it)."""
+    return None if x is None or math.isnan(x) else x
+
+
+class _Inputs:
+    """Cell outputs, parsed once and shared by all checks of the cell."""
+
+    def __init__(self, checks: list[Check], outputs: CellOutputs, include_dir: Path) -> None:
+        self.outputs = outputs
+        self.include_dir = include_dir
+        self.log_hits = _scan_log(checks, outputs.log_path)
+        self._series = _metric_series(outputs.metrics)
+        self._bounds: dict[Path, BoundsFile | BoundsError] = {}
+
+    @property
+    def metric_names(self) -> str:
+        return ", ".join(sorted(self._series)) or "(no metrics at all)"
+
+    def series(self, name: str) -> pd.Series | None:
+        return self._series.get(name)
+
+    def bounds(self, rel: str) -> BoundsFile | BoundsError:
+        path = self.include_dir / rel
+        if path not in self._bounds:
+            try:
+                self._bounds[path] = load_bounds(path)
+            except BoundsError as exc:
+                self._bounds[path] = exc
+        return self._bounds[path]
+
+
+@dataclass
+class _LogHits:
+    count: int | None  # None: log missing or pattern unusable
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    error: str | None = None
+
+
+def _scan_log(checks: list[Check], log_path: Path) -> dict[int, _LogHits]:
+    """Count matching lines for every log check in a single pass over the log."""
+    matchers: dict[int, Callable[[str], bool]] = {}
+    hits: dict[int, _LogHits] = {}
+    for i, check in enumerate(checks):
+        if not isinstance(check, LogContainsCheck | LogNotContainsCheck):
+            continue
+        if check.regex:
+            try:
+                matchers[i] = re.compile(check.pattern).search  # type: ignore[assignment]
+            except re.error as exc:
+                # Placeholders are resolved after suite validation, so this can still happen.
+                hits[i] = _LogHits(None, error=f"invalid regular expression: {exc}")
+                continue
+        else:
+            pattern = check.pattern
+            matchers[i] = lambda line, p=pattern: p in line
+        hits[i] = _LogHits(0)
+    if not matchers:
+        return hits
+    if not log_path.is_file():
+        for i in matchers:
+            hits[i] = _LogHits(None, error=f"log file {log_path} does not exist")
+        return hits
+    with log_path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            for i, match in matchers.items():
+                if match(line):
+                    h = hits[i]
+                    h.count += 1  # type: ignore[operator]
+                    if len(h.lines) < MAX_SHOWN_LINES:
+                        h.lines.append((lineno, line.rstrip("\r\n")[:MAX_LINE_CHARS]))
+    return hits
+
+
+def _metric_series(rows: list[dict]) -> dict[str, pd.Series]:
+    """Metric name -> values ordered by step; scalar rows (step None) come after the series."""
+    import pandas as pd
+
+    grouped: dict[str, list[dict]] = {}
+    for row in rows:
+        name = row.get("name")
+        if isinstance(name, str):
+            grouped.setdefault(name, []).append(row)
+    out: dict[str, pd.Series] = {}
+    for name, group in grouped.items():
+        # sorted() is stable, so rows at the same step keep their collection order.
+        group = sorted(group, key=lambda r: (r.get("step") is None, r.get("step") or 0))
+        out[name] = pd.Series([_as_float(r.get("value")) for r in group], dtype="float64")
+    return out
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _reduce(series: pd.Series, how: str) -> float:
+    """Reduce a series; NaN anywhere propagates, because a NaN loss is a failure signal."""
+    if how == "last":
+        return float(series.iloc[-1])
+    return float(getattr(series, how)(skipna=False))
+
+
+def _range_text(lo: float | None, subject: str, hi: float | None) -> str:
+    if lo is not None and hi is not None:
+        return f"{subject} == {num(lo)}" if lo == hi else f"{num(lo)} <= {subject} <= {num(hi)}"
+    if lo is not None:
+        return f"{subject} >= {num(lo)}"
+    return f"{subject} <= {num(hi)}"
+
+
+# -- one planner per check type -----------------------------------------------------------
+def _plan_exit_status(c: ExitStatusCheck, p: CheckPlan, inp: _Inputs) -> None:
+    code_col, timeout_col = f"{p.prefix}__exit_code", f"{p.prefix}__timed_out"
+    p.expected = f"exit_code == {c.expected}, not timed out"
+    status = inp.outputs.status
+    if status is None:
+        code, timed_out = None, None
+        p.observed = "never ran (no status)"
+        p.failure = "the workload never ran: no exit status was recorded"
+    else:
+        code = status.get("exit_code")
+        code = int(code) if isinstance(code, int | float) and not isinstance(code, bool) else None
+        timed_out = bool(status.get("timed_out"))
+        signal = f", signal {status['signal']}" if status.get("signal") else ""
+        p.observed = f"{'timed out, ' if timed_out else ''}exit_code={code}{signal}"
+        if timed_out:
+            p.failure = f"the workload timed out (exit_code={code}{signal})"
+        elif code is None:
+            p.failure = "the workload has no exit code: it was killed or its status was lost"
+        else:
+            p.failure = f"the workload exited with {code}{signal}, expected {c.expected}"
+    p.columns = {code_col: code, timeout_col: timed_out}
+    p.expectations = [
+        Expect("not_null", code_col),
+        Expect("in_set", code_col, value_set=(c.expected,)),
+        Expect("in_set", timeout_col, value_set=(False,)),
+    ]
+
+
+def _pattern_text(pattern: str, regex: bool) -> str:
+    return f"matching /{pattern}/" if regex else f"containing {pattern!r}"
+
+
+def _plan_log_contains(c: LogContainsCheck, p: CheckPlan, inp: _Inputs) -> None:
+    col = f"{p.prefix}__matching_lines"
+    hits = inp.log_hits[p.index]
+    p.expected = f">= {c.min_count} log line(s) {_pattern_text(c.pattern, c.regex)}"
+    if hits.count is None:
+        p.observed = "log missing" if "does not exist" in (hits.error or "") else "error"
+        p.failure = f"{hits.error} (did the workload run?)"
+    else:
+        p.observed = f"{hits.count} line(s)"
+        p.failure = (
+            f"found {hits.count} line(s) {_pattern_text(c.pattern, c.regex)} in "
+            f"{inp.outputs.log_path.name}, need at least {c.min_count}"
+        )
+    p.columns = {col: hits.count}
+    p.expectations = [Expect("not_null", col), Expect("between", col, min_value=c.min_count)]
+
+
+def _plan_log_not_contains(c: LogNotContainsCheck, p: CheckPlan, inp: _Inputs) -> None:
+    col = f"{p.prefix}__matching_lines"
+    hits = inp.log_hits[p.index]
+    p.expected = f"no log line {_pattern_text(c.pattern, c.regex)}"
+    if hits.count is None:
+        # Absence cannot be proven without a log, so this fails rather than passes.
+        p.observed = "log missing" if "does not exist" in (hits.error or "") else "error"
+        p.failure = f"{hits.error}; cannot prove the pattern is absent"
+    elif hits.count == 0:
+        p.observed = "0 lines"
+    else:
+        shown = " | ".join(text.strip() for _, text in hits.lines)
+        p.observed = f"{hits.count} line(s): {shown}"
+        first_no, first = hits.lines[0]
+        p.failure = (
+            f"{hits.count} line(s) of {inp.outputs.log_path.name} {_pattern_text(c.pattern, c.regex)}"
+            f", first at line {first_no}: {first.strip()}"
+        )
+    p.columns = {col: hits.count}
+    p.expectations = [Expect("not_null", col), Expect("between", col, max_value=0)]
+
+
+def _plan_artifact_count(c: ArtifactCountCheck, p: CheckPlan, inp: _Inputs) -> None:
+    col = f"{p.prefix}__files"
+    files_dir = inp.outputs.files_dir
+    matched = sorted(x for x in files_dir.glob(c.glob) if x.is_file()) if files_dir.is_dir() else []
+    n = len(matched)
+    p.expected = _range_text(c.min, f"files matching {c.glob!r}", c.max)
+    p.observed = f"{n} file(s)" + ("" if files_dir.is_dir() else " (no files dir)")
+    shown = ", ".join(str(x.relative_to(files_dir)) for x in matched[:5])
+    p.failure = f"{n} file(s) under {files_dir} match {c.glob!r}" + (
+        f" ({shown}{', ...' if n > 5 else ''})" if n else ""
+    )
+    p.columns = {col: n}
+    p.expectations = [Expect("between", col, min_value=c.min, max_value=c.max)]
+
+
+def _missing_metric(p: CheckPlan, metric: str, inp: _Inputs) -> None:
+    p.observed = "missing"
+    p.failure = f"metric {metric!r} not found; metrics collected: {inp.metric_names}"
+
+
+def _plan_metric_between(c: MetricBetweenCheck, p: CheckPlan, inp: _Inputs) -> None:
+    subject = f"{c.reduce}({c.metric})"
+    col = f"{p.prefix}__{c.reduce}_{_slug(c.metric)}"
+    p.expected = _range_text(c.min, subject, c.max)
+    series = inp.series(c.metric)
+    value = None
+    if series is None:
+        _missing_metric(p, c.metric, inp)
+    else:
+        value = _reduce(series, c.reduce)
+        p.observed = num(value)
+        if math.isnan(value):
+            p.failure = f"{subject} is NaN (the series has NaN values)"
+        elif c.min is not None and value < c.min:
+            p.failure = f"{subject} = {num(value)} is below the minimum {num(c.min)}"
+        else:
+            p.failure = f"{subject} = {num(value)} is above the maximum {num(c.max)}"
+    p.columns = {col: _finite_or_none(value)}
+    p.expectations = [
+        Expect("not_null", col),
+        Expect("between", col, min_value=c.min, max_value=c.max),
+    ]
+
+
+def _plan_final_loss(c: FinalLossCheck, p: CheckPlan, inp: _Inputs) -> None:
+    col = f"{p.prefix}__last_{_slug(c.metric)}"
+    p.expected = f"|last({c.metric}) - {num(c.target)}| <= {num(c.tolerance)}"
+    series = inp.series(c.metric)
+    value = None
+    if series is None:
+        _missing_metric(p, c.metric, inp)
+    else:
+        value = _reduce(series, "last")
+        diff = abs(value - c.target)
+        p.observed = f"{num(value)} (|diff| = {num(diff)})"
+        p.failure = (
+            f"last({c.metric}) = {num(value)} is {num(diff)} away from the target "
+            f"{num(c.target)}; tolerance {num(c.tolerance)}"
+        )
+    p.columns = {col: _finite_or_none(value)}
+    p.expectations = [
+        Expect("not_null", col),
+        Expect(
+            "between", col, min_value=c.target - c.tolerance, max_value=c.target + c.tolerance
+        ),
+    ]
+
+
+def _plan_loss_decreasing(c: LossDecreasingCheck, p: CheckPlan, inp: _Inputs) -> None:
+    m = _slug(c.metric)
+    n_col, first_col, last_col = f"{p.prefix}__points", f"{p.prefix}__first_mean_{m}", f"{p.prefix}__last_mean_{m}"
+    series = inp.series(c.metric)
+    n = 0 if series is None else len(series)
+    # Windows must not overlap, or a short series compares a mean with itself.
+    w = max(1, min(c.window, n // 2))
+    p.expected = f"mean(last {w}) < mean(first {w}) of {c.metric}, >= 2 points"
+    first = last = None
+    if series is None:
+        _missing_metric(p, c.metric, inp)
+    elif n < 2:
+        p.observed = f"{n} point(s)"
+        p.failure = f"{c.metric} has {n} point(s); a trend needs at least 2"
+    else:
+        first = float(series.iloc[:w].mean(skipna=False))
+        last = float(series.iloc[-w:].mean(skipna=False))
+        p.observed = f"first {num(first)}, last {num(last)} ({n} points)"
+        if math.isnan(first) or math.isnan(last):
+            p.failure = f"{c.metric} has NaN values: training diverged?"
+        else:
+            p.failure = (
+                f"{c.metric} did not decrease: mean of the last {w} point(s) {num(last)} >= "
+                f"mean of the first {w} {num(first)}"
+            )
+    p.columns = {n_col: n, first_col: _finite_or_none(first), last_col: _finite_or_none(last)}
+    p.expectations = [
+        Expect("between", n_col, min_value=2),
+        Expect("not_null", first_col),
+        Expect("not_null", last_col),
+        Expect("a_greater_than_b", first_col, column_b=last_col),
+    ]
+
+
+def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: _Inputs) -> None:
+    found_col = f"{p.prefix}__bounds_found"
+    value_col = f"{p.prefix}__median_{_slug(c.metric)}"
+    bounds_path = inp.include_dir / c.bounds_file
+    loaded = inp.bounds(c.bounds_file)
+    lo = hi = None
+    problem: str | None = None
+    if isinstance(loaded, BoundsError):
+        problem = str(loaded)
+    else:
+        try:
+            bench = loaded.get(c.benchmark, source=bounds_path)
+        except BoundsError as exc:
+            problem = str(exc)
+        else:
+            lo, hi = bench.step_time_lower_bound, bench.step_time_upper_bound
+            if lo is None or hi is None:
+                problem = (
+                    f"benchmark {c.benchmark!r} in {bounds_path} has no "
+                    "step_time_lower_bound/step_time_upper_bound"
+                )
+    series = inp.series(c.metric)
+    # The median ignores warm-up/compile steps and GC hiccups that would skew a mean.
+    value = None if series is None else float(series.median(skipna=False))
+    p.columns = {found_col: problem is None, value_col: _finite_or_none(value)}
+    p.expectations = [Expect("in_set", found_col, value_set=(True,)), Expect("not_null", value_col)]
+    if problem is not None:
+        p.expected = f"{c.metric} within bounds of {c.benchmark!r} in {c.bounds_file}"
+        p.observed = "bounds unavailable" if value is None else f"{num(value)} (bounds unavailable)"
+        p.failure = problem
+        return
+    p.expected = f"{num(lo)} <= {c.metric} <= {num(hi)} (bounds {c.benchmark})"
+    p.expectations.append(Expect("between", value_col, min_value=lo, max_value=hi))
+    if series is None:
+        _missing_metric(p, c.metric, inp)
+        return
+    p.observed = f"{num(value)} (median of {len(series)})"
+    where = f"bounds {num(lo)}..{num(hi)} of {c.benchmark!r} in {c.bounds_file}"
+    if value is None or math.isnan(value):
+        p.failure = f"{c.metric} has NaN values"
+    elif value < lo:  # type: ignore[operator]
+        p.failure = f"{c.metric} {num(value)} s is below the lower bound ({where}): {RUNBOOK_BELOW}"
+    else:
+        p.failure = f"{c.metric} {num(value)} s is above the upper bound ({where}): {RUNBOOK_ABOVE}"
+    p.success = f"within {where}"
+
+
+_PLANNERS: dict[type, Callable[[Any, CheckPlan, _Inputs], None]] = {
+    ExitStatusCheck: _plan_exit_status,
+    LogContainsCheck: _plan_log_contains,
+    LogNotContainsCheck: _plan_log_not_contains,
+    ArtifactCountCheck: _plan_artifact_count,
+    MetricBetweenCheck: _plan_metric_between,
+    FinalLossCheck: _plan_final_loss,
+    LossDecreasingCheck: _plan_loss_decreasing,
+    StepTimeWithinBoundsCheck: _plan_step_time,
+}
+
+
+def plan_checks(checks: list[Check], outputs: CellOutputs, *, include_dir: Path) -> list[CheckPlan]:
+    """Observe the cell's outputs once and turn every check into a ``CheckPlan``."""
+    inp = _Inputs(checks, outputs, include_dir)
+    plans = []
+    for i, check in enumerate(checks):
+        # Column prefix: index keeps it unique, type keeps it readable in Data Docs.
+        plan = CheckPlan(
+            index=i,
+            name=check.display_name,
+            prefix=f"c{i:02d}_{check.type}",
+            type=check.type,
+            expected="",
+            observed="",
+        )
+        _PLANNERS[type(check)](check, plan, inp)
+        plans.append(plan)
+    return plans
+
+
+def observation_frame(plans: list[CheckPlan]) -> pd.DataFrame:
+    """The one-row DataFrame Great Expectations validates: one column per observation."""
+    import pandas as pd
+
+    return pd.DataFrame({col: [val] for plan in plans for col, val in plan.columns.items()})

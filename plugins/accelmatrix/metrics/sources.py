@@ -1,0 +1,468 @@
+"""Metric sources (``workload.metrics`` in a suite YAML) and the collector that reads them.
+
+A workload reports numbers in whatever form it already has: a summary JSON, a JSONL log of
+steps, plain log lines, a profiler trace. Rather than asking every workload to adopt one
+format, a suite declares where its numbers are, and this module turns them into uniform
+rows ``{name, value, step, unit, source}`` for the evaluation and results layers.
+
+Two rules shape the collector:
+
+* It never raises on bad data. A crashed or diverged run leaves missing files, truncated
+  lines and NaN losses behind, and those are exactly the runs whose other checks must still
+  be evaluated and reported. Every problem becomes a human-readable diagnostic instead, and
+  a metric that could not be read is simply absent (the evaluation layer reports a check
+  on an absent metric as "missing").
+* Non-finite values are kept (NaN, inf): a loss that became NaN is a finding, not noise.
+
+Import-light on purpose (no pandas): the suite models are imported at DAG parse time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
+
+from accelmatrix.metrics.profiler import TraceError, step_events, step_time_from_trace
+
+METRIC_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_./:-]*$"
+PREFIX_RE = r"^[A-Za-z0-9_./:-]*$"
+MAX_DIAGNOSTICS_PER_SOURCE = 20  # a 1 GB log of garbage must not become a 1 GB report
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+def _check_relative(value: str, info: ValidationInfo) -> str:
+    """Paths and globs are relative to the collected files dir and cannot leave it.
+
+    Checked at parse time so a suite cannot read arbitrary files of the Airflow worker
+    (``/etc/...``, ``../../secrets``) through a metric source.
+    """
+    field_name = info.field_name or "path"
+    if not value.strip():
+        raise ValueError(f"{field_name} must not be empty")
+    if "\x00" in value:
+        raise ValueError(f"{field_name} {value!r} cannot contain NUL bytes")
+    if value.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", value):
+        raise ValueError(
+            f"{field_name} {value!r} must be relative to the collected files dir "
+            "(e.g. train_metrics.json), not an absolute path"
+        )
+    if ".." in re.split(r"[/\\]", value):
+        raise ValueError(
+            f"{field_name} {value!r} must not contain '..': sources can only read files "
+            "collected from the cell's work dir"
+        )
+    return value
+
+
+RelativePath = Annotated[str, AfterValidator(_check_relative)]
+
+
+class _Source(BaseModel):
+    """Base of every source: unknown keys are errors, so a typo is not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @property
+    def label(self) -> str:
+        """How rows and diagnostics name this source, e.g. ``jsonl:metrics.jsonl``."""
+        raise NotImplementedError
+
+
+class JsonSource(_Source):
+    """A flat JSON object; every numeric value is a scalar metric named prefix + key."""
+
+    type: Literal["json"]
+    path: RelativePath = Field(description="file relative to the collected files dir")
+    prefix: str = Field("", pattern=PREFIX_RE)
+    units: dict[str, str] = Field(default_factory=dict, description="unit per key in the file")
+
+    @property
+    def label(self) -> str:
+        return f"json:{self.path}"
+
+
+class JsonlSource(_Source):
+    """One JSON object per line; each numeric key except step_key is a series point."""
+
+    type: Literal["jsonl"]
+    path: RelativePath = Field(description="file relative to the collected files dir")
+    step_key: str = Field("step", min_length=1)
+    units: dict[str, str] = Field(default_factory=dict, description="unit per key in the file")
+
+    @property
+    def label(self) -> str:
+        return f"jsonl:{self.path}"
+
+
+class LogRegexSource(_Source):
+    """A regex with one capture group applied to each line of the workload log.
+
+    ``series: true`` makes every match a point (step = match index, 0-based); otherwise the
+    last match is a scalar, like the "final loss from the last ``loss:`` line" check of the
+    system this replaces. Lines, not the whole log, are matched: memory stays bounded on
+    huge logs and a pathological pattern can only backtrack within one line.
+    """
+
+    type: Literal["log_regex"]
+    name: str = Field(pattern=METRIC_NAME_RE, max_length=128)
+    pattern: str = Field(min_length=1)
+    series: bool = False
+    unit: str | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _one_group(cls, v: str) -> str:
+        try:
+            compiled = re.compile(v)
+        except re.error as e:
+            raise ValueError(f"pattern {v!r} is not a valid regular expression: {e}") from None
+        if compiled.groups != 1:
+            raise ValueError(
+                f"pattern {v!r} must have exactly one capture group around the number, "
+                f"it has {compiled.groups} (use (?:...) for groups that are not the value)"
+            )
+        return v
+
+    @property
+    def label(self) -> str:
+        return f"log_regex:{self.name}"
+
+
+class ProfilerTraceSource(_Source):
+    """Exactly one Chrome trace; step time from its ``ProfilerStep#`` events (seconds).
+
+    Also emits ``<name>_steps``, the number of step events used, so a check can require a
+    minimum window. Zero or several matching files give no metric and a diagnostic: the
+    step-time check then fails as missing, and an artifact-count check says why.
+    """
+
+    type: Literal["profiler_trace"]
+    glob: RelativePath = "**/*.pt.trace.json"
+    name: str = Field("step_time", pattern=METRIC_NAME_RE, max_length=128)
+
+    @property
+    def label(self) -> str:
+        return f"profiler_trace:{self.glob}"
+
+
+MetricSource = Annotated[
+    JsonSource | JsonlSource | LogRegexSource | ProfilerTraceSource,
+    Field(discriminator="type"),
+]
+METRIC_SOURCE_TYPES: dict[str, type[_Source]] = {
+    "json": JsonSource,
+    "jsonl": JsonlSource,
+    "log_regex": LogRegexSource,
+    "profiler_trace": ProfilerTraceSource,
+}
+
+
+def parse_metric_sources(raw: list[dict[str, Any]]) -> list[MetricSource]:
+    """Validate a ``workload.metrics`` list outside of a whole suite (tools and tests)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[MetricSource]).validate_python(raw)
+
+
+# --------------------------------------------------------------------------------------------
+# Collection
+# --------------------------------------------------------------------------------------------
+@dataclass
+class CollectedMetrics:
+    """Rows ``{name, value, step, unit, source}`` plus what went wrong reading them."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: list[str] = field(default_factory=list)
+
+    def values(self, name: str) -> list[float]:
+        """All values of one metric in collection order (convenience for callers/tests)."""
+        return [r["value"] for r in self.rows if r["name"] == name]
+
+
+class _Sink:
+    """Collects the rows and diagnostics of one source, capping the diagnostics."""
+
+    def __init__(self, out: CollectedMetrics, label: str) -> None:
+        self.out, self.label, self.dropped = out, label, 0
+        self._count = 0
+
+    def row(self, name: str, value: float, step: int | None, unit: str | None) -> None:
+        self.out.rows.append(
+            {"name": name, "value": value, "step": step, "unit": unit, "source": self.label}
+        )
+
+    def problem(self, message: str) -> None:
+        self._count += 1
+        if self._count <= MAX_DIAGNOSTICS_PER_SOURCE:
+            self.out.diagnostics.append(f"{self.label}: {message}")
+        else:
+            self.dropped += 1
+
+    def close(self) -> None:
+        if self.dropped:
+            self.out.diagnostics.append(f"{self.label}: {self.dropped} more problem(s) omitted")
+
+
+def collect_metrics(
+    sources: list[MetricSource], *, files_dir: Path, log_path: Path | None
+) -> CollectedMetrics:
+    """Read every source; never raises for missing or malformed data (see module doc)."""
+    files_dir = Path(files_dir)
+    out = CollectedMetrics()
+    for source in sources:
+        sink = _Sink(out, source.label)
+        try:
+            if isinstance(source, JsonSource):
+                _collect_json(source, files_dir, sink)
+            elif isinstance(source, JsonlSource):
+                _collect_jsonl(source, files_dir, sink)
+            elif isinstance(source, LogRegexSource):
+                _collect_log_regex(source, log_path, sink)
+            elif isinstance(source, ProfilerTraceSource):
+                _collect_trace(source, files_dir, sink)
+            else:  # pragma: no cover - the union above is closed
+                sink.problem(f"unknown source type {type(source).__name__}")
+        except OSError as e:  # permissions, a directory where a file was expected, ...
+            sink.problem(f"cannot read: {e}")
+        sink.close()
+    _report_duplicates(out)
+    return out
+
+
+def _number(value: Any) -> float | None:
+    """JSON numbers only (bool is an int in Python, but ``true`` is not a metric)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float
+        return math.copysign(math.inf, value)
+
+
+def _open_file(files_dir: Path, rel: str, sink: _Sink) -> Path | None:
+    path = files_dir / rel
+    if not path.exists():
+        sink.problem(f"file not found ({rel} in {files_dir})")
+        return None
+    if not path.is_file():
+        sink.problem(f"{rel} is not a regular file")
+        return None
+    return path
+
+
+def _collect_json(source: JsonSource, files_dir: Path, sink: _Sink) -> None:
+    path = _open_file(files_dir, source.path, sink)
+    if path is None:
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except json.JSONDecodeError as e:
+        sink.problem(f"malformed JSON: {e}")
+        return
+    if not isinstance(data, dict):
+        sink.problem(f"expected a JSON object, got {type(data).__name__}")
+        return
+    found = False
+    for key, raw in data.items():
+        value = _number(raw)
+        if value is not None:
+            sink.row(source.prefix + key, value, None, source.units.get(key))
+            found = True
+    if not found:
+        sink.problem("no numeric values in the object")
+
+
+def _collect_jsonl(source: JsonlSource, files_dir: Path, sink: _Sink) -> None:
+    path = _open_file(files_dir, source.path, sink)
+    if path is None:
+        return
+    records = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                # Typically the last line of a run killed mid-write.
+                sink.problem(f"malformed line {lineno}: {e}")
+                continue
+            if not isinstance(obj, dict):
+                sink.problem(f"line {lineno} is not a JSON object")
+                continue
+            step = _step_of(obj.get(source.step_key))
+            if step is None:
+                step = records
+                sink.problem(
+                    f"line {lineno} has no integer {source.step_key!r}; using record "
+                    f"index {step} as the step"
+                )
+            records += 1
+            for key, raw in obj.items():
+                if key == source.step_key:
+                    continue
+                value = _number(raw)
+                if value is not None:
+                    sink.row(key, value, step, source.units.get(key))
+    if records == 0:
+        sink.problem("no records")
+
+
+def _step_of(raw: Any) -> int | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    return None
+
+
+def _collect_log_regex(source: LogRegexSource, log_path: Path | None, sink: _Sink) -> None:
+    if log_path is None:
+        sink.problem("no workload log to match against")
+        return
+    log_path = Path(log_path)
+    if not log_path.is_file():
+        sink.problem(f"workload log not found ({log_path})")
+        return
+    regex = re.compile(source.pattern)
+    index = -1
+    last: tuple[int, str | None] | None = None
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            for m in regex.finditer(line.rstrip("\n")):
+                index += 1
+                if source.series:
+                    value = _parse_match(m.group(1), index, sink)
+                    if value is not None:
+                        sink.row(source.name, value, index, source.unit)
+                else:
+                    last = (index, m.group(1))
+    if index < 0:
+        sink.problem(f"no line of the log matches {source.pattern!r}")
+        return
+    if not source.series and last is not None:
+        value = _parse_match(last[1], last[0], sink)
+        if value is not None:
+            sink.row(source.name, value, None, source.unit)
+
+
+def _parse_match(text: str | None, index: int, sink: _Sink) -> float | None:
+    if text is None:
+        sink.problem(f"match {index}: the capture group did not participate")
+        return None
+    try:
+        return float(text)  # also accepts nan/inf, which are kept on purpose
+    except ValueError:
+        sink.problem(f"match {index}: {text!r} is not a number")
+        return None
+
+
+def _collect_trace(source: ProfilerTraceSource, files_dir: Path, sink: _Sink) -> None:
+    matches = sorted(p for p in files_dir.glob(source.glob) if p.is_file())
+    if len(matches) != 1:
+        shown = ", ".join(str(p.relative_to(files_dir)) for p in matches[:5])
+        more = f", ... ({len(matches) - 5} more)" if len(matches) > 5 else ""
+        sink.problem(
+            f"expected exactly one file matching {source.glob!r} in {files_dir}, found "
+            f"{len(matches)}" + (f": {shown}{more}" if matches else "")
+        )
+        return
+    path = matches[0]
+    sink.label = f"profiler_trace:{path.relative_to(files_dir).as_posix()}"
+    try:
+        events = step_events(path)
+    except TraceError as e:
+        sink.problem(str(e))
+        return
+    sink.row(f"{source.name}_steps", float(len(events)), None, None)
+    try:
+        result = step_time_from_trace(path)
+    except TraceError as e:
+        sink.problem(str(e))
+        return
+    sink.row(source.name, result.step_time, None, "s")
+
+
+def _report_duplicates(out: CollectedMetrics) -> None:
+    """Say when two sources produce the same (name, step): a consumer must pick one."""
+    seen: dict[tuple[str, int | None], str] = {}
+    reported: set[tuple[str, int | None]] = set()
+    for r in out.rows:
+        key = (r["name"], r["step"])
+        first = seen.setdefault(key, r["source"])
+        if first != r["source"] and key not in reported:
+            reported.add(key)
+            where = "" if key[1] is None else f" at step {key[1]}"
+            out.diagnostics.append(
+                f"metric {key[0]!r}{where} comes from both {first} and {r['source']}"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# train_metrics.json
+# --------------------------------------------------------------------------------------------
+def write_train_metrics(
+    rows: list[dict[str, Any]],
+    path: Path,
+    extra: dict[str, Any] | None = None,
+    *,
+    step_time_name: str = "step_time",
+    loss_name: str = "loss",
+) -> dict[str, Any]:
+    """Write the per-run summary in the format of the system accelmatrix replaces.
+
+    ``{"model", "train_runtime", "step_execution_time", "mfu", "final_loss", ...extra}``:
+    step_execution_time is the profiler step time (never a log-line time), final_loss the
+    last point of the loss series. Keys of ``extra`` win, so a caller can set model or
+    override a value. NaN stays NaN (Python's json reads it back) because a diverged run
+    must not look like a missing one. Written atomically: readers never see half a file.
+    Returns the written dict.
+    """
+    summary: dict[str, Any] = {
+        "model": None,
+        "train_runtime": _scalar(rows, "train_runtime"),
+        "step_execution_time": _scalar(rows, step_time_name),
+        "mfu": None,
+        "final_loss": _final(rows, loss_name),
+    }
+    if summary["final_loss"] is None:
+        summary["final_loss"] = _scalar(rows, "final_loss")
+    summary.update(extra or {})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return summary
+
+
+def _scalar(rows: list[dict[str, Any]], name: str) -> float | None:
+    """The last scalar (step None) row of a metric, else None."""
+    found = [r["value"] for r in rows if r["name"] == name and r["step"] is None]
+    return found[-1] if found else None
+
+
+def _final(rows: list[dict[str, Any]], name: str) -> float | None:
+    """The point with the highest step of a series; a scalar of that name if no series."""
+    points = [r for r in rows if r["name"] == name and r["step"] is not None]
+    if points:
+        return max(enumerate(points), key=lambda ir: (ir[1]["step"], ir[0]))[1]["value"]
+    return _scalar(rows, name)

@@ -1,0 +1,104 @@
+"""Plan expansion: ids, exclusions, quarantine, params, placeholders."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelmatrix.plan import PlanError, expand
+from accelmatrix.spec.suite import Suite
+
+
+def suite(**extra) -> Suite:
+    data = {
+        "axes": {
+            "runtime": {"pt213": {"image": "pt:2.13"}, "pt212": {"image": "pt:2.12"}},
+            "machine": ["cpu-small", "cpu-big"],
+            "steps": [10, 20],
+        },
+        "machines": {"cpu-small": {"backend": "local"}, "cpu-big": {"backend": "local",
+                                                                    "pool": "big"}},
+        "workload": {
+            "run": ["run", "--image", "${axis.runtime.image}", "--steps", "${axis.steps}",
+                    "--id", "${cell.id}", "--dir", "${work_dir}", "--n", "${params.n}"],
+            "env": {"IMAGE": "${axis.runtime.image}"},
+        },
+        "params": {"n": {"type": "integer", "default": 3}},
+    }
+    data.update(extra)
+    return Suite.model_validate(data)
+
+
+def test_every_combination_with_stable_readable_ids():
+    plan = expand(suite(), "s")
+    ids = [c.id for c in plan.cells]
+    assert len(ids) == 8 == len(set(ids))
+    assert ids[0] == "runtime=pt213,machine=cpu-small,steps=10"
+    assert [c.index for c in plan.cells] == list(range(8))
+    assert expand(suite(), "s").cells[5].id == ids[5]  # deterministic
+
+
+def test_placeholders_resolved_per_cell_backend_vars_kept():
+    c = expand(suite(), "s", params={"n": 7}).cells[0]
+    run = c.workload["run"]
+    assert run[2] == "pt:2.13" and run[4] == "10" and run[6] == c.id
+    assert run[8] == "${work_dir}"  # only the backend knows it
+    assert run[10] == "7"
+    assert c.workload["env"]["IMAGE"] == "pt:2.13"
+    assert c.values["runtime"] == {"image": "pt:2.13"}
+
+
+def test_exclusions_carry_reasons_and_globs():
+    s = suite(exclude=[
+        {"match": {"runtime": "pt212", "machine": "cpu-big"}, "reason": "pt212 lacks big kernels"},
+        {"match": {"steps": "2*"}, "reason": "short runs only"},
+    ])
+    plan = expand(s, "s")
+    assert len(plan.cells) == 3
+    reasons = {e.id: e.reason for e in plan.excluded}
+    assert reasons["runtime=pt212,machine=cpu-big,steps=10"] == "pt212 lacks big kernels"
+    assert reasons["runtime=pt213,machine=cpu-small,steps=20"] == "short runs only"
+    table = plan.table()
+    assert "3 cell(s) to run, 5 excluded" in table
+    assert "excluded: pt212 lacks big kernels" in table
+
+
+def test_machine_pool_and_grouping():
+    plan = expand(suite(), "s")
+    groups = plan.by_machine(["cpu-small", "cpu-big"])
+    assert len(groups["cpu-small"]) == len(groups["cpu-big"]) == 4
+    assert {c["pool"] for c in groups["cpu-big"]} == {"big"}
+    assert {c["pool"] for c in groups["cpu-small"]} == {"accelmatrix_cpu_small"}
+
+
+def test_only_param_selects_cells():
+    plan = expand(suite(), "s", only=["runtime=pt213,*,steps=20"])
+    assert [c.id for c in plan.cells] == [
+        "runtime=pt213,machine=cpu-small,steps=20",
+        "runtime=pt213,machine=cpu-big,steps=20",
+    ]
+    assert all(e.reason == "not selected by the `cells` param" for e in plan.excluded)
+
+
+def test_quarantine_globs():
+    s = suite(quarantine=[{"cells": "runtime=pt212,*", "reason": "b/123 flaky"}, "*steps=20"])
+    cells = {c.id: c for c in expand(s, "s").cells}
+    assert cells["runtime=pt212,machine=cpu-small,steps=10"].quarantine_reason == "b/123 flaky"
+    assert cells["runtime=pt213,machine=cpu-small,steps=20"].quarantined
+    assert not cells["runtime=pt213,machine=cpu-small,steps=10"].quarantined
+
+
+def test_over_max_map_length_is_refused():
+    s = Suite.model_validate({
+        "axes": {"a": list(range(40)), "b": list(range(30))},
+        "machines": {"m": {"backend": "local"}},
+        "workload": {"run": ["x"]},
+    })
+    with pytest.raises(PlanError, match="1200 cells"):
+        expand(s, "s")
+
+
+def test_user_values_are_not_reinterpreted():
+    # Shell metacharacters, quotes and Jinja in a param arrive verbatim as one argv element.
+    evil = "$(rm -rf /); echo '{{ var.value.secret }}'\nnext"
+    c = expand(suite(), "s", params={"n": evil}).cells[0]
+    assert c.workload["run"][10] == evil
