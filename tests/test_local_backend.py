@@ -159,3 +159,14 @@ def test_collect_copies_globs_and_refuses_escaping_symlinks(accel_home, tmp_path
     copied = b.collect(r, ["out/*.json"], dest)
     assert copied == ["out/a.json"]
     assert not (dest / "out" / "leak.json").exists()
+
+
+def test_collect_double_star_takes_files_inside(accel_home):
+    b = LocalBackend(SPEC)
+    r = b.provision(_ctx(accel_home))
+    work = Path(r["work_dir"])
+    (work / "out" / "sub").mkdir(parents=True)
+    (work / "out" / "sub" / "t.pt.trace.json").write_text("{}")
+    (work / "out" / "m.jsonl").write_text("")
+    copied = b.collect(r, ["out/**"], Path(r["artifacts_dir"]) / "files")
+    assert copied == ["out/m.jsonl", "out/sub/t.pt.trace.json"]

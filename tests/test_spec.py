@@ -121,7 +121,7 @@ def test_machine_axis_must_name_machines(tmp_path):
 
 
 def test_too_many_cells(tmp_path):
-    d = with_(axes={"a": list(range(33)), "b": list(range(32))})
+    d = with_(axes={"a": list(range(33)), "b": list(range(32))}, workload__run=["x"])
     assert "1056 cells" in error_of(tmp_path, d)
 
 

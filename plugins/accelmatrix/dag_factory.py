@@ -68,7 +68,7 @@ def _deterministic(fn, *args):
 
 # -- tasks (thin wrappers over accelmatrix.lifecycle) -------------------------------------
 @task(task_id="plan", retries=0)
-def plan_task(suite_path: str) -> dict[str, Any]:
+def plan_task(suite_path: str) -> list[dict[str, Any]]:
     from accelmatrix import lifecycle
 
     ctx = get_current_context()
@@ -80,6 +80,12 @@ def plan_task(suite_path: str) -> dict[str, Any]:
         logical_date=getattr(dr, "logical_date", None),
         run_type=str(getattr(dr, "run_type", "") or ""),
     )
+
+
+@task(retries=0)
+def select_task(cells: list[dict[str, Any]], machine: str) -> list[dict[str, Any]]:
+    """The cells of one machine kind (only in suites that use several machines)."""
+    return [c for c in cells if c["machine"] == machine]
 
 
 @task(task_id="provision", map_index_template=CELL_NAME)
@@ -103,11 +109,26 @@ def setup_task(cell: dict[str, Any], resource: dict[str, Any]) -> None:
     map_index_template=CELL_NAME,
     trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
 )
-def collect_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
+def collect_task(cell: dict[str, Any]) -> dict[str, Any]:
     from accelmatrix import lifecycle
 
     _name(cell)
-    return lifecycle.collect(cell, resource, _ref())
+    return lifecycle.collect(cell, _provisioned_resource(), _ref())
+
+
+def _provisioned_resource() -> dict[str, Any]:
+    """The resource `provision` returned for this cell.
+
+    Pulled explicitly rather than passed as an argument: Airflow requires every direct
+    downstream of a setup task to use ALL_SUCCESS, and collect must also run after a
+    failed workload (ALL_DONE_SETUP_SUCCESS).
+    """
+    ti = get_current_context()["ti"]
+    group = ti.task_id.rsplit(".", 1)[0]
+    resource = ti.xcom_pull(task_ids=f"{group}.provision", map_indexes=ti.map_index)
+    if not resource:
+        raise RuntimeError(f"no resource recorded by {group}.provision[{ti.map_index}]")
+    return resource
 
 
 @task(
@@ -191,7 +212,7 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
             map_index_template=CELL_NAME,
             execution_timeout=timedelta(seconds=wl.timeout + 600),
         )
-        collected = collect_task(cell, resource)
+        collected = collect_task(cell)
         evaluated = evaluate_task(cell)
         torn = teardown_task(cell, resource).as_teardown(setups=resource)
         done_setup >> run >> collected >> evaluated
@@ -227,8 +248,17 @@ def build_dag(path: Path | str) -> DAG:
         doc_md=doc,
     ) as dag:
         planned = plan_task(str(path))
-        groups = [_cell_group(suite, machine, planned[machine]) for machine in used_machines(suite)]
-        gate_task(planned["cells"]) << groups
+        machines = used_machines(suite)
+        groups = []
+        for machine in machines:
+            # Airflow maps only over a task's whole return value, so a suite with several
+            # machines gets one tiny selector per machine; a single-machine suite maps the
+            # plan directly.
+            cells = planned
+            if len(machines) > 1:
+                cells = select_task.override(task_id=f"cells_{machine}")(planned, machine)
+            groups.append(_cell_group(suite, machine, cells))
+        gate_task(planned) << groups
     return dag
 
 

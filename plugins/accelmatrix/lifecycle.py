@@ -62,7 +62,7 @@ def plan_run(
     *,
     logical_date: datetime | None = None,
     run_type: str | None = None,
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     """Expand the suite for this run, log the plan, record every cell as planned/excluded."""
     from accelmatrix.plan import expand
     from accelmatrix.spec.loader import load_suite
@@ -110,11 +110,7 @@ def plan_run(
             state="excluded",
             excluded_reason=ex.reason,
         )
-    out: dict[str, Any] = plan.by_machine(list(suite.machines))
-    out["cells"] = [
-        {"id": c.id, "machine": c.machine, "quarantined": c.quarantined} for c in plan.cells
-    ]
-    return out
+    return [c.to_dict() for c in plan.cells]
 
 
 # -- provision / setup --------------------------------------------------------------------

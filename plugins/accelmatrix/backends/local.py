@@ -295,7 +295,11 @@ class LocalBackend(Backend):
         dest.mkdir(parents=True, exist_ok=True)
         copied: list[str] = []
         for pattern in globs:
-            for src in sorted(work.glob(pattern)):
+            matches = set()
+            for m in work.glob(pattern):
+                # `out/**` matches directories only in Python 3.11: take what is inside.
+                matches.update(m.rglob("*") if m.is_dir() and not m.is_symlink() else [m])
+            for src in sorted(matches):
                 real = src.resolve()
                 # A symlink pointing outside the work dir must not exfiltrate files.
                 if not real.is_relative_to(work) or not real.is_file():

@@ -11,6 +11,7 @@ Docs HTML, so concurrent cells cannot interfere through a shared GE project dire
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
 import os
 import re
@@ -86,22 +87,33 @@ def safe_suite_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_") or "cell"
 
 
+def _docs_text(text: str) -> str:
+    """Data Docs insert a description into HTML unescaped; "<=" would start a tag."""
+    return html.escape(text)
+
+
 def _expectation(g: SimpleNamespace, e: Expect, plan: CheckPlan) -> Any:
-    meta = {"check": plan.name, "check_index": plan.index, "check_type": plan.type}
-    common = {"meta": meta, "notes": f"{plan.name}: expected {plan.expected}"}
-    if e.kind == "not_null":
-        return g.gxe.ExpectColumnValuesToNotBeNull(column=e.column, **common)
+    """One GE expectation; every kind used here fails on a null observation."""
+    common = {
+        "meta": {"check": plan.name, "check_index": plan.index, "check_type": plan.type},
+        # Rendered by Data Docs in place of GE's generic wording ("maximum value must be").
+        "description": _docs_text(f"{plan.name}: {e.label}"),
+    }
     if e.kind == "between":
-        return g.gxe.ExpectColumnValuesToBeBetween(
+        # Max of a one-row column is the value itself; unlike ExpectColumnValuesToBeBetween
+        # (which skips nulls) it fails when the value is null.
+        return g.gxe.ExpectColumnMaxToBeBetween(
             column=e.column, min_value=e.min_value, max_value=e.max_value, **common
         )
-    if e.kind == "in_set":
-        return g.gxe.ExpectColumnValuesToBeInSet(
-            column=e.column, value_set=list(e.value_set), **common
+    if e.kind == "equals":
+        # A null value gives an empty distinct set, which does not equal {value}.
+        return g.gxe.ExpectColumnDistinctValuesToEqualSet(
+            column=e.column, value_set=[e.value], **common
         )
     if e.kind == "a_greater_than_b":
+        # ignore_row_if="neither": by default a row with both values null is skipped (passes).
         return g.gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A=e.column, column_B=e.column_b, or_equal=False, **common
+            column_A=e.column, column_B=e.column_b, or_equal=False, ignore_row_if="neither", **common
         )
     raise ValueError(f"unknown expectation kind {e.kind!r}")
 

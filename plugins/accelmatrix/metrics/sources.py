@@ -402,18 +402,20 @@ def _collect_trace(source: ProfilerTraceSource, files_dir: Path, sink: _Sink) ->
 
 
 def _report_duplicates(out: CollectedMetrics) -> None:
-    """Say when two sources produce the same (name, step): a consumer must pick one."""
-    seen: dict[tuple[str, int | None], str] = {}
-    reported: set[tuple[str, int | None]] = set()
+    """Say (once per metric and pair of sources) when two sources produce the same metric.
+
+    Not an error: a consumer picks one, but the suite author probably did not mean it.
+    """
+    first_source: dict[tuple[str, int | None], str] = {}
+    clashes: dict[tuple[str, str, str], int] = {}
     for r in out.rows:
-        key = (r["name"], r["step"])
-        first = seen.setdefault(key, r["source"])
-        if first != r["source"] and key not in reported:
-            reported.add(key)
-            where = "" if key[1] is None else f" at step {key[1]}"
-            out.diagnostics.append(
-                f"metric {key[0]!r}{where} comes from both {first} and {r['source']}"
-            )
+        first = first_source.setdefault((r["name"], r["step"]), r["source"])
+        if first != r["source"]:
+            key = (r["name"], first, r["source"])
+            clashes[key] = clashes.get(key, 0) + 1
+    for (name, a, b), n in clashes.items():
+        what = "1 value" if n == 1 else f"{n} values"
+        out.diagnostics.append(f"metric {name!r} comes from both {a} and {b} ({what})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,5 +466,6 @@ def _final(rows: list[dict[str, Any]], name: str) -> float | None:
     """The point with the highest step of a series; a scalar of that name if no series."""
     points = [r for r in rows if r["name"] == name and r["step"] is not None]
     if points:
-        return max(enumerate(points), key=lambda ir: (ir[1]["step"], ir[0]))[1]["value"]
+        # Highest step; on a tie (two sources of one series) the first declared source.
+        return max(enumerate(points), key=lambda ir: (ir[1]["step"], -ir[0]))[1]["value"]
     return _scalar(rows, name)

@@ -123,7 +123,8 @@ def format_validation_error(e: ValidationError) -> list[str]:
             if len(shown) > 80:
                 shown = shown[:77] + "..."
             msg += f" (got {shown})"
-        out.append(f"{loc or '<top level>'}: {msg}")
+        # Cross-field rules name their own fields in the message.
+        out.append(f"{loc}: {msg}" if loc else msg)
     return out
 
 
