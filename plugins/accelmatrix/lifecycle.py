@@ -200,7 +200,6 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     )
     store = _store()
     store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="collected")
     return {"artifacts": len(copied), "metrics": len(collected.rows),
             "diagnostics": collected.diagnostics}
 
@@ -267,9 +266,9 @@ def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
         state = "passed"
     else:
         state = earlier or "failed"
-    message = "; ".join(f"{v.name}: {v.message}" for v in failed)[:2000] or None
+    message = "; ".join(f"{v.name}: {v.message}" for v in failed)[:2000]
     if earlier and prior.get("message"):
-        message = f"{prior['message']}; {message or ''}"
+        message = f"{prior['message']}; {message}"
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,

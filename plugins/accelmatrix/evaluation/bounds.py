@@ -81,8 +81,7 @@ class BoundsFile(BaseModel):
         except KeyError:
             available = ", ".join(sorted(self.benchmarks)) or "(none)"
             raise BoundsError(
-                f"benchmark {benchmark!r} not found in {source}; available benchmarks: "
-                f"{available}"
+                f"benchmark {benchmark!r} not found in {source}; available benchmarks: {available}"
             ) from None
 
 

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 DOCS_SITE = "accelmatrix"
 # Loggers that are noisy at INFO while great_expectations imports (alembic: plugin setup,
-# reached through GE's SQLAlchemy compatibility layer).
+# reached through GE's BigQuery compatibility module importing sqlalchemy_bigquery, which the
+# Google provider installs).
 _IMPORT_NOISE = ("alembic",)
 
 _gx: SimpleNamespace | None = None
@@ -71,7 +72,9 @@ def import_gx() -> SimpleNamespace:
             InMemoryStoreBackendDefaults,
             ProgressBarsConfig,
         )
-    log.info("imported great_expectations %s in %.1f s", gx.__version__, time.perf_counter() - started)
+    log.info(
+        "imported great_expectations %s in %.1f s", gx.__version__, time.perf_counter() - started
+    )
     _gx = SimpleNamespace(
         gx=gx,
         gxe=gxe,
@@ -93,29 +96,16 @@ def _docs_text(text: str) -> str:
 
 
 def _expectation(g: SimpleNamespace, e: Expect, plan: CheckPlan) -> Any:
-    """One GE expectation; every kind used here fails on a null observation."""
-    common = {
-        "meta": {"check": plan.name, "check_index": plan.index, "check_type": plan.type},
-        # Rendered by Data Docs in place of GE's generic wording ("maximum value must be").
-        "description": _docs_text(f"{plan.name}: {e.label}"),
-    }
-    if e.kind == "between":
-        # Max of a one-row column is the value itself; unlike ExpectColumnValuesToBeBetween
-        # (which skips nulls) it fails when the value is null.
-        return g.gxe.ExpectColumnMaxToBeBetween(
-            column=e.column, min_value=e.min_value, max_value=e.max_value, **common
-        )
-    if e.kind == "equals":
-        # A null value gives an empty distinct set, which does not equal {value}.
-        return g.gxe.ExpectColumnDistinctValuesToEqualSet(
-            column=e.column, value_set=[e.value], **common
-        )
-    if e.kind == "a_greater_than_b":
-        # ignore_row_if="neither": by default a row with both values null is skipped (passes).
-        return g.gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A=e.column, column_B=e.column_b, or_equal=False, ignore_row_if="neither", **common
-        )
-    raise ValueError(f"unknown expectation kind {e.kind!r}")
+    """``ExpectColumnMaxToBeBetween``: on one row it checks the value and fails on null."""
+    return g.gxe.ExpectColumnMaxToBeBetween(
+        column=e.column,
+        min_value=e.min_value,
+        max_value=e.max_value,
+        strict_min=e.strict_min,
+        meta={"check": plan.name, "check_index": plan.index, "check_type": plan.type},
+        # Rendered by Data Docs in place of GE's generic "maximum value must be ...".
+        description=_docs_text(f"{plan.name}: {e.label}"),
+    )
 
 
 class SuiteRun:

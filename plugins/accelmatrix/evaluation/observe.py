@@ -6,11 +6,13 @@ module stays testable and cheap), and the human text for the verdict. Great Expe
 then only decides pass/fail on numbers we computed ourselves, which keeps the checks easy
 to reason about and the GE suite small.
 
-A value we could not observe (missing metric, missing log, NaN loss) is a null cell. The
-expectations are chosen so that null FAILS: column aggregates (max of the one row, distinct
-value set) see null as "no observed value", whereas GE's column-map expectations
-(``ExpectColumnValuesToBeBetween`` and friends) skip nulls and would let a missing metric
-pass. Aggregates are also about 5x cheaper per expectation than map expectations.
+Every expectation is "the value lies in [min, max]", compiled to GE's
+``ExpectColumnMaxToBeBetween`` (the max of a one-row column is the value). A value we could
+not observe (missing metric, missing log, NaN loss) is a null cell, and that aggregate FAILS
+on null, whereas the column-map ``ExpectColumnValuesToBeBetween`` skips nulls and would let
+a missing metric pass. The aggregate is also ~5x cheaper per expectation, shows the observed
+value in Data Docs, and avoids GE 1.24 Data Docs rendering bugs with failed set and pair
+expectations. Equality is ``min == max``; booleans are stored as 0/1.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, load_bounds
 from accelmatrix.evaluation.report import CellOutputs
@@ -55,20 +57,20 @@ MAX_LINE_CHARS = 160
 
 @dataclass(frozen=True)
 class Expect:
-    """One Great Expectations expectation on the observation frame, GE-free.
+    """The value in ``column`` lies in [min_value, max_value]; a None bound is open.
 
-    ``between``: the value is within [min_value, max_value] (a None bound is open);
-    ``equals``: the value is ``value``; ``a_greater_than_b``: column > column_b.
-    All three fail when a value is null. ``label`` is the text shown in Data Docs.
+    GE-free on purpose; ``label`` is the text shown for it in Data Docs.
     """
 
-    kind: Literal["between", "equals", "a_greater_than_b"]
     column: str
     label: str
     min_value: float | None = None
     max_value: float | None = None
-    value: Any = None
-    column_b: str | None = None
+    strict_min: bool = False
+
+    @classmethod
+    def equals(cls, column: str, label: str, value: int) -> Expect:
+        return cls(column, label, min_value=value, max_value=value)
 
 
 @dataclass
@@ -105,7 +107,7 @@ def _slug(text: str) -> str:
 
 
 def _finite_or_none(x: float | None) -> float | None:
-    """NaN becomes null so the not-null expectation catches it; inf stays (bounds fail it)."""
+    """NaN becomes null: "no observed value" in Data Docs, and a failure. inf stays a number."""
     return None if x is None or math.isnan(x) else x
 
 
@@ -168,18 +170,25 @@ def _scan_log(checks: list[Check], log_path: Path) -> dict[int, _LogHits]:
             hits[i] = _LogHits(None, error=f"log file {log_path} does not exist")
         return hits
     with log_path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
+        for lineno, raw in enumerate(fh, start=1):
+            line = raw.rstrip("\r\n")
             for i, match in matchers.items():
                 if match(line):
                     h = hits[i]
                     h.count += 1  # type: ignore[operator]
                     if len(h.lines) < MAX_SHOWN_LINES:
-                        h.lines.append((lineno, line.rstrip("\r\n")[:MAX_LINE_CHARS]))
+                        h.lines.append((lineno, line[:MAX_LINE_CHARS]))
     return hits
 
 
 def _metric_series(rows: list[dict]) -> dict[str, pd.Series]:
-    """Metric name -> values ordered by step; scalar rows (step None) come after the series."""
+    """Metric name -> values ordered by step.
+
+    Same reading as ``metrics.sources.write_train_metrics``, so a check and the run summary
+    agree on "the final loss": the stepped points if there are any (on a step reported by
+    two sources, the first source wins); scalar rows (step None) only when there is no
+    series, in collection order.
+    """
     import pandas as pd
 
     grouped: dict[str, list[dict]] = {}
@@ -189,9 +198,12 @@ def _metric_series(rows: list[dict]) -> dict[str, pd.Series]:
             grouped.setdefault(name, []).append(row)
     out: dict[str, pd.Series] = {}
     for name, group in grouped.items():
-        # sorted() is stable, so rows at the same step keep their collection order.
-        group = sorted(group, key=lambda r: (r.get("step") is None, r.get("step") or 0))
-        out[name] = pd.Series([_as_float(r.get("value")) for r in group], dtype="float64")
+        by_step: dict[Any, dict] = {}
+        for r in group:
+            if r.get("step") is not None:
+                by_step.setdefault(r["step"], r)
+        ordered = [by_step[k] for k in sorted(by_step)] if by_step else group
+        out[name] = pd.Series([_as_float(r.get("value")) for r in ordered], dtype="float64")
     return out
 
 
@@ -227,9 +239,8 @@ def _plan_exit_status(c: ExitStatusCheck, p: CheckPlan, inp: _Inputs) -> None:
         p.observed = "never ran (no status)"
         p.failure = "the workload never ran: no exit status was recorded"
     else:
-        code = status.get("exit_code")
-        code = int(code) if isinstance(code, int | float) and not isinstance(code, bool) else None
-        timed_out = bool(status.get("timed_out"))
+        code = _exit_code(status.get("exit_code"))
+        timed_out = int(bool(status.get("timed_out")))
         signal = f", signal {status['signal']}" if status.get("signal") else ""
         p.observed = f"{'timed out, ' if timed_out else ''}exit_code={code}{signal}"
         if timed_out:
@@ -240,9 +251,15 @@ def _plan_exit_status(c: ExitStatusCheck, p: CheckPlan, inp: _Inputs) -> None:
             p.failure = f"the workload exited with {code}{signal}, expected {c.expected}"
     p.columns = {code_col: code, timeout_col: timed_out}
     p.expectations = [
-        Expect("equals", code_col, f"exit code == {c.expected}", value=c.expected),
-        Expect("equals", timeout_col, "did not time out", value=False),
+        Expect.equals(code_col, f"exit code == {c.expected}", c.expected),
+        Expect.equals(timeout_col, "did not time out (0 = no)", 0),
     ]
+
+
+def _exit_code(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if math.isfinite(value) else None
 
 
 def _pattern_text(pattern: str, regex: bool) -> str:
@@ -263,7 +280,7 @@ def _plan_log_contains(c: LogContainsCheck, p: CheckPlan, inp: _Inputs) -> None:
             f"{inp.outputs.log_path.name}, need at least {c.min_count}"
         )
     p.columns = {col: hits.count}
-    p.expectations = [Expect("between", col, p.expected, min_value=c.min_count)]
+    p.expectations = [Expect(col, p.expected, min_value=c.min_count)]
 
 
 def _plan_log_not_contains(c: LogNotContainsCheck, p: CheckPlan, inp: _Inputs) -> None:
@@ -280,12 +297,13 @@ def _plan_log_not_contains(c: LogNotContainsCheck, p: CheckPlan, inp: _Inputs) -
         shown = " | ".join(text.strip() for _, text in hits.lines)
         p.observed = f"{hits.count} line(s): {shown}"
         first_no, first = hits.lines[0]
+        what = _pattern_text(c.pattern, c.regex)
         p.failure = (
-            f"{hits.count} line(s) of {inp.outputs.log_path.name} {_pattern_text(c.pattern, c.regex)}"
-            f", first at line {first_no}: {first.strip()}"
+            f"{hits.count} line(s) of {inp.outputs.log_path.name} {what}, "
+            f"first at line {first_no}: {first.strip()}"
         )
     p.columns = {col: hits.count}
-    p.expectations = [Expect("between", col, p.expected, max_value=0)]
+    p.expectations = [Expect(col, p.expected, max_value=0)]
 
 
 def _plan_artifact_count(c: ArtifactCountCheck, p: CheckPlan, inp: _Inputs) -> None:
@@ -300,7 +318,7 @@ def _plan_artifact_count(c: ArtifactCountCheck, p: CheckPlan, inp: _Inputs) -> N
         f" ({shown}{', ...' if n > 5 else ''})" if n else ""
     )
     p.columns = {col: n}
-    p.expectations = [Expect("between", col, p.expected, min_value=c.min, max_value=c.max)]
+    p.expectations = [Expect(col, p.expected, min_value=c.min, max_value=c.max)]
 
 
 def _missing_metric(p: CheckPlan, metric: str, inp: _Inputs) -> None:
@@ -326,7 +344,7 @@ def _plan_metric_between(c: MetricBetweenCheck, p: CheckPlan, inp: _Inputs) -> N
         else:
             p.failure = f"{subject} = {num(value)} is above the maximum {num(c.max)}"
     p.columns = {col: _finite_or_none(value)}
-    p.expectations = [Expect("between", col, p.expected, min_value=c.min, max_value=c.max)]
+    p.expectations = [Expect(col, p.expected, min_value=c.min, max_value=c.max)]
 
 
 def _plan_final_loss(c: FinalLossCheck, p: CheckPlan, inp: _Inputs) -> None:
@@ -341,17 +359,18 @@ def _plan_final_loss(c: FinalLossCheck, p: CheckPlan, inp: _Inputs) -> None:
         diff = abs(value - c.target)
         p.observed = f"{num(value)} (|diff| = {num(diff)})"
         p.failure = (
-            f"last({c.metric}) = {num(value)} is {num(diff)} away from the target "
+            f"last({c.metric}) is NaN: training diverged?"
+            if math.isnan(value)
+            else f"last({c.metric}) = {num(value)} is {num(diff)} away from the target "
             f"{num(c.target)}; tolerance {num(c.tolerance)}"
         )
     p.columns = {col: _finite_or_none(value)}
     lo, hi = c.target - c.tolerance, c.target + c.tolerance
-    p.expectations = [Expect("between", col, p.expected, min_value=lo, max_value=hi)]
+    p.expectations = [Expect(col, p.expected, min_value=lo, max_value=hi)]
 
 
 def _plan_loss_decreasing(c: LossDecreasingCheck, p: CheckPlan, inp: _Inputs) -> None:
-    m = _slug(c.metric)
-    n_col, first_col, last_col = f"{p.prefix}__points", f"{p.prefix}__first_mean_{m}", f"{p.prefix}__last_mean_{m}"
+    n_col, drop_col = f"{p.prefix}__points", f"{p.prefix}__decrease_{_slug(c.metric)}"
     series = inp.series(c.metric)
     n = 0 if series is None else len(series)
     # Windows must not overlap, or a short series compares a mean with itself.
@@ -374,10 +393,12 @@ def _plan_loss_decreasing(c: LossDecreasingCheck, p: CheckPlan, inp: _Inputs) ->
                 f"{c.metric} did not decrease: mean of the last {w} point(s) {num(last)} >= "
                 f"mean of the first {w} {num(first)}"
             )
-    p.columns = {n_col: n, first_col: _finite_or_none(first), last_col: _finite_or_none(last)}
+    # One number to validate: first-window mean minus last-window mean, which must be > 0.
+    drop = None if first is None or last is None else first - last
+    p.columns = {n_col: n, drop_col: None if drop is None or math.isnan(drop) else drop}
     p.expectations = [
-        Expect("between", n_col, f"{c.metric} has >= 2 points", min_value=2),
-        Expect("a_greater_than_b", first_col, p.expected, column_b=last_col),
+        Expect(n_col, f"{c.metric} has >= 2 points", min_value=2),
+        Expect(drop_col, f"{p.expected}: first mean - last mean > 0", min_value=0, strict_min=True),
     ]
 
 
@@ -405,9 +426,9 @@ def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: _Inputs) ->
     series = inp.series(c.metric)
     # The median ignores warm-up/compile steps and GC hiccups that would skew a mean.
     value = None if series is None else float(series.median(skipna=False))
-    p.columns = {found_col: problem is None, value_col: _finite_or_none(value)}
-    found = f"benchmark {c.benchmark!r} has bounds in {c.bounds_file}"
-    p.expectations = [Expect("equals", found_col, found, value=True)]
+    p.columns = {found_col: int(problem is None), value_col: _finite_or_none(value)}
+    found = f"benchmark {c.benchmark!r} has bounds in {c.bounds_file} (1 = yes)"
+    p.expectations = [Expect.equals(found_col, found, 1)]
     if problem is not None:
         # Still part of the suite (as a failing expectation) so Data Docs show the failure.
         p.expected = f"{c.metric} within bounds of {c.benchmark!r} in {c.bounds_file}"
@@ -415,7 +436,7 @@ def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: _Inputs) ->
         p.failure = problem
         return
     p.expected = f"{num(lo)} <= {c.metric} <= {num(hi)} (bounds {c.benchmark})"
-    p.expectations.append(Expect("between", value_col, p.expected, min_value=lo, max_value=hi))
+    p.expectations.append(Expect(value_col, p.expected, min_value=lo, max_value=hi))
     if series is None:
         _missing_metric(p, c.metric, inp)
         return

@@ -110,7 +110,7 @@ def _load_events(path: Path) -> list[Any]:
         raise TraceError(f"{path}: trace file not found") from None
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise TraceError(f"{path}: cannot read trace: {e}") from None
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise TraceError(f"{path}: malformed trace JSON: {e}") from None
 
     # The Chrome trace format allows a bare event array as well as {"traceEvents": [...]}.

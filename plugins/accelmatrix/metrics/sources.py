@@ -62,7 +62,8 @@ def _check_relative(value: str, info: ValidationInfo) -> str:
             f"{field_name} {value!r} must be relative to the collected files dir "
             "(e.g. train_metrics.json), not an absolute path"
         )
-    if ".." in re.split(r"[/\\]", value):
+    parts = re.split(r"[/\\]", value)
+    if ".." in parts:
         raise ValueError(
             f"{field_name} {value!r} must not contain '..': sources can only read files "
             "collected from the cell's work dir"
@@ -144,6 +145,16 @@ class LogRegexSource(_Source):
         return f"log_regex:{self.name}"
 
 
+def _check_glob(value: str) -> str:
+    # Python 3.11's Path.glob raises on '**' mixed into a component ('a**', '**.json').
+    for part in value.split("/"):
+        if "**" in part and part != "**":
+            raise ValueError(
+                f"glob {value!r}: '**' must be a whole path component (e.g. **/*.pt.trace.json)"
+            )
+    return value
+
+
 class ProfilerTraceSource(_Source):
     """Exactly one Chrome trace; step time from its ``ProfilerStep#`` events (seconds).
 
@@ -153,7 +164,7 @@ class ProfilerTraceSource(_Source):
     """
 
     type: Literal["profiler_trace"]
-    glob: RelativePath = "**/*.pt.trace.json"
+    glob: Annotated[RelativePath, AfterValidator(_check_glob)] = "**/*.pt.trace.json"
     name: str = Field("step_time", pattern=METRIC_NAME_RE, max_length=128)
 
     @property
@@ -207,9 +218,11 @@ class _Sink:
             {"name": name, "value": value, "step": step, "unit": unit, "source": self.label}
         )
 
-    def problem(self, message: str) -> None:
-        self._count += 1
-        if self._count <= MAX_DIAGNOSTICS_PER_SOURCE:
+    def problem(self, message: str, *, summary: bool = False) -> None:
+        """Record a problem; per-line ones are capped, a summary (``summary``) never is."""
+        if not summary:
+            self._count += 1
+        if summary or self._count <= MAX_DIAGNOSTICS_PER_SOURCE:
             self.out.diagnostics.append(f"{self.label}: {message}")
         else:
             self.dropped += 1
@@ -240,6 +253,8 @@ def collect_metrics(
                 sink.problem(f"unknown source type {type(source).__name__}")
         except OSError as e:  # permissions, a directory where a file was expected, ...
             sink.problem(f"cannot read: {e}")
+        except Exception as e:  # noqa: BLE001 - the contract is "never raises on bad data"
+            sink.problem(f"unexpected error while reading: {type(e).__name__}: {e}")
         sink.close()
     _report_duplicates(out)
     return out
@@ -263,7 +278,15 @@ def _open_file(files_dir: Path, rel: str, sink: _Sink) -> Path | None:
     if not path.is_file():
         sink.problem(f"{rel} is not a regular file")
         return None
+    if not _inside(path, files_dir):
+        sink.problem(f"{rel} resolves outside the collected files dir (symlink?); not read")
+        return None
     return path
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """The workload controls its work dir: a symlink must not expose other worker files."""
+    return path.resolve().is_relative_to(root.resolve())
 
 
 def _collect_json(source: JsonSource, files_dir: Path, sink: _Sink) -> None:
@@ -272,7 +295,7 @@ def _collect_json(source: JsonSource, files_dir: Path, sink: _Sink) -> None:
         return
     try:
         data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         sink.problem(f"malformed JSON: {e}")
         return
     if not isinstance(data, dict):
@@ -285,7 +308,7 @@ def _collect_json(source: JsonSource, files_dir: Path, sink: _Sink) -> None:
             sink.row(source.prefix + key, value, None, source.units.get(key))
             found = True
     if not found:
-        sink.problem("no numeric values in the object")
+        sink.problem("no numeric values in the object", summary=True)
 
 
 def _collect_jsonl(source: JsonlSource, files_dir: Path, sink: _Sink) -> None:
@@ -299,7 +322,7 @@ def _collect_jsonl(source: JsonlSource, files_dir: Path, sink: _Sink) -> None:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
                 # Typically the last line of a run killed mid-write.
                 sink.problem(f"malformed line {lineno}: {e}")
                 continue
@@ -321,7 +344,7 @@ def _collect_jsonl(source: JsonlSource, files_dir: Path, sink: _Sink) -> None:
                 if value is not None:
                     sink.row(key, value, step, source.units.get(key))
     if records == 0:
-        sink.problem("no records")
+        sink.problem("no records", summary=True)
 
 
 def _step_of(raw: Any) -> int | None:
@@ -376,7 +399,9 @@ def _parse_match(text: str | None, index: int, sink: _Sink) -> float | None:
 
 
 def _collect_trace(source: ProfilerTraceSource, files_dir: Path, sink: _Sink) -> None:
-    matches = sorted(p for p in files_dir.glob(source.glob) if p.is_file())
+    matches = sorted(
+        p for p in files_dir.glob(source.glob) if p.is_file() and _inside(p, files_dir)
+    )
     if len(matches) != 1:
         shown = ", ".join(str(p.relative_to(files_dir)) for p in matches[:5])
         more = f", ... ({len(matches) - 5} more)" if len(matches) > 5 else ""
