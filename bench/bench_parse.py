@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASELINE = '''
+BASELINE = """
 from datetime import datetime
 from airflow.sdk import DAG, task
 
@@ -30,9 +30,9 @@ with DAG("baseline", start_date=datetime(2026, 1, 1), schedule=None):
     def noop():
         pass
     noop()
-'''
+"""
 
-PROBE = r'''
+PROBE = r"""
 import json, sys, time
 from airflow.dag_processing.dagbag import DagBag
 path = sys.argv[1]
@@ -43,7 +43,7 @@ heavy = sorted(m for m in ("great_expectations", "pandas", "torch", "sqlalchemy.
                            "kubernetes", "googleapiclient") if m in sys.modules)
 print(json.dumps({"seconds": dt, "dags": len(bag.dags), "errors": len(bag.import_errors),
                   "heavy_modules_loaded": heavy}))
-'''
+"""
 
 
 def measure(path: Path, runs: int) -> dict:
@@ -53,7 +53,10 @@ def measure(path: Path, runs: int) -> dict:
     samples, last = [], {}
     for _ in range(runs):
         out = subprocess.run(  # noqa: S603
-            [sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, env=env,
+            [sys.executable, "-c", PROBE, str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
             check=True,
         )
         last = json.loads(out.stdout.strip().splitlines()[-1])
@@ -70,13 +73,17 @@ def main() -> None:
         base_file.write_text(BASELINE)
         base = measure(base_file, args.runs)
         print(f"{'DAG file':40} {'DAGs':>5} {'median s':>9} {'min s':>7} {'above base':>10}")
-        print(f"{'baseline (imports airflow.sdk only)':40} {base['dags']:>5} "
-              f"{base['median']:>9.3f} {base['min']:>7.3f} {'-':>10}")
+        print(
+            f"{'baseline (imports airflow.sdk only)':40} {base['dags']:>5} "
+            f"{base['median']:>9.3f} {base['min']:>7.3f} {'-':>10}"
+        )
         for f in sorted((ROOT / "dags").glob("*.py")):
             m = measure(f, args.runs)
-            print(f"{f.name:40} {m['dags']:>5} {m['median']:>9.3f} {m['min']:>7.3f} "
-                  f"{m['median'] - base['median']:>+10.3f}"
-                  + (f"  import errors: {m['errors']}" if m["errors"] else ""))
+            print(
+                f"{f.name:40} {m['dags']:>5} {m['median']:>9.3f} {m['min']:>7.3f} "
+                f"{m['median'] - base['median']:>+10.3f}"
+                + (f"  import errors: {m['errors']}" if m["errors"] else "")
+            )
             print(f"  heavy modules loaded while parsing: {m['heavy_modules_loaded'] or 'none'}")
 
 

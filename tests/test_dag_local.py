@@ -43,7 +43,9 @@ def run_dag(dag_id: str, conf: dict | None = None):
 
     with create_session() as session:
         run = session.query(DagRun).filter_by(dag_id=dag_id, run_id=dr.run_id).one()
-        raw = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances(session=session)}
+        raw = {
+            (ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances(session=session)
+        }
     # Name mapped task instances by cell id (a task that never ran has no rendered name).
     index_to_cell = {
         c["cell_index"]: c["cell_id"]

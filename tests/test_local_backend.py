@@ -18,7 +18,9 @@ SPEC = {"backend": "local"}
 
 def _ctx(home: Path, cell: str = "model=a") -> CellContext:
     return CellContext(
-        dag_id="d", run_id="manual__2026-01-01T00:00:00+00:00", cell_id=cell,
+        dag_id="d",
+        run_id="manual__2026-01-01T00:00:00+00:00",
+        cell_id=cell,
         artifacts_dir=home / "artifacts" / cell,
     )
 
@@ -60,12 +62,18 @@ def test_setup_runs_argv_without_shell_and_fails_clearly(accel_home):
     r = b.provision(_ctx(accel_home))
     lines: list[str] = []
     # A shell metacharacter stays a literal argument: no shell ever sees it.
-    b.setup(r, [[sys.executable, "-c", "import sys; print(sys.argv[1])", "a; rm -rf /"]],
-            {}, 30, lines.append)
+    b.setup(
+        r,
+        [[sys.executable, "-c", "import sys; print(sys.argv[1])", "a; rm -rf /"]],
+        {},
+        30,
+        lines.append,
+    )
     assert "a; rm -rf /" in lines
     with pytest.raises(SetupFailed, match="exited with 3"):
-        b.setup(r, [[sys.executable, "-c", "print('boom'); raise SystemExit(3)"]], {}, 30,
-                lines.append)
+        b.setup(
+            r, [[sys.executable, "-c", "print('boom'); raise SystemExit(3)"]], {}, 30, lines.append
+        )
     assert "boom" in (Path(r["artifacts_dir"]) / "setup.log").read_text()
 
 

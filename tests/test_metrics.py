@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+
 from accelmatrix.metrics.profiler import TraceError, step_events, step_time_from_trace
 from accelmatrix.metrics.sources import (
     METRIC_SOURCE_TYPES,
@@ -19,7 +21,6 @@ from accelmatrix.metrics.sources import (
     parse_metric_sources,
     write_train_metrics,
 )
-from pydantic import ValidationError
 
 
 def step_event(n: int, ts_us: float, pid: int | str = 1, tid: int | str = 1) -> dict:

@@ -15,11 +15,24 @@ def suite(**extra) -> Suite:
             "machine": ["cpu-small", "cpu-big"],
             "steps": [10, 20],
         },
-        "machines": {"cpu-small": {"backend": "local"}, "cpu-big": {"backend": "local",
-                                                                    "pool": "big"}},
+        "machines": {
+            "cpu-small": {"backend": "local"},
+            "cpu-big": {"backend": "local", "pool": "big"},
+        },
         "workload": {
-            "run": ["run", "--image", "${axis.runtime.image}", "--steps", "${axis.steps}",
-                    "--id", "${cell.id}", "--dir", "${work_dir}", "--n", "${params.n}"],
+            "run": [
+                "run",
+                "--image",
+                "${axis.runtime.image}",
+                "--steps",
+                "${axis.steps}",
+                "--id",
+                "${cell.id}",
+                "--dir",
+                "${work_dir}",
+                "--n",
+                "${params.n}",
+            ],
             "env": {"IMAGE": "${axis.runtime.image}"},
         },
         "params": {"n": {"type": "integer", "default": 3}},
@@ -48,10 +61,15 @@ def test_placeholders_resolved_per_cell_backend_vars_kept():
 
 
 def test_exclusions_carry_reasons_and_globs():
-    s = suite(exclude=[
-        {"match": {"runtime": "pt212", "machine": "cpu-big"}, "reason": "pt212 lacks big kernels"},
-        {"match": {"steps": "2*"}, "reason": "short runs only"},
-    ])
+    s = suite(
+        exclude=[
+            {
+                "match": {"runtime": "pt212", "machine": "cpu-big"},
+                "reason": "pt212 lacks big kernels",
+            },
+            {"match": {"steps": "2*"}, "reason": "short runs only"},
+        ]
+    )
     plan = expand(s, "s")
     assert len(plan.cells) == 3
     reasons = {e.id: e.reason for e in plan.excluded}
@@ -88,11 +106,13 @@ def test_quarantine_globs():
 
 
 def test_over_max_map_length_is_refused():
-    s = Suite.model_validate({
-        "axes": {"a": list(range(40)), "b": list(range(30))},
-        "machines": {"m": {"backend": "local"}},
-        "workload": {"run": ["x"]},
-    })
+    s = Suite.model_validate(
+        {
+            "axes": {"a": list(range(40)), "b": list(range(30))},
+            "machines": {"m": {"backend": "local"}},
+            "workload": {"run": ["x"]},
+        }
+    )
     with pytest.raises(PlanError, match="1200 cells"):
         expand(s, "s")
 

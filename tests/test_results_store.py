@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from accelmatrix.results.store import SCALAR_STEP, ResultsStore
 
 DAG = "accelmatrix__demo"

@@ -150,14 +150,20 @@ def test_cli_validate_and_plan(tmp_path):
     write(tmp_path, with_(machines__cpu__backend="tpu"), "bad.yaml")
     py = [sys.executable, "-m", "accelmatrix"]
     env = {"PYTHONPATH": str(ROOT / "plugins"), "PATH": "/usr/bin:/bin"}
-    ok = subprocess.run(py + ["validate", str(tmp_path / "good.yaml")], capture_output=True,
-                        text=True, env=env)
+    ok = subprocess.run(
+        py + ["validate", str(tmp_path / "good.yaml")], capture_output=True, text=True, env=env
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run(py + ["validate", *map(str, sorted(tmp_path.glob("*.yaml")))],
-                         capture_output=True, text=True, env=env)
+    bad = subprocess.run(
+        py + ["validate", *map(str, sorted(tmp_path.glob("*.yaml")))],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert bad.returncode == 1
     assert "machines.cpu.backend" in bad.stderr and "1 valid, 1 invalid" in bad.stdout
-    plan = subprocess.run(py + ["plan", str(tmp_path / "good.yaml")], capture_output=True,
-                          text=True, env=env)
+    plan = subprocess.run(
+        py + ["plan", str(tmp_path / "good.yaml")], capture_output=True, text=True, env=env
+    )
     assert plan.returncode == 0
     assert "model=a,precision=fp32" in plan.stdout and "2 cell(s) to run" in plan.stdout

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from accelmatrix.metrics.profiler import step_time_from_trace
 from accelmatrix.metrics.sources import collect_metrics, parse_metric_sources
 

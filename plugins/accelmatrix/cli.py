@@ -57,16 +57,24 @@ def cmd_pools(args: argparse.Namespace) -> int:
     pools: dict[str, int] = {}
     for suite in good.values():
         for name, machine in suite.machines.items():
-            pools[suite.pool_for(name)] = max(pools.get(suite.pool_for(name), 0),
-                                              machine.pool_slots)
+            pools[suite.pool_for(name)] = max(
+                pools.get(suite.pool_for(name), 0), machine.pool_slots
+            )
     for name, slots in sorted(pools.items()):
         print(f"{name}\t{slots}")
         if args.apply:
             airflow = shutil.which("airflow") or str(Path(sys.executable).with_name("airflow"))
             # include_deferred: a deferred `run` task still occupies the machine.
             subprocess.run(  # noqa: S603 (argv list; names validated by the spec)
-                [airflow, "pools", "set", name, str(slots), "accelmatrix machine pool",
-                 "--include-deferred"],
+                [
+                    airflow,
+                    "pools",
+                    "set",
+                    name,
+                    str(slots),
+                    "accelmatrix machine pool",
+                    "--include-deferred",
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
@@ -74,8 +82,11 @@ def cmd_pools(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m accelmatrix", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m accelmatrix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="validate suite files")
     v.add_argument("files", nargs="*", help="suite YAML files (default: every suite)")

@@ -144,8 +144,12 @@ def evaluate_task(cell: dict[str, Any]) -> dict[str, Any]:
     return _deterministic(lifecycle.evaluate, cell, _ref())
 
 
-@task(task_id="teardown", map_index_template=CELL_NAME, retries=TEARDOWN_RETRIES,
-      retry_delay=timedelta(seconds=10))
+@task(
+    task_id="teardown",
+    map_index_template=CELL_NAME,
+    retries=TEARDOWN_RETRIES,
+    retry_delay=timedelta(seconds=10),
+)
 def teardown_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
     from accelmatrix import lifecycle
 
@@ -181,8 +185,7 @@ def _params(suite: Suite) -> dict[str, Param]:
         ["*"],
         type="array",
         items={"type": "string"},
-        description="Run only the cells whose id matches one of these globs, "
-        "e.g. model=tiny-mlp,*",
+        description="Run only the cells whose id matches one of these globs, e.g. model=tiny-mlp,*",
     )
     return params
 

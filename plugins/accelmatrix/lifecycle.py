@@ -116,21 +116,30 @@ def plan_run(
 # -- provision / setup --------------------------------------------------------------------
 def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     store = _store()
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="provisioning",
-                      provision_started_at=_now())
+    store.upsert_cell(
+        ref.dag_id, ref.run_id, cell["id"], state="provisioning", provision_started_at=_now()
+    )
     backend = get_backend(cell["machine_spec"])
     ctx = CellContext(
-        dag_id=ref.dag_id, run_id=ref.run_id, cell_id=cell["id"],
+        dag_id=ref.dag_id,
+        run_id=ref.run_id,
+        cell_id=cell["id"],
         artifacts_dir=ref.artifacts(cell["id"]),
     )
     try:
         resource = backend.provision(ctx)
     except Exception as e:
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="infra_failed",
-                          message=f"provision failed: {e}")
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            cell["id"],
+            state="infra_failed",
+            message=f"provision failed: {e}",
+        )
         raise
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="provisioned",
-                      provisioned_at=_now())
+    store.upsert_cell(
+        ref.dag_id, ref.run_id, cell["id"], state="provisioned", provisioned_at=_now()
+    )
     log.info("provisioned %s resource %s", backend.kind, resource["name"])
     return resource
 
@@ -156,8 +165,7 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
             lambda line: log.info("%s", line),
         )
     except SetupFailed as e:
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup_failed",
-                          message=str(e))
+        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup_failed", message=str(e))
         raise
 
 
@@ -200,8 +208,11 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     )
     store = _store()
     store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
-    return {"artifacts": len(copied), "metrics": len(collected.rows),
-            "diagnostics": collected.diagnostics}
+    return {
+        "artifacts": len(copied),
+        "metrics": len(collected.rows),
+        "diagnostics": collected.diagnostics,
+    }
 
 
 def _json_default(o: Any) -> Any:
@@ -322,8 +333,9 @@ def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
     """Decide the run: it fails exactly when a non-quarantined cell did not pass."""
     store = _store()
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
-    log.info("results for %s %s:\n%s", ref.dag_id, ref.run_id,
-             store.run_table(ref.dag_id, ref.run_id))
+    log.info(
+        "results for %s %s:\n%s", ref.dag_id, ref.run_id, store.run_table(ref.dag_id, ref.run_id)
+    )
     failed, quarantined_failed, passed = [], [], []
     for c in planned:
         state = (rows.get(c["id"]) or {}).get("state", "missing")
@@ -338,8 +350,9 @@ def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
         "failed": [f"{i} ({s})" for i, s in failed],
         "quarantined_failed": [f"{i} ({s})" for i, s in quarantined_failed],
     }
-    store.upsert_run(ref.dag_id, ref.run_id, state="failed" if failed else "passed",
-                     finished_at=_now())
+    store.upsert_run(
+        ref.dag_id, ref.run_id, state="failed" if failed else "passed", finished_at=_now()
+    )
     for cid, state in quarantined_failed:
         log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
     if failed:

@@ -69,9 +69,7 @@ class Plan:
         for e in self.excluded:
             rows.append(("-", e.id, "-", f"excluded: {e.reason}"))
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = [
-            "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows
-        ]
+        lines = ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
         lines.insert(1, "-" * max(len(x) for x in lines))
         head = (
             f"Run plan for {self.suite_id}: {len(self.cells)} cell(s) to run, "

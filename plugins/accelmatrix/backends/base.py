@@ -112,9 +112,7 @@ class Backend(abc.ABC):
         """Stop the workload (its whole process tree / pod). Tolerates already-gone."""
 
     @abc.abstractmethod
-    def collect(
-        self, resource: dict[str, Any], globs: list[str], dest: Path
-    ) -> list[str]:
+    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
         """Copy artifacts matching ``globs`` into ``dest``; return their relative paths."""
 
     @abc.abstractmethod

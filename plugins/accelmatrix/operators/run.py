@@ -67,8 +67,9 @@ class RunWorkloadOperator(BaseOperator):
         env = workload_env(cell, resource, variables)
         timeout = int(cell["workload"]["timeout"])
         store = _store()
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="running",
-                          run_started_at=_now())
+        store.upsert_cell(
+            ref.dag_id, ref.run_id, cell["id"], state="running", run_started_at=_now()
+        )
         handle = backend.submit(resource, argv, env)
         verb = "reattached to" if handle.get("reattached") else "started"
         self.log.info("%s workload of %s: %s", verb, cell["id"], argv)
@@ -98,8 +99,9 @@ class RunWorkloadOperator(BaseOperator):
         store = _store()
         status = event.get("status")
         exit_code = event.get("exit_code")
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], run_ended_at=_now(),
-                          exit_code=exit_code)
+        store.upsert_cell(
+            ref.dag_id, ref.run_id, cell["id"], run_ended_at=_now(), exit_code=exit_code
+        )
         if status == "timeout":
             get_backend(cell["machine_spec"]).cancel(handle or {})
             msg = f"workload timed out after {cell['workload']['timeout']} s and was killed"
@@ -107,8 +109,7 @@ class RunWorkloadOperator(BaseOperator):
             raise WorkloadFailed(msg)
         if status == "infra_failed":
             msg = f"infrastructure failure: {event.get('detail')}"
-            store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="infra_failed",
-                              message=msg)
+            store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="infra_failed", message=msg)
             raise InfrastructureFailure(msg)
         expected = next(
             (int(c.get("expected", 0)) for c in cell["checks"] if c.get("type") == "exit_status"),

@@ -273,8 +273,7 @@ class Suite(Model):
             for axis, want in rule.match.items():
                 if axis not in self.axes:
                     raise ValueError(
-                        f"exclude[{i}].match: no axis named {axis!r} "
-                        f"(axes: {', '.join(self.axes)})"
+                        f"exclude[{i}].match: no axis named {axis!r} (axes: {', '.join(self.axes)})"
                     )
                 labels = self.axis_labels(axis)
                 for w in [want] if isinstance(want, str) else want:

@@ -18,7 +18,9 @@ from typing import Any
 PLACEHOLDER = re.compile(r"\$(\$?)\{([^}]*)\}")
 BACKEND_VARS = ("work_dir", "include_dir", "python")
 _NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
-_REF = re.compile(rf"^(?:axis\.{_NAME}(?:\.{_NAME})?|params\.{_NAME}|cell\.id|{'|'.join(BACKEND_VARS)})$")
+_REF = re.compile(
+    rf"^(?:axis\.{_NAME}(?:\.{_NAME})?|params\.{_NAME}|cell\.id|{'|'.join(BACKEND_VARS)})$"
+)
 
 
 class TemplateError(ValueError):

@@ -72,8 +72,12 @@ class WorkloadTrigger(BaseTrigger):
                 return
             if time.time() >= self.deadline:
                 yield TriggerEvent(
-                    {"status": "timeout", "exit_code": None, "detail": "deadline passed",
-                     "log_offset": offset}
+                    {
+                        "status": "timeout",
+                        "exit_code": None,
+                        "detail": "deadline passed",
+                        "log_offset": offset,
+                    }
                 )
                 return
             await asyncio.sleep(self.poll_interval)
