@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.task.trigger_rule import TriggerRule
 
 from accelmatrix import settings
+from accelmatrix.operators.evaluate import EvaluateCellOperator
 from accelmatrix.operators.run import RunWorkloadOperator
 from accelmatrix.spec.loader import SuiteError, load_suite, suite_id
 from accelmatrix.spec.suite import Suite
@@ -132,19 +133,6 @@ def _provisioned_resource() -> dict[str, Any]:
 
 
 @task(
-    task_id="evaluate",
-    map_index_template=CELL_NAME,
-    trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
-    retries=0,
-)
-def evaluate_task(cell: dict[str, Any]) -> dict[str, Any]:
-    from accelmatrix import lifecycle
-
-    _name(cell)
-    return _deterministic(lifecycle.evaluate, cell, _ref())
-
-
-@task(
     task_id="teardown",
     map_index_template=CELL_NAME,
     retries=TEARDOWN_RETRIES,
@@ -216,7 +204,13 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
             execution_timeout=timedelta(seconds=wl.timeout + 600),
         )
         collected = collect_task(cell)
-        evaluated = evaluate_task(cell)
+        evaluated = EvaluateCellOperator(
+            task_id="evaluate",
+            cell=cell,
+            map_index_template=CELL_NAME,
+            trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
+            retries=0,
+        )
         torn = teardown_task(cell, resource).as_teardown(setups=resource)
         done_setup >> run >> collected >> evaluated
         collected >> torn

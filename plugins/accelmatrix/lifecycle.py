@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -227,8 +228,16 @@ def _read_json(path: Path) -> Any:
 
 
 # -- evaluate -----------------------------------------------------------------------------
-def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
-    """Run the cell's checks through Great Expectations; record verdicts; raise on failure."""
+_EVAL_LOCK = threading.Lock()
+
+
+def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    """Evaluate the cell's outputs with Great Expectations; return a JSON-able result.
+
+    Pure with respect to the results store, so it can run wherever Great Expectations is
+    already warm (the triggerer, see EvaluationTrigger). Serialised by a lock: GE contexts
+    are not documented as thread-safe.
+    """
     from pydantic import TypeAdapter
 
     from accelmatrix.evaluation import CellOutputs, evaluate_cell
@@ -239,25 +248,25 @@ def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     metrics = _read_json(art / "metrics.json") or []
     adapter = TypeAdapter(Check)
     checks = [adapter.validate_python(c) for c in cell["checks"]]
-    report = evaluate_cell(
-        checks,
-        CellOutputs(
-            files_dir=art / "files",
-            log_path=art / "output.log",
-            status=status,
-            metrics=metrics,
-        ),
-        include_dir=settings.include_dir(),
-        data_docs_dir=art / "data_docs",
-        suite_name=f"{ref.dag_id}.{cell['id']}",
-    )
-    log.info("checks for %s:\n%s", cell["id"], report.format_table())
-    store = _store()
-    store.replace_checks(
-        ref.dag_id,
-        ref.run_id,
-        cell["id"],
-        [
+    with _EVAL_LOCK:
+        report = evaluate_cell(
+            checks,
+            CellOutputs(
+                files_dir=art / "files",
+                log_path=art / "output.log",
+                status=status,
+                metrics=metrics,
+            ),
+            include_dir=settings.include_dir(),
+            data_docs_dir=art / "data_docs",
+            suite_name=f"{ref.dag_id}.{cell['id']}",
+        )
+    return {
+        "passed": report.passed,
+        "table": report.format_table(),
+        "seconds": report.seconds,
+        "data_docs": str(report.data_docs_index) if report.data_docs_index else None,
+        "verdicts": [
             {
                 "check_name": v.name,
                 "check_type": v.type,
@@ -268,16 +277,22 @@ def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
             }
             for v in report.verdicts
         ],
-    )
-    failed = [v for v in report.verdicts if not v.passed]
+    }
+
+
+def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any]) -> dict[str, Any]:
+    """Store the verdicts and the cell's final state; raise CellFailed unless it passed."""
+    store = _store()
+    store.replace_checks(ref.dag_id, ref.run_id, cell["id"], result["verdicts"])
+    failed = [v for v in result["verdicts"] if not v["passed"]]
     prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
     # A specific earlier failure (setup, timeout, infrastructure) says more than "failed".
     earlier = prior.get("state") if prior.get("state") in EARLIER_FAILURES else None
-    if report.passed and earlier is None:
+    if result["passed"] and earlier is None:
         state = "passed"
     else:
         state = earlier or "failed"
-    message = "; ".join(f"{v.name}: {v.message}" for v in failed)[:2000]
+    message = "; ".join(f"{v['check_name']}: {v['message']}" for v in failed)[:2000]
     if earlier and prior.get("message"):
         message = f"{prior['message']}; {message}"
     store.upsert_cell(
@@ -286,17 +301,23 @@ def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
         cell["id"],
         state=state,
         message=message,
-        data_docs=str(report.data_docs_index) if report.data_docs_index else None,
+        data_docs=result["data_docs"],
     )
-    if report.data_docs_index:
-        log.info("Data Docs: %s", report.data_docs_index)
-    log.info("evaluation took %.2f s", report.seconds)
     if state != "passed":
         raise CellFailed(
-            f"cell {cell['id']} {state}: {len(failed)} of {len(report.verdicts)} check(s) "
-            "failed" + (": " + ", ".join(v.name for v in failed) if failed else "")
+            f"cell {cell['id']} {state}: {len(failed)} of {len(result['verdicts'])} check(s) "
+            "failed" + (": " + ", ".join(v["check_name"] for v in failed) if failed else "")
         )
     return {"cell": cell["id"], "state": state}
+
+
+def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    """Evaluate in this process and record (the non-deferred path)."""
+    result = run_checks(cell, ref)
+    log.info("checks for %s:\n%s", cell["id"], result["table"])
+    if result["data_docs"]:
+        log.info("Data Docs: %s", result["data_docs"])
+    return record_evaluation(cell, ref, result)
 
 
 # -- teardown -----------------------------------------------------------------------------

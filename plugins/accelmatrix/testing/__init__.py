@@ -1,0 +1,8 @@
+"""Test helpers that need more than pytest: a real Airflow stack in a temporary AIRFLOW_HOME.
+
+Nothing here is imported by DAG files or tasks.
+"""
+
+from accelmatrix.testing.airflow_stack import AirflowStack, StackError, Usage
+
+__all__ = ["AirflowStack", "StackError", "Usage"]

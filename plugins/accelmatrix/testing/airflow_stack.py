@@ -1,0 +1,634 @@
+"""AirflowStack: a real Airflow 3 (scheduler, dag-processor, triggerer, api-server) for tests.
+
+LocalExecutor on SQLite in a throw-away AIRFLOW_HOME, every component a separate process in
+its own session (process group). Everything the test does goes through the public REST API
+(``/api/v2``), as an operator or the UI would::
+
+    with AirflowStack(home=tmp, dags_folder=ROOT / "dags", suites_dir=...) as stack:
+        stack.create_pool("accelmatrix_cpu_small", 4, include_deferred=True)
+        run_id = stack.trigger("local_smoke", conf={"cells": ["model=tiny-mlp,*"]})
+        assert stack.wait_for_run("local_smoke", run_id, timeout=900) == "failed"
+        tis = stack.task_instances("local_smoke", run_id)
+        text = stack.task_log("local_smoke", run_id, "cpu-small.run", map_index=0)
+
+Auth: the stack runs Airflow's simple auth manager with
+``[core] simple_auth_manager_all_admins = True``. Its middleware attaches an admin JWT to
+every request, so the REST client sends no credentials at all. With ``all_admins=False`` the
+stack instead logs in as ``admin`` (``POST /auth/token`` with the password Airflow writes to
+``$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated``) and sends the JWT as a bearer
+token.
+
+Stopping (on exit, also after an exception): SIGTERM to every component's process group and
+to every descendant seen (task runners live in process groups of their own), up to
+``stop_grace`` seconds, then SIGKILL. Then a sweep: any process still carrying this stack's
+marker variable (``ACCELMATRIX_STACK_ID``, inherited by everything the components start,
+including local workloads) is killed by PID. Nothing else is ever signalled.
+
+Resource figures: a sampler thread records the RSS of each component's process tree;
+``measure()`` gives CPU seconds (``/proc`` utime+stime through psutil, including reaped
+children) and peak RSS over a window, e.g. one DAG run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import psutil
+
+from accelmatrix.settings import REPO_ROOT
+
+COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+FINISHED = ("success", "failed")
+MARKER = "ACCELMATRIX_STACK_ID"
+
+
+class StackError(RuntimeError):
+    """The stack could not start, a component died, or a REST call failed."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the api-server binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# -- resource accounting ------------------------------------------------------------------
+def _proc_cpu(p: psutil.Process) -> float:
+    """utime+stime of ``p`` plus its reaped children (cutime+cstime); 0 when it is gone."""
+    try:
+        t = p.cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return 0.0
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _tree(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [p, *p.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return []
+
+
+def tree_cpu_seconds(p: psutil.Process) -> float:
+    """CPU seconds of a process tree: every live member plus what each already reaped.
+
+    A reaped process's time is folded into exactly one live ancestor's children times, so
+    nothing is counted twice. Time of processes that were re-parented away (a workload
+    started in its own session after its task exited) is not included.
+    """
+    return sum(_proc_cpu(q) for q in _tree(p))
+
+
+def _rss(p: psutil.Process) -> int:
+    try:
+        return p.memory_info().rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return 0
+
+
+@dataclass
+class Usage:
+    """CPU seconds and peak memory of the stack over one window (e.g. one DAG run)."""
+
+    wall_seconds: float = 0.0
+    # Scheduler main process only (its loop; includes reaped helpers such as serve-logs).
+    scheduler_cpu_seconds: float = 0.0
+    # Scheduler plus LocalExecutor workers plus the task processes they run.
+    scheduler_tree_cpu_seconds: float = 0.0
+    # Every component's tree (scheduler, dag-processor, triggerer, api-server).
+    total_cpu_seconds: float = 0.0
+    component_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    scheduler_peak_rss_mb: float = 0.0
+    scheduler_tree_peak_rss_mb: float = 0.0
+    total_peak_rss_mb: float = 0.0
+    samples: int = 0
+    _t0: float = 0.0
+    _cpu0: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+
+class _Sampler(threading.Thread):
+    """Samples RSS of the component trees; feeds every open Usage window."""
+
+    def __init__(self, stack: AirflowStack, interval: float):
+        super().__init__(name="airflow-stack-sampler", daemon=True)
+        self.stack = stack
+        self.interval = interval
+        self.windows: list[Usage] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    def sample(self) -> None:
+        trees = {name: _tree(p) for name, p in self.stack._ps.items()}
+        sched = trees.get("scheduler") or []
+        main = _rss(sched[0]) if sched else 0
+        sched_tree = sum(_rss(q) for q in sched)
+        total = sched_tree + sum(_rss(q) for n, t in trees.items() if n != "scheduler" for q in t)
+        mb = 1024.0 * 1024.0
+        with self.lock:
+            for u in self.windows:
+                u.samples += 1
+                u.scheduler_peak_rss_mb = max(u.scheduler_peak_rss_mb, main / mb)
+                u.scheduler_tree_peak_rss_mb = max(u.scheduler_tree_peak_rss_mb, sched_tree / mb)
+                u.total_peak_rss_mb = max(u.total_peak_rss_mb, total / mb)
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            with contextlib.suppress(Exception):
+                self.sample()
+
+
+# -- the stack ----------------------------------------------------------------------------
+class AirflowStack:
+    """A real Airflow with LocalExecutor and SQLite in ``home``; see the module docstring."""
+
+    def __init__(
+        self,
+        home: Path | str,
+        dags_folder: Path | str,
+        suites_dir: Path | str | None = None,
+        env_extra: dict[str, str] | None = None,
+        parallelism: int = 8,
+        *,
+        port: int | None = None,
+        all_admins: bool = True,
+        startup_timeout: float = 240.0,
+        stop_grace: float = 10.0,
+        sample_interval: float = 0.5,
+        airflow_bin: Path | str | None = None,
+    ):
+        self.home = Path(home).resolve()
+        self.dags_folder = Path(dags_folder).resolve()
+        self.suites_dir = Path(suites_dir).resolve() if suites_dir else None
+        self.parallelism = parallelism
+        self.port = port or free_port()
+        self.all_admins = all_admins
+        self.startup_timeout = startup_timeout
+        self.stop_grace = stop_grace
+        self.airflow_bin = str(airflow_bin or _default_airflow_bin())
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.logs_dir = self.home / "logs"
+        self.accel_home = self.home / "accelmatrix"
+        self.stack_id = secrets.token_hex(8)
+        self.env = self._build_env(env_extra or {})
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._ps: dict[str, psutil.Process] = {}
+        self._seen: dict[int, psutil.Process] = {}  # every descendant observed, by pid
+        self._ready_dags: set[str] = set()
+        self._client: httpx.Client | None = None
+        self._sampler = _Sampler(self, sample_interval)
+        self.leftovers: list[int] = []
+
+    # -- environment ------------------------------------------------------------------------
+    def _build_env(self, extra: dict[str, str]) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW", "_AIRFLOW", "ACCELMATRIX_"))
+            and k not in ("PYTHONPATH", "GX_ANALYTICS_ENABLED")
+        }
+        plugins = REPO_ROOT / "plugins"
+        pythonpath = [str(plugins)]
+        if os.environ.get("PYTHONPATH"):
+            pythonpath.append(os.environ["PYTHONPATH"])
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": str(self.all_admins),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs_dir),
+                # Nothing serves logs (every component shares this home's log folder); give the
+                # ports unique values anyway so a log fetch can never reach another stack.
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__API__BASE_URL": f"{self.base_url}/",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__MAXIMUM_PAGE_LIMIT": "1000",
+                # Fixed up front so every component signs and verifies with the same keys even
+                # if they start before airflow.cfg exists.
+                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(24),
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+                # New files show up within seconds; unchanged files are re-parsed rarely so
+                # parsing does not compete with the tasks on a 2-core machine.
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "120",
+                "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "300",
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+                "ACCELMATRIX_HOME": str(self.accel_home),
+                "PYTHONPATH": os.pathsep.join(pythonpath),
+                "GX_ANALYTICS_ENABLED": "false",
+                MARKER: self.stack_id,
+            }
+        )
+        if self.suites_dir:
+            env["ACCELMATRIX_SUITES_DIR"] = str(self.suites_dir)
+        env.update(extra)
+        return env
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def __enter__(self) -> AirflowStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.accel_home.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        migrate = self.airflow("db", "migrate", timeout=300)
+        if migrate.returncode != 0:
+            raise StackError(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
+        self.migrate_seconds = time.monotonic() - t0
+        commands = {
+            "scheduler": ["scheduler", "--skip-serve-logs"],
+            "dag-processor": ["dag-processor"],
+            "triggerer": ["triggerer", "--skip-serve-logs"],
+            "api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
+        }
+        for name in COMPONENTS:
+            out = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in stop)
+            proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+                [self.airflow_bin, *commands[name]],
+                env=self.env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            out.close()  # the child holds its own descriptor
+            self.procs[name] = proc
+            self._ps[name] = psutil.Process(proc.pid)
+        self._sampler.start()
+        self._wait_healthy()
+        self.startup_seconds = time.monotonic() - t0
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                r = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5)
+                last = r.text
+                if r.status_code == 200:
+                    h = r.json()
+                    if all(
+                        (h.get(k) or {}).get("status") == "healthy"
+                        for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                    ):
+                        self._client = self._make_client()
+                        return
+            except httpx.HTTPError as e:
+                last = repr(e)
+            time.sleep(1)
+        raise StackError(f"Airflow did not become healthy in {self.startup_timeout} s: {last}")
+
+    def _make_client(self) -> httpx.Client:
+        headers = {"Accept": "application/json"}
+        if not self.all_admins:
+            headers["Authorization"] = f"Bearer {self._login()}"
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=60)
+
+    def _login(self) -> str:
+        pw_file = self.home / "simple_auth_manager_passwords.json.generated"
+        passwords = json.loads(pw_file.read_text())
+        r = httpx.post(
+            f"{self.base_url}/auth/token",
+            json={"username": "admin", "password": passwords["admin"]},
+            timeout=30,
+        )
+        if r.status_code >= 300:
+            raise StackError(f"login failed: {r.status_code} {r.text}")
+        return r.json()["access_token"]
+
+    def check_alive(self) -> None:
+        """Raise StackError (with the log tail) when a component has exited."""
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise StackError(
+                    f"airflow {name} exited with {proc.returncode}; last lines of "
+                    f"{self.logs_dir / (name + '.log')}:\n{_tail(self.logs_dir / (name + '.log'))}"
+                )
+
+    def stop(self) -> None:
+        """Stop everything this stack started; SIGKILL after ``stop_grace`` seconds."""
+        self._sampler.stopping.set()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if not self.procs:
+            return
+        self._remember_descendants()
+        marked = self._marked_processes()
+        targets = {p.pid: p for p in [*self._seen.values(), *marked]}
+        for proc in self.procs.values():
+            targets.pop(proc.pid, None)
+        # TERM: each component's whole group, and every descendant (task runners and local
+        # workloads run in groups of their own).
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for p in targets.values():
+            with contextlib.suppress(psutil.Error):
+                if p.is_running():
+                    p.terminate()
+        deadline = time.monotonic() + self.stop_grace
+        while time.monotonic() < deadline:
+            if all(proc.poll() is not None for proc in self.procs.values()) and not any(
+                _alive(p) for p in targets.values()
+            ):
+                break
+            time.sleep(0.2)
+        # KILL what is left: the groups (by their leader's pid, which we started) and stragglers.
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for p in [*targets.values(), *self._marked_processes()]:
+            with contextlib.suppress(psutil.Error):
+                if p.is_running():
+                    p.kill()
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        time.sleep(0.2)
+        self.leftovers = sorted(
+            {p.pid for p in targets.values() if _alive(p)}
+            | {proc.pid for proc in self.procs.values() if proc.poll() is None}
+            | {p.pid for p in self._marked_processes()}
+        )
+        self.procs.clear()
+        self._ps.clear()
+        if self.leftovers:
+            raise StackError(f"processes still alive after SIGKILL: {self.leftovers}")
+
+    def _remember_descendants(self) -> None:
+        for p in self._ps.values():
+            for q in _tree(p)[1:]:
+                self._seen.setdefault(q.pid, q)
+
+    def _marked_processes(self) -> list[psutil.Process]:
+        """Live processes whose environment carries this stack's marker (ours, transitively)."""
+        found = []
+        me = os.getpid()
+        for p in psutil.process_iter():
+            if p.pid == me:
+                continue
+            try:
+                if p.environ().get(MARKER) == self.stack_id and _alive(p):
+                    found.append(p)
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    # -- CLI and REST -----------------------------------------------------------------------
+    def airflow(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """Run an ``airflow`` CLI command with the stack's environment."""
+        return subprocess.run(  # noqa: S603 (argv list, no shell)
+            [self.airflow_bin, *args],
+            env=self.env,
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            raise StackError("the stack is not running")
+        return self._client
+
+    def api(self, method: str, path: str, *, ok: tuple[int, ...] = (), **kwargs: Any) -> Any:
+        """Call the REST API (path relative to /api/v2); JSON of the answer or StackError."""
+        r = self.client.request(method, f"/api/v2/{path.lstrip('/')}", **kwargs)
+        if r.status_code >= 300 and r.status_code not in ok:
+            raise StackError(f"{method} {path} -> {r.status_code}: {r.text[:2000]}")
+        if not r.content:
+            return None
+        try:
+            return r.json()
+        except ValueError:
+            return r.text
+
+    # -- pools, DAGs, runs ------------------------------------------------------------------
+    def create_pool(
+        self, name: str, slots: int, include_deferred: bool = True, description: str = ""
+    ) -> dict[str, Any]:
+        """Create or update a pool (REST)."""
+        body = {
+            "name": name,
+            "slots": slots,
+            "description": description or "accelmatrix test pool",
+            "include_deferred": include_deferred,
+        }
+        r = self.client.post("/api/v2/pools", json=body)
+        if r.status_code == 409:
+            return self.api("PATCH", f"pools/{quote(name, safe='')}", json=body)
+        if r.status_code >= 300:
+            raise StackError(f"POST pools -> {r.status_code}: {r.text[:2000]}")
+        return r.json()
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> dict[str, Any]:
+        """Wait until the dag-processor has parsed ``dag_id``; unpause it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            r = self.client.get(f"/api/v2/dags/{quote(dag_id, safe='')}")
+            if r.status_code == 200:
+                break
+            if time.monotonic() > deadline:
+                errors = self.api("GET", "importErrors", params={"limit": 100})
+                raise StackError(
+                    f"DAG {dag_id} not parsed after {timeout} s; import errors: "
+                    f"{json.dumps(errors, indent=1)[:4000]}"
+                )
+            time.sleep(1)
+        dag = self.api("PATCH", f"dags/{quote(dag_id, safe='')}", json={"is_paused": False})
+        self._ready_dags.add(dag_id)
+        return dag
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """Trigger a manual run (logical_date null); return its run id."""
+        if dag_id not in self._ready_dags:
+            self.wait_for_dag(dag_id)
+        run = self.api(
+            "POST",
+            f"dags/{quote(dag_id, safe='')}/dagRuns",
+            json={"logical_date": None, "conf": conf or {}},
+        )
+        return run["dag_run_id"]
+
+    def get_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self.api("GET", f"dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}")
+
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout: float = 900, poll: float = 1.0
+    ) -> str:
+        """Wait until the run is success or failed; return that state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            state = self.get_run(dag_id, run_id)["state"]
+            if state in FINISHED:
+                return state
+            if time.monotonic() > deadline:
+                counts: dict[str, int] = {}
+                for ti in self.task_instances(dag_id, run_id):
+                    counts[str(ti["state"])] = counts.get(str(ti["state"]), 0) + 1
+                raise TimeoutError(
+                    f"run {dag_id}/{run_id} still {state} after {timeout} s; task states {counts}"
+                )
+            time.sleep(poll)
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every task instance of the run (mapped ones included), as the REST API gives them.
+
+        Each dict has at least task_id, map_index, rendered_map_index, state, start_date,
+        end_date, try_number, duration.
+        """
+        out: list[dict[str, Any]] = []
+        path = f"dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
+        while True:
+            page = self.api("GET", path, params={"limit": 1000, "offset": len(out)})
+            batch = page["task_instances"]
+            out.extend(batch)
+            if not batch or len(out) >= page["total_entries"]:
+                return out
+
+    def task_log(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: int = -1,
+        try_number: int = 1,
+    ) -> str:
+        """The task's log as text: worker lines and the trigger's lines (read from disk by the
+        api-server, which globs ``<attempt>.log*`` so ``.trigger.<job>.log`` is included).
+
+        One line per structured record: ``timestamp level [logger] event key=value...``.
+        """
+        path = (
+            f"dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+            f"{quote(task_id, safe='')}/logs/{try_number}"
+        )
+        params: dict[str, Any] = {"map_index": map_index, "full_content": "true"}
+        lines: list[str] = []
+        for _ in range(50):
+            page = self.api("GET", path, params=params)
+            content = page.get("content") or []
+            lines.extend(_format_record(rec) for rec in content)
+            token = page.get("continuation_token")
+            if not token or not content:
+                break
+            params = {"map_index": map_index, "token": token}
+        return "\n".join(lines)
+
+    # -- measurement ------------------------------------------------------------------------
+    def cpu_seconds(self) -> dict[str, float]:
+        """Cumulative CPU seconds: scheduler main process, scheduler tree, each component tree."""
+        out = {name: tree_cpu_seconds(p) for name, p in self._ps.items()}
+        sched = self._ps.get("scheduler")
+        out["scheduler_main"] = _proc_cpu(sched) if sched else 0.0
+        self._remember_descendants()
+        return out
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[Usage]:
+        """CPU seconds and peak RSS of the stack while the block runs."""
+        u = Usage(_t0=time.monotonic(), _cpu0=self.cpu_seconds())
+        with self._sampler.lock:
+            self._sampler.windows.append(u)
+        with contextlib.suppress(Exception):
+            self._sampler.sample()
+        try:
+            yield u
+        finally:
+            with contextlib.suppress(Exception):
+                self._sampler.sample()
+            with self._sampler.lock:
+                self._sampler.windows.remove(u)
+            cpu1 = self.cpu_seconds()
+            d = {k: max(0.0, cpu1.get(k, 0.0) - u._cpu0.get(k, 0.0)) for k in cpu1}
+            u.wall_seconds = time.monotonic() - u._t0
+            u.scheduler_cpu_seconds = d.get("scheduler_main", 0.0)
+            u.scheduler_tree_cpu_seconds = d.get("scheduler", 0.0)
+            u.component_cpu_seconds = {k: v for k, v in d.items() if k in COMPONENTS}
+            u.total_cpu_seconds = sum(u.component_cpu_seconds.values())
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _default_airflow_bin() -> Path:
+    here = Path(sys.executable).with_name("airflow")
+    if here.exists():
+        return here
+    return REPO_ROOT / ".venv" / "bin" / "airflow"
+
+
+_RECORD_KEYS = ("timestamp", "level", "logger", "event")
+
+
+def _format_record(rec: Any) -> str:
+    if not isinstance(rec, dict):
+        return str(rec)
+    parts = [str(rec[k]) for k in ("timestamp", "level") if rec.get(k)]
+    if rec.get("logger"):
+        parts.append(f"[{rec['logger']}]")
+    parts.append(str(rec.get("event", "")))
+    extra = {k: v for k, v in rec.items() if k not in _RECORD_KEYS}
+    parts.extend(f"{k}={v}" for k, v in extra.items())
+    return " ".join(parts)
