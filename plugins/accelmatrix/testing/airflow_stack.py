@@ -204,6 +204,8 @@ class AirflowStack:
         self._client: httpx.Client | None = None
         self._sampler = _Sampler(self, sample_interval)
         self.leftovers: list[int] = []
+        self.killed: list[str] = []  # what needed SIGKILL at the last stop
+        self.migrate_seconds = self.startup_seconds = self.stop_seconds = 0.0
 
     # -- environment ------------------------------------------------------------------------
     def _build_env(self, extra: dict[str, str]) -> dict[str, str]:
@@ -380,7 +382,8 @@ class AirflowStack:
             with contextlib.suppress(psutil.Error):
                 if p.is_running():
                     p.terminate()
-        deadline = time.monotonic() + self.stop_grace
+        t0 = time.monotonic()
+        deadline = t0 + self.stop_grace
         while time.monotonic() < deadline:
             if all(proc.poll() is not None for proc in self.procs.values()) and not any(
                 _alive(p) for p in targets.values()
@@ -388,6 +391,10 @@ class AirflowStack:
                 break
             time.sleep(0.2)
         # KILL what is left: the groups (by their leader's pid, which we started) and stragglers.
+        self.killed = [n for n, proc in self.procs.items() if proc.poll() is None]
+        self.killed += [
+            f"pid {p.pid}" for p in [*targets.values(), *self._marked_processes()] if _alive(p)
+        ]
         for proc in self.procs.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -404,6 +411,7 @@ class AirflowStack:
             | {proc.pid for proc in self.procs.values() if proc.poll() is None}
             | {p.pid for p in self._marked_processes()}
         )
+        self.stop_seconds = time.monotonic() - t0
         self.procs.clear()
         self._ps.clear()
         if self.leftovers:
@@ -619,7 +627,18 @@ def _default_airflow_bin() -> Path:
     return REPO_ROOT / ".venv" / "bin" / "airflow"
 
 
+# Printed first, or left out: the context Airflow binds to every record of a task's log.
 _RECORD_KEYS = ("timestamp", "level", "logger", "event")
+_CONTEXT_KEYS = (
+    "ti_id",
+    "dag_id",
+    "run_id",
+    "task_id",
+    "map_index",
+    "try_number",
+    "filename",
+    "lineno",
+)
 
 
 def _format_record(rec: Any) -> str:
@@ -629,6 +648,6 @@ def _format_record(rec: Any) -> str:
     if rec.get("logger"):
         parts.append(f"[{rec['logger']}]")
     parts.append(str(rec.get("event", "")))
-    extra = {k: v for k, v in rec.items() if k not in _RECORD_KEYS}
+    extra = {k: v for k, v in rec.items() if k not in _RECORD_KEYS + _CONTEXT_KEYS}
     parts.extend(f"{k}={v}" for k, v in extra.items())
     return " ".join(parts)

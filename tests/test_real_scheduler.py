@@ -1,0 +1,89 @@
+"""local_smoke on a real Airflow: scheduler, dag-processor, triggerer and api-server processes.
+
+Unlike ``dag.test()`` (which runs triggers inline in the test process), this goes through
+the real LocalExecutor, a real deferral to the triggerer and the REST API, so it proves
+what ``dag.test`` cannot: the pool with deferred slots, the mapped task names in the API,
+and the workload's log streamed by WorkloadTrigger into the run task's log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accelmatrix.testing import AirflowStack
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+DAG_ID = "local_smoke"
+GOOD = "model=tiny-mlp,config=baseline"
+BAD = "model=tiny-mlp,config=diverge"
+
+
+def test_local_smoke_on_a_real_scheduler(tmp_path):
+    home = tmp_path / "airflow"
+    with AirflowStack(
+        home=home,
+        dags_folder=ROOT / "dags",
+        suites_dir=ROOT / "include" / "suites",
+        parallelism=8,
+    ) as stack:
+        stack.create_pool("accelmatrix_cpu_small", 3, include_deferred=True)
+        run_id = stack.trigger(DAG_ID, conf={"cells": ["model=tiny-mlp,*"]})
+        state = stack.wait_for_run(DAG_ID, run_id, timeout=180)
+        tis = stack.task_instances(DAG_ID, run_id)
+        by_cell = {
+            (ti["task_id"].rsplit(".", 1)[-1], ti["rendered_map_index"]): ti
+            for ti in tis
+            if ti["map_index"] >= 0
+        }
+        good_run = by_cell[("run", GOOD)]
+        run_log = stack.task_log(
+            DAG_ID,
+            run_id,
+            "cpu-small.run",
+            map_index=good_run["map_index"],
+            try_number=good_run["try_number"],
+        )
+    assert stack.leftovers == []
+
+    states = {(ti["task_id"], ti["rendered_map_index"] or ti["map_index"]): ti["state"] for ti in tis}
+    summary = "\n".join(f"{k}: {v}" for k, v in sorted(states.items(), key=str))
+
+    # The gate turns the run red because the diverge cell failed its checks.
+    assert state == "failed", summary
+    assert states[("plan", -1)] == "success", summary
+    assert states[("gate", -1)] == "failed", summary
+
+    # Mapped task instances are named by cell id, in the API as in the grid.
+    mapped = [ti for ti in tis if ti["map_index"] >= 0]
+    assert {ti["rendered_map_index"] for ti in mapped} == {GOOD, BAD}, summary
+    assert len(mapped) == 2 * 6, summary  # provision, setup, run, collect, evaluate, teardown
+
+    for cell in (GOOD, BAD):
+        assert by_cell[("teardown", cell)]["state"] == "success", summary
+        assert by_cell[("run", cell)]["state"] == "success", summary  # both workloads exit 0
+    assert by_cell[("evaluate", GOOD)]["state"] == "success", summary
+    assert by_cell[("evaluate", BAD)]["state"] == "failed", summary
+
+    # The run task deferred (one try: the resume after the trigger is not a retry) ...
+    assert good_run["try_number"] == 1
+    assert "Pausing task as DEFERRED" in run_log, run_log[-3000:]
+    assert "Trigger fired event" in run_log, run_log[-3000:]
+    # ... and the workload's own lines reached the task log through the triggerer.
+    assert "[accelmatrix.triggers.workload.WorkloadTrigger] step 5 loss:" in run_log, run_log
+    assert "Finished training run" in run_log, run_log
+
+    # The results store agrees with Airflow.
+    from accelmatrix.results.store import ResultsStore
+
+    store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
+    try:
+        cells = {c["cell_id"]: c for c in store.get_cells(DAG_ID, run_id)}
+    finally:
+        store.close()
+    assert cells[GOOD]["state"] == "passed", cells[GOOD]
+    assert cells[BAD]["state"] == "failed", cells[BAD]
+    assert cells[GOOD]["resource_held_seconds"] is not None
