@@ -101,6 +101,11 @@ def test_local_smoke_end_to_end(airflow_db):
         step_time = m[m.name == "step_time"].value.iloc[0]
         assert 0 < step_time < 0.5
 
+    run_dir = settings.artifacts_dir() / "local_smoke" / settings.safe_name(run_id)
+    index = (run_dir / "index.html").read_text()
+    assert all(cid in index for cid in [*good, bad, excluded])
+    assert "final loss below 1.5" in index and "data_docs/index.html" in index
+
     for cid in [*good, bad]:
         row = cells[cid]
         assert row["teardown_at"] is not None  # teardown ran for every provisioned cell

@@ -49,7 +49,9 @@ def test_local_smoke_on_a_real_scheduler(tmp_path):
         )
     assert stack.leftovers == []
 
-    states = {(ti["task_id"], ti["rendered_map_index"] or ti["map_index"]): ti["state"] for ti in tis}
+    states = {
+        (ti["task_id"], ti["rendered_map_index"] or ti["map_index"]): ti["state"] for ti in tis
+    }
     summary = "\n".join(f"{k}: {v}" for k, v in sorted(states.items(), key=str))
 
     # The gate turns the run red because the diverge cell failed its checks.

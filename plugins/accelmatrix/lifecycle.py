@@ -374,6 +374,19 @@ def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
     store.upsert_run(
         ref.dag_id, ref.run_id, state="failed" if failed else "passed", finished_at=_now()
     )
+    from accelmatrix.report_html import write_run_index
+
+    run_dir = (
+        settings.artifacts_dir() / settings.safe_name(ref.dag_id) / settings.safe_name(ref.run_id)
+    )
+    index = write_run_index(
+        run_dir,
+        ref.dag_id,
+        ref.run_id,
+        list(rows.values()),
+        store.get_checks(ref.dag_id, ref.run_id),
+    )
+    log.info("run report: %s", index)
     for cid, state in quarantined_failed:
         log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
     if failed:

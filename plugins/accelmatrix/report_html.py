@@ -1,0 +1,60 @@
+"""One HTML page per run: every cell, its state, failed checks, and links to its log and
+Great Expectations Data Docs. The link on-call opens first."""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+STATE_COLOURS = {"passed": "#d9ead3", "excluded": "#eeeeee"}
+
+
+def write_run_index(
+    run_dir: Path,
+    dag_id: str,
+    run_id: str,
+    cells: list[dict[str, Any]],
+    checks: list[dict[str, Any]],
+) -> Path:
+    failed_by_cell: dict[str, list[str]] = {}
+    for c in checks:
+        if not c["passed"]:
+            failed_by_cell.setdefault(c["cell_id"], []).append(c["check_name"])
+    rows = []
+    for cell in sorted(cells, key=lambda c: (c.get("cell_index") is None, c.get("cell_index"))):
+        cid = cell["cell_id"]
+        cell_dir = run_dir / _safe(cid)
+        links = []
+        for label, rel in (("log", "output.log"), ("Data Docs", "data_docs/index.html")):
+            if (cell_dir / rel).exists():
+                href = html.escape(os.path.join(_safe(cid), rel), quote=True)
+                links.append(f'<a href="{href}">{label}</a>')
+        state = cell.get("state") or ""
+        colour = STATE_COLOURS.get(state, "#f4cccc")
+        detail = ", ".join(failed_by_cell.get(cid, [])) or cell.get("excluded_reason") or ""
+        rows.append(
+            f'<tr style="background:{colour}"><td>{html.escape(cid)}</td>'
+            f"<td>{html.escape(state)}{' (quarantined)' if cell.get('quarantined') else ''}</td>"
+            f"<td>{html.escape(detail)}</td><td>{' '.join(links)}</td></tr>"
+        )
+    page = (
+        "<!doctype html><meta charset=utf-8>"
+        f"<title>{html.escape(dag_id)} {html.escape(run_id)}</title>"
+        "<style>body{font-family:sans-serif}td,th{padding:4px 8px;text-align:left}</style>"
+        f"<h1>{html.escape(dag_id)}</h1><p>run {html.escape(run_id)}</p>"
+        "<table><tr><th>cell</th><th>state</th><th>failed checks / reason</th><th></th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "index.html"
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def _safe(cell_id: str) -> str:
+    from accelmatrix.settings import safe_name
+
+    return safe_name(cell_id)
