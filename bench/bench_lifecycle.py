@@ -174,7 +174,15 @@ def kind_medians(tis: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in by_kind.items()}
 
 
-def held_minus_workload(home: Path, dag_id: str, run_id: str) -> list[float]:
+PHASES = (
+    ("provision->run start", "provisioned_at", "run_started_at"),
+    ("run start->run end", "run_started_at", "run_ended_at"),
+    ("run end->torn down", "run_ended_at", "teardown_at"),
+)
+
+
+def cell_figures(home: Path, dag_id: str, run_id: str) -> dict[str, list[float]]:
+    """Held-minus-workload per cell, and where the held time went (results store stamps)."""
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
@@ -182,11 +190,15 @@ def held_minus_workload(home: Path, dag_id: str, run_id: str) -> list[float]:
         cells = store.get_cells(dag_id, run_id)
     finally:
         store.close()
-    return [
-        c["resource_held_seconds"] - c["workload_seconds"]
-        for c in cells
-        if c["resource_held_seconds"] is not None and c["workload_seconds"] is not None
-    ]
+    out: dict[str, list[float]] = {"held_minus_workload": [], "held": []}
+    for c in cells:
+        if c["resource_held_seconds"] is not None and c["workload_seconds"] is not None:
+            out["held_minus_workload"].append(c["resource_held_seconds"] - c["workload_seconds"])
+            out["held"].append(c["resource_held_seconds"])
+        for name, a, b in PHASES:
+            if c.get(a) and c.get(b):
+                out.setdefault(name, []).append((c[b] - c[a]).total_seconds())
+    return out
 
 
 def one_run(stack: AirflowStack, dag_id: str, timeout: float) -> dict[str, Any]:
@@ -215,8 +227,8 @@ def _usage_line(u: Usage) -> str:
     return (
         f"sched CPU {u.scheduler_cpu_seconds:6.1f} s  sched+executor tree CPU "
         f"{u.scheduler_tree_cpu_seconds:6.1f} s  all components {u.total_cpu_seconds:6.1f} s  "
-        f"peak RSS sched {u.scheduler_peak_rss_mb:5.0f} MB, sched tree "
-        f"{u.scheduler_tree_peak_rss_mb:5.0f} MB, all {u.total_peak_rss_mb:5.0f} MB"
+        f"peak: sched RSS {u.scheduler_peak_rss_mb:4.0f} MB, sched tree PSS "
+        f"{u.scheduler_tree_peak_pss_mb:5.0f} MB, all PSS {u.total_peak_pss_mb:5.0f} MB"
     )
 
 
@@ -259,9 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                         log(f"N={n} {kind} run {rep + 1}/{args.repeat}: triggering {dag_id}")
                         r = one_run(stack, dag_id, args.timeout)
                         if kind == "accelmatrix":
-                            r["held_minus_workload"] = held_minus_workload(
-                                home, dag_id, r["run_id"]
-                            )
+                            r["cells"] = cell_figures(home, dag_id, r["run_id"])
                         results.setdefault((n, kind), []).append(r)
                         log(
                             f"N={n} {kind}: {r['state']} in {r['wall']:.1f} s "
@@ -310,19 +320,33 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], args: argparse.
 
     print()
     print("Resource held minus workload per cell, s (results store)   goal: median <= 5")
-    print(f"{'N':>5} {'cells':>6} {'median':>8} {'max':>8}")
+    print(
+        f"{'N':>5} {'cells':>6} {'median':>8} {'max':>8}   median held "
+        + "   ".join(f"{name}" for name, _, _ in PHASES)
+    )
     for n in args.sizes:
-        vals = [v for r in results[(n, "accelmatrix")] for v in r["held_minus_workload"]]
-        if vals:
-            print(f"{n:>5} {len(vals):>6} {med(vals):>8.1f} {max(vals):>8.1f}")
-        else:
+        figs: dict[str, list[float]] = {}
+        for r in results[(n, "accelmatrix")]:
+            for k, v in r["cells"].items():
+                figs.setdefault(k, []).extend(v)
+        vals = figs.get("held_minus_workload") or []
+        if not vals:
             print(f"{n:>5} {0:>6} {'-':>8} {'-':>8}")
+            continue
+        phases = "".join(
+            f"{med(figs[name]) if figs.get(name) else float('nan'):>{len(name) + 3}.1f}"
+            for name, _, _ in PHASES
+        )
+        print(
+            f"{n:>5} {len(vals):>6} {med(vals):>8.1f} {max(vals):>8.1f}"
+            f"{med(figs['held']):>14.1f}{phases}"
+        )
 
     print()
-    print("Per run: CPU seconds during the run and peak RSS (sampled every 0.5 s)")
+    print("Per run: CPU seconds during the run and peak memory (sampled every 0.5 s)")
     print(
         f"{'N':>5} {'dag':<12} {'wall s':>7} {'sched CPU':>10} {'tree CPU':>9} {'all CPU':>8} "
-        f"{'sched MB':>9} {'tree MB':>8} {'all MB':>7}"
+        f"{'sched RSS':>9} {'tree PSS':>8} {'all PSS':>7}"
     )
     for n in args.sizes:
         for kind in ("bare", "accelmatrix"):
@@ -331,12 +355,13 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], args: argparse.
                 print(
                     f"{n:>5} {kind:<12} {r['wall']:>7.1f} {u.scheduler_cpu_seconds:>10.1f} "
                     f"{u.scheduler_tree_cpu_seconds:>9.1f} {u.total_cpu_seconds:>8.1f} "
-                    f"{u.scheduler_peak_rss_mb:>9.0f} {u.scheduler_tree_peak_rss_mb:>8.0f} "
-                    f"{u.total_peak_rss_mb:>7.0f}"
+                    f"{u.scheduler_peak_rss_mb:>9.0f} {u.scheduler_tree_peak_pss_mb:>8.0f} "
+                    f"{u.total_peak_pss_mb:>7.0f}"
                 )
     print(
         "sched = scheduler main process; tree = scheduler + LocalExecutor workers + task "
-        "processes; all = every component's tree (dag-processor, triggerer, api-server too)"
+        "processes; all = every component's tree (dag-processor, triggerer, api-server too); "
+        "memory in MB"
     )
 
 

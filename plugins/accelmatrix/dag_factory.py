@@ -48,7 +48,6 @@ def _ref():
     from accelmatrix.lifecycle import RunRef
 
     ctx = get_current_context()
-    ctx["cell_id"] = ctx.get("cell_id", "")
     return RunRef(dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"])
 
 

@@ -25,11 +25,11 @@ from accelmatrix.spec.templating import render_tree
 log = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
+def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _store():
+def results_store():
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore.from_settings()
@@ -79,7 +79,7 @@ def plan_run(
             cell.checks.insert(0, {"type": "exit_status", "expected": 0, "name": None})
     log.info("%s", plan.table())
 
-    store = _store()
+    store = results_store()
     store.upsert_run(
         ref.dag_id,
         ref.run_id,
@@ -88,7 +88,7 @@ def plan_run(
         run_type=run_type,
         params=params,
         state="running",
-        started_at=_now(),
+        started_at=utcnow(),
     )
     for cell in plan.cells:
         store.upsert_cell(
@@ -116,9 +116,9 @@ def plan_run(
 
 # -- provision / setup --------------------------------------------------------------------
 def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
-    store = _store()
+    store = results_store()
     store.upsert_cell(
-        ref.dag_id, ref.run_id, cell["id"], state="provisioning", provision_started_at=_now()
+        ref.dag_id, ref.run_id, cell["id"], state="provisioning", provision_started_at=utcnow()
     )
     backend = get_backend(cell["machine_spec"])
     ctx = CellContext(
@@ -139,7 +139,7 @@ def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
         )
         raise
     store.upsert_cell(
-        ref.dag_id, ref.run_id, cell["id"], state="provisioned", provisioned_at=_now()
+        ref.dag_id, ref.run_id, cell["id"], state="provisioned", provisioned_at=utcnow()
     )
     log.info("provisioned %s resource %s", backend.kind, resource["name"])
     return resource
@@ -149,7 +149,7 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
     from accelmatrix.backends.base import SetupFailed
 
     wl = cell["workload"]
-    store = _store()
+    store = results_store()
     if not wl["setup"]:
         log.info("no setup commands")
         store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup")
@@ -207,7 +207,7 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     write_train_metrics(
         collected.rows, art / "train_metrics.json", extra={"cell": cell["id"], **cell["axes"]}
     )
-    store = _store()
+    store = results_store()
     store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
     return {
         "artifacts": len(copied),
@@ -282,7 +282,7 @@ def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
 
 def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any]) -> dict[str, Any]:
     """Store the verdicts and the cell's final state; raise CellFailed unless it passed."""
-    store = _store()
+    store = results_store()
     store.replace_checks(ref.dag_id, ref.run_id, cell["id"], result["verdicts"])
     failed = [v for v in result["verdicts"] if not v["passed"]]
     prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
@@ -331,11 +331,11 @@ def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dic
     if status.get("started_at") and status.get("ended_at"):
         workload = status["ended_at"] - status["started_at"]
     cost = held / 3600.0 * float(cell["machine_spec"].get("hourly_cost") or 0.0)
-    _store().upsert_cell(
+    results_store().upsert_cell(
         ref.dag_id,
         ref.run_id,
         cell["id"],
-        teardown_at=_now(),
+        teardown_at=utcnow(),
         resource_held_seconds=held,
         workload_seconds=workload,
         cost=cost,
@@ -352,7 +352,7 @@ def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dic
 # -- gate ---------------------------------------------------------------------------------
 def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
     """Decide the run: it fails exactly when a non-quarantined cell did not pass."""
-    store = _store()
+    store = results_store()
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
     log.info(
         "results for %s %s:\n%s", ref.dag_id, ref.run_id, store.run_table(ref.dag_id, ref.run_id)
@@ -372,7 +372,7 @@ def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
         "quarantined_failed": [f"{i} ({s})" for i, s in quarantined_failed],
     }
     store.upsert_run(
-        ref.dag_id, ref.run_id, state="failed" if failed else "passed", finished_at=_now()
+        ref.dag_id, ref.run_id, state="failed" if failed else "passed", finished_at=utcnow()
     )
     from accelmatrix.report_html import write_run_index
 

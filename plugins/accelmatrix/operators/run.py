@@ -54,7 +54,7 @@ class RunWorkloadOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         from accelmatrix.backends.base import get_backend
-        from accelmatrix.lifecycle import _now, _store, workload_env
+        from accelmatrix.lifecycle import results_store, utcnow, workload_env
         from accelmatrix.spec.templating import render_tree
         from accelmatrix.triggers.workload import WorkloadTrigger
 
@@ -66,9 +66,9 @@ class RunWorkloadOperator(BaseOperator):
         argv = render_tree(cell["workload"]["run"], variables)
         env = workload_env(cell, resource, variables)
         timeout = int(cell["workload"]["timeout"])
-        store = _store()
+        store = results_store()
         store.upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], state="running", run_started_at=_now()
+            ref.dag_id, ref.run_id, cell["id"], state="running", run_started_at=utcnow()
         )
         handle = backend.submit(resource, argv, env)
         verb = "reattached to" if handle.get("reattached") else "started"
@@ -90,17 +90,17 @@ class RunWorkloadOperator(BaseOperator):
         self, context: Any, event: dict[str, Any] | None = None, handle: dict | None = None
     ) -> dict[str, Any]:
         from accelmatrix.backends.base import get_backend
-        from accelmatrix.lifecycle import _now, _store
+        from accelmatrix.lifecycle import results_store, utcnow
 
         cell = self.cell
         context["cell_id"] = cell["id"]
         ref = self._ref(context)
         event = event or {}
-        store = _store()
+        store = results_store()
         status = event.get("status")
         exit_code = event.get("exit_code")
         store.upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], run_ended_at=_now(), exit_code=exit_code
+            ref.dag_id, ref.run_id, cell["id"], run_ended_at=utcnow(), exit_code=exit_code
         )
         if status == "timeout":
             get_backend(cell["machine_spec"]).cancel(handle or {})

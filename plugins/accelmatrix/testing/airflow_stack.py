@@ -24,9 +24,10 @@ to every descendant seen (task runners live in process groups of their own), up 
 marker variable (``ACCELMATRIX_STACK_ID``, inherited by everything the components start,
 including local workloads) is killed by PID. Nothing else is ever signalled.
 
-Resource figures: a sampler thread records the RSS of each component's process tree;
-``measure()`` gives CPU seconds (``/proc`` utime+stime through psutil, including reaped
-children) and peak RSS over a window, e.g. one DAG run.
+Resource figures: a sampler thread records the memory of each component's process tree
+(RSS of the scheduler process, PSS summed over trees); ``measure()`` gives CPU seconds
+(``/proc`` utime+stime through psutil, including reaped children) and peak memory over a
+window, e.g. one DAG run.
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ def _rss(p: psutil.Process) -> int:
         return 0
 
 
+def _pss(p: psutil.Process) -> int:
+    """Proportional set size: forked workers share pages, so summing RSS would overcount."""
+    try:
+        return p.memory_full_info().pss
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return 0
+    except AttributeError:  # no smaps on this platform
+        return _rss(p)
+
+
 @dataclass
 class Usage:
     """CPU seconds and peak memory of the stack over one window (e.g. one DAG run)."""
@@ -122,9 +133,11 @@ class Usage:
     # Every component's tree (scheduler, dag-processor, triggerer, api-server).
     total_cpu_seconds: float = 0.0
     component_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    # Peak memory: RSS of the scheduler main process; PSS summed over the trees (forked
+    # workers share pages copy-on-write, a sum of RSS would count them once per process).
     scheduler_peak_rss_mb: float = 0.0
-    scheduler_tree_peak_rss_mb: float = 0.0
-    total_peak_rss_mb: float = 0.0
+    scheduler_tree_peak_pss_mb: float = 0.0
+    total_peak_pss_mb: float = 0.0
     samples: int = 0
     _t0: float = 0.0
     _cpu0: dict[str, float] = field(default_factory=dict, repr=False)
@@ -148,15 +161,15 @@ class _Sampler(threading.Thread):
         trees = {name: _tree(p) for name, p in self.stack._ps.items()}
         sched = trees.get("scheduler") or []
         main = _rss(sched[0]) if sched else 0
-        sched_tree = sum(_rss(q) for q in sched)
-        total = sched_tree + sum(_rss(q) for n, t in trees.items() if n != "scheduler" for q in t)
+        sched_tree = sum(_pss(q) for q in sched)
+        total = sched_tree + sum(_pss(q) for n, t in trees.items() if n != "scheduler" for q in t)
         mb = 1024.0 * 1024.0
         with self.lock:
             for u in self.windows:
                 u.samples += 1
                 u.scheduler_peak_rss_mb = max(u.scheduler_peak_rss_mb, main / mb)
-                u.scheduler_tree_peak_rss_mb = max(u.scheduler_tree_peak_rss_mb, sched_tree / mb)
-                u.total_peak_rss_mb = max(u.total_peak_rss_mb, total / mb)
+                u.scheduler_tree_peak_pss_mb = max(u.scheduler_tree_peak_pss_mb, sched_tree / mb)
+                u.total_peak_pss_mb = max(u.total_peak_pss_mb, total / mb)
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval):
