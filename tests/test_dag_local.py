@@ -128,6 +128,7 @@ axes:
     ok: {code: "print('fine'); print('Finished training run')"}
     crash: {code: "import sys; print('about to fail', flush=True); sys.exit(3)"}
     hang: {code: "import time; print('started', flush=True); time.sleep(600)"}
+    forever: {code: "import time\\nwhile True: print('tick', flush=True); time.sleep(0.5)"}
     badsetup: {code: "print('never runs')"}
 machines:
   cpu:
@@ -140,7 +141,8 @@ workload:
   setup:
     - ["${python}", "-c", "import sys; sys.exit(0 if '${axis.mode}' != 'badsetup' else 5)"]
   run: ["${python}", "-c", "${axis.mode.code}"]
-  timeout: 4
+  timeout: 8
+  hang_detection: {pattern: "^tick$", start_within: 3, recur_within: 3}
 checks:
   - {type: log_contains, pattern: Finished training run}
 """
@@ -162,9 +164,16 @@ def test_failing_workloads_timeouts_and_setup(airflow_db, tmp_path, monkeypatch)
     assert cells["mode=crash"]["exit_code"] == 3
     assert "exited with 3" in cells["mode=crash"]["message"]
 
-    # Hang past the timeout: killed, teardown ran, nothing left running.
+    # Silent past the hang-detection window: killed early, teardown ran, nothing left.
     assert tis[("cpu.run", "mode=hang")] == "failed"
-    assert cells["mode=hang"]["state"] == "timed_out"
+    assert cells["mode=hang"]["state"] == "hung"
+    assert "no log line matched /^tick$/" in cells["mode=hang"]["message"]
+
+    # Alive (ticking) but past the timeout: killed at the timeout.
+    assert cells["mode=forever"]["state"] == "timed_out"
+    forever = settings.cell_artifacts_dir("failing_cells", run_id, "mode=forever")
+    assert not _alive(json.loads((forever / "status.json").read_text())["pid"])
+    assert tis[("cpu.teardown", "mode=forever")] == "success"
     art = settings.cell_artifacts_dir("failing_cells", run_id, "mode=hang")
     status = json.loads((art / "status.json").read_text())
     assert not _alive(status["pid"])

@@ -48,7 +48,7 @@ class RunRef:
         return settings.cell_artifacts_dir(self.dag_id, self.run_id, cell_id)
 
 
-EARLIER_FAILURES = ("setup_failed", "timed_out", "infra_failed", "run_failed")
+EARLIER_FAILURES = ("setup_failed", "timed_out", "hung", "infra_failed", "run_failed")
 
 
 class CellFailed(Exception):

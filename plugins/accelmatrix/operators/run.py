@@ -80,6 +80,8 @@ class RunWorkloadOperator(BaseOperator):
                 handle=handle,
                 deadline=time.time() + timeout,
                 poll_interval=self.poll_interval,
+                hang_detection=cell["workload"].get("hang_detection"),
+                started_at=time.time(),
             ),
             method_name="execute_complete",
             kwargs={"handle": handle},
@@ -106,6 +108,11 @@ class RunWorkloadOperator(BaseOperator):
             get_backend(cell["machine_spec"]).cancel(handle or {})
             msg = f"workload timed out after {cell['workload']['timeout']} s and was killed"
             store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="timed_out", message=msg)
+            raise WorkloadFailed(msg)
+        if status == "hung":
+            get_backend(cell["machine_spec"]).cancel(handle or {})
+            msg = f"workload {event.get('detail')}; it was killed"
+            store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="hung", message=msg)
             raise WorkloadFailed(msg)
         if status == "infra_failed":
             msg = f"infrastructure failure: {event.get('detail')}"

@@ -68,6 +68,28 @@ class LocalMachine(Model):
 Machine = LocalMachine
 
 
+class HangDetection(Model):
+    """Fail a stuck workload early instead of waiting for its timeout.
+
+    A training job that stops printing progress is hung (a collective that never
+    returns, a dead data loader). The first line matching `pattern` must appear within
+    `start_within` seconds and then recur at least every `recur_within` seconds.
+    """
+
+    pattern: str = Field(min_length=1, description="regex over workload log lines")
+    start_within: PositiveInt = 240
+    recur_within: PositiveInt = 600
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"pattern {v!r} is not a valid regular expression: {e}") from None
+        return v
+
+
 class Workload(Model):
     """What runs in a cell. Commands are argv lists: no shell ever sees a user value."""
 
@@ -78,6 +100,7 @@ class Workload(Model):
     setup_timeout: PositiveInt = 600
     artifacts: list[str] = Field(default_factory=list, description="globs relative to the work dir")
     metrics: list[MetricSource] = Field(default_factory=list)
+    hang_detection: HangDetection | None = None
 
     @field_validator("run", "setup", mode="before")
     @classmethod

@@ -24,6 +24,15 @@ to every descendant seen (task runners live in process groups of their own), up 
 marker variable (``ACCELMATRIX_STACK_ID``, inherited by everything the components start,
 including local workloads) is killed by PID. Nothing else is ever signalled.
 
+Settings that differ from Airflow's defaults (all overridable through ``env_extra``): the
+api-server on 127.0.0.1 and a free port (``[api] base_url`` and ``[core]
+execution_api_server_url`` point at it); scheduler and triggerer with ``--skip-serve-logs``
+(every component shares this home's log folder, so the api-server reads worker and trigger
+logs from disk and nothing binds 0.0.0.0); ``[dag_processor] refresh_interval`` 5 s so new
+files are seen quickly but ``min_file_process_interval`` 120 s so re-parsing does not compete
+with tasks; a 20 s SQLite busy timeout and a 30 s execution-API timeout for task processes;
+fixed secret and JWT keys shared by every component.
+
 Resource figures: a sampler thread records the memory of each component's process tree
 (RSS of the scheduler process, PSS summed over trees); ``measure()`` gives CPU seconds
 (``/proc`` utime+stime through psutil, including reaped children) and peak memory over a
@@ -35,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -42,6 +52,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +65,24 @@ import psutil
 from accelmatrix.settings import REPO_ROOT
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+# What the 3.3.2 scheduler logs when it fails a task whose deferral exit it learns about
+# only after the trigger already resumed it (apache/airflow#67287, #71580, #72716).
+STALE_SUCCESS = "finished with state success, but the task instance's state attribute is"
+_STALE_SUCCESS_RE = re.compile(
+    r"reported that the task instance <TaskInstance: [^>\n]*ti_id=([0-9a-f-]+)> "
+    + re.escape(STALE_SUCCESS)
+)
 FINISHED = ("success", "failed")
 MARKER = "ACCELMATRIX_STACK_ID"
+
+
+# Handed to every component as [database] sql_alchemy_connect_args (an import path): SQLite
+# waits this long for a lock instead of Python's default 5 s. On 2 busy CPUs the scheduler,
+# dag-processor, api-server and triggerer writing at once exceeded 5 s at parallelism 16-32
+# ("database is locked" crashed the scheduler). Task processes wait for the api-server, so
+# [workers] execution_api_timeout is raised above this (its default of 5 s failed a task).
+SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 20}
+EXECUTION_API_TIMEOUT = 30
 
 
 class StackError(RuntimeError):
@@ -193,7 +220,7 @@ class AirflowStack:
         all_admins: bool = True,
         startup_timeout: float = 240.0,
         stop_grace: float = 10.0,
-        sample_interval: float = 0.5,
+        sample_interval: float = 1.0,
         airflow_bin: Path | str | None = None,
     ):
         self.home = Path(home).resolve()
@@ -245,6 +272,11 @@ class AirflowStack:
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": (
+                    f"{__name__}.SQLITE_CONNECT_ARGS"
+                ),
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(EXECUTION_API_TIMEOUT),
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs_dir),
                 # Nothing serves logs (every component shares this home's log folder); give the
                 # ports unique values anyway so a log fetch can never reach another stack.
@@ -281,8 +313,14 @@ class AirflowStack:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self.stop()
+        except StackError as e:
+            if exc_type is None:
+                raise
+            # Do not hide the exception that ended the block; report the leftovers beside it.
+            warnings.warn(str(e), RuntimeWarning, stacklevel=2)
 
     def start(self) -> None:
         try:
@@ -469,7 +507,21 @@ class AirflowStack:
 
     def api(self, method: str, path: str, *, ok: tuple[int, ...] = (), **kwargs: Any) -> Any:
         """Call the REST API (path relative to /api/v2); JSON of the answer or StackError."""
-        r = self.client.request(method, f"/api/v2/{path.lstrip('/')}", **kwargs)
+        url = f"/api/v2/{path.lstrip('/')}"
+        # Reads are retried: on SQLite the api-server answers 500 while another component
+        # holds the write lock for long.
+        attempts = 5 if method.upper() == "GET" else 1
+        for attempt in range(attempts):
+            try:
+                r = self.client.request(method, url, **kwargs)
+            except httpx.TransportError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(2)
+                continue
+            if r.status_code < 500 or attempt == attempts - 1:
+                break
+            time.sleep(2)
         if r.status_code >= 300 and r.status_code not in ok:
             raise StackError(f"{method} {path} -> {r.status_code}: {r.text[:2000]}")
         if not r.content:
@@ -592,6 +644,20 @@ class AirflowStack:
                 break
             params = {"map_index": map_index, "token": token}
         return "\n".join(lines)
+
+    def stale_success_failures(self) -> set[str]:
+        """Ids of task instances the scheduler failed through Airflow's defer/resume race.
+
+        In 3.3.2, when a trigger fires before the scheduler has processed the executor's
+        "success" for the attempt that deferred, and the resumed attempt is already queued or
+        running, the scheduler takes that stale event for an external kill and fails the task
+        (fixed upstream for `scheduled` only). Compare with the ``id`` of task_instances().
+        """
+        try:
+            text = (self.logs_dir / "scheduler.log").read_text(errors="replace")
+        except OSError:
+            return set()
+        return set(_STALE_SUCCESS_RE.findall(text))
 
     # -- measurement ------------------------------------------------------------------------
     def cpu_seconds(self) -> dict[str, float]:

@@ -9,6 +9,7 @@ once the workload exits or its deadline passes.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +25,8 @@ class WorkloadTrigger(BaseTrigger):
         deadline: float,
         log_offset: int = 0,
         poll_interval: float = 1.0,
+        hang_detection: dict[str, Any] | None = None,
+        started_at: float | None = None,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -31,6 +34,8 @@ class WorkloadTrigger(BaseTrigger):
         self.deadline = deadline
         self.log_offset = log_offset
         self.poll_interval = poll_interval
+        self.hang_detection = hang_detection
+        self.started_at = started_at if started_at is not None else time.time()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -41,6 +46,8 @@ class WorkloadTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "log_offset": self.log_offset,
                 "poll_interval": self.poll_interval,
+                "hang_detection": self.hang_detection,
+                "started_at": self.started_at,
             },
         )
 
@@ -49,12 +56,13 @@ class WorkloadTrigger(BaseTrigger):
 
         backend = get_backend(self.machine_spec)
         offset = self.log_offset
-        lines_seen = 0
+        hang = HangWatch(self.hang_detection, self.started_at) if self.hang_detection else None
         while True:
             lines, offset = await asyncio.to_thread(backend.read_logs, self.handle, offset)
             for line in lines:
                 self.log.info("%s", line)
-            lines_seen += len(lines)
+                if hang:
+                    hang.saw(line)
             status = await asyncio.to_thread(backend.poll, self.handle)
             if status.done:
                 # Drain what was written between the last read and the exit.
@@ -70,6 +78,11 @@ class WorkloadTrigger(BaseTrigger):
                     }
                 )
                 return
+            if hang and (problem := hang.problem()):
+                yield TriggerEvent(
+                    {"status": "hung", "exit_code": None, "detail": problem, "log_offset": offset}
+                )
+                return
             if time.time() >= self.deadline:
                 yield TriggerEvent(
                     {
@@ -81,3 +94,34 @@ class WorkloadTrigger(BaseTrigger):
                 )
                 return
             await asyncio.sleep(self.poll_interval)
+
+
+class HangWatch:
+    """Tracks when the heartbeat pattern last appeared in the workload's log."""
+
+    def __init__(self, spec: dict[str, Any], started_at: float):
+        self.pattern = re.compile(spec["pattern"])
+        self.start_within = float(spec["start_within"])
+        self.recur_within = float(spec["recur_within"])
+        self.started_at = started_at
+        self.last_match: float | None = None
+
+    def saw(self, line: str) -> None:
+        if self.pattern.search(line):
+            self.last_match = time.time()
+
+    def problem(self) -> str | None:
+        now = time.time()
+        if self.last_match is None:
+            if now - self.started_at > self.start_within:
+                return (
+                    f"hung: no log line matched /{self.pattern.pattern}/ within "
+                    f"{self.start_within:.0f} s of the start"
+                )
+            return None
+        if now - self.last_match > self.recur_within:
+            return (
+                f"hung: no log line matched /{self.pattern.pattern}/ for "
+                f"{now - self.last_match:.0f} s (limit {self.recur_within:.0f} s)"
+            )
+        return None

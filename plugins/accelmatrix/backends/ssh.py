@@ -1,0 +1,793 @@
+"""SshBackend: cells run on a host reached through an Airflow SSH connection.
+
+The remote side mirrors LocalBackend so that both behave alike: the "machine" is a work dir
+on the host, ``<work_root>/<dag>/<run>/<cell>``, holding a resource record (resource.json,
+with the labels the janitor reads) and an internal ``.accelmatrix/`` dir with the same
+stdlib-only ``local_runner.py`` that supervises local workloads, its logs and a copy of the
+include dir. The runner is started in its own session, so the workload survives both the
+run task (which defers) and the SSH channel that started it.
+
+Why these choices:
+
+* Credentials only ever come from the Airflow connection (``ssh_conn_id``), never from the
+  suite YAML, and no credential is written to a record, a handle or a log.
+* A shell sees exactly one thing we send: a script on the channel's stdin, in which every
+  argv element and env value is quoted (``shlex``). Nothing of it is on the remote command
+  line either, so env values (tokens) do not show in ``ps`` on the host.
+* poll/read_logs are single SFTP reads on a connection cached per process (see
+  ``accelmatrix.hooks.ssh``): the triggerer calls them about once a second per cell.
+* Processes are identified by their process group *and* by ``ACCELMATRIX_WORK_DIR=<work dir>``
+  in their environment, so a recycled PID on a long-lived host is never killed by mistake.
+* Logs live on the host until collect/teardown copy them into the local artifacts dir, where
+  evaluation reads output.log and status.json exactly as for local cells.
+* Workloads get the host's login environment plus the suite's env: nothing of the Airflow
+  worker's environment (its secrets included) is forwarded.
+
+Remote requirements: Linux with /proc, a POSIX sh, util-linux ``setsid``, ``nohup``, ``rm``,
+and Python >= 3.10 as the machine's ``python`` (the runner runs on it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import re
+import shlex
+import stat
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import paramiko
+
+from accelmatrix import settings
+from accelmatrix.backends.base import (
+    MANAGED_BY,
+    Backend,
+    BackendError,
+    CellContext,
+    InfrastructureError,
+    JobStatus,
+    LogFn,
+    ManagedResource,
+    SetupFailed,
+)
+from accelmatrix.backends.local import RUNNER, _fault
+from accelmatrix.hooks.ssh import RemoteHost, get_host, sftp_makedirs
+
+logger = logging.getLogger(__name__)
+
+RECORD = "resource.json"
+INTERNAL_DIR = ".accelmatrix"
+LOG_FILES = ("output.log", "stdout.log", "stderr.log", "status.json", "runner.log")
+ROTATED_LOGS = ("output.log", "stdout.log", "stderr.log", "status.json")
+DEFAULT_WORK_ROOT = "~/.accelmatrix/work"
+KILL_GRACE_SECONDS = 5.0
+SUBMIT_WAIT_SECONDS = 15.0
+# How long poll() keeps saying "running" while the host cannot be reached before it gives
+# up with an infrastructure failure (a reboot or a network blip should not fail a cell).
+UNREACHABLE_GRACE_SECONDS = 120.0
+INCLUDE_MAX_BYTES = 64 << 20
+READ_CHUNK = 1 << 20
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PGID_LINE = re.compile(rb"^accelmatrix-pgid=(\d+)$")
+
+# Signals a process group, but only if one of its live members carries the work dir marker
+# in its environment (a PID reused by an unrelated program after the group died is spared).
+# Zombies are not members: they are dead and cannot be killed further. Runs on the host.
+_KILL_GROUP_PY = r"""
+import os, signal, sys, time
+pgid, marker, grace = int(sys.argv[1]), sys.argv[2].encode(), float(sys.argv[3])
+def members():
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            out.append(name)
+    return out
+def ours(pids):
+    for pid in pids:
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    return True
+        except OSError:
+            pass
+    return False
+if pgid <= 1 or pgid == os.getpgid(0):
+    sys.exit("refusing to kill process group %d" % pgid)
+live = members()
+if not live:
+    print("gone")
+    sys.exit(0)
+if not ours(live):
+    print("foreign")
+    sys.exit(0)
+try:
+    os.killpg(pgid, signal.SIGTERM)
+except ProcessLookupError:
+    print("gone")
+    sys.exit(0)
+deadline = time.monotonic() + grace
+while time.monotonic() < deadline and members():
+    time.sleep(0.1)
+if members():
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    print("killed")
+else:
+    print("terminated")
+"""
+
+# Expands the artifact globs on the host with the same pathlib semantics as LocalBackend,
+# and keeps only regular files whose real path stays inside the work dir (a symlink to
+# ~/.ssh/id_rsa must not be exfiltrated) and outside the backend's own internal dir.
+_GLOB_PY = r"""
+import json, sys
+from pathlib import Path
+work = Path(sys.argv[1]).resolve()
+internal = work / sys.argv[2]
+found, refused = {}, []
+for pattern in json.loads(sys.argv[3]):
+    if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
+        refused.append(pattern)
+        continue
+    for m in work.glob(pattern):
+        for src in (m.rglob("*") if m.is_dir() and not m.is_symlink() else [m]):
+            rel = src.relative_to(work)
+            real = src.resolve()
+            if rel.parts[:1] == (sys.argv[2],) or real == internal or internal in real.parents:
+                continue
+            if real != work and work not in real.parents:
+                refused.append(str(rel))
+                continue
+            if real.is_file():
+                found[str(rel)] = str(real)
+print(json.dumps({"found": found, "refused": refused}))
+"""
+
+_unreachable_since: dict[str, float] = {}
+_unreachable_lock = threading.Lock()
+# (connection, pid, start time) of processes already proven to be ours: later polls only
+# re-read /proc/<pid>/stat (the start time tells a recycled PID apart).
+_verified: set[tuple[str, int, bytes, str]] = set()
+_verified_lock = threading.Lock()
+
+
+def _last_line(data: bytes) -> bytes:
+    """The last non-empty line: what our own snippet printed, after any rc-file noise."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    return lines[-1] if lines else b""
+
+
+def expand_work_root(work_root: str, home: str) -> str:
+    """An absolute remote path from ``work_root`` (``~/`` is the login user's home)."""
+    if work_root == "~" or work_root.startswith("~/"):
+        path = home.rstrip("/") + work_root[1:]
+    elif work_root.startswith("/"):
+        path = work_root
+    else:
+        raise BackendError(f"work_root {work_root!r} must be absolute or start with '~/'")
+    return posixpath.normpath(path)
+
+
+def _checked_work_dir(path: str) -> str:
+    """``path`` if it can be a cell work dir; refuses anything `rm -rf` must never get."""
+    p = PurePosixPath(path)
+    if not p.is_absolute() or ".." in p.parts or len(p.parts) < 5 or str(p) != path:
+        raise BackendError(f"refusing to use {path!r} as a cell work dir")
+    return path
+
+
+def _marker(work_dir: str) -> str:
+    return f"ACCELMATRIX_WORK_DIR={work_dir}"
+
+
+def _env_lines(env: dict[str, str], work_dir: str) -> list[str]:
+    lines = []
+    for name, value in {**env, "ACCELMATRIX_WORK_DIR": work_dir}.items():
+        if not _ENV_NAME.match(name):
+            raise BackendError(f"env name {name!r} is not a valid variable name")
+        if "\x00" in value:
+            raise BackendError(f"env {name}: values cannot contain NUL bytes")
+        lines.append(f"export {name}={shlex.quote(value)}")
+    return lines
+
+
+def _argv(argv: list[str]) -> str:
+    if not argv or any("\x00" in a for a in argv):
+        raise BackendError(f"invalid argv {argv!r}: empty or containing NUL bytes")
+    return shlex.join(argv)
+
+
+class _Lines:
+    """Splits a byte stream into decoded lines for a sink, taking out our pgid marker."""
+
+    def __init__(self, sink: LogFn):
+        self.sink = sink
+        self.buf = b""
+        self.pgid: int | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            self._emit(line)
+
+    def close(self) -> None:
+        if self.buf:
+            self._emit(self.buf)
+            self.buf = b""
+
+    def _emit(self, line: bytes) -> None:
+        # Only lines before the marker are candidates (a login rc file may print first);
+        # after it, everything is the command's own output, whatever it looks like.
+        if self.pgid is None:
+            m = _PGID_LINE.match(line)
+            if m:
+                self.pgid = int(m.group(1))
+                return
+        self.sink(line.rstrip(b"\r").decode("utf-8", errors="replace"))
+
+
+class SshBackend(Backend):
+    kind = "ssh"
+
+    def __init__(self, machine_spec: dict[str, Any]):
+        super().__init__(machine_spec)
+        if not machine_spec.get("ssh_conn_id"):
+            raise BackendError("an ssh machine needs ssh_conn_id (an Airflow connection id)")
+        self.conn_id: str = machine_spec["ssh_conn_id"]
+        self.python: str = machine_spec.get("python") or "python3"
+        self.work_root: str = machine_spec.get("work_root") or DEFAULT_WORK_ROOT
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
+        # A record or handle names its own connection: a janitor or a later task may hold a
+        # machine spec that was edited since, and must still reach the host the cell used.
+        conn_id = (resource_or_handle or {}).get("ssh_conn_id") or self.conn_id
+        return get_host(conn_id)
+
+    def _root(self, host: RemoteHost) -> str:
+        return expand_work_root(self.work_root, host.home() if "~" in self.work_root else "")
+
+    def _read_json(self, host: RemoteHost, path: str) -> dict[str, Any] | None:
+        data = host.read(path)
+        if data is None:
+            return None
+        try:
+            value = json.loads(data)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _kill_group(self, host: RemoteHost, pgid: int, work_dir: str) -> str:
+        """SIGTERM then SIGKILL the remote group, if it is still this work dir's."""
+        if pgid <= 1:
+            raise BackendError(f"refusing to kill process group {pgid}")
+        result = host.execute(
+            shlex.join([self.python, "-", str(pgid), _marker(work_dir), str(KILL_GRACE_SECONDS)]),
+            stdin=_KILL_GROUP_PY.encode(),
+            timeout=KILL_GRACE_SECONDS + 30,
+        )
+        if result.exit_code != 0:
+            raise BackendError(
+                f"could not stop process group {pgid} on {host.hostname}: "
+                f"exit {result.exit_code}: {result.text().strip()[-500:]}"
+            )
+        return _last_line(result.stdout).decode(errors="replace")
+
+    def _alive(self, host: RemoteHost, pid: int, work_dir: str, verify: bool = True) -> bool:
+        """Is ``pid`` a live (non-zombie) process started for this work dir?
+
+        SFTP reads of /proc (no command, no shell): its stat, and its environment the first
+        time only. Cheap enough for every poll. ``verify=False`` skips the environment check,
+        for a PID we started a moment ago (a forked shell shows its old environment until
+        it execs).
+        """
+        if not host.has_proc():
+            return host.execute(f"kill -0 {int(pid)}", timeout=30).exit_code == 0
+        try:
+            raw = host.read(f"/proc/{int(pid)}/stat")
+            if raw is None:
+                return False
+            fields = raw.rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z":
+                return False
+            if not verify:
+                return True
+            key = (host.conn_id, int(pid), fields[19], work_dir)  # [19]: stat field 22, start
+            with _verified_lock:
+                if key in _verified:
+                    return True
+            environ = host.read(f"/proc/{int(pid)}/environ")
+        except PermissionError:
+            return True  # someone else's process: it exists, and it is not ours to judge
+        if environ is None:
+            return False
+        ours = _marker(work_dir).encode() in environ.split(b"\0")
+        if ours:
+            with _verified_lock:
+                if len(_verified) > 10_000:
+                    _verified.clear()
+                _verified.add(key)
+        return ours
+
+    def _fetch_logs(self, host: RemoteHost, resource: dict[str, Any]) -> list[str]:
+        """Copy the runner's logs into the local artifacts dir (where evaluation reads them)."""
+        art = Path(resource["artifacts_dir"])
+        art.mkdir(parents=True, exist_ok=True)
+        log_dir = resource["log_dir"]
+        copied = []
+        with host.bulk_sftp() as sftp:
+            for name in LOG_FILES:
+                try:
+                    sftp.get(f"{log_dir}/{name}", str(art / f".{name}.part"))
+                except FileNotFoundError:
+                    continue
+                os.replace(art / f".{name}.part", art / name)
+                copied.append(name)
+        return copied
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def work_dir_for(self, host: RemoteHost, ctx: CellContext) -> str:
+        return posixpath.join(
+            self._root(host),
+            settings.safe_name(ctx.dag_id),
+            settings.safe_name(ctx.run_id),
+            settings.safe_name(ctx.cell_id),
+        )
+
+    def provision(self, ctx: CellContext) -> dict[str, Any]:
+        host = self._host()
+        work_dir = _checked_work_dir(self.work_dir_for(host, ctx))
+        record_path = f"{work_dir}/{RECORD}"
+        existing = self._read_json(host, record_path)
+        if existing is not None:  # a retry finds the resource it created before
+            ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
+            return existing
+        created = not host.exists(work_dir)
+        internal = f"{work_dir}/{INTERNAL_DIR}"
+        try:
+            self._check_python(host)
+            host.makedirs(f"{internal}/logs")
+            ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
+            include_dir = self._upload_include(host, f"{internal}/include")
+            now = time.time()
+            resource = {
+                "backend": self.kind,
+                "name": f"{self.conn_id}:{work_dir}",
+                "ssh_conn_id": self.conn_id,
+                "host": host.hostname,
+                "work_dir": work_dir,
+                "internal_dir": internal,
+                "log_dir": f"{internal}/logs",
+                "include_dir": include_dir,
+                "artifacts_dir": str(ctx.artifacts_dir),
+                "created_at": now,
+                "labels": {
+                    "managed-by": MANAGED_BY,
+                    "dag": ctx.dag_id,
+                    "run": ctx.run_id,
+                    "cell": ctx.cell_id,
+                    "ttl": str(int(now + ctx.ttl_seconds)),
+                    "host": host.hostname,
+                    **ctx.labels,
+                },
+            }
+            _fault("provision")
+            host.write_atomic(record_path, json.dumps(resource).encode())
+            return resource
+        except BaseException:
+            # Airflow skips a teardown whose setup task failed: undo what we created here.
+            if created:
+                try:
+                    host.execute(shlex.join(["rm", "-rf", "--", work_dir]), timeout=120)
+                except Exception as e:  # the original error matters more than this one
+                    logger.warning("could not remove %s after a failed provision: %s", work_dir, e)
+            raise
+
+    def _check_python(self, host: RemoteHost) -> None:
+        """Fail at provision, clearly, if the host cannot run the runner (not at submit)."""
+        probe = "import sys; print('%d.%d' % sys.version_info[:2])"
+        result = host.execute(shlex.join([self.python, "-c", probe]), timeout=60)
+        version = _last_line(result.stdout).decode(errors="replace").strip()
+        if result.exit_code != 0 or tuple(map(int, (version or "0.0").split("."))) < (3, 10):
+            raise BackendError(
+                f"{self.python!r} on {host.hostname} is not Python >= 3.10 (exit "
+                f"{result.exit_code}: {result.text().strip()[-300:]}); set the machine's `python`"
+            )
+
+    def _upload_include(self, host: RemoteHost, remote: str) -> str:
+        """Copy the include dir to the host, so `${include_dir}/...` works there as locally."""
+        local = settings.include_dir()
+        if not local.is_dir():
+            return remote
+        files = [
+            p
+            for p in sorted(local.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        ]
+        total = sum(p.stat().st_size for p in files)
+        if total > INCLUDE_MAX_BYTES:
+            raise BackendError(
+                f"include dir {local} holds {total} bytes; more than {INCLUDE_MAX_BYTES} is "
+                "not copied to SSH hosts (ship big inputs through a setup command instead)"
+            )
+        with host.bulk_sftp() as sftp:
+            sftp_makedirs(sftp, remote)
+            for p in files:
+                target = f"{remote}/{p.relative_to(local).as_posix()}"
+                sftp_makedirs(sftp, posixpath.dirname(target))
+                sftp.put(str(p), target)
+                sftp.chmod(target, stat.S_IMODE(p.stat().st_mode))
+        return remote
+
+    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+        return {
+            "work_dir": resource["work_dir"],
+            "include_dir": resource["include_dir"],
+            "python": self.python,
+        }
+
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        host = self._host(resource)
+        work_dir = _checked_work_dir(resource["work_dir"])
+        log_path = Path(resource["artifacts_dir"]) / "setup.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        env_lines = _env_lines(env, work_dir)
+        with open(log_path, "a", encoding="utf-8") as setup_log:
+            for i, argv in enumerate(commands):
+                command = _argv(argv)
+                if deadline - time.monotonic() <= 0:
+                    raise SetupFailed(f"setup[{i}] {argv} timed out after {timeout}s")
+                log(f"setup[{i}]: {argv}")
+                setup_log.write(f"$ {command}\n")
+                setup_log.flush()
+                tail: list[str] = []
+
+                def sink(line: str, tail: list[str] = tail) -> None:
+                    log(line)
+                    setup_log.write(line + "\n")
+                    setup_log.flush()
+                    tail.append(line)
+                    del tail[:-20]
+
+                lines = _Lines(sink)
+                # The script runs as its own session (setsid -w waits and passes the exit
+                # code on), so a timeout can kill the whole group, grandchildren included.
+                # setup.pgid lets a teardown stop it even if this worker dies meanwhile.
+                script = "\n".join(
+                    [
+                        "printf 'accelmatrix-pgid=%s\\n' \"$$\"",
+                        f"printf '%s\\n' \"$$\" > {shlex.quote(resource['internal_dir'])}"
+                        "/setup.pgid",
+                        f"cd -- {shlex.quote(work_dir)} || exit 126",
+                        *env_lines,
+                        "exec 2>&1",
+                        f"exec {command} < /dev/null",
+                        "",
+                    ]
+                )
+
+                def on_timeout(lines: _Lines = lines, i: int = i) -> None:
+                    if lines.pgid:
+                        host.execute(_shell_kill(lines.pgid), timeout=30)
+                    else:
+                        logger.warning("setup[%d] timed out before it reported its pgid", i)
+
+                result = host.execute(
+                    "exec setsid -w sh -s",
+                    stdin=script.encode(),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                    combine=True,
+                    on_output=lines.feed,
+                    on_timeout=on_timeout,
+                )
+                lines.close()
+                if result.timed_out:
+                    raise SetupFailed(f"setup[{i}] {argv} timed out after {timeout}s")
+                if result.exit_code is None:
+                    raise InfrastructureError(
+                        f"setup[{i}] {argv}: lost the SSH connection to {host.hostname}"
+                    )
+                if result.exit_code != 0:
+                    raise SetupFailed(
+                        f"setup[{i}] {argv} exited with {result.exit_code}; last lines:\n"
+                        + "\n".join(tail)
+                    )
+
+    def submit(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+    ) -> dict[str, Any]:
+        host = self._host(resource)
+        work_dir = _checked_work_dir(resource["work_dir"])
+        log_dir = resource["log_dir"]
+        runner = f"{resource['internal_dir']}/runner.py"
+        handle: dict[str, Any] = {
+            "backend": self.kind,
+            "ssh_conn_id": resource.get("ssh_conn_id", self.conn_id),
+            "host": resource.get("host"),
+            "work_dir": work_dir,
+            "log_dir": log_dir,
+            "log_path": f"{log_dir}/output.log",
+            "status_path": f"{log_dir}/status.json",
+            "artifacts_dir": resource["artifacts_dir"],
+        }
+        status = self._read_json(host, handle["status_path"])
+        if (
+            status
+            and status.get("exit_code") is None
+            and isinstance(status.get("pid"), int)
+            and self._alive(host, status["pid"], work_dir)
+        ):
+            handle.update(pid=status["pid"], pgid=status["pgid"], reattached=True)
+            return handle
+        command = _argv(argv)
+        if status and status.get("exit_code") is None and isinstance(status.get("pgid"), int):
+            # The runner died without a status (OOM killer, reboot of a container...): its
+            # workload may live on in the group. Never run two copies side by side.
+            self._kill_group(host, status["pgid"], work_dir)
+        host.makedirs(log_dir)
+        stamp = int(time.time() * 1000)
+
+        def rotate(s: Any) -> None:
+            # A previous attempt's output is kept beside the new one, never overwritten.
+            for name in ROTATED_LOGS:
+                try:
+                    s.posix_rename(f"{log_dir}/{name}", f"{log_dir}/{name}.{stamp}")
+                except FileNotFoundError:
+                    pass
+
+        host.sftp(rotate)
+        host.write_atomic(runner, RUNNER.read_bytes())
+        runner_argv = [self.python, runner, "--log-dir", log_dir, "--cwd", work_dir, "--"]
+        script = "\n".join(
+            [
+                f"cd -- {shlex.quote(work_dir)} || exit 126",
+                *_env_lines(env, work_dir),
+                f"setsid nohup {shlex.join(runner_argv)} {command} < /dev/null"
+                f" >> {shlex.quote(log_dir + '/runner.log')} 2>&1 &",
+                "printf '%s\\n' \"$!\"",
+                "",
+            ]
+        )
+        result = host.execute("exec sh -s", stdin=script.encode(), timeout=60)
+        if result.exit_code != 0:
+            raise InfrastructureError(
+                f"could not start the workload on {host.hostname}: exit {result.exit_code}: "
+                + result.text().strip()[-500:]
+            )
+        last = _last_line(result.stdout).strip()
+        if not last.isdigit():
+            raise InfrastructureError(
+                f"starting the workload on {host.hostname} printed no PID: {result.text()[-500:]}"
+            )
+        bg_pid = int(last)
+        deadline = time.monotonic() + SUBMIT_WAIT_SECONDS
+        # Wait briefly for the runner's first status so poll() never sees "no status yet"
+        # as a vanished runner.
+        while time.monotonic() < deadline:
+            status = self._read_json(host, handle["status_path"])
+            if status:
+                handle.update(pid=status["pid"], pgid=status["pgid"], reattached=False)
+                return handle
+            if not self._alive(host, bg_pid, work_dir, verify=False):
+                break
+            time.sleep(0.05)
+        status = self._read_json(host, handle["status_path"])
+        if status:
+            handle.update(pid=status["pid"], pgid=status["pgid"], reattached=False)
+            return handle
+        if self._alive(host, bg_pid, work_dir, verify=False):  # slow host: still starting
+            handle.update(pid=bg_pid, pgid=bg_pid, reattached=False)
+            return handle
+        runner_log = (host.read(f"{log_dir}/runner.log") or b"").decode(errors="replace")
+        raise InfrastructureError(
+            f"the workload runner on {host.hostname} exited without a status: "
+            + runner_log.strip()[-1000:]
+        )
+
+    def poll(self, handle: dict[str, Any]) -> JobStatus:
+        key = f"{handle.get('ssh_conn_id')}:{handle.get('status_path')}"
+        try:
+            status = self._poll(handle)
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            return self._unreachable(key, handle, e)
+        with _unreachable_lock:
+            _unreachable_since.pop(key, None)
+        return status
+
+    def _unreachable(self, key: str, handle: dict[str, Any], e: BaseException) -> JobStatus:
+        now = time.monotonic()
+        with _unreachable_lock:
+            since = _unreachable_since.setdefault(key, now)
+        if now - since >= UNREACHABLE_GRACE_SECONDS:
+            with _unreachable_lock:
+                _unreachable_since.pop(key, None)
+            return JobStatus(
+                done=True,
+                exit_code=None,
+                detail=f"host {handle.get('host')} unreachable for {now - since:.0f} s: {e}",
+                infrastructure_failure=True,
+            )
+        logger.warning("cannot reach %s (will retry): %s", handle.get("host"), e)
+        return JobStatus(done=False, detail=f"host unreachable: {e}")
+
+    def _poll(self, handle: dict[str, Any]) -> JobStatus:
+        host = self._host(handle)
+        status = self._read_json(host, handle["status_path"])
+        if status and status.get("exit_code") is not None:
+            sig = status.get("signal")
+            detail = f"exit code {status['exit_code']}" + (f" (signal {sig})" if sig else "")
+            return JobStatus(done=True, exit_code=status["exit_code"], detail=detail)
+        if self._alive(host, handle["pid"], handle["work_dir"]):
+            return JobStatus(done=False, detail="running")
+        # Re-read: the runner may have written its final status between the two reads.
+        status = self._read_json(host, handle["status_path"])
+        if status and status.get("exit_code") is not None:
+            return JobStatus(done=True, exit_code=status["exit_code"], detail="exited")
+        return JobStatus(
+            done=True,
+            exit_code=None,
+            detail="the workload's supervisor process disappeared (killed?) without a status",
+            infrastructure_failure=True,
+        )
+
+    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+        try:
+            chunk = self._host(handle).read(handle["log_path"], offset, READ_CHUNK)
+        except (OSError, EOFError, paramiko.SSHException) as e:  # a blip: retried next call
+            logger.warning("cannot read the log on %s (will retry): %s", handle.get("host"), e)
+            return [], offset
+        if not chunk:
+            return [], offset
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return [], offset
+        chunk = chunk[: end + 1]
+        return chunk.decode("utf-8", errors="replace").splitlines(), offset + len(chunk)
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        pgid = handle.get("pgid")
+        if not pgid:
+            return
+        self._kill_group(self._host(handle), int(pgid), handle["work_dir"])
+
+    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+        host = self._host(resource)
+        work_dir = _checked_work_dir(resource["work_dir"])
+        self._fetch_logs(host, resource)
+        dest.mkdir(parents=True, exist_ok=True)
+        if not globs:
+            return []
+        result = host.execute(
+            shlex.join([self.python, "-", work_dir, INTERNAL_DIR, json.dumps(globs)]),
+            stdin=_GLOB_PY.encode(),
+            timeout=300,
+        )
+        if result.exit_code != 0:
+            raise BackendError(
+                f"listing artifacts on {host.hostname} failed: exit {result.exit_code}: "
+                + result.text().strip()[-500:]
+            )
+        listing = json.loads(_last_line(result.stdout))
+        for rel in listing["refused"]:
+            logger.warning("not collected (outside the work dir): %s", rel)
+        root = dest.resolve()
+        copied = []
+        with host.bulk_sftp() as sftp:
+            for rel, real in sorted(listing["found"].items()):
+                target = (dest / rel).resolve()
+                if not target.is_relative_to(root):
+                    logger.warning("not collected (would land outside %s): %s", dest, rel)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                sftp.get(real, str(target))
+                st = sftp.stat(real)
+                if st.st_mtime is not None:
+                    os.utime(target, (st.st_atime or st.st_mtime, st.st_mtime))
+                copied.append(rel)
+        return sorted(set(copied))
+
+    def teardown(self, resource: dict[str, Any]) -> None:
+        host = self._host(resource)
+        work_dir = _checked_work_dir(resource["work_dir"])
+        if not host.exists(work_dir):
+            return
+        status = self._read_json(host, f"{resource['log_dir']}/status.json")
+        if status and status.get("exit_code") is None and status.get("pgid"):
+            self._kill_group(host, int(status["pgid"]), work_dir)
+        setup_pgid = host.read(f"{resource['internal_dir']}/setup.pgid")
+        if setup_pgid and setup_pgid.strip().isdigit():
+            # A setup command left running by a worker that died mid-setup.
+            self._kill_group(host, int(setup_pgid), work_dir)
+        try:
+            self._fetch_logs(host, resource)
+        except OSError as e:  # the artifacts are a courtesy here; releasing the host is not
+            logger.warning("could not copy the logs of %s: %s", work_dir, e)
+        result = host.execute(shlex.join(["rm", "-rf", "--", work_dir]), timeout=300)
+        if result.exit_code != 0:
+            raise BackendError(
+                f"could not remove {work_dir} on {host.hostname}: {result.text().strip()[-500:]}"
+            )
+
+    def list_managed(self) -> list[ManagedResource]:
+        host = self._host()
+        root = self._root(host)
+
+        def op(s: Any) -> list[tuple[str, bytes]]:
+            out: list[tuple[str, bytes]] = []
+
+            def subdirs(path: str) -> list[str]:
+                try:
+                    entries = s.listdir_attr(path)
+                except FileNotFoundError:
+                    return []
+                return [
+                    f"{path}/{e.filename}"
+                    for e in entries
+                    if stat.S_ISDIR(e.st_mode or 0) and e.filename not in (".", "..")
+                ]
+
+            for dag in subdirs(root):
+                for run in subdirs(dag):
+                    for cell in subdirs(run):
+                        try:
+                            with s.open(f"{cell}/{RECORD}", "rb") as f:
+                                out.append((cell, f.read()))
+                        except FileNotFoundError:
+                            continue
+            return out
+
+        managed = []
+        for work_dir, raw in host.sftp(op):
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                continue
+            managed.append(
+                ManagedResource(
+                    backend=self.kind,
+                    name=data.get("name", f"{self.conn_id}:{work_dir}"),
+                    labels=data.get("labels", {}),
+                    created_at=data.get("created_at"),
+                    detail={"work_dir": work_dir, "ssh_conn_id": self.conn_id, "resource": data},
+                )
+            )
+        return managed
+
+
+def _shell_kill(pgid: int) -> str:
+    """TERM, then KILL after a grace, of a group we are still attached to (setup timeout).
+
+    Plain sh (no Python): setup may be what installs the machine's Python.
+    """
+    p = int(pgid)
+    if p <= 1:
+        raise BackendError(f"refusing to kill process group {p}")
+    steps = int(KILL_GRACE_SECONDS / 0.2)
+    return (
+        f"kill -TERM -- -{p} 2>/dev/null || exit 0; i=0; "
+        f"while [ $i -lt {steps} ]; do sleep 0.2; kill -0 -- -{p} 2>/dev/null || exit 0; "
+        f"i=$((i+1)); done; kill -KILL -- -{p} 2>/dev/null; exit 0"
+    )

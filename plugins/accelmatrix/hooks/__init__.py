@@ -1,0 +1,1 @@
+"""Hooks: thin, cached clients to the machines cells run on (credentials from Airflow)."""

@@ -1,0 +1,587 @@
+"""TpuVmHook: Cloud TPU VMs and queued resources through the ``gcloud`` CLI.
+
+Every call runs ``gcloud compute tpus ...`` as an argv list (never a shell) with
+``--format=json --quiet`` and returns the parsed JSON. A failed call raises a typed
+exception parsed from gcloud's ``ERROR: (gcloud.<command>) ...`` line:
+
+==========================  =================================================================
+``TpuNotFound``             NOT_FOUND / 404
+``TpuAlreadyExists``        ALREADY_EXISTS / 409
+``TpuQuotaExceeded``        RESOURCE_EXHAUSTED that mentions quota (HTTP 429 on create)
+``TpuStockout``             RESOURCE_EXHAUSTED otherwise (operation error code 8, "no more
+                            capacity in the zone")
+``TpuPermissionDenied``     PERMISSION_DENIED / UNAUTHENTICATED
+``TpuInvalidArgument``      INVALID_ARGUMENT / FAILED_PRECONDITION
+``TpuTimeout``              gcloud did not return within the timeout (its process group is
+                            killed; the server-side operation may still complete)
+``TpuError``                anything else (all of the above subclass it)
+==========================  =================================================================
+
+Quota, stockout and timeout errors are also ``InfrastructureError`` (the machine failed us).
+
+Credentials. Production: ``GoogleBaseHook(gcp_conn_id).provide_authorized_gcloud()`` from
+apache-airflow-providers-google; it points ``CLOUDSDK_CONFIG`` at a temporary directory,
+activates the connection's key (``gcloud auth activate-service-account``, or the ADC refresh
+token) and sets ``core/project``, all through ``os.environ``, which the gcloud children
+inherit. Enter :meth:`TpuVmHook.authorized` once around a sequence of calls to pay that
+(a few gcloud runs) once; a call outside it authorizes for itself. Tests and other
+environments that configure gcloud themselves pass ``env=`` (merged over ``os.environ``) or
+set ``ACCELMATRIX_GCLOUD_AUTH=env``: then no Airflow connection is looked up at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from accelmatrix.backends.base import BackendError, InfrastructureError
+from accelmatrix.backends.tpu_names import (
+    is_valid_label_key,
+    is_valid_label_value,
+    is_valid_name,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 600.0
+# gcloud settings that hold in every environment: never prompt, never check for updates.
+BASE_ENV = {
+    "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+    "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "true",
+}
+# Variables of our own (venv) Python that must not leak into gcloud's bundled Python.
+DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
+AUTH_MODE_ENV = "ACCELMATRIX_GCLOUD_AUTH"
+ZONE_RE = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
+VALUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
+_DICT_DELIMS = "|;~#!%^"
+GRPC_STATUS = {
+    1: "CANCELLED",
+    2: "UNKNOWN",
+    3: "INVALID_ARGUMENT",
+    4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND",
+    6: "ALREADY_EXISTS",
+    7: "PERMISSION_DENIED",
+    8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION",
+    10: "ABORTED",
+    11: "OUT_OF_RANGE",
+    12: "UNIMPLEMENTED",
+    13: "INTERNAL",
+    14: "UNAVAILABLE",
+    15: "DATA_LOSS",
+    16: "UNAUTHENTICATED",
+}
+
+
+# -- errors ------------------------------------------------------------------------------------
+class TpuError(BackendError):
+    """A gcloud call failed. ``status`` is the Google status name when gcloud reported one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: str = "",
+        command: str = "",
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message, self.status, self.command = message, status, command
+        self.returncode, self.stderr = returncode, stderr
+
+
+class TpuNotFound(TpuError):
+    pass
+
+
+class TpuAlreadyExists(TpuError):
+    pass
+
+
+class TpuPermissionDenied(TpuError):
+    pass
+
+
+class TpuInvalidArgument(TpuError):
+    pass
+
+
+class TpuCapacityError(TpuError, InfrastructureError):
+    """No TPU for us right now (quota or stockout)."""
+
+
+class TpuQuotaExceeded(TpuCapacityError):
+    pass
+
+
+class TpuStockout(TpuCapacityError):
+    pass
+
+
+class TpuTimeout(TpuError, InfrastructureError):
+    pass
+
+
+_ERROR_LINE = re.compile(r"^ERROR: \((gcloud[^)]*)\) ?(.*)$", re.MULTILINE)
+
+
+def parse_gcloud_error(stderr: str, returncode: int | None = None) -> TpuError:
+    """The typed exception for a failed gcloud run, from its stderr.
+
+    gcloud reports HTTP errors as ``STATUS: message`` (plus details as YAML) and failed
+    long-running operations as the operation's JSON error ``{"code": 8, "message": ...}``.
+    """
+    m = _ERROR_LINE.search(stderr)
+    command = m.group(1) if m else ""
+    rest = stderr[m.start(2) :].strip() if m else stderr.strip()
+    status, message = "", rest
+    if rest.startswith("{"):
+        try:
+            obj, _ = json.JSONDecoder().raw_decode(rest)
+            code = obj.get("code")
+            status = GRPC_STATUS.get(code, "") if isinstance(code, int) else str(code or "")
+            message = str(obj.get("message", rest))
+        except ValueError:
+            pass
+    else:
+        sm = re.match(r"^([A-Z][A-Z_]+): (.*)", rest, re.DOTALL)
+        if sm:
+            status, message = sm.group(1), sm.group(2)
+    # gcloud appends a hint about the access token file after NOT_FOUND etc.; keep line 1.
+    message = message.strip().splitlines()[0] if message.strip() else "gcloud failed"
+    message = re.sub(r"\s*This command is authenticated with .*$", "", message)
+    text = f"{status}: {message}" if status else message
+    lowered = rest.lower()
+    cls: type[TpuError] = TpuError
+    if status == "NOT_FOUND" or (not status and "not found" in lowered):
+        cls = TpuNotFound
+    elif status == "ALREADY_EXISTS" or (not status and "already exists" in lowered):
+        cls = TpuAlreadyExists
+    elif status == "RESOURCE_EXHAUSTED" or "no more capacity" in lowered:
+        cls = TpuQuotaExceeded if "quota" in lowered else TpuStockout
+    elif "quota" in lowered and "exceeded" in lowered:
+        cls = TpuQuotaExceeded
+    elif status in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
+        cls = TpuPermissionDenied
+    elif status in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"):
+        cls = TpuInvalidArgument
+    return cls(text, status=status, command=command, returncode=returncode, stderr=stderr)
+
+
+# -- argument helpers --------------------------------------------------------------------------
+def dict_flag(flag: str, values: Mapping[str, str]) -> str:
+    """``--flag=k=v,k2=v2`` for a gcloud dict flag, with gcloud's ``^DELIM^`` escaping when a
+    value contains a comma (ssh keys, scripts)."""
+    for k in values:
+        if not k or "=" in k:
+            raise ValueError(f"{flag}: invalid key {k!r}")
+    text = "".join(f"{k}{v}" for k, v in values.items())
+    delim = ","
+    if "," in text:
+        delim = next((d for d in _DICT_DELIMS if d not in text), "")
+        if not delim:
+            raise ValueError(f"{flag}: cannot find a delimiter absent from the values")
+    body = delim.join(f"{k}={v}" for k, v in values.items())
+    return f"{flag}={body}" if delim == "," else f"{flag}=^{delim}^{body}"
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not is_valid_name(name):
+        raise ValueError(
+            f"invalid {kind} {name!r}: must match [a-z]([-a-z0-9]*[a-z0-9])? and be at most "
+            "63 characters"
+        )
+
+
+def _check_labels(labels: Mapping[str, str]) -> None:
+    for k, v in labels.items():
+        if not is_valid_label_key(k) or not is_valid_label_value(v):
+            raise ValueError(f"invalid label {k!r}={v!r} (use tpu_names.label_value)")
+
+
+def _check_value(what: str, value: str) -> None:
+    if not VALUE_RE.match(value):
+        raise ValueError(f"invalid {what} {value!r}")
+
+
+def _duration(value: int | float | str) -> str:
+    """A gcloud duration (``600s``) from seconds, or a duration string as given."""
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError("duration must be positive")
+        return f"{int(value)}s"
+    if not re.fullmatch(r"(\d+[dhms])+", value):
+        raise ValueError(f"invalid duration {value!r} (e.g. 600s, 2h, 1d)")
+    return value
+
+
+# -- the hook ----------------------------------------------------------------------------------
+class TpuVmHook:
+    """Cloud TPU through gcloud. Methods return parsed JSON dicts (Google API shapes)."""
+
+    def __init__(
+        self,
+        gcp_conn_id: str = "google_cloud_default",
+        project_id: str | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        gcloud: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.gcp_conn_id = gcp_conn_id
+        self.project_id = project_id
+        self.env = dict(env) if env is not None else None
+        self.gcloud = gcloud or shutil.which("gcloud") or "gcloud"
+        self.timeout = timeout
+        self.calls: list[dict[str, Any]] = []  # (command, seconds, returncode) per gcloud run
+        self._auth_depth = 0
+        self._auth_stack: contextlib.ExitStack | None = None
+
+    # -- credentials -------------------------------------------------------------------------
+    @property
+    def uses_airflow_connection(self) -> bool:
+        return self.env is None and os.environ.get(AUTH_MODE_ENV, "connection") != "env"
+
+    @contextlib.contextmanager
+    def authorized(self) -> Iterator[TpuVmHook]:
+        """Run the enclosed calls with the connection's credentials (re-entrant)."""
+        if self._auth_depth == 0 and self.uses_airflow_connection:
+            from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+
+            stack = contextlib.ExitStack()
+            base = GoogleBaseHook(gcp_conn_id=self.gcp_conn_id)
+            if self.project_id is None:
+                self.project_id = base.project_id
+            stack.enter_context(base.provide_authorized_gcloud())
+            self._auth_stack = stack
+        self._auth_depth += 1
+        try:
+            yield self
+        finally:
+            self._auth_depth -= 1
+            if self._auth_depth == 0 and self._auth_stack is not None:
+                stack, self._auth_stack = self._auth_stack, None
+                stack.close()
+
+    # -- running gcloud ----------------------------------------------------------------------
+    def run(self, args: list[str], *, timeout: float | None = None) -> Any:
+        """``gcloud ARGS --format=json --quiet``; the parsed stdout (None when empty)."""
+        with self.authorized():
+            return self._run(args, timeout=timeout)
+
+    def _run(self, args: list[str], *, timeout: float | None) -> Any:
+        argv = [self.gcloud, *args, "--format=json", "--quiet"]
+        if self.project_id:
+            argv.append(f"--project={self.project_id}")
+        env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
+        env.update(BASE_ENV)
+        if self.env:
+            env.update(self.env)
+        command = " ".join(a for a in args if not a.startswith("-"))
+        limit = self.timeout if timeout is None else timeout
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                start_new_session=True,  # so a timeout can kill gcloud and its children
+            )
+        except FileNotFoundError as e:
+            raise TpuError(f"gcloud not found ({self.gcloud}): install the Google Cloud CLI") from e
+        try:
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            self._record(command, t0, None)
+            raise TpuTimeout(
+                f"gcloud {command} did not finish within {limit:.0f}s",
+                command=f"gcloud {command}",
+                stderr=err,
+            ) from None
+        self._record(command, t0, proc.returncode)
+        if proc.returncode != 0:
+            raise parse_gcloud_error(err, proc.returncode)
+        out = out.strip()
+        if not out:
+            return None
+        try:
+            return json.loads(out)
+        except ValueError as e:
+            raise TpuError(f"gcloud {command} printed non-JSON output: {out[:200]!r}") from e
+
+    def _record(self, command: str, t0: float, returncode: int | None) -> None:
+        seconds = time.monotonic() - t0
+        self.calls.append({"command": command, "seconds": seconds, "returncode": returncode})
+        log.info("gcloud %s -> %s in %.1fs", command, returncode, seconds)
+
+    # -- nodes -------------------------------------------------------------------------------
+    def create_node(
+        self,
+        name: str,
+        zone: str,
+        accelerator_type: str,
+        runtime_version: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        spot: bool = False,
+        preemptible: bool = False,
+        reserved: bool = False,
+        metadata: Mapping[str, str] | None = None,
+        network: str | None = None,
+        subnetwork: str | None = None,
+        internal_ips: bool = False,
+        service_account: str | None = None,
+        tags: list[str] | None = None,
+        description: str | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """``tpu-vm create``. Waits for the operation and returns the Node (READY), or with
+        ``wait=False`` returns the Operation at once (``--async``)."""
+        _check_name("node name", name)
+        _check_value("zone", zone)
+        _check_value("accelerator type", accelerator_type)
+        _check_value("runtime version", runtime_version)
+        if sum((spot, preemptible, reserved)) > 1:
+            raise ValueError("spot, preemptible and reserved are mutually exclusive")
+        args = [
+            "compute",
+            "tpus",
+            "tpu-vm",
+            "create",
+            name,
+            f"--zone={zone}",
+            f"--accelerator-type={accelerator_type}",
+            f"--version={runtime_version}",
+        ]
+        args += self._node_flags(
+            labels, metadata, network, subnetwork, internal_ips, service_account, tags
+        )
+        if description:
+            args.append(f"--description={description}")
+        args += [
+            f
+            for f, on in (
+                ("--spot", spot),
+                ("--preemptible", preemptible),
+                ("--reserved", reserved),
+            )
+            if on
+        ]
+        if not wait:
+            args.append("--async")
+        return self.run(args, timeout=timeout) or {}
+
+    @staticmethod
+    def _node_flags(
+        labels: Mapping[str, str] | None,
+        metadata: Mapping[str, str] | None,
+        network: str | None,
+        subnetwork: str | None,
+        internal_ips: bool,
+        service_account: str | None,
+        tags: list[str] | None,
+    ) -> list[str]:
+        args: list[str] = []
+        if labels:
+            _check_labels(labels)
+            args.append(dict_flag("--labels", labels))
+        if metadata:
+            args.append(dict_flag("--metadata", metadata))
+        if network:
+            _check_value("network", network)
+            args.append(f"--network={network}")
+        if subnetwork:
+            _check_value("subnetwork", subnetwork)
+            args.append(f"--subnetwork={subnetwork}")
+        if internal_ips:
+            args.append("--internal-ips")
+        if service_account:
+            _check_value("service account", service_account)
+            args.append(f"--service-account={service_account}")
+        if tags:
+            for t in tags:
+                _check_value("tag", t)
+            args.append(f"--tags={','.join(tags)}")
+        return args
+
+    def describe_node(self, name: str, zone: str) -> dict[str, Any]:
+        """The Node; raises ``TpuNotFound``."""
+        _check_name("node name", name)
+        _check_value("zone", zone)
+        return self.run(["compute", "tpus", "tpu-vm", "describe", name, f"--zone={zone}"]) or {}
+
+    def get_node(self, name: str, zone: str) -> dict[str, Any] | None:
+        """The Node, or None when it does not exist."""
+        try:
+            return self.describe_node(name, zone)
+        except TpuNotFound:
+            return None
+
+    def delete_node(self, name: str, zone: str, *, wait: bool = True) -> bool:
+        """Delete; True if a node was deleted, False if there was none (not an error)."""
+        _check_name("node name", name)
+        _check_value("zone", zone)
+        args = ["compute", "tpus", "tpu-vm", "delete", name, f"--zone={zone}"]
+        if not wait:
+            args.append("--async")
+        try:
+            self.run(args)
+        except TpuNotFound:
+            return False
+        return True
+
+    def list_nodes(self, zone: str, labels: Mapping[str, str] | None = None) -> list[dict]:
+        """Nodes of a zone, only those carrying all of ``labels`` when given.
+
+        gcloud applies ``--filter`` on its side (the v2 API has no server-side filter); the
+        result is checked again here for exact label equality.
+        """
+        _check_value("zone", zone)
+        args = ["compute", "tpus", "tpu-vm", "list", f"--zone={zone}"]
+        if labels:
+            _check_labels(labels)
+            terms = [f'labels.{k}="{v}"' for k, v in labels.items()]
+            args.append("--filter=" + " AND ".join(terms))
+        nodes = self.run(args) or []
+        if labels:
+            nodes = [
+                n
+                for n in nodes
+                if all((n.get("labels") or {}).get(k) == v for k, v in labels.items())
+            ]
+        return nodes
+
+    # -- queued resources --------------------------------------------------------------------
+    def create_queued_resource(
+        self,
+        name: str,
+        zone: str,
+        accelerator_type: str,
+        runtime_version: str,
+        *,
+        node_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        spot: bool = False,
+        guaranteed: bool = False,
+        reserved: bool = False,
+        valid_until_duration: int | float | str | None = None,
+        valid_until_time: str | None = None,
+        network: str | None = None,
+        subnetwork: str | None = None,
+        internal_ips: bool = False,
+        service_account: str | None = None,
+        tags: list[str] | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """``queued-resources create`` for one node (``node_id`` defaults to ``name``).
+
+        Returns the QueuedResource (typically WAITING_FOR_RESOURCES: the create operation
+        only covers accepting the request; poll :meth:`describe_queued_resource`).
+        ``valid_until_duration`` is seconds or a gcloud duration (``2h``).
+        """
+        node_id = node_id or name
+        _check_name("queued resource name", name)
+        _check_name("node name", node_id)
+        _check_value("zone", zone)
+        _check_value("accelerator type", accelerator_type)
+        _check_value("runtime version", runtime_version)
+        if sum((spot, guaranteed, reserved)) > 1:
+            raise ValueError("spot, guaranteed and reserved are mutually exclusive")
+        if valid_until_duration is not None and valid_until_time is not None:
+            raise ValueError("give valid_until_duration or valid_until_time, not both")
+        args = [
+            "compute",
+            "tpus",
+            "queued-resources",
+            "create",
+            name,
+            f"--zone={zone}",
+            f"--node-id={node_id}",
+            f"--accelerator-type={accelerator_type}",
+            f"--runtime-version={runtime_version}",
+        ]
+        args += self._node_flags(
+            labels, metadata, network, subnetwork, internal_ips, service_account, tags
+        )
+        args += [
+            f
+            for f, on in (("--spot", spot), ("--guaranteed", guaranteed), ("--reserved", reserved))
+            if on
+        ]
+        if valid_until_duration is not None:
+            args.append(f"--valid-until-duration={_duration(valid_until_duration)}")
+        if valid_until_time is not None:
+            _check_value("valid-until time", valid_until_time)
+            args.append(f"--valid-until-time={valid_until_time}")
+        if not wait:
+            args.append("--async")
+        return self.run(args, timeout=timeout) or {}
+
+    def describe_queued_resource(self, name: str, zone: str) -> dict[str, Any]:
+        _check_name("queued resource name", name)
+        _check_value("zone", zone)
+        args = ["compute", "tpus", "queued-resources", "describe", name, f"--zone={zone}"]
+        return self.run(args) or {}
+
+    def get_queued_resource(self, name: str, zone: str) -> dict[str, Any] | None:
+        try:
+            return self.describe_queued_resource(name, zone)
+        except TpuNotFound:
+            return None
+
+    def delete_queued_resource(
+        self, name: str, zone: str, *, force: bool = True, wait: bool = True
+    ) -> bool:
+        """Delete (``--force`` also deletes its nodes); False if it did not exist."""
+        _check_name("queued resource name", name)
+        _check_value("zone", zone)
+        args = ["compute", "tpus", "queued-resources", "delete", name, f"--zone={zone}"]
+        if force:
+            args.append("--force")
+        if not wait:
+            args.append("--async")
+        try:
+            self.run(args)
+        except TpuNotFound:
+            return False
+        return True
+
+    def list_queued_resources(self, zone: str) -> list[dict[str, Any]]:
+        _check_value("zone", zone)
+        return self.run(["compute", "tpus", "queued-resources", "list", f"--zone={zone}"]) or []
+
+
+def queued_resource_state(qr: Mapping[str, Any]) -> str:
+    """``WAITING_FOR_RESOURCES``, ``ACTIVE``, ... of a QueuedResource dict."""
+    state = qr.get("state") or {}
+    return str(state.get("state", "") if isinstance(state, dict) else state)
+
+
+def queued_resource_error(qr: Mapping[str, Any]) -> str:
+    """The reason a FAILED queued resource gives (empty when none)."""
+    state = qr.get("state") or {}
+    if not isinstance(state, dict):
+        return ""
+    err = (state.get("failedData") or {}).get("error") or {}
+    return str(err.get("message", ""))

@@ -1,0 +1,343 @@
+"""TpuVmHook and TpuVmBackend (provisioning) through the REAL gcloud CLI against the emulator.
+
+Every gcloud run costs 1-2 s of CPU start-up, so each test makes few calls; the emulator log
+(``emu.requests``) is what the assertions read, to see what actually reached "the API".
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from accelmatrix.backends.base import InfrastructureError, get_backend
+from accelmatrix.backends.tpu_names import node_name
+from accelmatrix.backends.tpu_vm import TpuVmBackend
+from accelmatrix.hooks.tpu import (
+    TpuAlreadyExists,
+    TpuNotFound,
+    TpuQuotaExceeded,
+    TpuStockout,
+    TpuTimeout,
+    TpuVmHook,
+    dict_flag,
+    parse_gcloud_error,
+    queued_resource_state,
+)
+from accelmatrix.spec.machine_tpu import TpuVmMachine
+from accelmatrix.testing.tpu_emulator import TpuEmulator
+
+ZONE = "us-central2-b"
+Z = f"/v2/projects/p/locations/{ZONE}"
+
+needs_gcloud = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with TpuEmulator(op_delay=0.0, qr_wait=0.3, qr_provision=0.3) as emu:
+        yield emu
+
+
+@pytest.fixture(scope="module")
+def gcloud_env(emulator, tmp_path_factory):
+    return emulator.gcloud_env(tmp_path_factory.mktemp("gcloud-config"))
+
+
+@pytest.fixture
+def emu(emulator):
+    emulator.reset()
+    emulator.op_delay = 0.0
+    yield emulator
+    emulator.reset()
+
+
+@pytest.fixture
+def hook(gcloud_env, emu):
+    return TpuVmHook(env=gcloud_env, timeout=60)
+
+
+def posts(emu: TpuEmulator, coll: str) -> list[dict]:
+    return emu.requests("POST", f"/{coll}")
+
+
+# -- hook: pure parsing (no gcloud) -------------------------------------------------------------
+def test_parse_gcloud_errors():
+    e = parse_gcloud_error(
+        "ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: Resource 'x' was not found. "
+        "This command is authenticated with an access token from /t specified by the ..."
+    )
+    assert isinstance(e, TpuNotFound) and e.status == "NOT_FOUND"
+    assert e.command == "gcloud.compute.tpus.tpu-vm.describe"
+    assert "authenticated" not in str(e)
+    op_err = (
+        "Waiting for operation [x] to complete...failed.\n"
+        "ERROR: (gcloud.compute.tpus.tpu-vm.create) {\n"
+        '  "code": 8,\n  "message": "There is no more capacity in the zone"\n}\n'
+    )
+    e = parse_gcloud_error(op_err)
+    assert isinstance(e, TpuStockout) and isinstance(e, InfrastructureError)
+    assert e.status == "RESOURCE_EXHAUSTED"
+    e = parse_gcloud_error(
+        "ERROR: (gcloud.compute.tpus.tpu-vm.create) RESOURCE_EXHAUSTED: Quota limit 'X' has "
+        "been exceeded.\n- '@type': type.googleapis.com/google.rpc.QuotaFailure\n"
+    )
+    assert isinstance(e, TpuQuotaExceeded) and str(e).startswith("RESOURCE_EXHAUSTED: Quota")
+    assert type(parse_gcloud_error("ERROR: (gcloud.x) ALREADY_EXISTS: y")) is TpuAlreadyExists
+    assert type(parse_gcloud_error("something odd")).__name__ == "TpuError"
+
+
+def test_dict_flag_escaping_and_input_checks(hook):
+    assert dict_flag("--labels", {"a": "b", "c": "d"}) == "--labels=a=b,c=d"
+    assert dict_flag("--metadata", {"k": "x,y"}) == "--metadata=^|^k=x,y"
+    with pytest.raises(ValueError):
+        dict_flag("--metadata", {"a=b": "c"})
+    # Invalid names/labels never reach gcloud (and cannot smuggle in a flag).
+    with pytest.raises(ValueError):
+        hook.describe_node("--zone=evil", ZONE)
+    with pytest.raises(ValueError):
+        hook.create_node("n", ZONE, "v4-8", "rt", labels={"Bad": "x"})
+    with pytest.raises(ValueError):
+        hook.create_node("n", ZONE, "v4-8", "rt", spot=True, reserved=True)
+    assert hook.calls == []
+
+
+def test_credentials_mode(monkeypatch):
+    monkeypatch.delenv("ACCELMATRIX_GCLOUD_AUTH", raising=False)
+    assert TpuVmHook().uses_airflow_connection  # production: the Airflow connection
+    assert not TpuVmHook(env={"CLOUDSDK_CONFIG": "/x"}).uses_airflow_connection
+    monkeypatch.setenv("ACCELMATRIX_GCLOUD_AUTH", "env")
+    assert not TpuVmHook().uses_airflow_connection
+
+
+# -- hook through gcloud --------------------------------------------------------------------------
+@needs_gcloud
+def test_node_lifecycle_labels_spot_metadata(hook, emu):
+    emu.op_delay = 0.2  # one real CREATING -> READY wait inside gcloud
+    labels = {"managed-by": "accelmatrix", "dag": "tpu_smoke", "ttl": "1900000000"}
+    ssh = "alice:ssh-ed25519 AAAAC3Nza alice@host,with,commas"
+    node = hook.create_node(
+        "n1",
+        ZONE,
+        "v4-16",
+        "tpu-ubuntu2204-base",
+        labels=labels,
+        spot=True,
+        metadata={"ssh-keys": ssh, "startup-script": "echo a=b"},
+    )
+    assert node["state"] == "READY" and len(node["networkEndpoints"]) == 2
+    (req,) = posts(emu, "nodes")
+    assert req["query"]["nodeId"] == "n1"
+    body = req["body"]
+    assert body["schedulingConfig"] == {"preemptible": False, "reserved": False, "spot": True}
+    assert body["labels"] == labels
+    assert body["metadata"] == {"ssh-keys": ssh, "startup-script": "echo a=b"}
+    assert body["acceleratorType"] == "v4-16" and body["runtimeVersion"] == "tpu-ubuntu2204-base"
+
+    emu.plant_node("other", ZONE, labels={"managed-by": "someone-else"})
+    emu.plant_node("bare", ZONE)
+    got = hook.describe_node("n1", ZONE)
+    assert got["labels"] == labels and got["state"] == "READY"
+    listed = hook.list_nodes(ZONE, labels={"managed-by": "accelmatrix"})
+    assert [n["name"].rsplit("/", 1)[1] for n in listed] == ["n1"]
+
+    assert hook.delete_node("n1", ZONE) is True
+    assert emu.node("n1") is None
+    assert hook.delete_node("n1", ZONE) is False  # not found is tolerated
+    assert [c["returncode"] for c in hook.calls] == [0, 0, 0, 0, 1]
+
+
+@needs_gcloud
+def test_typed_errors_quota_stockout_exists(hook, emu):
+    emu.plant_node("taken", ZONE)
+    with pytest.raises(TpuAlreadyExists):
+        hook.create_node("taken", ZONE, "v4-8", "rt", reserved=True)
+    emu.quota_exceeded()
+    with pytest.raises(TpuQuotaExceeded) as qe:
+        hook.create_node("n2", ZONE, "v4-8", "rt", preemptible=True)
+    assert isinstance(qe.value, InfrastructureError) and "Quota" in str(qe.value)
+    assert emu.node("n2") is None
+    emu.clear_faults()
+    emu.stockout()  # the create operation fails; gcloud prints the operation's error JSON
+    with pytest.raises(TpuStockout, match="no more capacity") as so:
+        hook.create_node("n3", ZONE, "v4-8", "rt")
+    assert isinstance(so.value, InfrastructureError) and so.value.status == "RESOURCE_EXHAUSTED"
+    assert [r["body"]["schedulingConfig"] for r in posts(emu, "nodes")][:2] == [
+        {"preemptible": False, "reserved": True, "spot": False},
+        {"preemptible": True, "reserved": False, "spot": False},
+    ]
+
+
+@needs_gcloud
+def test_queued_resource_lifecycle(hook, emu):
+    qr = hook.create_queued_resource(
+        "q1",
+        ZONE,
+        "v5litepod-16",
+        "v2-alpha-tpuv5-lite",
+        labels={"managed-by": "accelmatrix"},
+        spot=True,
+        valid_until_duration=600,
+    )
+    assert queued_resource_state(qr) == "WAITING_FOR_RESOURCES"
+    (req,) = posts(emu, "queuedResources")
+    assert req["query"]["queuedResourceId"] == "q1"
+    assert req["body"]["spot"] == {}
+    assert req["body"]["queueingPolicy"] == {"validUntilDuration": "600s"}
+    spec = req["body"]["tpu"]["nodeSpec"][0]
+    assert spec["nodeId"] == "q1" and spec["node"]["labels"] == {"managed-by": "accelmatrix"}
+    # describe, list and delete --force run in the backend tests below (gcloud is slow).
+
+
+# -- machine model ------------------------------------------------------------------------------
+SPEC = {
+    "backend": "tpu-vm",
+    "zone": ZONE,
+    "accelerator_type": "v4-8",
+    "runtime_version": "tpu-ubuntu2204-base",
+}
+
+
+def test_machine_model():
+    m = TpuVmMachine.model_validate(SPEC)
+    assert m.capacity == "on-demand" and m.gcp_conn_id == "google_cloud_default"
+    assert m.valid_until_seconds is None
+    q = TpuVmMachine.model_validate({**SPEC, "capacity": "queued"})
+    assert q.valid_until_seconds == 3600
+    for bad in (
+        {"zone": "us central"},
+        {"accelerator_type": "tpu-8"},
+        {"capacity": "cheap"},
+        {"valid_until_seconds": 60},  # only with capacity: queued
+        {"colour": "red"},  # extra="forbid"
+        {"metadata": {"a=b": "c"}},
+    ):
+        with pytest.raises(ValidationError):
+            TpuVmMachine.model_validate({**SPEC, **bad})
+    dumped = TpuVmMachine.model_validate({**SPEC, "resources": {"chips": 4}}).model_dump(
+        mode="json"
+    )
+    assert TpuVmMachine.model_validate(dumped).resources.chips == 4
+
+
+def test_execution_is_not_here():
+    b = TpuVmBackend(SPEC, hook=TpuVmHook(env={}))
+    with pytest.raises(NotImplementedError, match="ssh.py"):
+        b.submit({}, ["true"], {})
+
+
+# -- backend provisioning through gcloud -----------------------------------------------------------
+def _ctx(tmp_path: Path, cell: str = "model=a"):
+    from accelmatrix.backends.base import CellContext
+
+    return CellContext(
+        dag_id="tpu_smoke",
+        run_id="manual__2026-01-01T00:00:00+00:00",
+        cell_id=cell,
+        artifacts_dir=tmp_path / "artifacts",
+        ttl_seconds=3600,
+        labels={"team": "ml"},
+    )
+
+
+def _backend(hook: TpuVmHook, **spec) -> TpuVmBackend:
+    return TpuVmBackend({**SPEC, **spec}, hook=hook, poll_interval=0.0)
+
+
+@needs_gcloud
+def test_provision_is_idempotent_preemption_and_teardown(hook, emu, tmp_path):
+    b = _backend(hook, accelerator_type="v4-16", capacity="spot")
+    ctx = _ctx(tmp_path)
+    r1 = b.provision(ctx)
+    name = node_name(ctx.dag_id, ctx.run_id, ctx.cell_id)
+    assert r1["name"] == name and r1["zone"] == ZONE and r1["state"] == "READY"
+    assert r1["hosts"] == ["127.0.0.1", "127.0.0.1"] and len(r1["workers"]) == 2
+    assert r1["node_name"] == f"projects/p/locations/{ZONE}/nodes/{name}"
+    labels = r1["labels"]
+    assert labels["managed-by"] == "accelmatrix" and labels["dag"] == "tpu_smoke"
+    assert labels["cell"] == "model_a" and labels["team"] == "ml"
+    assert abs(int(labels["ttl"]) - (time.time() + 3600)) < 120
+    assert posts(emu, "nodes")[0]["body"]["schedulingConfig"]["spot"] is True
+
+    r2 = b.provision(ctx)  # a retry finds the node instead of creating another
+    assert r2["name"] == name and r2["hosts"] == r1["hosts"]
+    assert len(posts(emu, "nodes")) == 1
+
+    emu.preempt(name)  # a retry that finds its node preempted deletes it and fails
+    with pytest.raises(InfrastructureError, match="PREEMPTED"):
+        b.provision(ctx)
+    assert emu.node(name) is None and len(emu.requests("DELETE")) == 1
+
+    b.teardown(r2)  # already gone: not found is fine, teardown is idempotent
+    assert len(emu.requests("DELETE")) == 2
+
+
+@needs_gcloud
+def test_provision_failure_half_way_leaves_nothing(hook, emu, tmp_path):
+    # The node gets created but never becomes READY: gcloud is killed at the timeout, and
+    # provision deletes the half-created node before raising (no teardown will run).
+    emu.set_faults(create_hangs=True)
+    b = _backend(hook, provision_timeout_seconds=4)
+    t0 = time.time()
+    with pytest.raises(TpuTimeout, match="did not finish within 4s"):
+        b.provision(_ctx(tmp_path))
+    assert time.time() - t0 < 25
+    # describe (absent), create (killed: no return code), delete of the half-created node
+    assert [c["returncode"] for c in hook.calls][:2] == [1, None]
+    assert [c["command"].split()[3] for c in hook.calls] == ["describe", "create", "delete"]
+    if posts(emu, "nodes"):  # gcloud got as far as the POST (it always should in 4 s)
+        assert hook.calls[2]["returncode"] == 0
+    assert emu.state["nodes"] == {}
+
+
+@needs_gcloud
+def test_list_managed_ignores_unmanaged(hook, emu):
+    emu.plant_node("am-mine", ZONE, labels={"managed-by": "accelmatrix", "dag": "d"})
+    emu.plant_node("theirs", ZONE, labels={"managed-by": "terraform"})
+    emu.plant_node("bare", ZONE)
+    emu.plant_node("am-other-zone", "europe-west4-a", labels={"managed-by": "accelmatrix"})
+    got = _backend(hook).list_managed()
+    assert [(m.name, m.backend, m.labels["dag"]) for m in got] == [("am-mine", "tpu-vm", "d")]
+    assert got[0].detail["resource"] == {"name": "am-mine", "zone": ZONE, "queued_resource": None}
+    assert got[0].created_at and got[0].created_at <= time.time()
+
+
+@needs_gcloud
+def test_queued_provision_and_teardown(hook, emu, tmp_path):
+    b = _backend(hook, capacity="queued", valid_until_seconds=600, accelerator_type="v6e-16")
+    r = b.provision(_ctx(tmp_path))
+    assert r["queued_resource"] == r["name"] and r["state"] == "READY"
+    assert len(r["hosts"]) == 4
+    (req,) = posts(emu, "queuedResources")
+    assert req["body"]["queueingPolicy"] == {"validUntilDuration": "600s"}
+    assert req["body"]["tpu"]["nodeSpec"][0]["node"]["labels"]["managed-by"] == "accelmatrix"
+    assert posts(emu, "nodes") == []
+    b.teardown(r)  # one call: deleting the queued resource with --force takes the node along
+    assert emu.state["queued_resources"] == {} and emu.state["nodes"] == {}
+    assert [
+        (d["path"].rsplit("/", 2)[1], d["query"].get("force")) for d in emu.requests("DELETE")
+    ] == [("queuedResources", "True")]
+
+
+@needs_gcloud
+def test_queued_capacity_timeout_under_stockout(hook, emu, tmp_path):
+    emu.stockout()
+    b = _backend(hook, capacity="queued", valid_until_seconds=1)
+    t0 = time.time()
+    with pytest.raises(InfrastructureError, match="FAILED"):
+        b.provision(_ctx(tmp_path))
+    assert time.time() - t0 < 30
+    assert emu.state["queued_resources"] == {}  # the failed request was deleted
+    assert [d["query"].get("force") for d in emu.requests("DELETE")] == ["True"]
+
+
+def test_registered_through_get_backend_when_lead_adds_it():
+    # The registry entry is the lead's edit (backends/base.py); until then this documents it.
+    try:
+        b = get_backend(SPEC)
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"tpu-vm not registered yet: {e}")
+    assert isinstance(b, TpuVmBackend)
