@@ -210,7 +210,9 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
             trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
             retries=0,
         )
-        torn = teardown_task(cell, resource).as_teardown(setups=resource)
+        torn = teardown_task.override(priority_weight=10)(cell, resource).as_teardown(
+            setups=resource
+        )
         done_setup >> run >> collected >> evaluated
         collected >> torn
 
@@ -240,6 +242,9 @@ def build_dag(path: Path | str) -> DAG:
             "retries": suite.retries,
             "retry_delay": timedelta(seconds=suite.retry_delay_seconds),
             "execution_timeout": timedelta(minutes=30),
+            # Depth first: a cell's later steps outrank other cells' provision, so machines
+            # are released as soon as possible instead of all provisioned up front.
+            "weight_rule": "upstream",
         },
         doc_md=doc,
     ) as dag:

@@ -181,6 +181,44 @@ def workload_env(
     return env
 
 
+def record_run_outcome(
+    cell: dict[str, Any], ref: RunRef, event: dict[str, Any], handle: dict[str, Any]
+) -> tuple[str, str]:
+    """Turn a WorkloadTrigger event into the cell's run state; kill what must be killed.
+
+    Idempotent: called by the trigger before it fires and again by the resumed task.
+    """
+    status = event.get("status")
+    exit_code = event.get("exit_code")
+    if status in ("timeout", "hung") and handle:
+        get_backend(cell["machine_spec"]).cancel(handle)
+    expected = next(
+        (int(c.get("expected", 0)) for c in cell["checks"] if c.get("type") == "exit_status"), 0
+    )
+    if status == "timeout":
+        state = "timed_out"
+        msg = f"workload timed out after {cell['workload']['timeout']} s and was killed"
+    elif status == "hung":
+        state, msg = "hung", f"workload {event.get('detail')}; it was killed"
+    elif status == "infra_failed":
+        state, msg = "infra_failed", f"infrastructure failure: {event.get('detail')}"
+    elif exit_code != expected:
+        state = "run_failed"
+        msg = f"workload exited with {exit_code}, expected {expected} ({event.get('detail')})"
+    else:
+        state, msg = "ran", f"workload exited {exit_code} as expected"
+    results_store().upsert_cell(
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        run_ended_at=utcnow(),
+        exit_code=exit_code,
+        state=state,
+        message="" if state == "ran" else msg,
+    )
+    return state, msg
+
+
 # -- collect ------------------------------------------------------------------------------
 def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     """Copy artifacts and turn the declared metric sources into long-form metric rows."""

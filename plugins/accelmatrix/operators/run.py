@@ -14,14 +14,16 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 # Grace between the workload deadline (enforced by the trigger, which kills the workload)
 # and Airflow's deferral timeout (a backstop in case the triggerer itself is stuck).
 DEFER_GRACE_SECONDS = 300
 
 
-class WorkloadFailed(Exception):
-    """The workload ran and failed (non-zero exit or timeout): a test failure."""
+class WorkloadFailed(AirflowFailException):
+    """The workload ran and failed (non-zero exit, timeout, hang): a test failure, never
+    retried (retries are for infrastructure failures)."""
 
 
 class InfrastructureFailure(Exception):
@@ -82,6 +84,9 @@ class RunWorkloadOperator(BaseOperator):
                 poll_interval=self.poll_interval,
                 hang_detection=cell["workload"].get("hang_detection"),
                 started_at=time.time(),
+                cell=cell,
+                dag_id=ref.dag_id,
+                run_id=ref.run_id,
             ),
             method_name="execute_complete",
             kwargs={"handle": handle},
@@ -91,41 +96,18 @@ class RunWorkloadOperator(BaseOperator):
     def execute_complete(
         self, context: Any, event: dict[str, Any] | None = None, handle: dict | None = None
     ) -> dict[str, Any]:
-        from accelmatrix.backends.base import get_backend
-        from accelmatrix.lifecycle import results_store, utcnow
+        from accelmatrix.lifecycle import record_run_outcome
 
         cell = self.cell
         context["cell_id"] = cell["id"]
         ref = self._ref(context)
         event = event or {}
-        store = results_store()
-        status = event.get("status")
-        exit_code = event.get("exit_code")
-        store.upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], run_ended_at=utcnow(), exit_code=exit_code
-        )
-        if status == "timeout":
-            get_backend(cell["machine_spec"]).cancel(handle or {})
-            msg = f"workload timed out after {cell['workload']['timeout']} s and was killed"
-            store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="timed_out", message=msg)
-            raise WorkloadFailed(msg)
-        if status == "hung":
-            get_backend(cell["machine_spec"]).cancel(handle or {})
-            msg = f"workload {event.get('detail')}; it was killed"
-            store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="hung", message=msg)
-            raise WorkloadFailed(msg)
-        if status == "infra_failed":
-            msg = f"infrastructure failure: {event.get('detail')}"
-            store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="infra_failed", message=msg)
+        # The trigger already recorded this (and killed a timed-out or hung workload); doing
+        # it again is idempotent and covers events from older triggers.
+        state, msg = record_run_outcome(cell, ref, event, handle or {})
+        if state == "infra_failed":
             raise InfrastructureFailure(msg)
-        expected = next(
-            (int(c.get("expected", 0)) for c in cell["checks"] if c.get("type") == "exit_status"),
-            0,
-        )
-        if exit_code != expected:
-            msg = f"workload exited with {exit_code}, expected {expected} ({event.get('detail')})"
-            store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="run_failed", message=msg)
+        if state != "ran":
             raise WorkloadFailed(msg)
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="ran")
-        self.log.info("workload of %s exited %s as expected", cell["id"], exit_code)
-        return {"exit_code": exit_code}
+        self.log.info("%s", msg)
+        return {"exit_code": event.get("exit_code")}

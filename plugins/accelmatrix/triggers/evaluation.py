@@ -40,4 +40,15 @@ class EvaluationTrigger(BaseTrigger):
             yield TriggerEvent({"status": "error", "error": f"{type(e).__name__}: {e}"})
             return
         self.log.info("checks for %s:\n%s", self.cell["id"], result["table"])
+        # Record here, not only in execute_complete: Airflow 3.3.2 can fail a resumed task
+        # before it runs (apache/airflow#67287), and the verdict must not be lost with it.
+        # The store's writes are idempotent, so execute_complete recording again is harmless.
+        from accelmatrix.lifecycle import CellFailed, record_evaluation
+
+        try:
+            await asyncio.to_thread(record_evaluation, self.cell, ref, result)
+        except CellFailed:
+            pass
+        except Exception:
+            self.log.exception("could not record the verdicts of %s", self.cell["id"])
         yield TriggerEvent({"status": "done", "result": result})

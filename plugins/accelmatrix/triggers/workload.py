@@ -27,6 +27,9 @@ class WorkloadTrigger(BaseTrigger):
         poll_interval: float = 1.0,
         hang_detection: dict[str, Any] | None = None,
         started_at: float | None = None,
+        cell: dict[str, Any] | None = None,
+        dag_id: str | None = None,
+        run_id: str | None = None,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -36,6 +39,9 @@ class WorkloadTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.hang_detection = hang_detection
         self.started_at = started_at if started_at is not None else time.time()
+        self.cell = cell
+        self.dag_id = dag_id
+        self.run_id = run_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -48,6 +54,9 @@ class WorkloadTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "hang_detection": self.hang_detection,
                 "started_at": self.started_at,
+                "cell": self.cell,
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
             },
         )
 
@@ -64,36 +73,46 @@ class WorkloadTrigger(BaseTrigger):
                 if hang:
                     hang.saw(line)
             status = await asyncio.to_thread(backend.poll, self.handle)
+            event: dict[str, Any] | None = None
             if status.done:
                 # Drain what was written between the last read and the exit.
                 lines, offset = await asyncio.to_thread(backend.read_logs, self.handle, offset)
                 for line in lines:
                     self.log.info("%s", line)
-                yield TriggerEvent(
-                    {
-                        "status": "infra_failed" if status.infrastructure_failure else "exited",
-                        "exit_code": status.exit_code,
-                        "detail": status.detail,
-                        "log_offset": offset,
-                    }
-                )
-                return
-            if hang and (problem := hang.problem()):
-                yield TriggerEvent(
-                    {"status": "hung", "exit_code": None, "detail": problem, "log_offset": offset}
-                )
-                return
-            if time.time() >= self.deadline:
-                yield TriggerEvent(
-                    {
-                        "status": "timeout",
-                        "exit_code": None,
-                        "detail": "deadline passed",
-                        "log_offset": offset,
-                    }
-                )
+                event = {
+                    "status": "infra_failed" if status.infrastructure_failure else "exited",
+                    "exit_code": status.exit_code,
+                    "detail": status.detail,
+                }
+            elif hang and (problem := hang.problem()):
+                event = {"status": "hung", "exit_code": None, "detail": problem}
+            elif time.time() >= self.deadline:
+                event = {"status": "timeout", "exit_code": None, "detail": "deadline passed"}
+            if event is not None:
+                event["log_offset"] = offset
+                await self._record(event)
+                yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.poll_interval)
+
+    async def _record(self, event: dict[str, Any]) -> None:
+        """Record the outcome (and kill a timed-out or hung workload) before firing.
+
+        Airflow 3.3.2 can fail the resumed task before it runs (apache/airflow#67287); the
+        outcome must not depend on it. Recording is idempotent.
+        """
+        if not (self.cell and self.dag_id and self.run_id):
+            return
+        from accelmatrix.lifecycle import RunRef, record_run_outcome
+
+        ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
+        try:
+            state, msg = await asyncio.to_thread(
+                record_run_outcome, self.cell, ref, event, self.handle
+            )
+            self.log.info("%s: %s", state, msg)
+        except Exception:
+            self.log.exception("could not record the outcome of %s", self.cell.get("id"))
 
 
 class HangWatch:
