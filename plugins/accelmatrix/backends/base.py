@@ -126,6 +126,8 @@ class Backend(abc.ABC):
 
 _REGISTRY: dict[str, str] = {
     "local": "accelmatrix.backends.local:LocalBackend",
+    "ssh": "accelmatrix.backends.ssh:SshBackend",
+    "tpu-vm": "accelmatrix.backends.tpu_vm:TpuVmBackend",
 }
 
 

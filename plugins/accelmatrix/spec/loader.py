@@ -109,6 +109,8 @@ def format_validation_error(e: ValidationError) -> list[str]:
         msg = err["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = f"{loc}.backend" if loc else "backend"
         if err["type"] == "extra_forbidden":
             allowed = _allowed_fields(Suite, err["loc"][:-1])
             msg = f"unknown field {err['loc'][-1]!r}"
@@ -138,7 +140,17 @@ def _loc(parts: tuple[Any, ...]) -> str:
     return s
 
 
-_UNION_TAGS = {"str", "int", "float", "bool", "list[...]", "dict[str,...]"}
+_UNION_TAGS = {
+    "str",
+    "int",
+    "float",
+    "bool",
+    "list[...]",
+    "dict[str,...]",
+    "local",
+    "ssh",
+    "tpu-vm",
+}
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

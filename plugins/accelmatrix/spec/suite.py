@@ -29,7 +29,7 @@ LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CELLS = 1024  # Airflow's [core] max_map_length default
-BACKENDS = ("local",)
+BACKENDS = ("local", "ssh", "tpu-vm")
 RESERVED_PARAMS = ("cells",)
 
 Scalar = str | int | float | bool
@@ -65,7 +65,10 @@ class LocalMachine(Model):
     hourly_cost: Annotated[float, Field(ge=0)] = 0.0
 
 
-Machine = LocalMachine
+from accelmatrix.spec.machine_ssh import SshMachine  # noqa: E402 (after Resources)
+from accelmatrix.spec.machine_tpu import TpuVmMachine  # noqa: E402
+
+Machine = Annotated[LocalMachine | SshMachine | TpuVmMachine, Field(discriminator="backend")]
 
 
 class HangDetection(Model):
