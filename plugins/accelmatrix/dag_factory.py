@@ -47,23 +47,12 @@ TEARDOWN_RETRIES = 3
 def _ref():
     from accelmatrix.lifecycle import RunRef
 
-    ctx = get_current_context()
-    return RunRef(dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"])
+    return RunRef.from_context(get_current_context())
 
 
 def _name(cell: dict[str, Any]) -> None:
     """Make the grid show the cell id instead of a bare map index."""
     get_current_context()["cell_id"] = cell["id"]
-
-
-def _deterministic(fn, *args):
-    """Run a lifecycle step; a test failure (not infrastructure) is never retried."""
-    from accelmatrix.lifecycle import CellFailed
-
-    try:
-        return fn(*args)
-    except CellFailed as e:
-        raise AirflowFailException(str(e)) from None
 
 
 # -- tasks (thin wrappers over accelmatrix.lifecycle) -------------------------------------
@@ -148,7 +137,7 @@ def teardown_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, A
 def gate_task(planned: list[dict[str, Any]]) -> dict[str, Any]:
     from accelmatrix import lifecycle
 
-    return _deterministic(lifecycle.gate, planned, _ref())
+    return lifecycle.gate(planned, _ref())
 
 
 @task(task_id="suite_invalid", retries=0)

@@ -9,6 +9,7 @@ overwrites its own row instead of adding one.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix import settings
 from accelmatrix.backends.base import CellContext, get_backend
@@ -30,11 +33,19 @@ def utcnow() -> datetime:
 
 
 def results_store():
+    """One store (one engine, one schema check) per results URL per process.
+
+    Every step writes several times; building an engine and re-checking the schema under
+    a write lock for each write would put that on every task's hot path.
+    """
+    return _store_for(settings.results_url())
+
+
+@functools.cache
+def _store_for(url: str):
     from accelmatrix.results.store import ResultsStore
 
-    store = ResultsStore.from_settings()
-    store.ensure_schema()
-    return store
+    return ResultsStore(url)
 
 
 @dataclass
@@ -47,12 +58,17 @@ class RunRef:
     def artifacts(self, cell_id: str) -> Path:
         return settings.cell_artifacts_dir(self.dag_id, self.run_id, cell_id)
 
+    @classmethod
+    def from_context(cls, context: Any) -> RunRef:
+        """The run of an Airflow task context."""
+        return cls(dag_id=context["dag"].dag_id, run_id=context["run_id"])
+
 
 EARLIER_FAILURES = ("setup_failed", "timed_out", "hung", "infra_failed", "run_failed")
 
 
-class CellFailed(Exception):
-    """A cell's checks failed: deterministic, retrying would not help."""
+class CellFailed(AirflowFailException):
+    """A cell (or the run) failed its checks: deterministic, so Airflow must not retry."""
 
 
 # -- plan ---------------------------------------------------------------------------------
@@ -74,9 +90,6 @@ def plan_run(
     if only == ["*"]:
         only = None
     plan = expand(suite, ref.dag_id, params=user_params, only=only)
-    for cell in plan.cells:
-        if not any(c.get("type") == "exit_status" for c in cell.checks):
-            cell.checks.insert(0, {"type": "exit_status", "expected": 0, "name": None})
     log.info("%s", plan.table())
 
     store = results_store()
@@ -347,15 +360,6 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
             "failed" + (": " + ", ".join(v["check_name"] for v in failed) if failed else "")
         )
     return {"cell": cell["id"], "state": state}
-
-
-def evaluate(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
-    """Evaluate in this process and record (the non-deferred path)."""
-    result = run_checks(cell, ref)
-    log.info("checks for %s:\n%s", cell["id"], result["table"])
-    if result["data_docs"]:
-        log.info("Data Docs: %s", result["data_docs"])
-    return record_evaluation(cell, ref, result)
 
 
 # -- teardown -----------------------------------------------------------------------------

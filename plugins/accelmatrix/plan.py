@@ -159,10 +159,12 @@ def expand(
                 workload=render_tree(
                     suite.workload.model_dump(mode="json"), variables, keep_unknown=True
                 ),
-                checks=[
-                    render_tree(c.model_dump(mode="json"), variables, keep_unknown=True)
-                    for c in suite.checks
-                ],
+                checks=_with_exit_status(
+                    [
+                        render_tree(c.model_dump(mode="json"), variables, keep_unknown=True)
+                        for c in suite.checks
+                    ]
+                ),
                 quarantined=q_reason is not None,
                 quarantine_reason=q_reason,
             )
@@ -174,6 +176,13 @@ def expand(
             f"{MAX_CELLS} ([core] max_map_length): split the suite or exclude cells"
         )
     return plan
+
+
+def _with_exit_status(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every cell checks its exit status (expected 0) unless the suite says otherwise."""
+    if any(c.get("type") == "exit_status" for c in checks):
+        return checks
+    return [{"type": "exit_status", "expected": 0, "name": None}, *checks]
 
 
 def _quarantine_reason(rules: list[QuarantineRule | str], cid: str) -> str | None:

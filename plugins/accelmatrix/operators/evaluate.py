@@ -12,7 +12,6 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 
 class EvaluateCellOperator(BaseOperator):
@@ -28,7 +27,7 @@ class EvaluateCellOperator(BaseOperator):
         from accelmatrix.lifecycle import RunRef
 
         context["cell_id"] = self.cell["id"]
-        return RunRef(dag_id=context["dag"].dag_id, run_id=context["run_id"])
+        return RunRef.from_context(context)
 
     def execute(self, context: Any) -> Any:
         ref = self._ref(context)
@@ -58,7 +57,4 @@ class EvaluateCellOperator(BaseOperator):
         if result["data_docs"]:
             self.log.info("Data Docs: %s", result["data_docs"])
         self.log.info("evaluation took %.2f s", result["seconds"])
-        try:
-            return lifecycle.record_evaluation(self.cell, ref, result)
-        except lifecycle.CellFailed as e:
-            raise AirflowFailException(str(e)) from None
+        return lifecycle.record_evaluation(self.cell, ref, result)

@@ -52,7 +52,7 @@ class RunWorkloadOperator(BaseOperator):
     def _ref(self, context: Any):
         from accelmatrix.lifecycle import RunRef
 
-        return RunRef(dag_id=context["dag"].dag_id, run_id=context["run_id"])
+        return RunRef.from_context(context)
 
     def execute(self, context: Any) -> Any:
         from accelmatrix.backends.base import get_backend
