@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         summaries.append(
             f"\n=== {name}  run {run_id}: {state.upper()} ===\n"
             + store.run_table(name, run_id)
-            + f"\nartifacts and Data Docs: {art}/<cell>/ (data_docs/index.html)"
+            + f"\nrun report (every cell's log and Data Docs): {art / 'index.html'}"
             + (f"\nNOT TORN DOWN: {leaked}" if leaked else "")
         )
     print("\n".join(summaries))
