@@ -44,6 +44,7 @@ class SshServer:
     host_public_key: str
     pid: int
     log_path: Path
+    authorized_keys: Path
     conn_id: str = CONN_ID
 
     def connection(self, *, key_file: bool = False) -> dict:
@@ -156,6 +157,7 @@ def running_sshd(tmp: Path) -> Iterator[SshServer]:
         host_public_key=" ".join(host_key.with_suffix(".pub").read_text().split()[:2]),
         pid=proc.pid,
         log_path=log_path,
+        authorized_keys=authorized,
     )
     try:
         yield server

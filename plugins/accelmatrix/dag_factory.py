@@ -32,6 +32,7 @@ from airflow.task.trigger_rule import TriggerRule
 
 from accelmatrix import settings
 from accelmatrix.operators.evaluate import EvaluateCellOperator
+from accelmatrix.operators.provision import ProvisionOperator
 from accelmatrix.operators.run import RunWorkloadOperator
 from accelmatrix.spec.loader import SuiteError, load_suite, suite_id
 from accelmatrix.spec.suite import Suite
@@ -75,14 +76,6 @@ def plan_task(suite_path: str) -> list[dict[str, Any]]:
 def select_task(cells: list[dict[str, Any]], machine: str) -> list[dict[str, Any]]:
     """The cells of one machine kind (only in suites that use several machines)."""
     return [c for c in cells if c["machine"] == machine]
-
-
-@task(task_id="provision", map_index_template=CELL_NAME)
-def provision_task(cell: dict[str, Any]) -> dict[str, Any]:
-    from accelmatrix import lifecycle
-
-    _name(cell)
-    return lifecycle.provision(cell, _ref())
 
 
 @task(task_id="setup", map_index_template=CELL_NAME)
@@ -179,7 +172,10 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
 
     @task_group(group_id=machine)
     def cell_group(cell: dict[str, Any]) -> None:
-        resource = provision_task.override(pool=pool)(cell)
+        provision = ProvisionOperator(
+            task_id="provision", cell=cell, pool=pool, map_index_template=CELL_NAME
+        )
+        resource = provision.output
         done_setup = setup_task.override(
             pool=pool, execution_timeout=timedelta(seconds=wl.setup_timeout + 60)
         )(cell, resource)
@@ -200,7 +196,7 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
             retries=0,
         )
         torn = teardown_task.override(priority_weight=10)(cell, resource).as_teardown(
-            setups=resource
+            setups=provision
         )
         done_setup >> run >> collected >> evaluated
         collected >> torn

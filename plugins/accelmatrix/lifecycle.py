@@ -128,33 +128,85 @@ def plan_run(
 
 
 # -- provision / setup --------------------------------------------------------------------
-def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
-    store = results_store()
-    store.upsert_cell(
-        ref.dag_id, ref.run_id, cell["id"], state="provisioning", provision_started_at=utcnow()
-    )
-    backend = get_backend(cell["machine_spec"])
-    ctx = CellContext(
+def _cell_context(cell: dict[str, Any], ref: RunRef) -> CellContext:
+    return CellContext(
         dag_id=ref.dag_id,
         run_id=ref.run_id,
         cell_id=cell["id"],
         artifacts_dir=ref.artifacts(cell["id"]),
     )
-    try:
-        resource = backend.provision(ctx)
-    except Exception as e:
-        store.upsert_cell(
-            ref.dag_id,
-            ref.run_id,
-            cell["id"],
-            state="infra_failed",
-            message=f"provision failed: {e}",
-        )
-        raise
+
+
+def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    """Provision synchronously, waiting in-line (the DAG defers instead: ProvisionOperator)."""
+    from accelmatrix.backends.base import InfrastructureError
+
+    record = begin_provision(cell, ref)
+    backend = get_backend(cell["machine_spec"])
+    poll = float(cell["machine_spec"].get("provision_poll_seconds") or 15)
+    while record.get("pending"):
+        check = backend.check_provision(record)
+        if check.failed:
+            provision_failed(cell, ref, record, check.failed)
+            raise InfrastructureError(check.failed)
+        if check.ready:
+            return finish_provision(cell, ref, record)
+        time.sleep(poll)
+    return record
+
+
+def begin_provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    """Start provisioning: the resource, or a pending record to wait on (see ProvisionOperator)."""
+    store = results_store()
     store.upsert_cell(
+        ref.dag_id, ref.run_id, cell["id"], state="provisioning", provision_started_at=utcnow()
+    )
+    backend = get_backend(cell["machine_spec"])
+    try:
+        record = backend.begin_provision(_cell_context(cell, ref))
+    except Exception as e:
+        _provision_failed_state(cell, ref, str(e))
+        raise
+    if record.get("pending"):
+        return record
+    return _provisioned(cell, ref, backend.kind, record)
+
+
+def finish_provision(cell: dict[str, Any], ref: RunRef, pending: dict[str, Any]) -> dict[str, Any]:
+    backend = get_backend(cell["machine_spec"])
+    try:
+        resource = backend.finish_provision(pending)
+    except Exception as e:
+        _provision_failed_state(cell, ref, str(e))
+        raise
+    return _provisioned(cell, ref, backend.kind, resource)
+
+
+def provision_failed(cell: dict[str, Any], ref: RunRef, pending: dict[str, Any], reason: str):
+    """Clean up after a provisioning that will never finish (idempotent), record why."""
+    try:
+        get_backend(cell["machine_spec"]).abandon_provision(pending, reason)
+    finally:
+        _provision_failed_state(cell, ref, reason)
+
+
+def _provision_failed_state(cell: dict[str, Any], ref: RunRef, reason: str) -> None:
+    results_store().upsert_cell(
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        state="infra_failed",
+        message=f"provision failed: {reason}",
+    )
+
+
+def _provisioned(
+    cell: dict[str, Any], ref: RunRef, kind: str, resource: dict[str, Any]
+) -> dict[str, Any]:
+    results_store().upsert_cell(
         ref.dag_id, ref.run_id, cell["id"], state="provisioned", provisioned_at=utcnow()
     )
-    log.info("provisioned %s resource %s", backend.kind, resource["name"])
+    log.info("provisioned %s resource %s", kind, resource["name"])
     return resource
 
 

@@ -52,6 +52,15 @@ class JobStatus:
 
 
 @dataclass
+class ProvisionCheck:
+    """One look at a machine being provisioned: ready, failed (infrastructure), or neither."""
+
+    ready: bool = False
+    failed: str | None = None
+    detail: str = ""
+
+
+@dataclass
 class ManagedResource:
     """A resource as a janitor sees it."""
 
@@ -73,6 +82,26 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def provision(self, ctx: CellContext) -> dict[str, Any]:
         """Get-or-create the cell's machine; idempotent. Cleans up itself if it fails half way."""
+
+    # Provisioning that waits for capacity (a queued TPU, a cloud VM booting) is split in
+    # three so the wait can happen in the triggerer (operators/provision.py). A backend
+    # whose machines are ready at once keeps these defaults.
+    def begin_provision(self, ctx: CellContext) -> dict[str, Any]:
+        """Start provisioning; the resource if ready at once, else a record with
+        ``"pending": True`` for ``check_provision`` (JSON: it travels to the triggerer)."""
+        return self.provision(ctx)
+
+    def check_provision(self, pending: dict[str, Any]) -> ProvisionCheck:
+        """Cheap, non-blocking look at a pending machine (called from the triggerer)."""
+        raise NotImplementedError(f"{self.kind} provisions synchronously")
+
+    def finish_provision(self, pending: dict[str, Any]) -> dict[str, Any]:
+        """The resource of a machine ``check_provision`` found ready. Undoes on failure."""
+        raise NotImplementedError(f"{self.kind} provisions synchronously")
+
+    def abandon_provision(self, pending: dict[str, Any], reason: str) -> None:
+        """Delete whatever a failed or timed-out provisioning left behind."""
+        return None  # machines ready at once leave nothing pending
 
     @abc.abstractmethod
     def variables(self, resource: dict[str, Any]) -> dict[str, str]:

@@ -29,6 +29,7 @@ and Python >= 3.10 as the machine's ``python`` (the runner runs on it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -56,7 +57,13 @@ from accelmatrix.backends.base import (
     SetupFailed,
 )
 from accelmatrix.backends.local import RUNNER, _fault
-from accelmatrix.hooks.ssh import RemoteHost, get_host, sftp_makedirs
+from accelmatrix.hooks.ssh import (
+    DirectTarget,
+    RemoteHost,
+    get_direct_host,
+    get_host,
+    sftp_makedirs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -256,8 +263,10 @@ class SshBackend(Backend):
     def _host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
         # A record or handle names its own connection: a janitor or a later task may hold a
         # machine spec that was edited since, and must still reach the host the cell used.
-        conn_id = (resource_or_handle or {}).get("ssh_conn_id") or self.conn_id
-        return get_host(conn_id)
+        ref = resource_or_handle or {}
+        if ref.get("ssh_target"):  # a machine we provisioned (DirectSshBackend)
+            return get_direct_host(DirectTarget(**ref["ssh_target"]))
+        return get_host(ref.get("ssh_conn_id") or self.conn_id)
 
     def _root(self, host: RemoteHost) -> str:
         return expand_work_root(self.work_root, host.home() if "~" in self.work_root else "")
@@ -526,6 +535,7 @@ class SshBackend(Backend):
         handle: dict[str, Any] = {
             "backend": self.kind,
             "ssh_conn_id": resource.get("ssh_conn_id", self.conn_id),
+            "ssh_target": resource.get("ssh_target"),
             "host": resource.get("host"),
             "work_dir": work_dir,
             "log_dir": log_dir,
@@ -775,6 +785,37 @@ class SshBackend(Backend):
                 )
             )
         return managed
+
+
+class DirectSshBackend(SshBackend):
+    """The SSH machinery for a host accelmatrix provisioned itself (a TPU VM worker).
+
+    Same remote layout, runner and process-group handling as SshBackend; only the way in
+    differs: the worker's IP and the key generated for its node (``DirectTarget``) instead
+    of an Airflow connection. The host key is pinned at provision (trust on first use) and
+    travels in the resource and every handle as ``ssh_target``.
+    """
+
+    def __init__(self, target: DirectTarget, *, python: str, work_root: str, kind: str):
+        Backend.__init__(self, {"backend": kind, "python": python, "work_root": work_root})
+        self.kind = kind  # type: ignore[misc]  # resources and handles say which machine
+        self.target = target
+        self.conn_id = target.cache_key
+        self.python = python
+        self.work_root = work_root
+
+    def _host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
+        t = (resource_or_handle or {}).get("ssh_target")
+        return get_direct_host(DirectTarget(**t) if t else self.target)
+
+    def provision(self, ctx: CellContext) -> dict[str, Any]:
+        host = self._host()
+        pinned = self.target.host_key or host.server_host_key()
+        resource = super().provision(ctx)
+        resource["ssh_target"] = dataclasses.asdict(
+            dataclasses.replace(self.target, host_key=pinned)
+        )
+        return resource
 
 
 def _shell_kill(pgid: int) -> str:

@@ -1,42 +1,55 @@
-"""TpuVmBackend: one Cloud TPU VM (or multi-host slice) per cell, through gcloud.
+"""TpuVmBackend: one Cloud TPU VM (or multi-host slice) per cell, through gcloud and SSH.
 
-This is the provisioning half: ``provision`` / ``teardown`` / ``list_managed``. Running the
-workload on the node's workers goes over SSH (``backends/ssh.py``); those methods raise
-``NotImplementedError`` here.
+Provisioning is get-or-create on a deterministic name (``tpu_names.node_name``), so a retried
+task finds the node its previous attempt created instead of making a second one. It comes in
+three steps so that the long wait for capacity holds no worker slot (see
+``operators/provision.py``, which defers between them to ``ProvisionTrigger``):
 
-provision(ctx) is get-or-create on a deterministic name (``tpu_names.node_name``), so a
-retried task finds the node its previous attempt created:
-
-1. ``describe`` the node; if it exists it is reused (waiting for READY if still CREATING).
-2. Otherwise ``tpu-vm create`` (on-demand / spot / preemptible / reserved), or, for
-   ``capacity: queued``, a queued resource of the same name with ``--valid-until-duration``,
-   polled until ACTIVE.
-3. Wait until the node is READY, then return a JSON resource with the workers' IPs.
+1. ``begin_provision``: ``describe`` the node; reuse it if it exists (a node found PREEMPTED
+   or TERMINATED is deleted and the attempt fails as infrastructure, for the retry to start
+   fresh). Otherwise ``tpu-vm create --async`` (on-demand / spot / preemptible / reserved),
+   or, for ``capacity: queued``, a queued resource of the same name with
+   ``--valid-until-duration``. The node's metadata carries ``ssh-keys`` with a key pair
+   generated for this node (``backends/ssh_keys.py``).
+2. ``check_provision`` (cheap, called by the trigger): READY yet? FAILED, stockout, past
+   valid-until or the provision timeout -> an infrastructure failure.
+3. ``finish_provision``: the workers' IPs from ``describe``, then each worker is prepared over
+   SSH (work dir, include dir, the supervisor) with ``DirectSshBackend``.
 
 Anything that fails half way is deleted before the error propagates (Airflow skips the
-teardown of a failed setup task). Capacity problems (quota, stockout, a queued resource that
-FAILED or outlived valid-until, preemption, not READY in time) raise ``InfrastructureError``.
+teardown of a failed setup task). ``provision`` runs the three steps in-line (CLI, tests).
 
-The waits block the worker slot for now (a trigger would be the better home for them).
+Execution goes over SSH to every worker of the slice: setup and the workload run on all of
+them (a JAX/PyTorch-XLA program on a multi-host slice must start on every host), the log of
+worker 0 streams into the task log, artifacts come from worker 0 and each worker's own log is
+kept as ``workers/<i>/output.log``. A worker that fails stops the others (a collective with a
+dead peer would hang until the timeout). While the workload runs, ``poll`` looks at the node
+every ``node_check_seconds``: a PREEMPTED node is an infrastructure failure (retried on a
+fresh node), never a test failure.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from accelmatrix.backends import tpu_names
+from accelmatrix.backends import ssh_keys, tpu_names
 from accelmatrix.backends.base import (
     MANAGED_BY,
     Backend,
+    BackendError,
     CellContext,
     InfrastructureError,
     JobStatus,
     LogFn,
     ManagedResource,
+    ProvisionCheck,
+    SetupFailed,
 )
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
@@ -49,12 +62,16 @@ from accelmatrix.spec.machine_tpu import TpuVmMachine
 
 log = logging.getLogger(__name__)
 
-EXECUTION = "execution over SSH: see backends/ssh.py"
 READY = "READY"
 # Node states from which a node never becomes READY by itself.
 DEAD_NODE_STATES = ("PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN")
 QR_DEAD_STATES = ("FAILED", "SUSPENDING", "SUSPENDED", "DELETING")
 QR_GRACE_SECONDS = 120  # after valid-until, how long we still wait for the service to say so
+SSH_READY_SECONDS = 300  # a READY node's sshd and guest agent may need a moment
+# When poll last looked at each node (the triggerer polls every cell about once a second;
+# the node's state costs a gcloud run, so it is looked at every node_check_seconds).
+_node_checked: dict[str, float] = {}
+_node_checked_lock = threading.Lock()
 
 
 class TpuVmBackend(Backend):
@@ -79,12 +96,26 @@ class TpuVmBackend(Backend):
     def name_for(ctx: CellContext) -> str:
         return tpu_names.node_name(ctx.dag_id, ctx.run_id, ctx.cell_id)
 
-    def node_metadata(self, ctx: CellContext) -> dict[str, str]:
-        """VM metadata of a new node (the SSH side adds ``ssh-keys`` here)."""
-        return dict(self.machine.metadata)
+    def node_metadata(self, name: str) -> dict[str, str]:
+        """VM metadata of a new node: the suite's, plus the node's own login key."""
+        _, public = ssh_keys.ensure_key(name, comment=f"accelmatrix-{name}")
+        return {**self.machine.metadata, "ssh-keys": f"{self.machine.ssh_user}:{public}"}
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- provisioning ------------------------------------------------------------------------
     def provision(self, ctx: CellContext) -> dict[str, Any]:
+        """All three provisioning steps in-line (the DAG defers between them instead)."""
+        record = self.begin_provision(ctx)
+        while record.get("pending"):
+            check = self.check_provision(record)
+            if check.failed:
+                self.abandon_provision(record, check.failed)
+                raise InfrastructureError(check.failed)
+            if check.ready:
+                return self.finish_provision(record)
+            time.sleep(self.poll_interval)
+        return record
+
+    def begin_provision(self, ctx: CellContext) -> dict[str, Any]:
         m = self.machine
         name, zone = self.name_for(ctx), m.zone
         now = time.time()
@@ -92,37 +123,62 @@ class TpuVmBackend(Backend):
             ctx.dag_id, ctx.run_id, ctx.cell_id, now + ctx.ttl_seconds, ctx.labels
         )
         queued = m.capacity == "queued"
-        made: set[str] = set()  # what this call tried to create: undone on failure
+        pending: dict[str, Any] = {
+            "pending": True,
+            "backend": self.kind,
+            "name": name,
+            "zone": zone,
+            "queued": queued,
+            "labels": labels,
+            "started_at": now,
+            "deadline": now + m.provision_timeout_seconds,
+            "ctx": {
+                "dag_id": ctx.dag_id,
+                "run_id": ctx.run_id,
+                "cell_id": ctx.cell_id,
+                "artifacts_dir": str(ctx.artifacts_dir),
+                "ttl_seconds": ctx.ttl_seconds,
+            },
+        }
+        made: set[str] = set()  # what this call created: undone if it fails
         with self.hook.authorized():
             try:
                 node = self.hook.get_node(name, zone)
                 if node is not None and node.get("state") in DEAD_NODE_STATES:
+                    made.update(("node", "queued resource") if queued else ("node",))
                     raise InfrastructureError(
                         f"TPU node {name} found in state {node.get('state')}; deleting it so a "
                         "retry starts fresh"
                     )
+                if node is not None and node.get("state") == READY:
+                    return self.finish_provision(pending)
                 if node is None and queued:
-                    node = self._provision_queued(name, zone, labels, ctx, made)
+                    made.add("queued resource")
+                    qr = self._create_queued(name, zone, labels)
+                    if qr is None:
+                        made.discard("queued resource")  # a retry: the request exists
+                        qr = self.hook.describe_queued_resource(name, zone)
+                    pending["deadline"] = (
+                        (_created_at(qr, now) or now)
+                        + int(m.valid_until_seconds or 0)
+                        + QR_GRACE_SECONDS
+                        + m.provision_timeout_seconds
+                    )
                 elif node is None:
                     made.add("node")
-                    node = self._create_node(name, zone, labels, ctx)
-                node = self._wait_ready(name, zone, node)
+                    self._create_node(name, zone, labels)
             except BaseException as exc:
-                # What this call created, and anything unusable (InfrastructureError), is
-                # deleted: Airflow does not run the teardown of a failed setup task. A node
-                # found healthy survives other errors, for the retry to reuse.
-                if isinstance(exc, InfrastructureError):
-                    made.update(("node", "queued resource") if queued else ("node",))
                 self._undo(name, zone, made, exc)
+                if made:
+                    ssh_keys.remove_key(name)
                 raise
-        return self._resource(name, zone, node, labels, queued, now)
+        log.info("TPU %s in %s requested; waiting for it (deferred)", name, zone)
+        return pending
 
-    def _create_node(
-        self, name: str, zone: str, labels: dict[str, str], ctx: CellContext
-    ) -> dict[str, Any]:
+    def _create_node(self, name: str, zone: str, labels: dict[str, str]) -> None:
         m = self.machine
         try:
-            return self.hook.create_node(
+            self.hook.create_node(
                 name,
                 zone,
                 m.accelerator_type,
@@ -131,70 +187,167 @@ class TpuVmBackend(Backend):
                 spot=m.capacity == "spot",
                 preemptible=m.capacity == "preemptible",
                 reserved=m.capacity == "reserved",
-                metadata=self.node_metadata(ctx),
+                metadata=self.node_metadata(name),
                 network=m.network,
                 subnetwork=m.subnetwork,
                 internal_ips=m.internal_ips,
-                timeout=m.provision_timeout_seconds,
+                wait=False,
+                timeout=300,
             )
-        except TpuAlreadyExists:  # a concurrent attempt won the race: use its node
-            return self.hook.describe_node(name, zone)
+        except TpuAlreadyExists:  # a concurrent attempt won the race: wait for its node
+            pass
 
-    def _provision_queued(
-        self, name: str, zone: str, labels: dict[str, str], ctx: CellContext, made: set[str]
-    ) -> dict[str, Any]:
-        """Create (or, on a retry, find) the queued resource; wait until it is ACTIVE."""
+    def _create_queued(self, name: str, zone: str, labels: dict[str, str]) -> dict | None:
+        """The new queued resource, or None if it already existed (a retry)."""
         m = self.machine
-        valid = int(m.valid_until_seconds or 0)
-        made.add("queued resource")
         try:
-            qr = self.hook.create_queued_resource(
+            return self.hook.create_queued_resource(
                 name,
                 zone,
                 m.accelerator_type,
                 m.runtime_version,
                 node_id=name,
                 labels=labels,
-                metadata=self.node_metadata(ctx),
-                valid_until_duration=valid,
+                metadata=self.node_metadata(name),
+                valid_until_duration=int(m.valid_until_seconds or 0),
                 network=m.network,
                 subnetwork=m.subnetwork,
                 internal_ips=m.internal_ips,
             )
-        except TpuAlreadyExists:  # a retry: the earlier attempt's request is still queued
-            made.discard("queued resource")
-            qr = self.hook.describe_queued_resource(name, zone)
-        deadline = _created_at(qr, time.time()) + valid + QR_GRACE_SECONDS
-        while True:
-            state = queued_resource_state(qr)
-            if state == "ACTIVE":
-                return self.hook.describe_node(name, zone)
-            if state in QR_DEAD_STATES:
-                reason = queued_resource_error(qr) or "no reason given"
-                raise InfrastructureError(f"queued resource {name} in {zone} is {state}: {reason}")
-            if time.time() > deadline:
-                raise InfrastructureError(
-                    f"queued resource {name} in {zone} still {state} {valid}s after its "
-                    "valid-until duration"
-                )
-            time.sleep(self.poll_interval)
-            qr = self.hook.describe_queued_resource(name, zone)
+        except TpuAlreadyExists:
+            return None
 
-    def _wait_ready(self, name: str, zone: str, node: dict[str, Any]) -> dict[str, Any]:
-        deadline = time.time() + self.machine.provision_timeout_seconds
-        while True:
-            state = node.get("state")
-            if state == READY:
-                return node
-            if state in DEAD_NODE_STATES:
-                raise InfrastructureError(f"TPU node {name} in {zone} became {state}")
-            if time.time() > deadline:
-                raise InfrastructureError(
-                    f"TPU node {name} in {zone} not READY after "
-                    f"{self.machine.provision_timeout_seconds}s (state {state})"
-                )
-            time.sleep(self.poll_interval)
-            node = self.hook.describe_node(name, zone)
+    def check_provision(self, pending: dict[str, Any]) -> ProvisionCheck:
+        """One look at the node (or its queued resource); never blocks on capacity."""
+        name, zone = pending["name"], pending["zone"]
+        late = time.time() > pending["deadline"]
+        with self.hook.authorized():
+            if pending["queued"]:
+                qr = self.hook.get_queued_resource(name, zone)
+                if qr is None:
+                    return ProvisionCheck(failed=f"queued resource {name} in {zone} vanished")
+                state = queued_resource_state(qr)
+                if state in QR_DEAD_STATES:
+                    reason = queued_resource_error(qr) or "no reason given"
+                    return ProvisionCheck(
+                        failed=f"queued resource {name} in {zone} is {state}: {reason}"
+                    )
+                if state != "ACTIVE":
+                    if late:
+                        return ProvisionCheck(
+                            failed=f"queued resource {name} in {zone} still {state} after its "
+                            f"valid-until duration ({self.machine.valid_until_seconds} s)"
+                        )
+                    return ProvisionCheck(detail=f"queued resource {state}")
+            node = self.hook.get_node(name, zone)
+        state = (node or {}).get("state")
+        if node is None:
+            return ProvisionCheck(
+                failed=f"TPU node {name} in {zone} vanished while being created (no "
+                "capacity in the zone, or deleted by someone else)"
+            )
+        if state == READY:
+            return ProvisionCheck(ready=True, detail=READY)
+        if state in DEAD_NODE_STATES:
+            return ProvisionCheck(failed=f"TPU node {name} in {zone} became {state}")
+        if late:
+            return ProvisionCheck(
+                failed=f"TPU node {name} in {zone} not READY after "
+                f"{self.machine.provision_timeout_seconds} s (state {state})"
+            )
+        return ProvisionCheck(detail=f"node {state}")
+
+    def finish_provision(self, pending: dict[str, Any]) -> dict[str, Any]:
+        """The READY node as a resource, every worker prepared over SSH.
+
+        A failure here (a worker unreachable) deletes the node: no teardown follows a failed
+        provision.
+        """
+        name, zone = pending["name"], pending["zone"]
+        c = pending["ctx"]
+        ctx = CellContext(
+            dag_id=c["dag_id"],
+            run_id=c["run_id"],
+            cell_id=c["cell_id"],
+            artifacts_dir=Path(c["artifacts_dir"]),
+            ttl_seconds=int(c["ttl_seconds"]),
+        )
+        try:
+            with self.hook.authorized():
+                node = self.hook.describe_node(name, zone)
+            if node.get("state") != READY:
+                raise InfrastructureError(f"TPU node {name} in {zone} is {node.get('state')}")
+            resource = self._resource(name, zone, node, pending)
+            resource["worker_resources"] = self._prepare_workers(resource, ctx)
+            return resource
+        except BaseException as exc:
+            self.abandon_provision(pending, str(exc))
+            raise
+
+    def abandon_provision(self, pending: dict[str, Any], reason: str) -> None:
+        """Delete whatever exists under the cell's name (it is ours and unusable) and its key."""
+        name, zone = pending["name"], pending["zone"]
+        log.warning("giving up on TPU %s: %s", name, reason)
+        error = InfrastructureError(reason)
+        with self.hook.authorized():
+            made = {"node", "queued resource"} if pending.get("queued") else {"node"}
+            self._undo(name, zone, made, error)
+        ssh_keys.remove_key(name)
+        for note in getattr(error, "__notes__", []):
+            log.error("%s", note)
+
+    def _prepare_workers(self, resource: dict[str, Any], ctx: CellContext) -> list[dict]:
+        """Work dir, include dir and supervisor on every worker, in parallel."""
+        from accelmatrix.hooks.ssh import DirectTarget
+
+        key = str(ssh_keys.key_path(resource["name"]))
+        n = len(resource["workers"])
+
+        def prepare(i: int) -> dict[str, Any]:
+            w = resource["workers"][i]
+            target = DirectTarget(
+                host=w["host"], port=self.machine.ssh_port, user=self.machine.ssh_user, key_path=key
+            )
+            backend = self._worker_backend(target)
+            worker_ctx = CellContext(
+                dag_id=ctx.dag_id,
+                run_id=ctx.run_id,
+                # Distinct dirs per worker: on a real slice each worker is its own host; on
+                # a loopback test they share one.
+                cell_id=ctx.cell_id if n == 1 else f"{ctx.cell_id}.worker{i}",
+                artifacts_dir=_worker_artifacts(ctx.artifacts_dir, i),
+                ttl_seconds=ctx.ttl_seconds,
+                labels={"tpu-node": resource["name"], "worker": str(i)},
+            )
+            deadline = time.monotonic() + SSH_READY_SECONDS
+            while True:
+                try:
+                    return backend.provision(worker_ctx)
+                except (OSError, EOFError, ConnectionError) as e:
+                    if time.monotonic() > deadline:
+                        raise InfrastructureError(
+                            f"TPU worker {i} ({w['host']}) of {resource['name']} not reachable "
+                            f"over SSH for {SSH_READY_SECONDS} s: {e}"
+                        ) from e
+                    time.sleep(min(10.0, max(1.0, self.poll_interval)))
+
+        with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
+            return list(pool.map(prepare, range(n)))
+
+    def _worker_backend(self, target: Any):
+        from accelmatrix.backends.ssh import DirectSshBackend
+
+        return DirectSshBackend(
+            target, python=self.machine.python, work_root=self.machine.work_root, kind=self.kind
+        )
+
+    def _workers(self, resource_or_handle: dict[str, Any], key: str) -> list[tuple[Any, dict]]:
+        from accelmatrix.hooks.ssh import DirectTarget
+
+        out = []
+        for r in resource_or_handle.get(key) or []:
+            out.append((self._worker_backend(DirectTarget(**r["ssh_target"])), r))
+        return out
 
     def _undo(self, name: str, zone: str, made: set[str], exc: BaseException) -> None:
         """Delete what provision created or found unusable; never masks ``exc``."""
@@ -218,13 +371,7 @@ class TpuVmBackend(Backend):
             return False
 
     def _resource(
-        self,
-        name: str,
-        zone: str,
-        node: dict[str, Any],
-        labels: dict[str, str],
-        queued: bool,
-        now: float,
+        self, name: str, zone: str, node: dict[str, Any], pending: dict[str, Any]
     ) -> dict[str, Any]:
         workers = []
         for i, ep in enumerate(node.get("networkEndpoints") or []):
@@ -237,6 +384,8 @@ class TpuVmBackend(Backend):
                     "host": external or ep.get("ipAddress"),
                 }
             )
+        if not workers:
+            raise InfrastructureError(f"TPU node {name} in {zone} reports no workers")
         full = node.get("name") or ""
         parts = full.split("/")
         return {
@@ -245,26 +394,184 @@ class TpuVmBackend(Backend):
             "node_name": full,
             "project": parts[1] if len(parts) > 1 else self.machine.project,
             "zone": zone,
-            "queued_resource": name if queued else None,
+            "queued_resource": name if pending.get("queued") else None,
             "accelerator_type": node.get("acceleratorType", self.machine.accelerator_type),
             "runtime_version": node.get("runtimeVersion", self.machine.runtime_version),
             "capacity": self.machine.capacity,
             "state": node.get("state"),
             "workers": workers,
             "hosts": [w["host"] for w in workers],
-            "labels": dict(node.get("labels") or labels),
-            "created_at": _created_at(node, now),
+            "labels": dict(node.get("labels") or pending.get("labels") or {}),
+            "created_at": _created_at(node, pending.get("started_at") or time.time()),
+            "artifacts_dir": pending["ctx"]["artifacts_dir"],
         }
 
+    # -- execution on the workers (over SSH) -------------------------------------------------
+    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+        (b0, r0), *_ = self._workers(resource, "worker_resources")
+        return {**b0.variables(r0), "num_workers": str(len(resource["workers"]))}
+
+    def _for_worker(self, resource: dict[str, Any], i: int, value: Any) -> Any:
+        """``value`` (argv, env) with worker 0's paths swapped for worker ``i``'s.
+
+        Placeholders are rendered once, with worker 0's variables. On a real slice every
+        worker has the same paths and this changes nothing; when several workers share one
+        host (loopback tests), each has its own work dir and gets its own paths.
+        """
+        rs = resource["worker_resources"]
+        swaps = [(rs[0][k], rs[i][k]) for k in ("work_dir", "include_dir") if rs[0][k] != rs[i][k]]
+        if not swaps:
+            return value
+        if isinstance(value, str):
+            for old, new in swaps:
+                value = value.replace(old, new)
+            return value
+        if isinstance(value, list):
+            return [self._for_worker(resource, i, v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._for_worker(resource, i, v) for k, v in value.items()}
+        return value
+
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        workers = self._workers(resource, "worker_resources")
+
+        def run(i: int) -> None:
+            b, r = workers[i]
+            prefix = f"[worker {i}] " if len(workers) > 1 else ""
+            b.setup(
+                r,
+                self._for_worker(resource, i, commands),
+                self._for_worker(resource, i, env),
+                timeout,
+                lambda line: log(prefix + line),
+            )
+
+        errors = _in_parallel(run, len(workers))
+        if errors:
+            infra = [e for _, e in errors if isinstance(e, InfrastructureError)]
+            text = "\n".join(f"worker {i}: {e}" for i, e in errors)
+            if infra:
+                raise InfrastructureError(f"setup lost TPU workers:\n{text}")
+            raise SetupFailed(f"setup failed on {len(errors)} of {len(workers)} worker(s):\n{text}")
+
+    def submit(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+    ) -> dict[str, Any]:
+        handles = []
+        for i, (b, r) in enumerate(self._workers(resource, "worker_resources")):
+            handles.append(
+                b.submit(r, self._for_worker(resource, i, argv), self._for_worker(resource, i, env))
+            )
+        return {
+            "backend": self.kind,
+            "name": resource["name"],
+            "zone": resource["zone"],
+            "workers": handles,
+            "reattached": all(h.get("reattached") for h in handles),
+            "node_check_seconds": self.machine.node_check_seconds,
+        }
+
+    def poll(self, handle: dict[str, Any]) -> JobStatus:
+        workers = self._workers(handle, "workers")
+        statuses = [b.poll(h) for b, h in workers]
+        lost = self._node_lost(handle)
+        if lost:
+            self._cancel_quietly(handle)
+            return JobStatus(done=True, detail=lost, infrastructure_failure=True)
+        for i, st in enumerate(statuses):
+            if st.done and st.infrastructure_failure:
+                self._cancel_quietly(handle)
+                return JobStatus(
+                    done=True, detail=f"worker {i}: {st.detail}", infrastructure_failure=True
+                )
+        for i, st in enumerate(statuses):
+            if st.done and st.exit_code != 0:
+                if not all(s.done for s in statuses):
+                    self._cancel_quietly(handle)  # its peers would wait for it forever
+                return JobStatus(
+                    done=True, exit_code=st.exit_code, detail=f"worker {i}: {st.detail}"
+                )
+        if all(st.done for st in statuses):
+            return JobStatus(
+                done=True, exit_code=0, detail=f"all {len(statuses)} worker(s) exited 0"
+            )
+        return JobStatus(done=False, detail="running")
+
+    def _node_lost(self, handle: dict[str, Any]) -> str | None:
+        """Every node_check_seconds: a message if the node is no longer READY."""
+        name, zone = handle["name"], handle["zone"]
+        now = time.monotonic()
+        with _node_checked_lock:
+            last = _node_checked.get(name)
+            if last is not None and now - last < float(handle.get("node_check_seconds") or 60):
+                return None
+            _node_checked[name] = now
+        try:
+            with self.hook.authorized():
+                node = self.hook.get_node(name, zone)
+        except TpuError as e:  # the API is unreachable: not proof that the node is gone
+            log.warning("could not check TPU node %s: %s", name, e)
+            return None
+        if node is None:
+            return f"TPU node {name} in {zone} disappeared while the workload ran"
+        if node.get("state") != READY:
+            return f"TPU node {name} in {zone} was {node.get('state')} while the workload ran"
+        return None
+
+    def _cancel_quietly(self, handle: dict[str, Any]) -> None:
+        try:
+            self.cancel(handle)
+        except Exception as e:  # the node may be gone with its processes
+            log.warning("could not stop the workload on %s: %s", handle.get("name"), e)
+
+    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+        (b0, h0), *_ = self._workers(handle, "workers")
+        return b0.read_logs(h0, offset)
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        workers = self._workers(handle, "workers")
+        errors = _in_parallel(lambda i: workers[i][0].cancel(workers[i][1]), len(workers))
+        if errors:
+            raise BackendError("; ".join(f"worker {i}: {e}" for i, e in errors))
+
+    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+        workers = self._workers(resource, "worker_resources")
+        for b, r in workers[1:]:  # each worker's own log, beside worker 0's
+            b._fetch_logs(b._host(r), r)
+        b0, r0 = workers[0]
+        return b0.collect(r0, globs, dest)
+
     def teardown(self, resource: dict[str, Any]) -> None:
-        name, zone = resource["name"], resource.get("zone") or self.machine.zone
+        name = resource["name"]
+        zone = resource.get("zone") or self.machine.zone
         with self.hook.authorized():
+            node = self.hook.get_node(name, zone)
+            if node is not None and node.get("state") == READY:
+                # Stop the workload and keep the logs before the node goes; deleting the node
+                # alone would do on a real slice, but this also frees a shared test host.
+                for i, (b, r) in enumerate(self._workers(resource, "worker_resources")):
+                    try:
+                        b.teardown(r)
+                    except Exception as e:  # releasing the TPU matters more than its logs
+                        log.warning("worker %d of %s: %s", i, name, e)
             qr = resource.get("queued_resource")
+            deleted = False
             if qr or self.machine.capacity == "queued":
                 # --force also deletes the node; without a queued resource, delete the node.
-                if self.hook.delete_queued_resource(qr or name, zone, force=True):
-                    return
-            self.hook.delete_node(name, zone)
+                deleted = self.hook.delete_queued_resource(qr or name, zone, force=True)
+            if not deleted and node is not None:
+                self.hook.delete_node(name, zone)
+        ssh_keys.remove_key(name)
+        from accelmatrix.hooks.ssh import forget_direct_hosts
+
+        forget_direct_hosts(str(ssh_keys.key_path(name)))
 
     def list_managed(self) -> list[ManagedResource]:
         zone = self.machine.zone
@@ -317,37 +624,6 @@ class TpuVmBackend(Backend):
                 )
         return out
 
-    # -- execution: over SSH (backends/ssh.py) -----------------------------------------------
-    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
-        raise NotImplementedError(EXECUTION)
-
-    def setup(
-        self,
-        resource: dict[str, Any],
-        commands: list[list[str]],
-        env: dict[str, str],
-        timeout: int,
-        log: LogFn,
-    ) -> None:
-        raise NotImplementedError(EXECUTION)
-
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
-        raise NotImplementedError(EXECUTION)
-
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
-        raise NotImplementedError(EXECUTION)
-
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
-        raise NotImplementedError(EXECUTION)
-
-    def cancel(self, handle: dict[str, Any]) -> None:
-        raise NotImplementedError(EXECUTION)
-
-    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
-        raise NotImplementedError(EXECUTION)
-
 
 def _created_at(obj: dict[str, Any], default: float | None) -> float | None:
     text = obj.get("createTime")
@@ -357,6 +633,25 @@ def _created_at(obj: dict[str, Any], default: float | None) -> float | None:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return default
+
+
+def _worker_artifacts(artifacts_dir: Path, i: int) -> Path:
+    return artifacts_dir if i == 0 else artifacts_dir / "workers" / str(i)
+
+
+def _in_parallel(fn: Any, n: int) -> list[tuple[int, BaseException]]:
+    """Run ``fn(i)`` for every worker; the errors, by worker index."""
+    errors: list[tuple[int, BaseException]] = []
+
+    def guarded(i: int) -> None:
+        try:
+            fn(i)
+        except Exception as e:
+            errors.append((i, e))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(n, 16))) as pool:
+        list(pool.map(guarded, range(n)))
+    return sorted(errors, key=lambda x: x[0])
 
 
 __all__ = ["TpuVmBackend", "TpuError"]

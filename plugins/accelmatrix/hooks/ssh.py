@@ -9,10 +9,16 @@ and reconnects only when it has dropped.
 Credentials come only from the Airflow connection, through the SSH provider's own
 ``SSHHook(ssh_conn_id=...)``: host, port, login, private key or key file, host key checking
 and proxy settings are the connection's business. Nothing here logs or returns any of them.
+
+The one other way in is a ``DirectTarget``: a machine accelmatrix created itself (a Cloud
+TPU VM worker), reached by IP with the key pair generated for that machine and injected
+through its metadata. Its host key is pinned on first contact (recorded in the resource), so
+later connections of the same cell refuse a different host behind a recycled IP.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import stat
@@ -72,11 +78,56 @@ def _dropped(exc: BaseException, transport_active: bool) -> bool:
     return isinstance(exc, OSError) and not transport_active
 
 
-class RemoteHost:
-    """A lazily (re)connected SSH client to the host of one Airflow SSH connection."""
+@dataclass(frozen=True)
+class DirectTarget:
+    """A host accelmatrix provisioned itself: address, login and the path of its key.
 
-    def __init__(self, conn_id: str):
+    ``host_key`` ("ssh-ed25519 AAAA...") pins the server key seen on first contact; empty
+    means "first contact: accept and record it" (a brand-new VM has no known host key).
+    """
+
+    host: str
+    port: int
+    user: str
+    key_path: str
+    host_key: str = ""
+
+    @property
+    def cache_key(self) -> str:
+        return f"direct:{self.user}@{self.host}:{self.port}:{self.key_path}"
+
+    def connect(self, timeout: float = 30.0) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        if self.host_key:
+            kind, _, b64 = self.host_key.partition(" ")
+            key = paramiko.PKey.from_type_string(kind, base64.b64decode(b64.split()[0]))
+            name = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+            client.get_host_keys().add(name, kind, key)
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # noqa: S507 (TOFU, pinned after)
+        pkey = paramiko.Ed25519Key.from_private_key_file(self.key_path)
+        client.connect(
+            self.host,
+            port=self.port,
+            username=self.user,
+            pkey=pkey,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            look_for_keys=False,
+            allow_agent=False,
+        )
+        return client
+
+
+class RemoteHost:
+    """A lazily (re)connected SSH client to the host of one Airflow SSH connection (or of one
+    ``DirectTarget``)."""
+
+    def __init__(self, conn_id: str, target: DirectTarget | None = None):
         self.conn_id = conn_id
+        self.target = target
         self._lock = threading.RLock()
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
@@ -100,11 +151,8 @@ class RemoteHost:
                     raise HostUnavailable(
                         f"SSH connection {self.conn_id!r} failed moments ago: {self._down_error}"
                     )
-                from airflow.providers.ssh.hooks.ssh import SSHHook
-
                 try:
-                    hook = SSHHook(ssh_conn_id=self.conn_id, conn_retry_attempts=CONNECT_ATTEMPTS)
-                    self._client = hook.get_conn()
+                    self._client, self._hostname = self._connect()
                 except (paramiko.SSHException, EOFError, OSError) as e:
                     self._down_until = time.monotonic() + RECONNECT_BACKOFF_SECONDS
                     self._down_error = f"{type(e).__name__}: {e}"
@@ -112,8 +160,20 @@ class RemoteHost:
                         f"cannot connect through SSH connection {self.conn_id!r}: "
                         f"{self._down_error}"
                     ) from e
-                self._hostname = hook.remote_host
             return self._client
+
+    def _connect(self) -> tuple[paramiko.SSHClient, str]:
+        if self.target is not None:
+            return self.target.connect(), self.target.host
+        from airflow.providers.ssh.hooks.ssh import SSHHook
+
+        hook = SSHHook(ssh_conn_id=self.conn_id, conn_retry_attempts=CONNECT_ATTEMPTS)
+        return hook.get_conn(), hook.remote_host
+
+    def server_host_key(self) -> str:
+        """The server's host key as "type base64" (to pin it for later connections)."""
+        key = self.client().get_transport().get_remote_server_key()
+        return f"{key.get_name()} {key.get_base64()}"
 
     @property
     def hostname(self) -> str:
@@ -344,6 +404,30 @@ def get_host(conn_id: str) -> RemoteHost:
         if host is None:
             host = _HOSTS[conn_id] = RemoteHost(conn_id)
         return host
+
+
+def get_direct_host(target: DirectTarget) -> RemoteHost:
+    """The process's RemoteHost for a machine accelmatrix provisioned (see DirectTarget)."""
+    global _HOSTS_PID
+    with _HOSTS_LOCK:
+        if os.getpid() != _HOSTS_PID:
+            _HOSTS.clear()
+            _HOSTS_PID = os.getpid()
+        old = host = _HOSTS.get(target.cache_key)
+        if host is None or host.target != target:  # new, or its host key got pinned since
+            host = _HOSTS[target.cache_key] = RemoteHost(target.cache_key, target)
+    if old is not None and old is not host:
+        old.close()
+    return host
+
+
+def forget_direct_hosts(key_path: str) -> None:
+    """Close and forget the connections made with ``key_path`` (its machine is gone)."""
+    with _HOSTS_LOCK:
+        gone = [k for k, h in _HOSTS.items() if h.target and h.target.key_path == key_path]
+        hosts = [_HOSTS.pop(k) for k in gone]
+    for host in hosts:
+        host.close()
 
 
 def close_all() -> None:

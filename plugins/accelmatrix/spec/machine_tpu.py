@@ -10,6 +10,12 @@
         valid_until_seconds: 3600        # queued only: give up waiting for capacity after this
         resources: {chips: 8}
         hourly_cost: 25.76
+        ssh_user: accelmatrix            # login created from the per-node key in metadata
+        python: python3                  # on the TPU VM image; runs the workload supervisor
+
+The workload runs on every worker of the slice over SSH, with a key pair generated for the
+node and injected through its ``ssh-keys`` metadata: no key file or credential is named
+here.
 
 Self-contained (no import of ``spec.suite``) so that ``suite.py`` can import it for the
 machine union without an import cycle.
@@ -83,6 +89,30 @@ class TpuVmMachine(BaseModel):
     )
     pool_slots: PositiveInt = Field(1, description="slots of the pool when accelmatrix creates it")
     hourly_cost: Annotated[float, Field(ge=0)] = 0.0
+    ssh_user: str = Field(
+        "accelmatrix",
+        pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
+        description="login on the workers, created by the guest agent from the node's key",
+    )
+    ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
+    python: str = Field(
+        "python3",
+        pattern=r"^[A-Za-z0-9_./+-]+$",
+        description="Python >= 3.10 on the VM image; runs the workload supervisor",
+    )
+    work_root: str = Field(
+        "~/accelmatrix-work",
+        pattern=r"^(/|~/)[A-Za-z0-9_./-]+$",
+        description="absolute path or ~/...; each cell gets <work_root>/<dag>/<run>/<cell>",
+    )
+    provision_poll_seconds: Annotated[float, Field(gt=0, le=600)] = Field(
+        15.0, description="how often a pending node or queued resource is looked at"
+    )
+    node_check_seconds: PositiveInt = Field(
+        60,
+        description="while the workload runs, how often the node's state is checked "
+        "(a preempted node is an infrastructure failure, not a test failure)",
+    )
 
     @model_validator(mode="after")
     def _queued(self) -> TpuVmMachine:
@@ -94,4 +124,10 @@ class TpuVmMachine(BaseModel):
         for key in self.metadata:
             if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", key):
                 raise ValueError(f"metadata key {key!r}: letters, digits, '_' and '-' only")
+            if key == "ssh-keys":
+                raise ValueError(
+                    "metadata key 'ssh-keys' is set by accelmatrix (a key pair per node); remove it"
+                )
+        if ".." in self.work_root.split("/"):
+            raise ValueError(f"work_root {self.work_root!r} must not contain '..'")
         return self

@@ -206,8 +206,20 @@ class TpuEmulator:
         page_size: int = 100,
         worker_ip: str = "127.0.0.1",
         endpoint_port: int = 8470,
+        authorized_keys: str | os.PathLike[str] | None = None,
     ) -> None:
         self.host, self._port = host, port
+        # The guest agent's part: the public keys in the ``ssh-keys`` metadata of every READY
+        # node are appended to this file (an sshd's AuthorizedKeysFile), and taken out again
+        # when the node goes away, so "SSH to the TPU VM" reaches the loopback sshd exactly
+        # when a real VM would accept the key.
+        self.authorized_keys = Path(authorized_keys) if authorized_keys else None
+        self._base_keys = (
+            self.authorized_keys.read_text()
+            if self.authorized_keys and self.authorized_keys.exists()
+            else ""
+        )
+        self._written_keys: str | None = None
         self.op_delay, self.qr_wait, self.qr_provision = op_delay, qr_wait, qr_provision
         self.page_size = page_size
         self.worker_ip, self.endpoint_port = worker_ip, endpoint_port
@@ -363,6 +375,7 @@ class TpuEmulator:
             qr = node.get("queuedResource")
             if qr and qr in self._qrs:
                 self._set_qr_state(qr, QR_SUSPENDED)
+            self._sync_ssh_keys()
 
     def plant_node(
         self,
@@ -439,6 +452,27 @@ class TpuEmulator:
                     self._nodes[full] = node
                     self._node_meta[full] = {}
                 self._set_qr_state(qr_name, QR_ACTIVE)
+        self._sync_ssh_keys()
+
+    def _sync_ssh_keys(self) -> None:
+        """Make the authorized_keys file hold the base keys plus the READY nodes' keys."""
+        if self.authorized_keys is None:
+            return
+        keys = []
+        for node in self._nodes.values():
+            if node.get("state") != READY:
+                continue
+            for line in str((node.get("metadata") or {}).get("ssh-keys", "")).splitlines():
+                user, sep, key = line.partition(":")
+                if sep and user.strip() and key.strip():
+                    keys.append(key.strip())
+        text = self._base_keys.rstrip("\n") + "\n" + "".join(k + "\n" for k in keys)
+        if text != self._written_keys:
+            tmp = self.authorized_keys.with_name(self.authorized_keys.name + ".tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o600)
+            os.replace(tmp, self.authorized_keys)
+            self._written_keys = text
 
     def _set_qr_state(self, qr_name: str, state: str, data: dict | None = None) -> None:
         self._qrs[qr_name]["state"] = {

@@ -1,0 +1,82 @@
+"""ProvisionOperator: get-or-create a cell's machine, waiting for capacity in the triggerer.
+
+A local work dir or an SSH host is ready at once: the operator returns its resource straight
+away. A Cloud TPU may wait minutes to hours for capacity (a queued resource) and then boot:
+the operator starts the request and defers to ProvisionTrigger, so the wait holds no worker
+slot. The trigger gives up at the machine's own deadline (valid-until, provision timeout)
+and deletes what was requested before firing; Airflow's deferral timeout is only a backstop.
+
+Every failure here is an infrastructure failure (retried when the suite sets retries),
+never a test failure, and leaves nothing behind: Airflow skips the teardown of a failed
+setup task, so the backend undoes its own half-made machine.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from accelmatrix.operators.run import InfrastructureFailure
+
+# Past the machine's own deadline (which the trigger enforces), how long Airflow waits for
+# the trigger before failing the task anyway.
+DEFER_GRACE_SECONDS = 900
+
+
+class ProvisionOperator(BaseOperator):
+    """Provision ``cell``'s machine; returns the resource record (XCom) for the later steps."""
+
+    template_fields = ("cell",)
+    ui_color = "#cfe2f3"
+
+    def __init__(self, *, cell: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cell = cell
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from accelmatrix import lifecycle
+        from accelmatrix.triggers.provision import ProvisionTrigger
+
+        cell = self.cell
+        context["cell_id"] = cell["id"]
+        ref = lifecycle.RunRef.from_context(context)
+        record = lifecycle.begin_provision(cell, ref)
+        if not record.get("pending"):
+            return record
+        wait = max(0.0, float(record["deadline"]) - time.time())
+        self.log.info(
+            "%s requested; waiting up to %.0f s for it in the triggerer", record["name"], wait
+        )
+        self.defer(
+            trigger=ProvisionTrigger(
+                machine_spec=cell["machine_spec"],
+                pending=record,
+                poll_interval=float(cell["machine_spec"].get("provision_poll_seconds") or 15),
+            ),
+            method_name="execute_complete",
+            kwargs={"pending": record},
+            timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),
+        )
+
+    def execute_complete(
+        self,
+        context: Any,
+        event: dict[str, Any] | None = None,
+        pending: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        from accelmatrix import lifecycle
+
+        cell = self.cell
+        context["cell_id"] = cell["id"]
+        ref = lifecycle.RunRef.from_context(context)
+        event = event or {}
+        pending = pending or {}
+        if event.get("status") != "ready":
+            reason = event.get("detail") or "provisioning failed"
+            lifecycle.provision_failed(cell, ref, pending, reason)
+            raise InfrastructureFailure(reason)
+        self.log.info("%s is ready after %.0f s", pending.get("name"), event.get("waited", 0))
+        return lifecycle.finish_provision(cell, ref, pending)

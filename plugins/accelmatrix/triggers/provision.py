@@ -1,0 +1,70 @@
+"""ProvisionTrigger: wait in the triggerer until a requested machine is ready (or never is).
+
+Each poll is one cheap backend call (for a TPU: one ``describe``), run in a thread. On a
+failure (stockout, valid-until passed, node preempted while booting, timeout) the trigger
+deletes what was requested *before* it fires: the resumed task may never run (Airflow 3.3.2
+resume race, apache/airflow#67287) and a failed provision gets no teardown. The resumed
+task repeats the cleanup; deleting what is already gone is a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class ProvisionTrigger(BaseTrigger):
+    def __init__(self, machine_spec: dict[str, Any], pending: dict[str, Any], poll_interval=15.0):
+        super().__init__()
+        self.machine_spec = machine_spec
+        self.pending = pending
+        self.poll_interval = float(poll_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "machine_spec": self.machine_spec,
+                "pending": self.pending,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from accelmatrix.backends.base import ProvisionCheck, get_backend
+
+        backend = get_backend(self.machine_spec)
+        name = self.pending.get("name")
+        started = time.monotonic()
+        last_detail = None
+        while True:
+            try:
+                check = await asyncio.to_thread(backend.check_provision, self.pending)
+            except Exception as e:  # a failing API call is worth another look, not a verdict
+                self.log.warning("could not check %s (will retry): %s", name, e)
+                check = None
+                if time.time() > float(self.pending.get("deadline") or 0):
+                    check = ProvisionCheck(failed=f"{name}: no answer by its deadline: {e}")
+            if check is not None:
+                if check.detail != last_detail:
+                    self.log.info("%s: %s", name, check.detail or "waiting")
+                    last_detail = check.detail
+                if check.failed:
+                    self.log.error("%s: %s; deleting what was requested", name, check.failed)
+                    try:
+                        await asyncio.to_thread(
+                            backend.abandon_provision, self.pending, check.failed
+                        )
+                    except Exception:
+                        self.log.exception("could not clean up %s", name)
+                    yield TriggerEvent({"status": "failed", "detail": check.failed})
+                    return
+                if check.ready:
+                    waited = time.monotonic() - started
+                    yield TriggerEvent({"status": "ready", "waited": waited})
+                    return
+            await asyncio.sleep(self.poll_interval)

@@ -1,0 +1,332 @@
+"""TpuVmBackend end to end: the REAL gcloud against the TPU emulator, the REAL sshd as the VM.
+
+The emulator plays Cloud TPU (nodes, queued resources, operations, faults) and the guest
+agent: the public key in a READY node's ``ssh-keys`` metadata is added to the loopback sshd's
+authorized_keys, and removed when the node goes. So "SSH into the TPU VM with the key made
+for it" works exactly while a real node would accept that key, and a multi-host slice is
+several workers on 127.0.0.1, each with its own work dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from accelmatrix.backends import ssh_keys
+from accelmatrix.backends import tpu_vm as tpu_vm_module
+from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
+from accelmatrix.backends.local import _pid_alive
+from accelmatrix.backends.tpu_names import node_name
+from accelmatrix.backends.tpu_vm import TpuVmBackend
+from accelmatrix.hooks import ssh as ssh_hook
+from accelmatrix.hooks.tpu import TpuVmHook
+from accelmatrix.spec.machine_tpu import TpuVmMachine
+from accelmatrix.testing.tpu_emulator import TpuEmulator
+from accelmatrix.triggers.provision import ProvisionTrigger
+
+pytest_plugins = ["sshd"]
+pytestmark = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
+
+ZONE = "us-central2-b"
+RUN = "manual__2026-01-01T00:00:00+00:00"
+
+
+@pytest.fixture(scope="module")
+def server(sshd_server):
+    yield sshd_server
+    ssh_hook.close_all()
+
+
+@pytest.fixture(scope="module")
+def emulator(server):
+    with TpuEmulator(
+        op_delay=0.3, qr_wait=0.3, qr_provision=0.3, authorized_keys=server.authorized_keys
+    ) as emu:
+        yield emu
+
+
+@pytest.fixture(scope="module")
+def gcloud_env(emulator, tmp_path_factory):
+    return emulator.gcloud_env(tmp_path_factory.mktemp("gcloud-config"))
+
+
+@pytest.fixture
+def emu(emulator):
+    emulator.reset()
+    yield emulator
+    emulator.reset()
+
+
+@pytest.fixture
+def spec(server, tmp_path) -> dict:
+    return TpuVmMachine.model_validate(
+        {
+            "backend": "tpu-vm",
+            "zone": ZONE,
+            "accelerator_type": "v4-8",
+            "runtime_version": "tpu-ubuntu2204-base",
+            "ssh_user": server.user,
+            "ssh_port": server.port,
+            "python": sys.executable,
+            "work_root": str(tmp_path / "vm"),
+            "provision_timeout_seconds": 60,
+            "provision_poll_seconds": 0.2,
+            "node_check_seconds": 1,
+        }
+    ).model_dump(mode="json")
+
+
+def backend(gcloud_env, spec, **over) -> TpuVmBackend:
+    return TpuVmBackend(
+        {**spec, **over}, hook=TpuVmHook(env=gcloud_env, timeout=60), poll_interval=0.2
+    )
+
+
+def ctx(home: Path, cell: str = "model=a") -> CellContext:
+    return CellContext(
+        dag_id="tpu_smoke",
+        run_id=RUN,
+        cell_id=cell,
+        artifacts_dir=home / "artifacts" / cell,
+        ttl_seconds=3600,
+        labels={"team": "ml"},
+    )
+
+
+def wait_done(b, handle, timeout=40.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = b.poll(handle)
+        if st.done:
+            return st
+        time.sleep(0.1)
+    raise AssertionError("workload did not finish")
+
+
+def posts(emu, coll):
+    return [r for r in emu.requests("POST") if r["path"].endswith(f"/{coll}")]
+
+
+def test_machine_model_execution_fields(spec):
+    m = TpuVmMachine.model_validate(spec)
+    assert m.ssh_port == spec["ssh_port"] and m.node_check_seconds == 1
+    base = {k: spec[k] for k in ("backend", "zone", "accelerator_type", "runtime_version")}
+    for bad in (
+        {"metadata": {"ssh-keys": "me:ssh-ed25519 AAAA"}},  # ours to set, per node
+        {"ssh_user": "root; rm -rf /"},
+        {"work_root": "relative/dir"},
+        {"work_root": "/a/../b"},
+        {"ssh_key_file": "/home/me/.ssh/id_rsa"},  # no credentials in YAML
+    ):
+        with pytest.raises(ValidationError):
+            TpuVmMachine.model_validate({**base, **bad})
+
+
+def test_single_host_cell_lifecycle(accel_home, emu, gcloud_env, spec, server):
+    b = backend(gcloud_env, spec)
+    c = ctx(accel_home)
+    r = b.provision(c)
+    name = node_name(c.dag_id, c.run_id, c.cell_id)
+    assert r["name"] == name and r["state"] == "READY" and len(r["worker_resources"]) == 1
+    labels = r["labels"]
+    assert labels["managed-by"] == "accelmatrix" and labels["cell"] == "model_a"
+    assert labels["team"] == "ml"
+
+    # A key pair made for this node: private half 0600 on our side, public half in metadata.
+    key = ssh_keys.key_path(name)
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    meta = emu.node(name)["metadata"]["ssh-keys"]
+    assert meta.startswith(f"{server.user}:ssh-ed25519 ")
+    assert meta.split(":", 1)[1].split()[1] in server.authorized_keys.read_text()
+    assert "PRIVATE" not in json.dumps(r)  # the record carries the key's path, never the key
+    assert r["worker_resources"][0]["ssh_target"]["host_key"].startswith("ssh-ed25519 ")
+
+    # Setup and the workload run on the VM over SSH, argv intact (no shell in between).
+    v = b.variables(r)
+    assert v["num_workers"] == "1" and v["work_dir"].startswith(spec["work_root"])
+    lines = []
+    b.setup(
+        r,
+        [[v["python"], "-c", "import sys; print('setup', sys.argv[1:])", "a b;c"]],
+        {},
+        60,
+        lines.append,
+    )
+    assert lines[-1] == "setup ['a b;c']"
+    code = "import os\nos.makedirs('out', exist_ok=True)\nopen('out/m.json','w').write('{}')\nprint('Finished training run', os.environ['TPU_X'])"
+    h = b.submit(r, [v["python"], "-c", code], {"TPU_X": "it's $HOME"})
+    st = wait_done(b, h)
+    assert st.exit_code == 0 and not st.infrastructure_failure
+    out, _ = b.read_logs(h, 0)
+    assert out == ["Finished training run it's $HOME"]
+    assert b.collect(r, ["out/*.json"], Path(r["artifacts_dir"]) / "files") == ["out/m.json"]
+    assert "Finished training run" in (Path(r["artifacts_dir"]) / "output.log").read_text()
+
+    work = Path(r["worker_resources"][0]["work_dir"])
+    assert work.is_dir()
+    b.teardown(r)
+    assert emu.node(name) is None and not key.exists() and not work.exists()
+    assert meta.split(":", 1)[1].split()[1] not in server.authorized_keys.read_text()
+    b.teardown(r)  # already gone: not-found is fine
+
+
+def test_retry_finds_the_node_and_a_preempted_node_is_replaced(accel_home, emu, gcloud_env, spec):
+    b = backend(gcloud_env, spec, capacity="spot")
+    c = ctx(accel_home)
+    r1 = b.provision(c)
+    r2 = b.provision(c)  # a retried provision task: the same node, the same key, no 2nd POST
+    assert r2["name"] == r1["name"] and len(posts(emu, "nodes")) == 1
+    assert posts(emu, "nodes")[0]["body"]["schedulingConfig"]["spot"] is True
+    assert r2["worker_resources"][0]["work_dir"] == r1["worker_resources"][0]["work_dir"]
+
+    emu.preempt(r1["name"])  # a retry that finds its node preempted deletes it and fails
+    with pytest.raises(InfrastructureError, match="PREEMPTED"):
+        b.provision(c)
+    assert emu.node(r1["name"]) is None and not ssh_keys.key_path(r1["name"]).exists()
+
+
+def test_multi_host_slice_runs_on_every_worker(accel_home, emu, gcloud_env, spec):
+    b = backend(gcloud_env, spec, accelerator_type="v4-16")  # 2 hosts
+    r = b.provision(ctx(accel_home))
+    assert len(r["workers"]) == 2 and len(r["worker_resources"]) == 2
+    dirs = [Path(w["work_dir"]) for w in r["worker_resources"]]
+    assert dirs[0] != dirs[1]  # one loopback host: each worker gets its own dir
+    v = b.variables(r)
+    assert v["num_workers"] == "2"
+    py = v["python"]
+    lines: list[str] = []
+    b.setup(r, [[py, "-c", "open('setup.txt','w').write('x')"]], {}, 60, lines.append)
+    assert all((d / "setup.txt").exists() for d in dirs)
+
+    # ${work_dir} rendered once is retargeted per worker; worker 1 fails, worker 0 would wait.
+    code = (
+        "import os, sys, time\n"
+        "me = sys.argv[1]\n"
+        "print('worker in', me, flush=True)\n"
+        "if me.endswith('worker1'): sys.exit(3)\n"
+        "time.sleep(60)\n"
+    )
+    h = b.submit(r, [py, "-c", code, v["work_dir"]], {})
+    st = wait_done(b, h)
+    assert st.exit_code == 3 and "worker 1" in st.detail and not st.infrastructure_failure
+    pid0 = h["workers"][0]["pid"]
+    deadline = time.time() + 15
+    while _pid_alive(pid0) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _pid_alive(pid0)  # its peer failed: worker 0 was stopped, not left to hang
+
+    b.collect(r, [], Path(r["artifacts_dir"]) / "files")
+    art = Path(r["artifacts_dir"])
+    assert f"worker in {dirs[0]}" in (art / "output.log").read_text()
+    assert f"worker in {dirs[1]}" in (art / "workers" / "1" / "output.log").read_text()
+    b.teardown(r)
+    assert emu.state["nodes"] == {} and not any(d.exists() for d in dirs)
+
+
+def test_setup_failure_names_the_worker(accel_home, emu, gcloud_env, spec):
+    b = backend(gcloud_env, spec)
+    r = b.provision(ctx(accel_home))
+    py = b.variables(r)["python"]
+    with pytest.raises(SetupFailed, match="worker 0.*exited with 4"):
+        b.setup(r, [[py, "-c", "print('pip failed'); raise SystemExit(4)"]], {}, 60, lambda s: None)
+    b.teardown(r)
+
+
+def test_preemption_while_running_is_an_infrastructure_failure(accel_home, emu, gcloud_env, spec):
+    b = backend(gcloud_env, spec, capacity="preemptible")
+    r = b.provision(ctx(accel_home))
+    py = b.variables(r)["python"]
+    h = b.submit(r, [py, "-c", "import time; print('step 1', flush=True); time.sleep(60)"], {})
+    assert not b.poll(h).done
+    emu.preempt(r["name"])
+    st = wait_done(b, h, timeout=30)
+    assert st.infrastructure_failure and "PREEMPTED" in st.detail and st.exit_code is None
+    b.teardown(r)
+    assert emu.node(r["name"]) is None
+
+
+def test_stockout_and_quota_leave_nothing_behind(accel_home, emu, gcloud_env, spec):
+    b = backend(gcloud_env, spec)
+    emu.stockout(leaves_node=True)  # the create operation fails; a TERMINATED node remains
+    with pytest.raises(InfrastructureError, match="TERMINATED|vanished"):
+        b.provision(ctx(accel_home))
+    assert emu.state["nodes"] == {}
+    assert not list(ssh_keys.key_dir().glob("*"))
+    emu.reset()
+    emu.set_faults(quota_exceeded=True)  # refused at once: nothing was created
+    with pytest.raises(InfrastructureError, match="[Qq]uota"):
+        b.provision(ctx(accel_home, "model=b"))
+    assert emu.state["nodes"] == {}
+
+
+def test_queued_resource_capacity_wait_and_timeout(accel_home, emu, gcloud_env, spec):
+    b = backend(
+        gcloud_env, spec, capacity="queued", valid_until_seconds=600, accelerator_type="v6e-16"
+    )
+    r = b.provision(ctx(accel_home))
+    assert r["queued_resource"] == r["name"] and len(r["worker_resources"]) == 4
+    (req,) = posts(emu, "queuedResources")
+    assert req["body"]["queueingPolicy"] == {"validUntilDuration": "600s"}
+    b.teardown(r)  # deleting the queued resource with --force takes the node along
+    assert emu.state["queued_resources"] == {} and emu.state["nodes"] == {}
+
+    emu.stockout()
+    b = backend(gcloud_env, spec, capacity="queued", valid_until_seconds=1)
+    with pytest.raises(InfrastructureError, match="FAILED"):
+        b.provision(ctx(accel_home, "model=b"))
+    assert emu.state["queued_resources"] == {}  # the failed request was deleted
+
+
+def test_provision_trigger_defers_the_capacity_wait(accel_home, emu, gcloud_env, spec, monkeypatch):
+    """begin -> (trigger polls) -> finish, as ProvisionOperator drives it in the DAG."""
+    monkeypatch.setenv("ACCELMATRIX_GCLOUD_AUTH", "env")
+    for k, v in gcloud_env.items():
+        monkeypatch.setenv(k, v)
+    machine = {**spec, "capacity": "queued", "valid_until_seconds": 600}
+    b = backend(gcloud_env, machine)
+    pending = b.begin_provision(ctx(accel_home))
+    assert pending["pending"] and emu.node(pending["name"]) is None  # still waiting
+
+    async def first_event(trigger):
+        async for event in trigger.run():
+            return event.payload
+
+    event = asyncio.run(first_event(ProvisionTrigger(machine, pending, poll_interval=0.2)))
+    assert event["status"] == "ready"
+    r = b.finish_provision(pending)
+    assert r["state"] == "READY" and r["worker_resources"]
+    b.teardown(r)
+
+    # A capacity wait that fails: the trigger deletes the request before it fires.
+    emu.stockout()
+    machine = {**spec, "capacity": "queued", "valid_until_seconds": 1}
+    pending = backend(gcloud_env, machine).begin_provision(ctx(accel_home, "model=b"))
+    event = asyncio.run(first_event(ProvisionTrigger(machine, pending, poll_interval=0.2)))
+    assert event["status"] == "failed" and "FAILED" in event["detail"]
+    assert emu.state["queued_resources"] == {}
+
+
+def test_unreachable_workers_fail_provision_and_delete_the_node(
+    accel_home, emu, gcloud_env, spec, monkeypatch
+):
+    monkeypatch.setattr(tpu_vm_module, "SSH_READY_SECONDS", 2)
+    b = backend(gcloud_env, spec, ssh_port=1)  # nothing listens there
+    with pytest.raises(InfrastructureError, match="not reachable over SSH"):
+        b.provision(ctx(accel_home))
+    assert emu.state["nodes"] == {}
+
+
+def test_list_managed_ignores_unmanaged(emu, gcloud_env, spec):
+    emu.plant_node("am-mine", ZONE, labels={"managed-by": "accelmatrix", "dag": "d"})
+    emu.plant_node("theirs", ZONE, labels={"managed-by": "terraform"})
+    emu.plant_node("bare", ZONE)
+    got = backend(gcloud_env, spec).list_managed()
+    assert [(m.name, m.labels["dag"]) for m in got] == [("am-mine", "d")]
