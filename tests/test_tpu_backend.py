@@ -26,43 +26,15 @@ from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFai
 from accelmatrix.backends.local import _pid_alive
 from accelmatrix.backends.tpu_names import node_name
 from accelmatrix.backends.tpu_vm import TpuVmBackend
-from accelmatrix.hooks import ssh as ssh_hook
 from accelmatrix.hooks.tpu import TpuVmHook
 from accelmatrix.spec.machine_tpu import TpuVmMachine
-from accelmatrix.testing.tpu_emulator import TpuEmulator
 from accelmatrix.triggers.provision import ProvisionTrigger
 
-pytest_plugins = ["sshd"]
+pytest_plugins = ["tpu_env"]
 pytestmark = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
 
 ZONE = "us-central2-b"
 RUN = "manual__2026-01-01T00:00:00+00:00"
-
-
-@pytest.fixture(scope="module")
-def server(sshd_server):
-    yield sshd_server
-    ssh_hook.close_all()
-
-
-@pytest.fixture(scope="module")
-def emulator(server):
-    with TpuEmulator(
-        op_delay=0.3, qr_wait=0.3, qr_provision=0.3, authorized_keys=server.authorized_keys
-    ) as emu:
-        yield emu
-
-
-@pytest.fixture(scope="module")
-def gcloud_env(emulator, tmp_path_factory):
-    return emulator.gcloud_env(tmp_path_factory.mktemp("gcloud-config"))
-
-
-@pytest.fixture
-def emu(emulator):
-    emulator.reset()
-    yield emulator
-    emulator.reset()
 
 
 @pytest.fixture
@@ -285,11 +257,10 @@ def test_queued_resource_capacity_wait_and_timeout(accel_home, emu, gcloud_env, 
     assert emu.state["queued_resources"] == {}  # the failed request was deleted
 
 
-def test_provision_trigger_defers_the_capacity_wait(accel_home, emu, gcloud_env, spec, monkeypatch):
+def test_provision_trigger_defers_the_capacity_wait(
+    accel_home, emu, gcloud_env, gcloud_in_environ, spec
+):
     """begin -> (trigger polls) -> finish, as ProvisionOperator drives it in the DAG."""
-    monkeypatch.setenv("ACCELMATRIX_GCLOUD_AUTH", "env")
-    for k, v in gcloud_env.items():
-        monkeypatch.setenv(k, v)
     machine = {**spec, "capacity": "queued", "valid_until_seconds": 600}
     b = backend(gcloud_env, machine)
     pending = b.begin_provision(ctx(accel_home))

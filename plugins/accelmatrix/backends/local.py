@@ -149,6 +149,7 @@ class LocalBackend(Backend):
             "work_dir": resource["work_dir"],
             "include_dir": str(settings.include_dir()),
             "python": sys.executable,
+            "num_workers": "1",
         }
 
     def _env(self, resource: dict[str, Any], env: dict[str, str]) -> dict[str, str]:

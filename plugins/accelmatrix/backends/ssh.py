@@ -448,6 +448,7 @@ class SshBackend(Backend):
             "work_dir": resource["work_dir"],
             "include_dir": resource["include_dir"],
             "python": self.python,
+            "num_workers": "1",
         }
 
     def setup(

@@ -73,7 +73,9 @@ class ProvisionOperator(BaseOperator):
         context["cell_id"] = cell["id"]
         ref = lifecycle.RunRef.from_context(context)
         event = event or {}
-        pending = pending or {}
+        # The trigger echoes the pending record: next_kwargs did not survive the resume in
+        # Airflow 3.3.2 under dag.test(), and the event is what the resumed task surely gets.
+        pending = pending or event.get("pending") or {}
         if event.get("status") != "ready":
             reason = event.get("detail") or "provisioning failed"
             lifecycle.provision_failed(cell, ref, pending, reason)

@@ -104,7 +104,7 @@ class RunWorkloadOperator(BaseOperator):
         event = event or {}
         # The trigger already recorded this (and killed a timed-out or hung workload); doing
         # it again is idempotent and covers events from older triggers.
-        state, msg = record_run_outcome(cell, ref, event, handle or {})
+        state, msg = record_run_outcome(cell, ref, event, handle or event.get("handle") or {})
         if state == "infra_failed":
             raise InfrastructureFailure(msg)
         if state != "ran":

@@ -6,7 +6,8 @@ so a value can hold spaces, quotes or `;` and still arrive as one argv element.
 
 Grammar: `${axis.NAME}` (the value label), `${axis.NAME.FIELD}` (a field of a mapping
 value), `${params.NAME}`, `${cell.id}`, and backend variables `${work_dir}`,
-`${include_dir}`, `${python}` that only the backend running the cell knows. `$${` escapes.
+`${include_dir}`, `${python}`, `${num_workers}` (hosts of a multi-host slice) that only the
+backend running the cell knows. `$${` escapes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 PLACEHOLDER = re.compile(r"\$(\$?)\{([^}]*)\}")
-BACKEND_VARS = ("work_dir", "include_dir", "python")
+BACKEND_VARS = ("work_dir", "include_dir", "python", "num_workers")
 _NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
 _REF = re.compile(
     rf"^(?:axis\.{_NAME}(?:\.{_NAME})?|params\.{_NAME}|cell\.id|{'|'.join(BACKEND_VARS)})$"

@@ -61,10 +61,14 @@ class ProvisionTrigger(BaseTrigger):
                         )
                     except Exception:
                         self.log.exception("could not clean up %s", name)
-                    yield TriggerEvent({"status": "failed", "detail": check.failed})
+                    yield TriggerEvent(
+                        {"status": "failed", "detail": check.failed, "pending": self.pending}
+                    )
                     return
                 if check.ready:
                     waited = time.monotonic() - started
-                    yield TriggerEvent({"status": "ready", "waited": waited})
+                    yield TriggerEvent(
+                        {"status": "ready", "waited": waited, "pending": self.pending}
+                    )
                     return
             await asyncio.sleep(self.poll_interval)

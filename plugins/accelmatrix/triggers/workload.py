@@ -90,6 +90,7 @@ class WorkloadTrigger(BaseTrigger):
                 event = {"status": "timeout", "exit_code": None, "detail": "deadline passed"}
             if event is not None:
                 event["log_offset"] = offset
+                event["handle"] = self.handle
                 await self._record(event)
                 yield TriggerEvent(event)
                 return
