@@ -822,6 +822,8 @@ class FakeKubelet:
             )
             return
         scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_iso()}
+        with self.emu.lock:
+            spec["nodeName"] = "fake-node-1"
         pod_dir = self.root / "pods" / f"{ns}_{name}"
         pod_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._volumes(spec, pod_dir)
