@@ -159,7 +159,7 @@ def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
 
 
 def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
-    from accelmatrix.backends.base import SetupFailed
+    from accelmatrix.backends.base import InfrastructureError, SetupFailed
 
     wl = cell["workload"]
     store = results_store()
@@ -180,6 +180,15 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
         )
     except SetupFailed as e:
         store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup_failed", message=str(e))
+        raise
+    except InfrastructureError as e:  # the machine failed during setup, not the commands
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            cell["id"],
+            state="infra_failed",
+            message=f"infrastructure failure during setup: {e}",
+        )
         raise
 
 

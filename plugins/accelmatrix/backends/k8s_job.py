@@ -98,7 +98,7 @@ CONFIG_ERRORS = ("CreateContainerConfigError", "CreateContainerError", "RunConta
 ROTATED = ("output.log", "status.json")
 DELETE_WAIT_SECONDS = 60.0
 UNREACHABLE_GRACE_SECONDS = 120.0
-SETUP_POLL_SECONDS = 1.0
+SETUP_POLL_SECONDS = (0.2, 2.0)  # first and longest wait between setup Job polls
 
 _unreachable_since: dict[str, float] = {}
 _state_lock = threading.Lock()
@@ -537,6 +537,7 @@ class KubernetesJobBackend(Backend):
                             setup_log.write(f"[{cname}] {line}\n")
                             tails[cname] = (tails[cname] + [line])[-20:]
 
+                pause = SETUP_POLL_SECONDS[0]
                 while True:
                     job = clients.batch.read_namespaced_job(name, ns)
                     status, pods = self._inspect(clients, ns, job, timeout_s, names)
@@ -545,7 +546,8 @@ class KubernetesJobBackend(Backend):
                         break
                     if time.monotonic() >= deadline:
                         raise SetupFailed(f"setup timed out after {timeout}s (Job {ns}/{name})")
-                    time.sleep(SETUP_POLL_SECONDS)
+                    time.sleep(pause)
+                    pause = min(pause * 1.5, SETUP_POLL_SECONDS[1])
         except BaseException:
             self._delete_job(clients, ns, name)
             raise

@@ -941,6 +941,8 @@ class FakeKubelet:
         cwd = translate(c.get("workingDir") or str(pod_dir))
         log_path = pod_dir / f"{c['name']}.log"
         started = now_iso()
+        with self.emu.lock:
+            self.emu.log_paths[(key[0], key[1], c["name"])] = log_path
         with open(log_path, "wb") as out:
             try:
                 proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
@@ -966,7 +968,6 @@ class FakeKubelet:
                     proc.kill()
                     return None
                 self.procs[key] = proc
-                self.emu.log_paths[(key[0], key[1], c["name"])] = log_path
                 pod = self.emu.pods[key]
                 field = (
                     "initContainerStatuses"
