@@ -211,7 +211,7 @@ def _provisioned(
 
 
 def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
-    from accelmatrix.backends.base import SetupFailed
+    from accelmatrix.backends.base import InfrastructureError, SetupFailed
 
     wl = cell["workload"]
     store = results_store()
@@ -232,6 +232,15 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
         )
     except SetupFailed as e:
         store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup_failed", message=str(e))
+        raise
+    except InfrastructureError as e:  # the machine failed during setup, not the commands
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            cell["id"],
+            state="infra_failed",
+            message=f"infrastructure failure during setup: {e}",
+        )
         raise
 
 

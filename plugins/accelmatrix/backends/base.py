@@ -157,6 +157,7 @@ _REGISTRY: dict[str, str] = {
     "local": "accelmatrix.backends.local:LocalBackend",
     "ssh": "accelmatrix.backends.ssh:SshBackend",
     "tpu-vm": "accelmatrix.backends.tpu_vm:TpuVmBackend",
+    "k8s-job": "accelmatrix.backends.k8s_job:KubernetesJobBackend",
 }
 
 

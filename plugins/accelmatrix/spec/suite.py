@@ -29,7 +29,7 @@ LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CELLS = 1024  # Airflow's [core] max_map_length default
-BACKENDS = ("local", "ssh", "tpu-vm")
+BACKENDS = ("local", "ssh", "tpu-vm", "k8s-job")
 RESERVED_PARAMS = ("cells",)
 
 Scalar = str | int | float | bool
@@ -65,10 +65,14 @@ class LocalMachine(Model):
     hourly_cost: Annotated[float, Field(ge=0)] = 0.0
 
 
+from accelmatrix.spec.machine_k8s import KubernetesJobMachine  # noqa: E402
 from accelmatrix.spec.machine_ssh import SshMachine  # noqa: E402 (after Resources)
 from accelmatrix.spec.machine_tpu import TpuVmMachine  # noqa: E402
 
-Machine = Annotated[LocalMachine | SshMachine | TpuVmMachine, Field(discriminator="backend")]
+Machine = Annotated[
+    LocalMachine | SshMachine | TpuVmMachine | KubernetesJobMachine,
+    Field(discriminator="backend"),
+]
 
 
 class HangDetection(Model):

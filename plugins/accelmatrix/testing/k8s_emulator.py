@@ -1,0 +1,1059 @@
+"""A Kubernetes API emulator on loopback plus a fake kubelet, for the ``k8s-job`` backend tests.
+
+Why not kmock (``kmock.KubernetesEmulator``, PyPI)? Judged at 0.8: it stores arbitrary objects
+over aiohttp (five new dependencies here) but has no label-selector filtering, no
+``pods/log``, no delete propagation to a Job's pods and no notion of a Job's lifecycle; all
+of that would be custom handlers on top of it. This module is a small, stateful emulator on
+the stdlib (``ThreadingHTTPServer``) with the JSON shapes of the real API, so the backend
+talks to it through the real ``kubernetes`` client (and ``kubectl`` works against it).
+
+What it serves (the subset the backend and ``kubectl get`` use):
+
+* ``batch/v1`` Jobs: create (defaults, validation -> 422 ``Invalid``, 409 ``AlreadyExists``),
+  get, ``/status``, list (namespaced and all namespaces, ``labelSelector``), delete with
+  ``propagationPolicy`` (``Background``/``Foreground`` delete the Job's pods; none or
+  ``Orphan`` leave them running, as the real API does for Jobs).
+* ``core/v1`` Pods: get, list, delete, deletecollection (``labelSelector``), ``/log``
+  (``container``, ``limitBytes``, ``tailLines``; 400 while the container waits to start, as
+  the real kubelet answers), ``/eviction``; namespaces: get; discovery and ``/version``.
+* Status envelopes (``kind: Status``) for 404/409/422/400.
+
+The fake kubelet (``FakeKubelet``) plays the Job controller and the node: for every Job it
+creates the pods (one per completion index, labels ``job-name``, ``controller-uid``,
+``batch.kubernetes.io/job-completion-index``, owner reference), "pulls" the image, runs the
+init containers then the main container's ``command`` + ``args`` **as a local subprocess**
+(argv, no shell) with the container's env, streams stdout/stderr into the pod log, and
+reports pod phase, container states (``terminated.exitCode``, timestamps) and the Job's
+status (``active``/``succeeded``/``failed``, ``Complete``/``Failed`` conditions). Volume
+mounts are emulated the way a container runtime would: a ``persistentVolumeClaim`` whose
+claim is in ``volumes`` is that local dir (plus ``subPath``), an ``emptyDir`` is a fresh temp
+dir, and paths under a ``mountPath`` in the command, env and ``workingDir`` are rewritten
+to the local dir. The image is not used to run anything.
+
+Fault injection, by image name (prefix match, so a tag may follow):
+
+* ``fault/unschedulable``: the pod stays Pending with ``PodScheduled=False``, reason
+  ``Unschedulable``, message ``0/3 nodes are available: 3 Insufficient nvidia.com/gpu.``
+* ``fault/bad-image``: scheduled, then the container waits with ``ErrImagePull`` and, after
+  ``pull_backoff`` seconds, ``ImagePullBackOff``.
+* ``FakeKubelet.evict(namespace, pod)`` (or ``POST .../pods/<name>/eviction``): the process is
+  killed and the pod ends ``Failed`` with reason ``Evicted``.
+* Deleting a running pod kills its process; the Job counts it as failed.
+
+Not modelled: watches, resourceVersion conflicts, patch/update, multiple regular containers
+(only the first runs), pod readiness, RBAC (any bearer token is accepted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+LABEL_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+UNSCHEDULABLE_MESSAGE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+BAD_IMAGE_PREFIX = "fault/bad-image"
+UNSCHEDULABLE_PREFIX = "fault/unschedulable"
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def now_iso(t: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if t is None else t, UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str):
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+
+
+def _validate_labels(labels: Any, where: str) -> None:
+    if labels is None:
+        return
+    if not isinstance(labels, dict):
+        raise ApiError(422, "Invalid", f"{where}: labels must be a map")
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if (
+            len(name) > 63
+            or not LABEL_KEY_NAME.match(name)
+            or (prefix and (len(prefix) > 253 or not re.match(r"^[a-z0-9.-]+$", prefix)))
+        ):
+            raise ApiError(422, "Invalid", f"{where}: Invalid value: {key!r}: label key")
+        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
+            raise ApiError(
+                422,
+                "Invalid",
+                f"{where}: Invalid value: {value!r}: a valid label must be an empty string or "
+                "consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                "with an alphanumeric character",
+            )
+
+
+def parse_selector(text: str | None) -> list[tuple[str, str, Any]]:
+    """``a=b,c!=d,e,!f,g in (x,y)`` -> [(op, key, value)]."""
+    out: list[tuple[str, str, Any]] = []
+    if not text:
+        return out
+    for part in re.split(r",(?![^(]*\))", text):
+        part = part.strip()
+        if not part:
+            continue
+        if m := re.fullmatch(r"(\S+)\s+(in|notin)\s+\(([^)]*)\)", part):
+            out.append((m.group(2), m.group(1), {v.strip() for v in m.group(3).split(",")}))
+        elif "!=" in part:
+            k, v = part.split("!=", 1)
+            out.append(("!=", k.strip(), v.strip()))
+        elif "=" in part:
+            k, v = part.split("==", 1) if "==" in part else part.split("=", 1)
+            out.append(("=", k.strip(), v.strip()))
+        elif part.startswith("!"):
+            out.append(("!", part[1:].strip(), None))
+        else:
+            out.append(("exists", part, None))
+    return out
+
+
+def selector_matches(selector: list[tuple[str, str, Any]], labels: dict[str, str]) -> bool:
+    for op, key, value in selector:
+        have = labels.get(key)
+        if (
+            (op == "=" and have != value)
+            or (op == "!=" and have == value)
+            or (op == "exists" and key not in labels)
+            or (op == "!" and key in labels)
+            or (op == "in" and have not in value)
+            or (op == "notin" and have in value)
+        ):
+            return False
+    return True
+
+
+class KubernetesEmulator:
+    """The API server: in-memory objects behind real HTTP on 127.0.0.1."""
+
+    def __init__(self, namespaces: tuple[str, ...] = ("default",)):
+        self.lock = threading.RLock()
+        self.namespaces = set(namespaces)
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self._rv = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        # Set by FakeKubelet: called (namespace, name, reason) when a pod leaves the API.
+        self.on_pod_removed: Any = None
+        self.on_evict: Any = None
+        self.log_paths: dict[tuple[str, str, str], Path] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> KubernetesEmulator:
+        emulator = self
+
+        class Handler(_Handler):
+            emu = emulator
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> KubernetesEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "emulator not started"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "emulator-token"}}],
+            "contexts": [
+                {
+                    "name": "emulator",
+                    "context": {"cluster": "emulator", "user": "tester", "namespace": namespace},
+                }
+            ],
+            "current-context": "emulator",
+        }
+
+    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        path.write_text(json.dumps(self.kubeconfig(namespace)))
+        return path
+
+    def airflow_conn_env(self, conn_id: str, namespace: str | None = None) -> dict[str, str]:
+        """``AIRFLOW_CONN_<ID>`` for a kubernetes connection whose extra holds the kubeconfig."""
+        extra: dict[str, Any] = {"kube_config": self.kubeconfig(namespace or "default")}
+        if namespace:
+            extra["namespace"] = namespace
+        value = json.dumps({"conn_type": "kubernetes", "extra": extra})
+        return {f"AIRFLOW_CONN_{conn_id.upper()}": value}
+
+    # -- object helpers -------------------------------------------------------------------
+    def next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def job_pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"]["uid"]
+        ns = job["metadata"]["namespace"]
+        return [
+            p
+            for (pns, _), p in self.pods.items()
+            if pns == ns and p["metadata"]["labels"].get("controller-uid") == uid
+        ]
+
+    def create_job(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        if ns not in self.namespaces:
+            raise ApiError(404, "NotFound", f'namespaces "{ns}" not found')
+        meta = body.get("metadata") or {}
+        name = meta.get("name") or ""
+        if meta.get("generateName") and not name:
+            name = meta["generateName"] + secrets.token_hex(3)[:5]
+        if not DNS_LABEL.match(name) or len(name) > 63:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Job.batch "{name}" is invalid: metadata.name: Invalid value: "{name}": must '
+                "be no more than 63 characters and a lowercase RFC 1123 label",
+            )
+        _validate_labels(meta.get("labels"), "metadata.labels")
+        spec = body.get("spec") or {}
+        template = spec.get("template") or {}
+        pod_spec = template.get("spec") or {}
+        _validate_labels((template.get("metadata") or {}).get("labels"), "spec.template.labels")
+        containers = pod_spec.get("containers") or []
+        if not containers:
+            raise ApiError(422, "Invalid", "spec.template.spec.containers: Required value")
+        for c in containers + (pod_spec.get("initContainers") or []):
+            if not c.get("name") or not DNS_LABEL.match(c["name"]):
+                raise ApiError(422, "Invalid", f"container name {c.get('name')!r} is invalid")
+            if not c.get("image"):
+                raise ApiError(422, "Invalid", f"containers[{c['name']}].image: Required value")
+        if pod_spec.get("restartPolicy") not in ("Never", "OnFailure"):
+            raise ApiError(
+                422,
+                "Invalid",
+                "spec.template.spec.restartPolicy: Unsupported value: supported values: "
+                '"OnFailure", "Never"',
+            )
+        if spec.get("completionMode") == "Indexed" and not spec.get("completions"):
+            raise ApiError(422, "Invalid", "spec.completions: Required value for Indexed")
+        with self.lock:
+            if (ns, name) in self.jobs:
+                raise ApiError(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+            job = json.loads(json.dumps(body))
+            uid = str(uuid.uuid4())
+            job["apiVersion"], job["kind"] = "batch/v1", "Job"
+            m = job.setdefault("metadata", {})
+            m.update(
+                name=name,
+                namespace=ns,
+                uid=uid,
+                resourceVersion=self.next_rv(),
+                creationTimestamp=now_iso(),
+                generation=1,
+            )
+            m.setdefault("labels", {})
+            s = job.setdefault("spec", {})
+            s.setdefault("backoffLimit", 6)
+            s.setdefault("completions", 1)
+            s.setdefault("parallelism", 1)
+            s.setdefault("completionMode", "NonIndexed")
+            s["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+            tmeta = s["template"].setdefault("metadata", {})
+            tlabels = tmeta.setdefault("labels", {})
+            for key in JOB_NAME_LABELS:
+                tlabels[key] = name
+            for key in UID_LABELS:
+                tlabels[key] = uid
+            job["status"] = {"startTime": now_iso(), "active": 0}
+            job["_created"] = time.time()
+            job["_failed_indexes"] = []
+            self.jobs[(ns, name)] = job
+            return job
+
+    def delete_job(self, ns: str, name: str, propagation: str | None) -> dict[str, Any]:
+        with self.lock:
+            job = self.jobs.pop((ns, name), None)
+            if job is None:
+                raise ApiError(404, "NotFound", f'jobs.batch "{name}" not found')
+            if propagation in ("Background", "Foreground"):
+                for pod in self.job_pods(job):
+                    self.delete_pod(ns, pod["metadata"]["name"])
+            else:  # orphaned pods lose their owner
+                for pod in self.job_pods(job):
+                    pod["metadata"]["ownerReferences"] = []
+            return job
+
+    def delete_pod(self, ns: str, name: str, reason: str = "deleted") -> dict[str, Any]:
+        with self.lock:
+            pod = self.pods.pop((ns, name), None)
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found')
+        if self.on_pod_removed is not None:
+            self.on_pod_removed(ns, name, reason)
+        return pod
+
+    def public(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in obj.items() if not k.startswith("_")}
+
+    def state(self) -> dict[str, Any]:
+        with self.lock:
+            return json.loads(
+                json.dumps(
+                    {
+                        "jobs": {f"{ns}/{n}": self.public(j) for (ns, n), j in self.jobs.items()},
+                        "pods": {f"{ns}/{n}": p for (ns, n), p in self.pods.items()},
+                    }
+                )
+            )
+
+
+_DISCOVERY = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+    "/apis": {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            {
+                "name": "batch",
+                "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
+                "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
+            }
+        ],
+    },
+    "/api/v1": {
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {
+                "name": "pods",
+                "singularName": "pod",
+                "namespaced": True,
+                "kind": "Pod",
+                "verbs": ["delete", "deletecollection", "get", "list"],
+                "shortNames": ["po"],
+            },
+            {
+                "name": "pods/log",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "Pod",
+                "verbs": ["get"],
+            },
+            {
+                "name": "namespaces",
+                "singularName": "namespace",
+                "namespaced": False,
+                "kind": "Namespace",
+                "verbs": ["get"],
+                "shortNames": ["ns"],
+            },
+        ],
+    },
+    "/apis/batch/v1": {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "batch/v1",
+        "resources": [
+            {
+                "name": "jobs",
+                "singularName": "job",
+                "namespaced": True,
+                "kind": "Job",
+                "verbs": ["create", "delete", "get", "list"],
+                "categories": ["all"],
+            },
+            {
+                "name": "jobs/status",
+                "singularName": "",
+                "namespaced": True,
+                "kind": "Job",
+                "verbs": ["get"],
+            },
+        ],
+    },
+    "/version": {"major": "1", "minor": "32", "gitVersion": "v1.32.0-accelmatrix-emulator"},
+}
+
+_JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+)(?:/(status))?)?$")
+_PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(?:/(log|eviction|status))?)?$")
+_NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    emu: KubernetesEmulator
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib name)
+        pass
+
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if not length:
+            return {}
+        try:
+            data = json.loads(self.rfile.read(length))
+        except ValueError:
+            raise ApiError(400, "BadRequest", "request body is not JSON") from None
+        return data if isinstance(data, dict) else {}
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        self.emu.requests.append((method, self.path))
+        try:
+            code, body = self._route(method, path, query)
+        except ApiError as e:
+            code, body = e.code, e.body()
+        if isinstance(body, bytes):
+            self._send(code, body, "text/plain")
+        else:
+            self._send(code, body)
+
+    def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    def _route(self, method: str, path: str, q: dict[str, str]) -> tuple[int, Any]:
+        emu = self.emu
+        if method == "GET" and path in _DISCOVERY:
+            return 200, _DISCOVERY[path]
+        if method == "GET" and path == "/apis/batch/v1/jobs":
+            return 200, self._list("JobList", "batch/v1", list(emu.jobs.values()), q)
+        if m := _NAMESPACE.match(path):
+            if method == "GET" and m.group(1) in emu.namespaces:
+                return 200, {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": m.group(1)},
+                    "status": {"phase": "Active"},
+                }
+            raise ApiError(404, "NotFound", f'namespaces "{m.group(1)}" not found')
+        if m := _JOBS.match(path):
+            ns, name, _sub = m.groups()
+            if name is None and method == "GET":
+                with emu.lock:
+                    jobs = [j for (jns, _), j in emu.jobs.items() if jns == ns]
+                    return 200, self._list("JobList", "batch/v1", jobs, q)
+            if name is None and method == "POST":
+                return 201, emu.public(emu.create_job(ns, self._body()))
+            if name is not None and method == "GET":
+                with emu.lock:
+                    job = emu.jobs.get((ns, name))
+                    if job is None:
+                        raise ApiError(404, "NotFound", f'jobs.batch "{name}" not found')
+                    return 200, emu.public(job)
+            if name is not None and method == "DELETE":
+                body = self._body()
+                policy = q.get("propagationPolicy") or body.get("propagationPolicy")
+                job = emu.delete_job(ns, name, policy)
+                return 200, emu.public(job)
+        if m := _PODS.match(path):
+            ns, name, sub = m.groups()
+            if name is None and method in ("GET", "DELETE"):
+                selector = parse_selector(q.get("labelSelector"))
+                with emu.lock:
+                    pods = [
+                        p
+                        for (pns, _), p in emu.pods.items()
+                        if pns == ns and selector_matches(selector, p["metadata"]["labels"])
+                    ]
+                if method == "DELETE":
+                    for p in pods:
+                        try:
+                            emu.delete_pod(ns, p["metadata"]["name"])
+                        except ApiError:
+                            pass
+                return 200, self._list("PodList", "v1", pods, {})
+            if name is not None and sub is None and method == "GET":
+                with emu.lock:
+                    pod = emu.pods.get((ns, name))
+                if pod is None:
+                    raise ApiError(404, "NotFound", f'pods "{name}" not found')
+                return 200, pod
+            if name is not None and sub is None and method == "DELETE":
+                return 200, emu.delete_pod(ns, name)
+            if sub == "log" and method == "GET":
+                return 200, self._log(ns, name, q)
+            if sub == "eviction" and method == "POST":
+                if (ns, name) not in emu.pods:
+                    raise ApiError(404, "NotFound", f'pods "{name}" not found')
+                if emu.on_evict is not None:
+                    emu.on_evict(ns, name)
+                return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
+
+    def _list(self, kind: str, api: str, items: list[dict[str, Any]], q: dict[str, str]):
+        selector = parse_selector(q.get("labelSelector"))
+        with self.emu.lock:
+            chosen = [
+                self.emu.public(o)
+                for o in items
+                if selector_matches(selector, o["metadata"].get("labels") or {})
+            ]
+            chosen.sort(key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+            limit = int(q.get("limit") or 0)
+            return {
+                "apiVersion": api,
+                "kind": kind,
+                "metadata": {"resourceVersion": str(self.emu._rv)},
+                "items": chosen[:limit] if limit else chosen,
+            }
+
+    def _log(self, ns: str, name: str, q: dict[str, str]) -> bytes:
+        with self.emu.lock:
+            pod = self.emu.pods.get((ns, name))
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found')
+            names = [c["name"] for c in pod["spec"]["containers"]]
+            names += [c["name"] for c in pod["spec"].get("initContainers") or []]
+            container = q.get("container") or pod["spec"]["containers"][0]["name"]
+            if container not in names:
+                raise ApiError(
+                    400, "BadRequest", f"container {container} is not valid for pod {name}"
+                )
+            path = self.emu.log_paths.get((ns, name, container))
+        if path is None:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating',
+            )
+        data = path.read_bytes()
+        if q.get("tailLines"):
+            data = b"".join(data.splitlines(keepends=True)[-int(q["tailLines"]) :])
+        if q.get("limitBytes"):
+            data = data[: int(q["limitBytes"])]
+        return data
+
+
+class FakeKubelet:
+    """Plays the Job controller and one node: pods for Jobs, local processes for containers."""
+
+    def __init__(
+        self,
+        emulator: KubernetesEmulator,
+        root: Path,
+        volumes: dict[str, Path] | None = None,
+        tick: float = 0.05,
+        pull_backoff: float = 0.5,
+    ):
+        self.emu = emulator
+        self.root = Path(root)
+        self.volumes = {k: Path(v) for k, v in (volumes or {}).items()}
+        self.tick = tick
+        self.pull_backoff = pull_backoff
+        self.procs: dict[tuple[str, str], subprocess.Popen] = {}
+        self.removed: set[tuple[str, str]] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        emulator.on_pod_removed = self._pod_removed
+        emulator.on_evict = self.evict
+
+    def start(self) -> FakeKubelet:
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="fake-kubelet")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for key in list(self.procs):
+            self._kill(key)
+
+    def __enter__(self) -> FakeKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- faults ---------------------------------------------------------------------------
+    def evict(
+        self, ns: str, name: str, message: str = "The node was low on resource: memory."
+    ) -> None:
+        with self.emu.lock:
+            pod = self.emu.pods.get((ns, name))
+            if pod is None:
+                return
+            pod["_evicted"] = True
+        self._kill((ns, name))
+        with self.emu.lock:
+            st = pod["status"]
+            st.update(phase="Failed", reason="Evicted", message=message)
+            for cs in st.get("containerStatuses") or []:
+                if "running" in cs.get("state", {}):
+                    cs["state"] = {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "ContainerStatusUnknown",
+                            "startedAt": cs["state"]["running"]["startedAt"],
+                            "finishedAt": now_iso(),
+                        }
+                    }
+            pod["metadata"]["resourceVersion"] = self.emu.next_rv()
+
+    # -- controller loop ------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._reconcile()
+            except Exception as e:  # keep the fake cluster alive; tests see the symptom
+                print(f"fake kubelet: {e!r}")
+            self._stop.wait(self.tick)
+
+    def _reconcile(self) -> None:
+        with self.emu.lock:
+            jobs = list(self.emu.jobs.values())
+        for job in jobs:
+            with self.emu.lock:
+                if (job["metadata"]["namespace"], job["metadata"]["name"]) not in self.emu.jobs:
+                    continue
+                self._reconcile_job(job)
+
+    def _reconcile_job(self, job: dict[str, Any]) -> None:
+        spec, status = job["spec"], job["status"]
+        ns = job["metadata"]["namespace"]
+        conditions = status.setdefault("conditions", [])
+        finished = any(c["type"] in ("Complete", "Failed") for c in conditions)
+        if finished:
+            ttl = spec.get("ttlSecondsAfterFinished")
+            if ttl is not None and time.time() - job.get("_finished", time.time()) >= ttl:
+                self.emu.delete_job(ns, job["metadata"]["name"], "Background")
+            return
+        pods = self.emu.job_pods(job)
+        indexed = spec.get("completionMode") == "Indexed"
+        completions = int(spec.get("completions") or 1)
+        by_index: dict[int, list[dict[str, Any]]] = {}
+        for p in pods:
+            by_index.setdefault(int(p["metadata"]["labels"].get(INDEX_LABEL, 0)), []).append(p)
+        for p in pods:
+            if p["status"]["phase"] == "Failed" and not p.get("_counted"):
+                p["_counted"] = True
+                job["_failed_indexes"].append(p["metadata"]["name"])
+        failed = len(job["_failed_indexes"])
+        succeeded = set()
+        active = 0
+        for i in range(completions if indexed else 1):
+            mine = by_index.get(i, [])
+            phases = [p["status"]["phase"] for p in mine]
+            if "Succeeded" in phases:
+                succeeded.add(i)
+            elif any(ph in ("Pending", "Running") for ph in phases):
+                active += 1
+            elif failed <= int(spec.get("backoffLimit", 6)):
+                self._create_pod(job, i if indexed else None)
+                active += 1
+        status.update(active=active, succeeded=len(succeeded), failed=failed)
+        if not indexed and succeeded:
+            status["succeeded"] = completions
+        deadline = spec.get("activeDeadlineSeconds")
+        reason = None
+        if failed > int(spec.get("backoffLimit", 6)):
+            reason = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        elif deadline is not None and time.time() - job["_created"] > deadline:
+            reason = ("DeadlineExceeded", "Job was active longer than specified deadline")
+        if reason:
+            for p in pods:
+                if p["status"]["phase"] in ("Pending", "Running"):
+                    self.emu.delete_pod(ns, p["metadata"]["name"], reason="job failed")
+            conditions.append(self._condition("Failed", *reason))
+            status["active"] = 0
+            job["_finished"] = time.time()
+        elif status["succeeded"] >= completions:
+            conditions.append(self._condition("Complete", "CompletionsReached", ""))
+            status["completionTime"] = now_iso()
+            job["_finished"] = time.time()
+        job["metadata"]["resourceVersion"] = self.emu.next_rv()
+
+    @staticmethod
+    def _condition(kind: str, reason: str, message: str) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": now_iso(),
+            "lastTransitionTime": now_iso(),
+        }
+
+    def _create_pod(self, job: dict[str, Any], index: int | None) -> None:
+        ns, job_name = job["metadata"]["namespace"], job["metadata"]["name"]
+        template = json.loads(json.dumps(job["spec"]["template"]))
+        suffix = secrets.token_hex(3)[:5]
+        name = f"{job_name}-{index}-{suffix}" if index is not None else f"{job_name}-{suffix}"
+        meta = template.get("metadata") or {}
+        labels = dict(meta.get("labels") or {})
+        annotations = dict(meta.get("annotations") or {})
+        if index is not None:
+            labels[INDEX_LABEL] = str(index)
+            annotations[INDEX_ANNOTATION] = str(index)
+        spec = template["spec"]
+        spec.setdefault("serviceAccountName", "default")
+        if index is not None:
+            for c in spec["containers"] + (spec.get("initContainers") or []):
+                c.setdefault("env", []).append(
+                    {"name": "JOB_COMPLETION_INDEX", "value": str(index)}
+                )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": str(uuid.uuid4()),
+                "labels": labels,
+                "annotations": annotations,
+                "creationTimestamp": now_iso(),
+                "resourceVersion": self.emu.next_rv(),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job_name,
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+            "status": {"phase": "Pending", "qosClass": "BestEffort", "conditions": []},
+        }
+        self.emu.pods[(ns, name)] = pod
+        threading.Thread(target=self._run_pod, args=(ns, name), daemon=True).start()
+
+    # -- the node ---------------------------------------------------------------------------
+    def _alive(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        with self.emu.lock:
+            pod = self.emu.pods.get(key)
+            return None if pod is None or pod.get("_evicted") else pod
+
+    def _update(self, key: tuple[str, str], **status: Any) -> bool:
+        with self.emu.lock:
+            pod = self.emu.pods.get(key)
+            if pod is None or pod.get("_evicted"):
+                return False
+            pod["status"].update(status)
+            pod["metadata"]["resourceVersion"] = self.emu.next_rv()
+            return True
+
+    def _run_pod(self, ns: str, name: str) -> None:
+        key = (ns, name)
+        pod = self._alive(key)
+        if pod is None:
+            return
+        spec = pod["spec"]
+        images = [c["image"] for c in spec["containers"] + (spec.get("initContainers") or [])]
+        time.sleep(self.tick)
+        if any(i.startswith(UNSCHEDULABLE_PREFIX) for i in images):
+            self._update(
+                key,
+                conditions=[
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": UNSCHEDULABLE_MESSAGE,
+                        "lastTransitionTime": now_iso(),
+                    }
+                ],
+            )
+            return
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_iso()}
+        with self.emu.lock:
+            spec["nodeName"] = "fake-node-1"
+        pod_dir = self.root / "pods" / f"{ns}_{name}"
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        mounts = self._volumes(spec, pod_dir)
+        inits = spec.get("initContainers") or []
+        waiting = [self._waiting(c, "ContainerCreating") for c in spec["containers"]]
+        self._update(
+            key,
+            conditions=[scheduled],
+            hostIP="127.0.0.1",
+            podIP="127.0.0.1",
+            startTime=now_iso(),
+            initContainerStatuses=[self._waiting(c, "PodInitializing") for c in inits] or None,
+            containerStatuses=waiting,
+        )
+        bad = next((i for i in images if i.startswith(BAD_IMAGE_PREFIX)), None)
+        if bad:
+            message = (
+                f'failed to pull and unpack image "docker.io/{bad}:latest": failed to resolve '
+                f'reference "docker.io/{bad}:latest": pull access denied, repository does not '
+                "exist or may require authorization"
+            )
+            statuses = [self._waiting(c, "ErrImagePull", message) for c in spec["containers"]]
+            self._update(key, containerStatuses=statuses)
+            time.sleep(self.pull_backoff)
+            statuses = [
+                self._waiting(c, "ImagePullBackOff", f'Back-off pulling image "{bad}"')
+                for c in spec["containers"]
+            ]
+            self._update(key, containerStatuses=statuses)
+            return
+        init_statuses: list[dict[str, Any]] = []
+        for c in inits:
+            state = self._run_container(key, c, mounts, pod_dir)
+            if state is None:
+                return
+            init_statuses.append(self._status(c, {"terminated": state}))
+            rest = [self._waiting(x, "PodInitializing") for x in inits[len(init_statuses) :]]
+            self._update(key, initContainerStatuses=init_statuses + rest)
+            if state["exitCode"] != 0:
+                self._update(key, phase="Failed")
+                return
+        main = spec["containers"][0]
+        self._update(key, phase="Running")
+        state = self._run_container(key, main, mounts, pod_dir)
+        if state is None:
+            return
+        statuses = [self._status(main, {"terminated": state})] + [
+            self._status(c, {"terminated": {**state, "exitCode": 0}})
+            for c in spec["containers"][1:]
+        ]
+        self._update(
+            key,
+            containerStatuses=statuses,
+            phase="Succeeded" if state["exitCode"] == 0 else "Failed",
+        )
+
+    @staticmethod
+    def _waiting(c: dict[str, Any], reason: str, message: str | None = None) -> dict[str, Any]:
+        state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+        return FakeKubelet._status(c, state)
+
+    @staticmethod
+    def _status(c: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": "running" in state,
+            "restartCount": 0,
+            "started": "running" in state,
+            "state": state,
+        }
+
+    def _volumes(self, spec: dict[str, Any], pod_dir: Path) -> dict[str, Path]:
+        out: dict[str, Path] = {}
+        for v in spec.get("volumes") or []:
+            if "persistentVolumeClaim" in v:
+                claim = v["persistentVolumeClaim"]["claimName"]
+                if claim not in self.volumes:
+                    raise RuntimeError(f"no local dir for claim {claim!r}")
+                out[v["name"]] = self.volumes[claim]
+            else:  # emptyDir and anything else: a fresh dir per pod
+                out[v["name"]] = pod_dir / "volumes" / v["name"]
+                out[v["name"]].mkdir(parents=True, exist_ok=True)
+        return out
+
+    def _run_container(
+        self, key: tuple[str, str], c: dict[str, Any], vols: dict[str, Path], pod_dir: Path
+    ) -> dict[str, Any] | None:
+        """Run one container to the end; its terminated state (None if the pod went away)."""
+        mounts: list[tuple[str, Path]] = []
+        for m in c.get("volumeMounts") or []:
+            local = vols[m["name"]] / (m.get("subPath") or "")
+            local.mkdir(parents=True, exist_ok=True)
+            mounts.append((m["mountPath"].rstrip("/"), local))
+        mounts.sort(key=lambda x: -len(x[0]))
+
+        def translate(s: str) -> str:
+            for mount, local in mounts:
+                if s == mount or s.startswith(mount + "/"):
+                    return str(local) + s[len(mount) :]
+            return s
+
+        argv = [translate(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "HOME": str(pod_dir),
+            "HOSTNAME": key[1],
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        }
+        for e in c.get("env") or []:
+            if "value" in e:
+                env[e["name"]] = translate(str(e["value"]))
+        cwd = translate(c.get("workingDir") or str(pod_dir))
+        log_path = pod_dir / f"{c['name']}.log"
+        started = now_iso()
+        with self.emu.lock:
+            self.emu.log_paths[(key[0], key[1], c["name"])] = log_path
+        with open(log_path, "wb") as out:
+            try:
+                proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                out.write(f"exec failed: {e}\n".encode())
+                return {
+                    "exitCode": 128,
+                    "reason": "StartError",
+                    "message": str(e),
+                    "startedAt": started,
+                    "finishedAt": now_iso(),
+                }
+            with self.emu.lock:
+                if key not in self.emu.pods:
+                    proc.kill()
+                    return None
+                self.procs[key] = proc
+                pod = self.emu.pods[key]
+                field = (
+                    "initContainerStatuses"
+                    if any(x["name"] == c["name"] for x in pod["spec"].get("initContainers") or [])
+                    else "containerStatuses"
+                )
+                statuses = pod["status"].get(field) or []
+                pod["status"][field] = [
+                    self._status(c, {"running": {"startedAt": started}})
+                    if s["name"] == c["name"]
+                    else s
+                    for s in statuses
+                ]
+            code = proc.wait()
+        with self.emu.lock:
+            self.procs.pop(key, None)
+        if self._alive(key) is None:
+            return None
+        return {
+            "exitCode": code if code >= 0 else 128 - code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": now_iso(),
+        }
+
+    def _kill(self, key: tuple[str, str]) -> None:
+        proc = self.procs.get(key)
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=3)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def _pod_removed(self, ns: str, name: str, reason: str) -> None:
+        self.removed.add((ns, name))
+        self._kill((ns, name))
+        # A pod deleted before it finished counts as a failure of its Job (controller view).
+        with self.emu.lock:
+            for job in self.emu.jobs.values():
+                if job["metadata"]["namespace"] != ns:
+                    continue
+                if name.startswith(job["metadata"]["name"] + "-") and reason == "deleted":
+                    if name not in job["_failed_indexes"]:
+                        job["_failed_indexes"].append(name)
+
+
+class Cluster:
+    """Emulator + fake kubelet as one context manager (what the tests use)."""
+
+    def __init__(self, root: Path, namespaces: tuple[str, ...] = ("default",), **kubelet: Any):
+        self.root = Path(root)
+        self.emulator = KubernetesEmulator(namespaces)
+        self.kubelet_kwargs = kubelet
+        self.kubelet: FakeKubelet | None = None
+
+    def __enter__(self) -> Cluster:
+        self.emulator.start()
+        self.kubelet = FakeKubelet(self.emulator, self.root, **self.kubelet_kwargs).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.kubelet is not None:
+            self.kubelet.stop()
+        self.emulator.stop()
+
+
+def _main() -> None:  # pragma: no cover - manual use
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--namespace", action="append", default=None)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="k8s-emulator-"))
+    with Cluster(root, tuple(args.namespace or ["default"])) as cluster:
+        print(f"serving on {cluster.emulator.url}; kubelet root {root}", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _main()
