@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_dag_local import run_dag, store
 
 from accelmatrix import settings
-from test_dag_local import run_dag, store
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +68,11 @@ def test_inference_suite_end_to_end(airflow_db, tmp_path, monkeypatch):
     suites.mkdir()
     (suites / "inference_it.yaml").write_text(
         textwrap.dedent(SUITE)
-        % {"good": tmp_path / "good.yaml", "broken": tmp_path / "broken.yaml",
-           "wl": ROOT / "include" / "workloads" / "inference"}
+        % {
+            "good": tmp_path / "good.yaml",
+            "broken": tmp_path / "broken.yaml",
+            "wl": ROOT / "include" / "workloads" / "inference",
+        }
     )
     monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(suites))
 
@@ -87,8 +90,7 @@ def test_inference_suite_end_to_end(airflow_db, tmp_path, monkeypatch):
     assert "greedy-basic: responses[0].text: expected 'a different golden text', got" in msg
     assert "greedy-basic[stream]: responses[0].text" in msg
     assert (
-        "too-many-new-tokens: error code: expected RESOURCE_EXHAUSTED, got INVALID_ARGUMENT"
-        in msg
+        "too-many-new-tokens: error code: expected RESOURCE_EXHAUSTED, got INVALID_ARGUMENT" in msg
     )
 
     for cid in (base, sharded, bad):
@@ -112,7 +114,9 @@ def test_inference_suite_end_to_end(airflow_db, tmp_path, monkeypatch):
     # CPU-only hides GPUs; the sharded config got its own dtype and shard count
     assert base_health["cuda_visible_devices"] == "-1"
     assert shard_health["cuda_visible_devices"] is None
-    assert shard_health["config"]["dtype"] == "bfloat16" and shard_health["config"]["num_shard"] == 2
+    assert (
+        shard_health["config"]["dtype"] == "bfloat16" and shard_health["config"]["num_shard"] == 2
+    )
 
     metrics = store().metrics_frame("inference_it", run_id)
     m = metrics[metrics.cell_id == sharded].set_index("name").value

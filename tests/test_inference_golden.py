@@ -43,8 +43,16 @@ def server(tmp_path):
     def start(model: str = "tiny-gen", config: str = F32) -> int:
         pf = tmp_path / f"port-{len(procs)}"
         p = subprocess.Popen(  # noqa: S603
-            [sys.executable, str(WL / "server.py"), "--model", model, "--config-json", config,
-             "--port-file", str(pf)],
+            [
+                sys.executable,
+                str(WL / "server.py"),
+                "--model",
+                model,
+                "--config-json",
+                config,
+                "--port-file",
+                str(pf),
+            ],
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -64,8 +72,10 @@ def server(tmp_path):
 GEN = {
     "name": "g",
     "request": {
-        "params": {"stopping": {"max_new_tokens": 10},
-                   "response": {"generated_tokens": True, "token_logprobs": True}},
+        "params": {
+            "stopping": {"max_new_tokens": 10},
+            "response": {"generated_tokens": True, "token_logprobs": True},
+        },
         "requests": [{"text": "the quick brown fox"}, {"text": "tell me about the river"}],
     },
 }
@@ -115,7 +125,9 @@ def test_approximate_tolerates_dtype_noise_but_exact_text_does_not_need_it(serve
         for a, b in zip(ra["tokens"], rb["tokens"], strict=True)
     ]
     assert max(diffs) > 0  # bfloat16 really differs ...
-    assert golden.compare(case, bf16, strategy="approximate", epsilon=0.05) is None  # ... within 0.05
+    assert (
+        golden.compare(case, bf16, strategy="approximate", epsilon=0.05) is None
+    )  # ... within 0.05
     assert "logprob" in golden.compare(case, bf16, strategy="approximate", epsilon=1e-6)
     assert golden.compare(case, bf16, strategy="exact") is None  # exact compares the text
 
@@ -140,11 +152,14 @@ def test_a_golden_response_that_differs_names_the_first_difference(server):
 
 def test_expected_error_code_and_message(server):
     port = server()
-    case = {"name": "e", "request": {"params": {"stopping": {"max_new_tokens": 5000}},
-                                     "requests": [{"text": "hi"}]}}
+    case = {
+        "name": "e",
+        "request": {"params": {"stopping": {"max_new_tokens": 5000}}, "requests": [{"text": "hi"}]},
+    }
     actual = call(port, case)
-    assert actual == {"error": {"code": "INVALID_ARGUMENT",
-                                "message": "max_new_tokens must be <= 1024"}}
+    assert actual == {
+        "error": {"code": "INVALID_ARGUMENT", "message": "max_new_tokens must be <= 1024"}
+    }
     assert call(port, case, "stream") == actual
     ok = {**case, "error": dict(actual["error"])}
     assert golden.compare(ok, actual, strategy="approximate") is None
@@ -183,9 +198,21 @@ def test_recorder_replays_against_the_base_config(tmp_path):
     )
     out = tmp_path / "out.yaml"
     subprocess.run(  # noqa: S603
-        [sys.executable, str(WL / "record.py"), "--model", "tiny-gen", "--config-json", F32,
-         "--cases", str(src), "--out", str(out)],
-        check=True, capture_output=True, timeout=60,
+        [
+            sys.executable,
+            str(WL / "record.py"),
+            "--model",
+            "tiny-gen",
+            "--config-json",
+            F32,
+            "--cases",
+            str(src),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     cases = golden.load_cases(out)  # recorded files are valid case files
     assert cases[0]["single_shard_only"] is True  # flags and requests are kept
@@ -193,18 +220,32 @@ def test_recorder_replays_against_the_base_config(tmp_path):
     assert cases[0]["response"] == tinylm.generate("tiny-gen", cases[0]["request"], cfg)
     # a refused request is recorded as the expected error; the stale response is gone
     assert "response" not in cases[1]
-    assert cases[1]["error"] == {"code": "INVALID_ARGUMENT",
-                                 "message": "min_new_tokens must be <= max_new_tokens"}
+    assert cases[1]["error"] == {
+        "code": "INVALID_ARGUMENT",
+        "message": "min_new_tokens must be <= max_new_tokens",
+    }
 
 
 def test_record_command_takes_the_base_config_from_the_suite(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     out = tmp_path / "gen.yaml"
     r = subprocess.run(  # noqa: S603
-        [sys.executable, "-m", "accelmatrix.inference", "record", "--suite",
-         str(ROOT / "include" / "suites" / "inference.yaml"), "--model", "tiny-gen",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=120, env=env,
+        [
+            sys.executable,
+            "-m",
+            "accelmatrix.inference",
+            "record",
+            "--suite",
+            str(ROOT / "include" / "suites" / "inference.yaml"),
+            "--model",
+            "tiny-gen",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert r.returncode == 0, r.stderr
     assert "against config base (hf_transformers|f32|cpu)" in r.stdout
@@ -234,13 +275,27 @@ def _plan(check, outputs):
 def test_golden_cases_check_names_failing_cases(tmp_path):
     rows = [
         {"name": "a", "id": "a", "status": "passed", "passed": True, "reason": ""},
-        {"name": "b", "id": "b[stream]", "status": "failed", "passed": False,
-         "reason": "responses[0].text: expected 'x', got 'y'"},
-        {"name": "c", "id": "c", "status": "skipped", "passed": True, "reason": "single_shard_only"},
+        {
+            "name": "b",
+            "id": "b[stream]",
+            "status": "failed",
+            "passed": False,
+            "reason": "responses[0].text: expected 'x', got 'y'",
+        },
+        {
+            "name": "c",
+            "id": "c",
+            "status": "skipped",
+            "passed": True,
+            "reason": "single_shard_only",
+        },
     ]
     p = _plan(GoldenCasesCheck(), _outputs(tmp_path, rows))
     assert p.columns == {"c00__failed_cases": 1, "c00__ran_cases": 2}
-    assert p.failure == "1 of 2 golden case(s) failed: b[stream]: responses[0].text: expected 'x', got 'y'"
+    assert (
+        p.failure
+        == "1 of 2 golden case(s) failed: b[stream]: responses[0].text: expected 'x', got 'y'"
+    )
     assert p.expectations[0].max_value == 0
     assert p.observed == "1 passed, 1 failed, 0 unchecked, 1 skipped"
 

@@ -15,8 +15,11 @@ SERVER = Path(__file__).resolve().parents[1] / "include" / "workloads" / "infere
 
 
 def _svc(run, timeout=20):
-    return {"name": "server", "run": run,
-            "ready": {"port_file": "server.port", "http_path": "/health", "timeout": timeout}}
+    return {
+        "name": "server",
+        "run": run,
+        "ready": {"port_file": "server.port", "http_path": "/health", "timeout": timeout},
+    }
 
 
 @pytest.fixture
@@ -29,7 +32,14 @@ def resource(accel_home, tmp_path):
 def test_service_is_recorded_and_killed_by_teardown_after_a_crash(resource):
     b, res = resource
     lines = []
-    argv = [sys.executable, str(SERVER), "--model", "m", "--port-file", f"{res['work_dir']}/server.port"]
+    argv = [
+        sys.executable,
+        str(SERVER),
+        "--model",
+        "m",
+        "--port-file",
+        f"{res['work_dir']}/server.port",
+    ]
     started = b.start_services(res, [_svc(argv)], {"CUDA_VISIBLE_DEVICES": "-1"}, lines.append)
     pid = started[0]["pid"]
     assert _pid_alive(pid) and started[0]["port"] > 0

@@ -31,8 +31,16 @@ from golden import load_cases  # noqa: E402
 def start_server(model: str, config_json: str, workdir: Path) -> tuple[subprocess.Popen, int]:
     port_file = workdir / "server.port"
     proc = subprocess.Popen(  # noqa: S603 (argv list)
-        [sys.executable, str(HERE / "server.py"), "--model", model, "--config-json",
-         config_json, "--port-file", str(port_file)],
+        [
+            sys.executable,
+            str(HERE / "server.py"),
+            "--model",
+            model,
+            "--config-json",
+            config_json,
+            "--port-file",
+            str(port_file),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -40,7 +48,9 @@ def start_server(model: str, config_json: str, workdir: Path) -> tuple[subproces
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read().decode()}")
+            raise RuntimeError(
+                f"server exited with {proc.returncode}: {proc.stderr.read().decode()}"
+            )
         if port_file.exists():
             port = int(port_file.read_text())
             try:

@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     port = int(args.port_file.read_text().strip())
-    planned = plan_cases(load_cases(args.cases), num_shard=args.num_shard, stream=args.stream.lower() == "true")
+    planned = plan_cases(
+        load_cases(args.cases), num_shard=args.num_shard, stream=args.stream.lower() == "true"
+    )
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:  # noqa: S310
         health = json.loads(r.read())
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -60,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         table(
             [("case", "action")]
             + [
-                (p.id, f"skip: {p.skip_reason}" if p.skip_reason else "run" + ("" if p.check else " (skip_check: not compared)"))
+                (
+                    p.id,
+                    f"skip: {p.skip_reason}"
+                    if p.skip_reason
+                    else "run" + ("" if p.check else " (skip_check: not compared)"),
+                )
                 for p in planned
             ]
         ),

@@ -135,7 +135,9 @@ def generate(model: str, body: dict, cfg: ServerConfig) -> dict:
             f"batch of {len(requests)} requests exceeds max_batch_size {cfg.max_batch_size}"
         )
     params = body.get("params") or {}
-    return {"responses": [generate_one(model, str(r.get("text", "")), params, cfg) for r in requests]}
+    return {
+        "responses": [generate_one(model, str(r.get("text", "")), params, cfg) for r in requests]
+    }
 
 
 def embed(model: str, texts: list[str], cfg: ServerConfig) -> list[list[float]]:

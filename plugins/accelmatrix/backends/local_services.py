@@ -37,7 +37,9 @@ def start_service(resource: dict[str, Any], svc: dict[str, Any], env: dict[str, 
                 close_fds=True,
             )
         except OSError as e:
-            raise SetupFailed(f"service {svc['name']}: cannot start {svc['run'][:1]}: {e}") from None
+            raise SetupFailed(
+                f"service {svc['name']}: cannot start {svc['run'][:1]}: {e}"
+            ) from None
     return {
         "name": svc["name"],
         "pid": proc.pid,

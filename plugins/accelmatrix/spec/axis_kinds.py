@@ -48,9 +48,7 @@ def normalize_axis(kind: str, axis: str, values: Any) -> dict[str, Any]:
     return out
 
 
-def cell_extras(
-    kinds: dict[str, str], values: dict[str, Any]
-) -> tuple[dict[str, str], list[str]]:
+def cell_extras(kinds: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """(env to add, plan-table notes) for one cell, from its typed axes' values."""
     env: dict[str, str] = {}
     notes: list[str] = []
