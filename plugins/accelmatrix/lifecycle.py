@@ -215,7 +215,7 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
 
     wl = cell["workload"]
     store = results_store()
-    if not wl["setup"]:
+    if not wl["setup"] and not wl.get("services"):
         log.info("no setup commands")
         store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup")
         return
@@ -230,6 +230,13 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
             wl["setup_timeout"],
             lambda line: log.info("%s", line),
         )
+        if wl.get("services"):
+            backend.start_services(
+                resource,
+                render_tree(wl["services"], variables),
+                workload_env(cell, resource, variables),
+                lambda line: log.info("%s", line),
+            )
     except SetupFailed as e:
         store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup_failed", message=str(e))
         raise

@@ -13,6 +13,7 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from accelmatrix.spec.axis_kinds import cell_extras
 from accelmatrix.spec.suite import MAX_CELLS, QuarantineRule, Suite
 from accelmatrix.spec.templating import render_tree
 
@@ -35,6 +36,7 @@ class Cell:
     checks: list[dict[str, Any]]
     quarantined: bool = False
     quarantine_reason: str | None = None
+    notes: list[str] = field(default_factory=list)  # plan-table text from typed axes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,6 +67,7 @@ class Plan:
         rows = [("#", "cell", "machine", "status")]
         for c in self.cells:
             status = "run" + (f" (quarantined: {c.quarantine_reason})" if c.quarantined else "")
+            status += "".join(f"  [{n}]" for n in c.notes)
             rows.append((str(c.index), c.id, c.machine, status))
         for e in self.excluded:
             rows.append(("-", e.id, "-", f"excluded: {e.reason}"))
@@ -145,6 +148,9 @@ def expand(
 
         q_reason = _quarantine_reason(suite.quarantine, cid)
         spec = suite.machines[machine]
+        kind_env, notes = cell_extras(suite.axis_kinds, {a: values[a][axes[a]] for a in axes})
+        workload = render_tree(suite.workload.model_dump(mode="json"), variables, keep_unknown=True)
+        workload["env"] = {**workload["env"], **kind_env}  # e.g. CPU-only hides GPUs
         plan.cells.append(
             Cell(
                 id=cid,
@@ -156,9 +162,7 @@ def expand(
                 pool=suite.pool_for(machine),
                 machine_spec=spec.model_dump(mode="json"),
                 # Backend variables (${work_dir}, ...) stay for the backend to fill in.
-                workload=render_tree(
-                    suite.workload.model_dump(mode="json"), variables, keep_unknown=True
-                ),
+                workload=workload,
                 checks=_with_exit_status(
                     [
                         render_tree(c.model_dump(mode="json"), variables, keep_unknown=True)
@@ -167,6 +171,7 @@ def expand(
                 ),
                 quarantined=q_reason is not None,
                 quarantine_reason=q_reason,
+                notes=notes,
             )
         )
 

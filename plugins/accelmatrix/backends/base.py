@@ -118,6 +118,21 @@ class Backend(abc.ABC):
     ) -> None:
         """Run the setup commands in order; raise SetupFailed on the first failure."""
 
+    def start_services(
+        self,
+        resource: dict[str, Any],
+        services: list[dict[str, Any]],
+        env: dict[str, str],
+        log: LogFn,
+    ) -> list[dict[str, Any]]:
+        """Start the workload's background services and wait until each is ready.
+
+        Must record them with the resource so that ``teardown`` stops them even when the
+        task that started them died. Raise SetupFailed if one does not become ready.
+        Optional: backends without it refuse suites that declare services.
+        """
+        raise SetupFailed(f"the {self.kind} backend does not support workload.services")
+
     @abc.abstractmethod
     def submit(
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]

@@ -214,6 +214,39 @@ class LocalBackend(Backend):
                         f"setup[{i}] {argv} exited with {code}; last lines:\n" + "\n".join(tail)
                     )
 
+    def start_services(
+        self,
+        resource: dict[str, Any],
+        services: list[dict[str, Any]],
+        env: dict[str, str],
+        log: LogFn,
+    ) -> list[dict[str, Any]]:
+        from accelmatrix.backends.local_services import start_service, wait_ready
+
+        record_path = Path(resource["work_dir"]) / RECORD
+        # A retried setup stops what the earlier attempt started instead of leaking it.
+        for old in (_read_status(record_path) or {}).get("services", []):
+            if old.get("pgid") and _pgid_alive(old["pgid"]):
+                kill_process_group(old["pgid"], 2.0)
+        started: list[dict[str, Any]] = []
+        for svc in services:
+            info = start_service(resource, svc, self._env(resource, env))
+            started.append(info)
+            # Recorded before waiting, so a teardown after a crash here still stops it.
+            _update_record(record_path, services=started)
+            log(f"service {svc['name']}: started pid {info['pid']}: {svc['run']}")
+            try:
+                port = wait_ready(resource, svc, info)
+            except SetupFailed:
+                for s in started:
+                    if _pgid_alive(s["pgid"]):
+                        kill_process_group(s["pgid"], 2.0)
+                raise
+            info["port"] = port
+            _update_record(record_path, services=started)
+            log(f"service {svc['name']}: ready on 127.0.0.1:{port}")
+        return started
+
     def submit(
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
@@ -317,6 +350,12 @@ class LocalBackend(Backend):
         if status and status.get("exit_code") is None and status.get("pgid"):
             if _pgid_alive(status["pgid"]):
                 kill_process_group(status["pgid"])
+        # Services are read from the record on disk, not from the XCom copy of the resource:
+        # they were started after provision returned it.
+        record = _read_status(Path(resource["work_dir"]) / RECORD) or {}
+        for svc in record.get("services", []):
+            if svc.get("pgid") and _pgid_alive(svc["pgid"]):
+                kill_process_group(svc["pgid"])
         shutil.rmtree(resource["work_dir"], ignore_errors=True)
 
     def list_managed(self) -> list[ManagedResource]:
@@ -339,6 +378,15 @@ class LocalBackend(Backend):
                 )
             )
         return out
+
+
+def _update_record(path: Path, **fields: Any) -> None:
+    """Add fields to the resource record, atomically."""
+    data = _read_status(path) or {}
+    data.update(fields)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
 
 
 def _read_status(path: Path) -> dict[str, Any] | None:

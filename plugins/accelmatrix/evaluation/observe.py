@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, load_bounds
+from accelmatrix.evaluation.observe_inference import plan_golden_cases
 from accelmatrix.evaluation.report import CellOutputs
 from accelmatrix.spec.checks import (
     ArtifactCountCheck,
@@ -37,6 +38,7 @@ from accelmatrix.spec.checks import (
     MetricBetweenCheck,
     StepTimeWithinBoundsCheck,
 )
+from accelmatrix.spec.checks_inference import GoldenCasesCheck
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -460,6 +462,7 @@ _PLANNERS: dict[type, Callable[[Any, CheckPlan, _Inputs], None]] = {
     FinalLossCheck: _plan_final_loss,
     LossDecreasingCheck: _plan_loss_decreasing,
     StepTimeWithinBoundsCheck: _plan_step_time,
+    GoldenCasesCheck: plan_golden_cases,
 }
 
 

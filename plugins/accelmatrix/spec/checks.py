@@ -29,6 +29,7 @@ __all__ = [
     "MetricBetweenCheck",
     "StepTimeWithinBoundsCheck",
     "parse_checks",
+    "GoldenCasesCheck",
 ]
 
 Reduce = Literal["last", "min", "max", "mean", "median"]
@@ -232,6 +233,8 @@ class StepTimeWithinBoundsCheck(_CheckBase):
         return self.benchmark
 
 
+from accelmatrix.spec.checks_inference import GoldenCasesCheck  # noqa: E402
+
 Check = Annotated[
     Union[  # noqa: UP007 - the discriminated union reads better spelled out
         ExitStatusCheck,
@@ -242,6 +245,7 @@ Check = Annotated[
         FinalLossCheck,
         LossDecreasingCheck,
         StepTimeWithinBoundsCheck,
+        GoldenCasesCheck,
     ],
     Field(discriminator="type"),
 ]
@@ -255,6 +259,7 @@ CHECK_TYPES: tuple[str, ...] = (
     "final_loss",
     "loss_decreasing",
     "step_time_within_bounds",
+    "golden_cases",
 )
 
 _CHECK_LIST = TypeAdapter(list[Check], config=ConfigDict(title="checks"))

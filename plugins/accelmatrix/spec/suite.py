@@ -20,7 +20,9 @@ from pydantic import (
 )
 
 from accelmatrix.metrics.sources import MetricSource
+from accelmatrix.spec.axis_kinds import AxisKind, normalize_axis
 from accelmatrix.spec.checks import Check
+from accelmatrix.spec.services import Service
 from accelmatrix.spec.templating import TemplateError, check_references, strings_in
 
 # Names that end up in cell ids, pool names, task logs and resource labels: keep them tame.
@@ -108,6 +110,9 @@ class Workload(Model):
     artifacts: list[str] = Field(default_factory=list, description="globs relative to the work dir")
     metrics: list[MetricSource] = Field(default_factory=list)
     hang_detection: HangDetection | None = None
+    services: list[Service] = Field(
+        default_factory=list, description="background processes from setup to teardown"
+    )
 
     @field_validator("run", "setup", mode="before")
     @classmethod
@@ -202,6 +207,9 @@ class Suite(Model):
     tags: list[str] = Field(default_factory=list)
     schedule: str | None = None
     axes: dict[str, list[Scalar] | dict[str, dict[str, Any] | Scalar]] = Field(min_length=1)
+    axis_kinds: dict[str, AxisKind] = Field(
+        default_factory=dict, description="axes whose values a domain module validates"
+    )
     exclude: list[ExcludeRule] = Field(default_factory=list)
     machines: dict[str, Machine] = Field(min_length=1)
     machine: str | None = Field(
@@ -278,6 +286,17 @@ class Suite(Model):
 
     # -- cross-field rules -------------------------------------------------------------------
     @model_validator(mode="after")
+    def _typed_axes(self) -> Suite:
+        # Before _cross, so placeholders may name defaulted and derived fields.
+        for axis, kind in self.axis_kinds.items():
+            if axis not in self.axes:
+                raise ValueError(
+                    f"axis_kinds: no axis named {axis!r} (axes: {', '.join(self.axes)})"
+                )
+            self.axes[axis] = normalize_axis(kind, axis, self.axes[axis])
+        return self
+
+    @model_validator(mode="after")
     def _cross(self) -> Suite:
         if "machine" in self.axes:
             unknown = [v for v in self.axis_labels("machine") if v not in self.machines]
@@ -329,6 +348,7 @@ class Suite(Model):
         templated: dict[str, Any] = {
             "workload.run": self.workload.run,
             "workload.setup": self.workload.setup,
+            "workload.services": [sv.model_dump() for sv in self.workload.services],
             "workload.env": self.workload.env,
             "workload.artifacts": self.workload.artifacts,
             "checks": [c.model_dump() for c in self.checks],

@@ -1,0 +1,37 @@
+"""Check types of inference suites (pydantic only: parsed with the suite at DAG parse time)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["GoldenCasesCheck"]
+
+
+class GoldenCasesCheck(BaseModel):
+    """At most ``max_failed`` golden cases failed, and at least ``min_cases`` ran.
+
+    Reads the runner's results JSONL (one row per case and variant: name, variant, status,
+    passed, reason); a failure names the failing cases and their first difference.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    type: Literal["golden_cases"] = "golden_cases"
+    name: str | None = None
+    results: str = Field("out/results.jsonl", description="relative to the collected files")
+    max_failed: int = Field(0, ge=0)
+    min_cases: int = Field(1, ge=0, description="cases that must have run (not skipped)")
+
+    @field_validator("results")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if not v.strip() or v.startswith("/") or ".." in re.split(r"[\\/]", v):
+            raise ValueError(f"results must be a relative path without '..', got {v!r}")
+        return v
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"golden_cases[{self.results}]"
