@@ -120,3 +120,73 @@ def test_tpu_cells_end_to_end_and_an_infrastructure_failure(
         assert tis[("v4.provision", cid)] == "failed"
         assert tis[("v4.run", cid)] == "upstream_failed"
     assert emu.state["nodes"] == {}
+
+
+def test_preempted_tpu_is_replaced_and_the_run_retried(
+    airflow_db, server, emu, gcloud_in_environ, tmp_path, monkeypatch
+):
+    """Preemption mid-run: an infrastructure failure, retried on a fresh node of the same
+    name (setup again, workload again), never counted as a test failure."""
+    import threading
+    import time
+
+    machine = {
+        "backend": "tpu-vm",
+        "zone": "us-central2-b",
+        "accelerator_type": "v4-8",
+        "runtime_version": "tpu-ubuntu2204-base",
+        "capacity": "preemptible",
+        "ssh_user": server.user,
+        "ssh_port": server.port,
+        "python": sys.executable,
+        "work_root": str(tmp_path / "vm"),
+        "provision_poll_seconds": 0.3,
+        "node_check_seconds": 1,
+    }
+    suite = {
+        **TPU_SUITE,
+        "axes": {"mode": {"ok": {"code": 0}}},
+        "machines": {"v4": machine},
+        "retries": 1,
+        "retry_delay_seconds": 1,
+    }
+    suite["workload"] = {
+        **TPU_SUITE["workload"],
+        "run": [
+            "${python}",
+            "-c",
+            "import time; print('step 1 loss: 0.5', flush=True); time.sleep(6);"
+            " print('Finished training run')",
+        ],
+    }
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "tpu_preempt.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
+    monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(suites))
+
+    preempted: list[str] = []
+
+    def preempt_first_node_once_running() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not preempted:
+            for full, node in emu.state["nodes"].items():
+                status = list((tmp_path / "vm").glob("**/.accelmatrix/logs/status.json"))
+                if node["state"] == "READY" and status:
+                    emu.preempt(full.rsplit("/", 1)[-1])
+                    preempted.append(full)
+                    return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=preempt_first_node_once_running, daemon=True)
+    watcher.start()
+    state, run_id, tis = run_dag("tpu_preempt")
+    watcher.join(timeout=5)
+    assert preempted, "the workload never started on a READY node"
+    (cell,) = store().get_cells("tpu_preempt", run_id)
+    assert state == "success" and cell["state"] == "passed", cell
+    assert tis[("v4.run", "mode=ok")] == "success"
+    created = [r for r in emu.requests("POST") if r["path"].endswith("/nodes")]
+    assert len(created) == 2  # the preempted node, then its replacement (same name)
+    art = settings.cell_artifacts_dir("tpu_preempt", run_id, "mode=ok")
+    assert "Finished training run" in (art / "output.log").read_text()
+    assert emu.state["nodes"] == {}

@@ -308,6 +308,7 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     from accelmatrix.metrics.sources import MetricSource, collect_metrics, write_train_metrics
 
     backend = get_backend(cell["machine_spec"])
+    resource = backend.refresh(resource)  # a retried run may have replaced the machine
     art = ref.artifacts(cell["id"])
     files_dir = art / "files"
     variables = backend.variables(resource)

@@ -103,6 +103,17 @@ class Backend(abc.ABC):
         """Delete whatever a failed or timed-out provisioning left behind."""
         return None  # machines ready at once leave nothing pending
 
+    def resource_problem(self, resource: dict[str, Any]) -> str | None:
+        """Why ``resource`` can no longer run a workload (preempted, deleted), or None.
+
+        Asked before a retried run: a machine that is gone is replaced, not reused.
+        """
+        return None
+
+    def refresh(self, resource: dict[str, Any]) -> dict[str, Any]:
+        """``resource`` as it is now (a replaced machine may have new addresses)."""
+        return resource
+
     @abc.abstractmethod
     def variables(self, resource: dict[str, Any]) -> dict[str, str]:
         """Values of the backend placeholders (${work_dir}, ${include_dir}, ${python})."""

@@ -284,6 +284,45 @@ class TpuVmBackend(Backend):
             self.abandon_provision(pending, str(exc))
             raise
 
+    def resource_problem(self, resource: dict[str, Any]) -> str | None:
+        with self.hook.authorized():
+            node = self.hook.get_node(resource["name"], resource["zone"])
+        if node is None:
+            return f"TPU node {resource['name']} no longer exists"
+        if node.get("state") != READY:
+            return f"TPU node {resource['name']} is {node.get('state')}"
+        return None
+
+    def refresh(self, resource: dict[str, Any]) -> dict[str, Any]:
+        """The node as it is now: a retry may have replaced it (same name, new addresses)."""
+        with self.hook.authorized():
+            node = self.hook.get_node(resource["name"], resource["zone"])
+        if node is None or node.get("state") != READY or "ctx" not in resource:
+            return resource
+        pending = {
+            "name": resource["name"],
+            "zone": resource["zone"],
+            "queued": bool(resource.get("queued_resource")),
+            "labels": resource.get("labels"),
+            "started_at": resource.get("created_at"),
+            "ctx": resource["ctx"],
+        }
+        fresh = self._resource(resource["name"], resource["zone"], node, pending)
+        if fresh["hosts"] == resource["hosts"] and _created_at(node, None) == resource.get(
+            "created_at"
+        ):
+            return resource  # the very node provision returned
+        c = resource["ctx"]
+        ctx = CellContext(
+            dag_id=c["dag_id"],
+            run_id=c["run_id"],
+            cell_id=c["cell_id"],
+            artifacts_dir=Path(c["artifacts_dir"]),
+            ttl_seconds=int(c["ttl_seconds"]),
+        )
+        fresh["worker_resources"] = self._prepare_workers(fresh, ctx)
+        return fresh
+
     def abandon_provision(self, pending: dict[str, Any], reason: str) -> None:
         """Delete whatever exists under the cell's name (it is ours and unusable) and its key."""
         name, zone = pending["name"], pending["zone"]
@@ -404,6 +443,7 @@ class TpuVmBackend(Backend):
             "labels": dict(node.get("labels") or pending.get("labels") or {}),
             "created_at": _created_at(node, pending.get("started_at") or time.time()),
             "artifacts_dir": pending["ctx"]["artifacts_dir"],
+            "ctx": pending["ctx"],
         }
 
     # -- execution on the workers (over SSH) -------------------------------------------------

@@ -55,13 +55,68 @@ class RunWorkloadOperator(BaseOperator):
         return RunRef.from_context(context)
 
     def execute(self, context: Any) -> Any:
+        from accelmatrix import lifecycle
+        from accelmatrix.backends.base import get_backend
+
+        cell, resource = self.cell, self.resource
+        context["cell_id"] = cell["id"]
+        ref = self._ref(context)
+        backend = get_backend(cell["machine_spec"])
+        if int(getattr(context["ti"], "try_number", 1) or 1) > 1:
+            # A retry after an infrastructure failure (a preempted TPU, a vanished pod's
+            # node): a machine that is gone is replaced before the workload runs again,
+            # under the same deterministic name, so teardown still finds what to delete.
+            problem = backend.resource_problem(resource)
+            if problem:
+                self.log.warning("%s: replacing the machine before this retry", problem)
+                backend.teardown(resource)
+                record = lifecycle.begin_provision(cell, ref)
+                if record.get("pending"):
+                    self._defer_provision(cell, record)
+                resource = record
+                lifecycle.setup(cell, resource, ref)
+        self._start(context, resource)
+
+    def _defer_provision(self, cell: dict[str, Any], pending: dict[str, Any]) -> None:
+        from accelmatrix.triggers.provision import ProvisionTrigger
+
+        wait = max(0.0, float(pending["deadline"]) - time.time())
+        self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending["name"])
+        self.defer(
+            trigger=ProvisionTrigger(
+                machine_spec=cell["machine_spec"],
+                pending=pending,
+                poll_interval=float(cell["machine_spec"].get("provision_poll_seconds") or 15),
+            ),
+            method_name="execute_after_provision",
+            timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),
+        )
+
+    def execute_after_provision(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """The replacement machine is ready (or never will be): set it up and run."""
+        from accelmatrix import lifecycle
+
+        cell = self.cell
+        context["cell_id"] = cell["id"]
+        ref = self._ref(context)
+        event = event or {}
+        pending = event.get("pending") or {}
+        if event.get("status") != "ready":
+            reason = event.get("detail") or "provisioning the replacement machine failed"
+            lifecycle.provision_failed(cell, ref, pending, reason)
+            raise InfrastructureFailure(reason)
+        resource = lifecycle.finish_provision(cell, ref, pending)
+        lifecycle.setup(cell, resource, ref)
+        self._start(context, resource)
+
+    def _start(self, context: Any, resource: dict[str, Any]) -> None:
+        """Submit the workload (or reattach to it) and defer to WorkloadTrigger."""
         from accelmatrix.backends.base import get_backend
         from accelmatrix.lifecycle import results_store, utcnow, workload_env
         from accelmatrix.spec.templating import render_tree
         from accelmatrix.triggers.workload import WorkloadTrigger
 
-        cell, resource = self.cell, self.resource
-        context["cell_id"] = cell["id"]
+        cell = self.cell
         ref = self._ref(context)
         backend = get_backend(cell["machine_spec"])
         variables = backend.variables(resource)
