@@ -10,9 +10,25 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # Directories that named volumes are mounted on: a fresh volume copies their ownership,
 # so the airflow user (uid 50000) can write artifacts and the auth passwords file.
 USER root
-RUN mkdir -p /opt/airflow/accelmatrix/artifacts /opt/airflow/auth /opt/airflow/include \
+# The Cloud TPU backend drives the gcloud CLI from the workers and the triggerer (there is
+# no Cloud TPU operator in the Google provider). Build with --build-arg INSTALL_GCLOUD=false
+# for a deployment without TPU machines.
+ARG INSTALL_GCLOUD=true
+RUN if [ "$INSTALL_GCLOUD" = "true" ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends ca-certificates curl gnupg \
+        && curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg \
+            | gpg --dearmor -o /usr/share/keyrings/cloud.google.gpg \
+        && echo "deb [signed-by=/usr/share/keyrings/cloud.google.gpg] https://packages.cloud.google.com/apt cloud-sdk main" \
+            > /etc/apt/sources.list.d/google-cloud-sdk.list \
+        && apt-get update \
+        && apt-get install -y --no-install-recommends google-cloud-cli \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+RUN mkdir -p /opt/airflow/accelmatrix/artifacts /opt/airflow/accelmatrix/ssh-keys \
+        /opt/airflow/auth /opt/airflow/include \
     && chown -R airflow:0 /opt/airflow/accelmatrix /opt/airflow/auth /opt/airflow/include \
-    && chmod 0700 /opt/airflow/auth
+    && chmod 0700 /opt/airflow/auth /opt/airflow/accelmatrix/ssh-keys
 USER airflow
 
 # Exact pins (apache-airflow==3.3.2 among them, so pip cannot move Airflow itself).
@@ -36,4 +52,5 @@ COPY --chown=airflow:0 include /opt/airflow/include
 
 ENV ACCELMATRIX_INCLUDE_DIR=/opt/airflow/include \
     ACCELMATRIX_HOME=/opt/airflow/accelmatrix \
-    ACCELMATRIX_ARTIFACTS_DIR=/opt/airflow/accelmatrix/artifacts
+    ACCELMATRIX_ARTIFACTS_DIR=/opt/airflow/accelmatrix/artifacts \
+    ACCELMATRIX_KEYS_DIR=/opt/airflow/accelmatrix/ssh-keys

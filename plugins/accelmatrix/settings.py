@@ -34,6 +34,15 @@ def artifacts_dir() -> Path:
     return Path(os.environ.get("ACCELMATRIX_ARTIFACTS_DIR", home() / "artifacts"))
 
 
+def keys_dir() -> Path:
+    """Private keys of the machines accelmatrix creates (TPU VMs), 0700.
+
+    Read by the provision, run (triggerer) and teardown steps: shared between the workers
+    and the triggerer, like the artifacts dir, but never served or published.
+    """
+    return Path(os.environ.get("ACCELMATRIX_KEYS_DIR", home() / "ssh-keys"))
+
+
 def work_root() -> Path:
     """Scratch space of local cells; removed at teardown."""
     return Path(os.environ.get("ACCELMATRIX_WORK_DIR", home() / "work"))

@@ -5,10 +5,11 @@ its login key goes in through the node's ``ssh-keys`` metadata. A key per node m
 long-lived credential sits in a suite file, an Airflow Variable or a node's metadata after
 the node is gone, and a leaked key opens exactly one short-lived VM.
 
-Where the private key lives: ``$ACCELMATRIX_HOME/ssh-keys/<node>`` (mode 0600), beside the
-artifacts, because the provision task, the run task's trigger (in the triggerer) and the
-teardown task may run in different processes or on different hosts: like the artifacts
-dir, ACCELMATRIX_HOME must be shared by the workers and the triggerer. The resource record
+Where the private key lives: ``$ACCELMATRIX_KEYS_DIR/<node>`` (mode 0600; default
+``$ACCELMATRIX_HOME/ssh-keys``), because the provision task, the run task's trigger (in the
+triggerer) and the teardown task may run in different processes or on different hosts:
+like the artifacts dir, it must be shared by the workers and the triggerer (docker-compose
+mounts the ``accelmatrix-keys`` volume there), but unlike it, it is never published. The resource record
 (XCom) carries the key's path, never the key. Get-or-create: a retried provision reuses the
 key already in the node's metadata. Teardown deletes it.
 """
@@ -25,7 +26,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 
 
 def key_dir() -> Path:
-    return settings.home() / "ssh-keys"
+    return settings.keys_dir()
 
 
 def key_path(name: str) -> Path:
