@@ -87,6 +87,7 @@ class CheckPlan:
     expectations: list[Expect] = field(default_factory=list)
     failure: str = "check failed"  # the verdict message if any expectation fails
     success: str = "ok"
+    severity: str = "error"  # "warning": a failure is reported but does not fail the cell
 
 
 def num(x: Any) -> str:
@@ -493,6 +494,10 @@ _PLANNERS: dict[type, Callable[[Any, CheckPlan, _Inputs], None]] = {
     StepTimeWithinBoundsCheck: _plan_step_time,
 }
 
+from accelmatrix.evaluation.observe_ci import PLANNERS as _CI_PLANNERS  # noqa: E402
+
+_PLANNERS.update(_CI_PLANNERS)
+
 
 def plan_checks(checks: list[Check], outputs: CellOutputs, *, include_dir: Path) -> list[CheckPlan]:
     """Observe the cell's outputs once and turn every check into a ``CheckPlan``."""
@@ -507,6 +512,7 @@ def plan_checks(checks: list[Check], outputs: CellOutputs, *, include_dir: Path)
             type=check.type,
             expected="",
             observed="",
+            severity=check.severity,
         )
         _PLANNERS[type(check)](check, plan, inp)
         plans.append(plan)

@@ -21,8 +21,10 @@ __all__ = [
     "CHECK_TYPES",
     "ArtifactCountCheck",
     "Check",
+    "ElapsedRegressionCheck",
     "ExitStatusCheck",
     "FinalLossCheck",
+    "JunitCheck",
     "LogContainsCheck",
     "LogNotContainsCheck",
     "LossDecreasingCheck",
@@ -57,6 +59,8 @@ class _CheckBase(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str | None = None
+    # warning: reported in the verdict table and the log, never fails the cell.
+    severity: Literal["error", "warning"] = "error"
 
     @property
     def display_name(self) -> str:
@@ -259,6 +263,8 @@ class StepTimeWithinBoundsCheck(_CheckBase):
         return self.benchmark
 
 
+from accelmatrix.spec.checks_ci import ElapsedRegressionCheck, JunitCheck  # noqa: E402
+
 Check = Annotated[
     Union[  # noqa: UP007 - the discriminated union reads better spelled out
         ExitStatusCheck,
@@ -269,6 +275,8 @@ Check = Annotated[
         FinalLossCheck,
         LossDecreasingCheck,
         StepTimeWithinBoundsCheck,
+        JunitCheck,
+        ElapsedRegressionCheck,
     ],
     Field(discriminator="type"),
 ]
@@ -282,6 +290,8 @@ CHECK_TYPES: tuple[str, ...] = (
     "final_loss",
     "loss_decreasing",
     "step_time_within_bounds",
+    "junit",
+    "elapsed_regression",
 )
 
 _CHECK_LIST = TypeAdapter(list[Check], config=ConfigDict(title="checks"))
