@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.tier == "cpu":
         lint_xml = out / "junit-lint.xml"
-        code, timing["lint_seconds"] = run(
+        code, timing["ruff_seconds"] = run(
             [
                 sys.executable,
                 "-m",
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tests_xml = out / "junit-tests.xml"
     selection = ["-m", "not accelerator"] if args.tier == "cpu" else []
-    code, timing["tests_seconds"] = run(
+    code, timing["pytest_seconds"] = run(
         [
             sys.executable,
             "-m",
