@@ -45,8 +45,8 @@ schema_version: 2
 
 def test_example_file_loads() -> None:
     bounds = load_bounds(EXAMPLE)
-    assert set(bounds.benchmarks) == {"tiny-mlp", "tiny-wide"}
-    for key in ("tiny-mlp", "tiny-wide"):
+    assert {"tiny-mlp", "tiny-wide", "e2e-tiny-mlp-ddp2"} <= set(bounds.benchmarks)
+    for key in bounds.benchmarks:
         b = bounds.get(key)
         assert (b.step_time_lower_bound, b.step_time_upper_bound) == (0.0, 0.5)
         assert b.model_extra and {"target_loss", "loss_tolerance"} <= set(b.model_extra)

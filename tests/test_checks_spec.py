@@ -111,7 +111,7 @@ def test_placeholders_are_plain_strings() -> None:
         ({"type": "metric_between", "metric": "m", "min": 2, "max": 1}, "must be <= max"),
         ({"type": "metric_between", "metric": "m", "max": float("inf")}, "finite number"),
         ({"type": "metric_between", "metric": "m", "max": 1, "reduce": "sum"}, "'last', 'min'"),
-        ({"type": "final_loss", "tolerance": 0.1}, "Field required"),
+        ({"type": "final_loss", "tolerance": 0.1}, "needs target and tolerance"),
         ({"type": "final_loss", "target": 0.1, "tolerance": -0.1}, "tolerance must be >= 0"),
         ({"type": "loss_decreasing", "window": 0}, "window must be >= 1"),
         (

@@ -138,6 +138,7 @@ def test_all_types_parse_with_their_defaults() -> None:
             {"type": "jsonl", "path": "logs/metrics.jsonl"},
             {"type": "log_regex", "name": "loss", "pattern": r"loss:\s*([0-9.eE+-]+)"},
             {"type": "profiler_trace"},
+            {"type": "junit_xml", "glob": "out/junit-*.xml"},
         ]
     )
     assert [s.type for s in srcs] == list(METRIC_SOURCE_TYPES)

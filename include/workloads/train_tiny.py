@@ -12,7 +12,10 @@ real training job in the ways the checks care about:
 * exactly one Chrome trace from ``torch.profiler`` (``trace.pt.trace.json``) whose
   ``ProfilerStep#N`` events give the step time, as the systems accelmatrix replaces do;
 * injectable failures (``--fail-mode``) so crash, hang and divergence handling can be
-  tested for real instead of with mocks.
+  tested for real instead of with mocks;
+* a data-parallel mode (``--world-size 2``): forked ranks on one host, gradients averaged
+  with ``torch.distributed`` (gloo, loopback only), as a DDP job does. Rank 0 logs, writes
+  the metrics and the trace; the run fails if any rank fails.
 
 It is deliberately standalone (no accelmatrix import): a workload must run on a machine
 that only has torch installed.
@@ -24,6 +27,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -72,8 +76,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="torch intra-op threads; 1 by default because several cells share few cores",
     )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="data-parallel ranks (forked processes, gloo over loopback); 1 = single process",
+    )
     args = p.parse_args(argv)
-    for name in ("steps", "batch_size", "profile_steps", "threads"):
+    for name in ("steps", "batch_size", "profile_steps", "threads", "world_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.profile_from_step < 0:
@@ -199,14 +209,82 @@ class LightProfiler:
         self._on_trace_ready(self)
 
 
+class DataParallel:
+    """Gradient and loss averaging across ranks: the part of DDP this workload needs.
+
+    Why not ``DistributedDataParallel``: wrapping a module imports ``torch._dynamo`` (seconds
+    per rank on 2 cores, see ``sgd_step``); an all-reduce per parameter is what it does for
+    a model this small anyway.
+    """
+
+    def __init__(self, rank: int, world: int, store_path: Path) -> None:
+        import torch.distributed as dist
+
+        self.dist, self.rank, self.world = dist, rank, world
+        # A file store: no port to pick and nothing listening beyond gloo's loopback pairs.
+        dist.init_process_group(
+            "gloo", init_method=f"file://{store_path}", rank=rank, world_size=world
+        )
+
+    def average_grads(self, params: list[nn.Parameter]) -> None:
+        for p in params:
+            if p.grad is not None:
+                self.dist.all_reduce(p.grad)
+                p.grad /= self.world
+
+    def mean(self, value: float) -> float:
+        t = torch.tensor([value])
+        self.dist.all_reduce(t)
+        return float(t.item()) / self.world
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     out_dir: Path = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.world_size == 1:
+        return train(args, out_dir, rank=0, dp=None)
+    # Loopback only; gloo would otherwise pick the interface of the host name.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    store = out_dir / ".dist_store"
+    store.unlink(missing_ok=True)
+    children = []
+    for rank in range(1, args.world_size):
+        pid = os.fork()
+        if pid == 0:  # a rank: train, then leave without running the parent's cleanup
+            code = 1
+            try:
+                code = train(args, out_dir, rank, DataParallel(rank, args.world_size, store))
+            finally:
+                os._exit(code)
+        children.append(pid)
+    code = train(args, out_dir, 0, DataParallel(0, args.world_size, store))
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            print(f"rank process {pid} failed: wait status {status}", file=sys.stderr, flush=True)
+            code = code or 1
+    store.unlink(missing_ok=True)
+    return code
+
+
+def train(args: argparse.Namespace, out_dir: Path, rank: int, dp: DataParallel | None) -> int:
+    """The training loop of one rank; only rank 0 prints, profiles and writes files.
+
+    With ``dp`` every rank takes its own slice of the global batch (``world_size *
+    batch_size`` samples per step) and applies the averaged gradient, so all ranks hold the
+    same weights; the logged loss is the mean over ranks.
+    """
+    lead = rank == 0
+    world = dp.world if dp is not None else 1
     hidden = args.hidden if args.hidden is not None else HIDDEN[args.model]
     lr = DIVERGE_LR if args.fail_mode == "diverge" else args.lr
     fail_step = args.steps // 2
+    say = print if lead else (lambda *a, **k: None)
 
     x, y = make_dataset(args.seed)
     model = make_model(hidden, args.seed)
@@ -214,10 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     loss_fn = nn.MSELoss()
     order = torch.randperm(DATASET_SIZE, generator=torch.Generator().manual_seed(args.seed + 1))
 
-    print(
+    say(
         f"train_tiny: model={args.model} hidden={hidden} steps={args.steps} "
         f"batch_size={args.batch_size} lr={lr} seed={args.seed} threads={args.threads} "
-        f"fail_mode={args.fail_mode} profiler={args.profiler}",
+        f"fail_mode={args.fail_mode} profiler={args.profiler} world_size={world}",
         flush=True,
     )
 
@@ -226,11 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     def save_trace(prof: profile | LightProfiler) -> None:
         prof.export_chrome_trace(str(trace_path))
 
-    if args.profiler == "torch":
+    if not lead:
+        profiler: profile | LightProfiler | _NoProfiler = _NoProfiler()
+    elif args.profiler == "torch":
         # torch.profiler imports torch._inductor when it prepares a trace (see LightProfiler).
         # Pay that before the clock starts so train_runtime measures training, not imports.
         importlib.import_module("torch._inductor")
-        profiler: profile | LightProfiler = profile(
+        profiler = profile(
             activities=[ProfilerActivity.CPU],
             schedule=profiler_schedule(args.profile_from_step, args.profile_steps),
             on_trace_ready=save_trace,
@@ -239,21 +319,22 @@ def main(argv: list[str] | None = None) -> int:
         profiler = LightProfiler(args.profile_from_step, args.profile_steps, save_trace)
 
     loss_value = float("nan")
+    global_batch = args.batch_size * world
     t_start = time.perf_counter()
     with (
-        open(out_dir / "metrics.jsonl", "w", encoding="utf-8") as jsonl,
+        open(out_dir / "metrics.jsonl" if lead else os.devnull, "w", encoding="utf-8") as jsonl,
         profiler as prof,
     ):
         for step in range(args.steps):
             if step == fail_step and args.fail_mode == "crash":
                 raise RuntimeError(f"injected failure (--fail-mode crash) at step {step}")
             if step == fail_step and args.fail_mode == "hang":
-                print(f"step {step} hanging (--fail-mode hang)", flush=True)
+                say(f"step {step} hanging (--fail-mode hang)", flush=True)
                 while True:  # only a timeout or a signal ends this
                     time.sleep(3600)
 
             t0 = time.perf_counter()
-            start = (step * args.batch_size) % DATASET_SIZE
+            start = (step * global_batch + rank * args.batch_size) % DATASET_SIZE
             idx = order[start : start + args.batch_size]
             if idx.numel() < args.batch_size:  # wrap around the epoch boundary
                 idx = torch.cat([idx, order[: args.batch_size - idx.numel()]])
@@ -261,12 +342,16 @@ def main(argv: list[str] | None = None) -> int:
                 p.grad = None
             loss = loss_fn(model(x[idx]), y[idx])
             loss.backward()
+            if dp is not None:
+                dp.average_grads(params)
             sgd_step(params, lr)
             loss_value = loss.item()  # forces the step to complete before timing it
+            if dp is not None:
+                loss_value = dp.mean(loss_value)
             step_time = time.perf_counter() - t0
-            samples_per_s = args.batch_size / step_time if step_time > 0 else float("inf")
+            samples_per_s = global_batch / step_time if step_time > 0 else float("inf")
 
-            print(
+            say(
                 f"step {step} loss: {loss_value:.6f} step_time: {step_time:.4f}s "
                 f"samples/s: {samples_per_s:.1f}",
                 flush=True,
@@ -281,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
             jsonl.flush()
             prof.step()
     train_runtime = time.perf_counter() - t_start
+    if dp is not None:
+        dp.close()
+    if not lead:
+        return 0
 
     summary = {
         "model": args.model,
@@ -288,10 +377,24 @@ def main(argv: list[str] | None = None) -> int:
         "train_runtime": train_runtime,
         "final_loss": loss_value,
         "steps": args.steps,
+        "world_size": world,
     }
     (out_dir / "train_metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
     print("Finished training run", flush=True)
     return 0
+
+
+class _NoProfiler:
+    """What ranks other than 0 use: one trace per run, written by rank 0."""
+
+    def __enter__(self) -> _NoProfiler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def step(self) -> None:
+        return None
 
 
 if __name__ == "__main__":

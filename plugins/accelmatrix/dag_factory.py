@@ -127,10 +127,10 @@ def teardown_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, A
 
 
 @task(task_id="gate", trigger_rule=TriggerRule.ALL_DONE, retries=0)
-def gate_task(planned: list[dict[str, Any]]) -> dict[str, Any]:
+def gate_task(planned: list[dict[str, Any]], suite_path: str | None = None) -> dict[str, Any]:
     from accelmatrix import lifecycle
 
-    return lifecycle.gate(planned, _ref())
+    return lifecycle.gate(planned, _ref(), suite_path)
 
 
 @task(task_id="suite_invalid", retries=0)
@@ -149,6 +149,8 @@ def _params(suite: Suite) -> dict[str, Param]:
             schema["minimum"] = p.minimum
         if p.maximum is not None:
             schema["maximum"] = p.maximum
+        if p.pattern is not None:
+            schema["pattern"] = p.pattern
         params[name] = Param(p.default, description=p.description, **schema)
     params["cells"] = Param(
         ["*"],
@@ -244,7 +246,7 @@ def build_dag(path: Path | str) -> DAG:
             if len(machines) > 1:
                 cells = select_task.override(task_id=f"cells_{machine}")(planned, machine)
             groups.append(_cell_group(suite, machine, cells))
-        gate_task(planned) << groups
+        gate_task(planned, str(path)) << groups
     return dag
 
 

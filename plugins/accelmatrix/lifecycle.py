@@ -91,6 +91,13 @@ def plan_run(
         only = None
     plan = expand(suite, ref.dag_id, params=user_params, only=only)
     log.info("%s", plan.table())
+    from accelmatrix.pricing import hourly_price
+
+    for machine in sorted({c.machine for c in plan.cells}):
+        # A price_key missing from include/pricing.yaml fails here, not as a cost of 0.
+        log.info(
+            "machine %s: %.4f per hour", machine, hourly_price(suite.machines[machine].model_dump())
+        )
 
     store = results_store()
     store.upsert_run(
@@ -100,6 +107,7 @@ def plan_run(
         logical_date=logical_date,
         run_type=run_type,
         params=params,
+        git_ref=str(params["git_ref"])[:250] if params.get("git_ref") else None,
         state="running",
         started_at=utcnow(),
     )
@@ -397,6 +405,7 @@ def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
             }
             for v in report.verdicts
         ],
+        "warnings": [f"{v.name}: {v.message}" for v in report.verdicts if v.warning],
     }
 
 
@@ -413,6 +422,10 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
     else:
         state = earlier or "failed"
     message = "; ".join(f"{v['check_name']}: {v['message']}" for v in failed)[:2000]
+    for w in result.get("warnings") or []:
+        log.warning("cell %s: %s", cell["id"], w)
+    if state == "passed" and result.get("warnings"):
+        message = "; ".join(result["warnings"])[:2000]  # passed, with warnings
     if earlier and prior.get("message"):
         message = f"{prior['message']}; {message}"
     store.upsert_cell(
@@ -441,7 +454,13 @@ def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dic
     workload = None
     if status.get("started_at") and status.get("ended_at"):
         workload = status["ended_at"] - status["started_at"]
-    cost = held / 3600.0 * float(cell["machine_spec"].get("hourly_cost") or 0.0)
+    from accelmatrix.pricing import PricingError, hourly_price
+
+    try:
+        cost = held / 3600.0 * hourly_price(cell["machine_spec"])
+    except PricingError as e:  # checked at plan time; teardown must not fail over a price
+        log.warning("no cost recorded: %s", e)
+        cost = None
     results_store().upsert_cell(
         ref.dag_id,
         ref.run_id,
@@ -461,8 +480,13 @@ def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dic
 
 
 # -- gate ---------------------------------------------------------------------------------
-def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
-    """Decide the run: it fails exactly when a non-quarantined cell did not pass."""
+def gate(
+    planned: list[dict[str, Any]], ref: RunRef, suite_path: str | None = None
+) -> dict[str, Any]:
+    """Decide the run: it fails exactly when a non-quarantined cell did not pass.
+
+    With ``suite_path``, the suite's ``notify`` settings are honoured (see notify.py).
+    """
     store = results_store()
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
     log.info(
@@ -498,6 +522,12 @@ def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
         store.get_checks(ref.dag_id, ref.run_id),
     )
     log.info("run report: %s", index)
+    costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
+    summary["cost"] = sum(costs) if costs else None
+    if costs:
+        log.info("run cost: %.6f (sum of %d cell(s))", summary["cost"], len(costs))
+    if suite_path:
+        _notify(suite_path, planned, ref, failed, rows, summary["cost"])
     for cid, state in quarantined_failed:
         log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
     if failed:
@@ -506,3 +536,49 @@ def gate(planned: list[dict[str, Any]], ref: RunRef) -> dict[str, Any]:
         )
     log.info("all %d non-quarantined cell(s) passed", len(planned) - len(quarantined_failed))
     return summary
+
+
+def _notify(
+    suite_path: str,
+    planned: list[dict[str, Any]],
+    ref: RunRef,
+    failed: list[tuple[str, str]],
+    rows: dict[str, dict[str, Any]],
+    cost: float | None,
+) -> None:
+    """Send the suite's webhook; a notification problem is logged, never flips the verdict."""
+    from accelmatrix import notify
+    from accelmatrix.spec.loader import load_suite
+
+    spec = load_suite(suite_path).notify
+    hook = spec.webhook if spec else None
+    if hook is None or (hook.when == "failure" and not failed):
+        return
+    by_id = {c["id"]: c for c in planned}
+    checks = results_store().get_checks(ref.dag_id, ref.run_id)
+    failed_cells = []
+    for cid, state in failed:
+        failed_cells.append(
+            {
+                "cell": cid,
+                "state": state,
+                "message": (rows.get(cid) or {}).get("message", ""),
+                "failed_checks": [
+                    c["check_name"] for c in checks if c["cell_id"] == cid and not c["passed"]
+                ],
+                "failed_tests": notify.failed_tests(by_id[cid], ref.artifacts(cid) / "files"),
+            }
+        )
+    run = results_store().get_run(ref.dag_id, ref.run_id) or {}
+    payload = notify.build_payload(
+        dag_id=ref.dag_id,
+        run_id=ref.run_id,
+        state="failed" if failed else "passed",
+        failed_cells=failed_cells,
+        git_ref=run.get("git_ref"),
+        cost=cost,
+    )
+    try:
+        notify.send_webhook(hook, payload)
+    except Exception as e:  # noqa: BLE001 - the run's verdict stands whatever the webhook does
+        log.error("webhook %s not notified: %s", hook.conn_id, e)

@@ -129,6 +129,8 @@ def expand(
         )
         if reason is None and only and not any(fnmatch.fnmatchcase(cid, g) for g in only):
             reason = "not selected by the `cells` param"
+        if reason is None:
+            reason = _param_axis_reason(suite.param_axes, axes, resolved_params)
         if reason is not None:
             plan.excluded.append(Excluded(id=cid, axes=axes, reason=reason))
             continue
@@ -195,4 +197,15 @@ def _quarantine_reason(rules: list[QuarantineRule | str], cid: str) -> str | Non
         glob, reason = (r, "quarantined") if isinstance(r, str) else (r.cells, r.reason)
         if fnmatch.fnmatchcase(cid, glob):
             return reason
+    return None
+
+
+def _param_axis_reason(
+    param_axes: list[str], axes: dict[str, str], params: dict[str, Any]
+) -> str | None:
+    """Why a cell is not in this run: a `param_axes` param selects another value."""
+    for axis in param_axes:
+        want = params.get(axis)
+        if want not in (None, "all") and axes[axis] != want:
+            return f"param {axis}={want} selects another {axis}"
     return None

@@ -44,14 +44,16 @@ def evaluate_cell(
         message = plan.success if passed else plan.failure
         if error:
             message = f"{message} (Great Expectations error: {error})"
+        warning = not passed and plan.severity == "warning"
         verdicts.append(
             CheckVerdict(
                 name=plan.name,
                 type=plan.type,
-                passed=passed,
+                passed=passed or warning,
                 expected=plan.expected,
                 observed=plan.observed,
-                message=message,
+                message=f"WARNING: {message}" if warning else message,
+                warning=warning,
             )
         )
     return EvaluationReport(

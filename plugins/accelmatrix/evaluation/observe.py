@@ -89,6 +89,7 @@ class CheckPlan:
     expectations: list[Expect] = field(default_factory=list)
     failure: str = "check failed"  # the verdict message if any expectation fails
     success: str = "ok"
+    severity: str = "error"  # "warning": a failure is reported but does not fail the cell
 
 
 def num(x: Any) -> str:
@@ -349,8 +350,39 @@ def _plan_metric_between(c: MetricBetweenCheck, p: CheckPlan, inp: _Inputs) -> N
     p.expectations = [Expect(col, p.expected, min_value=c.min, max_value=c.max)]
 
 
+def _loss_target(c: FinalLossCheck, inp: _Inputs) -> tuple[float, float] | str:
+    """(target, tolerance) inline or from the bounds file; a problem as text."""
+    if c.bounds_file is None:
+        return float(c.target), float(c.tolerance)  # type: ignore[arg-type]
+    loaded = inp.bounds(c.bounds_file)
+    if isinstance(loaded, BoundsError):
+        return str(loaded)
+    try:
+        bench = loaded.get(c.benchmark, source=inp.include_dir / c.bounds_file)  # type: ignore[arg-type]
+    except BoundsError as exc:
+        return str(exc)
+    extra = bench.model_extra or {}
+    target, tolerance = extra.get("target_loss"), extra.get("loss_tolerance")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (target, tolerance)):
+        return (
+            f"benchmark {c.benchmark!r} in {c.bounds_file} needs numeric target_loss and "
+            f"loss_tolerance (got {target!r}, {tolerance!r})"
+        )
+    return float(target), float(tolerance)  # type: ignore[arg-type]
+
+
 def _plan_final_loss(c: FinalLossCheck, p: CheckPlan, inp: _Inputs) -> None:
     col = f"{p.prefix}__last_{_slug(c.metric)}"
+    target = _loss_target(c, inp)
+    if isinstance(target, str):
+        found_col = f"{p.prefix}__target_found"
+        p.expected = f"last({c.metric}) near the target of {c.benchmark!r} in {c.bounds_file}"
+        p.observed = "target unavailable"
+        p.failure = target
+        p.columns = {found_col: 0}
+        p.expectations = [Expect.equals(found_col, "loss target found (1 = yes)", 1)]
+        return
+    c = c.model_copy(update={"target": target[0], "tolerance": target[1]})
     p.expected = f"|last({c.metric}) - {num(c.target)}| <= {num(c.tolerance)}"
     series = inp.series(c.metric)
     value = None
@@ -465,6 +497,10 @@ _PLANNERS: dict[type, Callable[[Any, CheckPlan, _Inputs], None]] = {
     GoldenCasesCheck: plan_golden_cases,
 }
 
+from accelmatrix.evaluation.observe_ci import PLANNERS as _CI_PLANNERS  # noqa: E402
+
+_PLANNERS.update(_CI_PLANNERS)
+
 
 def plan_checks(checks: list[Check], outputs: CellOutputs, *, include_dir: Path) -> list[CheckPlan]:
     """Observe the cell's outputs once and turn every check into a ``CheckPlan``."""
@@ -479,6 +515,7 @@ def plan_checks(checks: list[Check], outputs: CellOutputs, *, include_dir: Path)
             type=check.type,
             expected="",
             observed="",
+            severity=check.severity,
         )
         _PLANNERS[type(check)](check, plan, inp)
         plans.append(plan)

@@ -32,6 +32,9 @@ class CheckVerdict:
     expected: str
     observed: str
     message: str
+    # A failed check of severity "warning": passed stays True (it never fails the cell),
+    # the table shows WARN and the message says what tripped.
+    warning: bool = False
 
 
 # Column caps keep one verdict per line in the Airflow log; full text follows the table.
@@ -56,7 +59,7 @@ class EvaluationReport:
         """A fixed-width table for the task log, then the full message of each failure."""
         rows = [
             (
-                "PASS" if v.passed else "FAIL",
+                "WARN" if v.warning else "PASS" if v.passed else "FAIL",
                 _cell(v.name, _WIDTHS["check"]),
                 _cell(v.expected, _WIDTHS["expected"]),
                 _cell(v.observed, _WIDTHS["observed"]),
@@ -80,6 +83,8 @@ class EvaluationReport:
         for v in self.verdicts:
             if not v.passed:
                 out.append(f"FAIL {v.name}: {v.message}")
+            elif v.warning:
+                out.append(f"WARN {v.name}: {v.message}")
         if self.data_docs_index:
             out.append(f"Data Docs: {self.data_docs_index}")
         return "\n".join(out)

@@ -172,15 +172,18 @@ class ProfilerTraceSource(_Source):
         return f"profiler_trace:{self.glob}"
 
 
+from accelmatrix.metrics.junit import JunitXmlSource  # noqa: E402 (no cycle: it needs pydantic)
+
 MetricSource = Annotated[
-    JsonSource | JsonlSource | LogRegexSource | ProfilerTraceSource,
+    JsonSource | JsonlSource | LogRegexSource | ProfilerTraceSource | JunitXmlSource,
     Field(discriminator="type"),
 ]
-METRIC_SOURCE_TYPES: dict[str, type[_Source]] = {
+METRIC_SOURCE_TYPES: dict[str, type[BaseModel]] = {
     "json": JsonSource,
     "jsonl": JsonlSource,
     "log_regex": LogRegexSource,
     "profiler_trace": ProfilerTraceSource,
+    "junit_xml": JunitXmlSource,
 }
 
 
@@ -249,6 +252,8 @@ def collect_metrics(
                 _collect_log_regex(source, log_path, sink)
             elif isinstance(source, ProfilerTraceSource):
                 _collect_trace(source, files_dir, sink)
+            elif isinstance(source, JunitXmlSource):
+                source.collect(files_dir, sink)
             else:  # pragma: no cover - the union above is closed
                 sink.problem(f"unknown source type {type(source).__name__}")
         except OSError as e:  # permissions, a directory where a file was expected, ...

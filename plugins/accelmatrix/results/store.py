@@ -677,4 +677,7 @@ class ResultsStore:
         lines.insert(1, "-" * max(len(x) for x in lines))
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         head = f"Results of {dag_id} / {run_id}: {len(cell_rows)} cell(s): {summary}"
+        costs = [c["cost"] for c in cell_rows if c.get("cost") is not None]
+        if costs:
+            head += f"; cost {sum(costs):.6f} (include/pricing.yaml currency)"
         return head + "\n" + "\n".join(lines)

@@ -21,8 +21,10 @@ __all__ = [
     "CHECK_TYPES",
     "ArtifactCountCheck",
     "Check",
+    "ElapsedRegressionCheck",
     "ExitStatusCheck",
     "FinalLossCheck",
+    "JunitCheck",
     "LogContainsCheck",
     "LogNotContainsCheck",
     "LossDecreasingCheck",
@@ -58,6 +60,8 @@ class _CheckBase(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str | None = None
+    # warning: reported in the verdict table and the log, never fails the cell.
+    severity: Literal["error", "warning"] = "error"
 
     @property
     def display_name(self) -> str:
@@ -180,19 +184,46 @@ class MetricBetweenCheck(_CheckBase):
 
 
 class FinalLossCheck(_CheckBase):
-    """The last loss value is within ``tolerance`` of ``target``."""
+    """The last loss value is within ``tolerance`` of ``target``.
+
+    Target and tolerance are given inline, or read from a benchmark of a bounds file
+    (``bounds_file`` + ``benchmark``: its ``target_loss`` and ``loss_tolerance`` fields),
+    where the system this replaces keeps them next to the step-time bounds.
+    """
 
     type: Literal["final_loss"] = "final_loss"
     metric: str = Field(default="loss", min_length=1)
-    target: float
-    tolerance: float
+    target: float | None = None
+    tolerance: float | None = None
+    bounds_file: str | None = None
+    benchmark: str | None = Field(default=None, min_length=1)
 
     @field_validator("tolerance")
     @classmethod
-    def _tolerance_non_negative(cls, v: float) -> float:
-        if v < 0:
+    def _tolerance_non_negative(cls, v: float | None) -> float | None:
+        if v is not None and v < 0:
             raise ValueError(f"tolerance must be >= 0, got {v}")
         return v
+
+    @field_validator("bounds_file")
+    @classmethod
+    def _bounds_file_relative(cls, v: str | None) -> str | None:
+        return None if v is None else _relative_path(v, "bounds_file")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FinalLossCheck:
+        inline = (self.target is not None, self.tolerance is not None)
+        from_file = (self.bounds_file is not None, self.benchmark is not None)
+        if any(from_file):
+            if not all(from_file):
+                raise ValueError("final_loss: bounds_file and benchmark go together")
+            if any(inline):
+                raise ValueError(
+                    "final_loss: give either target/tolerance or bounds_file/benchmark, not both"
+                )
+        elif not all(inline):
+            raise ValueError("final_loss needs target and tolerance (or bounds_file and benchmark)")
+        return self
 
     def _name_detail(self) -> str:
         return self.metric
@@ -233,6 +264,7 @@ class StepTimeWithinBoundsCheck(_CheckBase):
         return self.benchmark
 
 
+from accelmatrix.spec.checks_ci import ElapsedRegressionCheck, JunitCheck  # noqa: E402
 from accelmatrix.spec.checks_inference import GoldenCasesCheck  # noqa: E402
 
 Check = Annotated[
@@ -246,6 +278,8 @@ Check = Annotated[
         LossDecreasingCheck,
         StepTimeWithinBoundsCheck,
         GoldenCasesCheck,
+        JunitCheck,
+        ElapsedRegressionCheck,
     ],
     Field(discriminator="type"),
 ]
@@ -260,6 +294,8 @@ CHECK_TYPES: tuple[str, ...] = (
     "loss_decreasing",
     "step_time_within_bounds",
     "golden_cases",
+    "junit",
+    "elapsed_regression",
 )
 
 _CHECK_LIST = TypeAdapter(list[Check], config=ConfigDict(title="checks"))

@@ -156,6 +156,9 @@ class KubernetesJobMachine(BaseModel):
     )
     pool_slots: PositiveInt = Field(4, description="slots of the pool when accelmatrix creates it")
     hourly_cost: Annotated[float, Field(ge=0)] = 0.0
+    price_key: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", description="entry of include/pricing.yaml"
+    )
 
     @model_validator(mode="before")
     @classmethod

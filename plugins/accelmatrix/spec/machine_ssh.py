@@ -73,6 +73,9 @@ class SshMachine(BaseModel):
         1, description="slots of the pool when accelmatrix creates it (one cell at a time)"
     )
     hourly_cost: Annotated[float, Field(ge=0)] = 0.0
+    price_key: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", description="entry of include/pricing.yaml"
+    )
 
     @model_validator(mode="before")
     @classmethod

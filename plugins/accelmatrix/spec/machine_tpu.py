@@ -113,6 +113,9 @@ class TpuVmMachine(BaseModel):
         description="while the workload runs, how often the node's state is checked "
         "(a preempted node is an infrastructure failure, not a test failure)",
     )
+    price_key: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", description="entry of include/pricing.yaml"
+    )
 
     @model_validator(mode="after")
     def _queued(self) -> TpuVmMachine:

@@ -22,6 +22,7 @@ from pydantic import (
 from accelmatrix.metrics.sources import MetricSource
 from accelmatrix.spec.axis_kinds import AxisKind, normalize_axis
 from accelmatrix.spec.checks import Check
+from accelmatrix.spec.notify import Notify
 from accelmatrix.spec.services import Service
 from accelmatrix.spec.templating import TemplateError, check_references, strings_in
 
@@ -65,6 +66,9 @@ class LocalMachine(Model):
     )
     pool_slots: PositiveInt = Field(4, description="slots of the pool when accelmatrix creates it")
     hourly_cost: Annotated[float, Field(ge=0)] = 0.0
+    price_key: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", description="entry of include/pricing.yaml"
+    )
 
 
 from accelmatrix.spec.machine_k8s import KubernetesJobMachine  # noqa: E402
@@ -191,11 +195,23 @@ class ParamSpec(Model):
     enum: list[Scalar] | None = None
     minimum: float | None = None
     maximum: float | None = None
+    pattern: str | None = Field(None, description="regex a string value must match (search)")
 
     @model_validator(mode="after")
     def _default_fits(self) -> ParamSpec:
         if self.enum is not None and self.default is not None and self.default not in self.enum:
             raise ValueError(f"default {self.default!r} is not one of enum {self.enum}")
+        if self.pattern is not None:
+            if self.type != "string":
+                raise ValueError("pattern only applies to string params")
+            try:
+                rx = re.compile(self.pattern)
+            except re.error as e:
+                raise ValueError(f"pattern {self.pattern!r} is not a valid regex: {e}") from None
+            if isinstance(self.default, str) and not rx.search(self.default):
+                raise ValueError(
+                    f"default {self.default!r} does not match pattern {self.pattern!r}"
+                )
         return self
 
 
@@ -222,6 +238,11 @@ class Suite(Model):
     retries: Annotated[int, Field(ge=0, le=10)] = 0
     retry_delay_seconds: PositiveInt = 60
     max_active_runs: PositiveInt = 1
+    notify: Notify | None = None
+    param_axes: list[str] = Field(
+        default_factory=list,
+        description="axes whose value the same-named param selects per run ('all': every value)",
+    )
 
     # -- field rules -------------------------------------------------------------------------
     @field_validator("axes")
@@ -317,6 +338,31 @@ class Suite(Model):
             raise ValueError(
                 f"machine {self.machine!r} is not defined (machines: {', '.join(self.machines)})"
             )
+
+        for axis in self.param_axes:
+            if axis not in self.axes:
+                raise ValueError(
+                    f"param_axes: no axis named {axis!r} (axes: {', '.join(self.axes)})"
+                )
+            spec = self.params.get(axis)
+            if spec is None or spec.type != "string" or not spec.enum:
+                raise ValueError(
+                    f"param_axes: {axis!r} needs a string param named {axis!r} with an enum "
+                    f"of its values (and optionally 'all'): {', '.join(self.axis_labels(axis))}"
+                )
+            wrong = [v for v in spec.enum if v != "all" and v not in self.axis_labels(axis)]
+            if wrong:
+                raise ValueError(
+                    f"params.{axis}.enum: {wrong} are not values of axis {axis!r} "
+                    f"(values: {', '.join(self.axis_labels(axis))}, or 'all')"
+                )
+
+        for name, m in self.machines.items():
+            if m.price_key and m.hourly_cost:
+                raise ValueError(
+                    f"machines.{name}: give either price_key (include/pricing.yaml) or "
+                    "hourly_cost, not both"
+                )
 
         for i, rule in enumerate(self.exclude):
             for axis, want in rule.match.items():

@@ -1,0 +1,125 @@
+"""Failure notifications: a JSON POST to a webhook when a run has failed cells.
+
+Replaces "open a GitHub issue with a link to the logs" of the nightly CI this project
+supersedes: the payload carries the link to the Airflow run, every failed cell with its
+failed checks, and the failed tests by name (read from the cells' JUnit reports), so the
+reader knows what broke without opening anything. Sent once per run, by the gate.
+
+The target comes from an Airflow connection (see spec/notify.py), the run link from Airflow's
+``[api] base_url``. Plain ``urllib``: no shell, no extra dependency.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+from accelmatrix.spec.notify import WebhookNotify
+
+log = logging.getLogger(__name__)
+
+__all__ = ["NotifyError", "build_payload", "post_json", "run_url", "send_webhook", "webhook_target"]
+
+MAX_TESTS_PER_CELL = 50
+
+
+class NotifyError(RuntimeError):
+    """The webhook could not be reached or refused the notification."""
+
+
+def run_url(dag_id: str, run_id: str, base_url: str | None = None) -> str:
+    """The run's page in the Airflow UI: ``{[api] base_url}/dags/{dag_id}/runs/{run_id}``."""
+    if base_url is None:
+        from airflow.configuration import conf
+
+        base_url = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
+    return f"{base_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def webhook_target(conn_id: str) -> tuple[str, dict[str, str]]:
+    """(url, headers) of an Airflow HTTP connection; a password becomes a bearer token."""
+    from airflow.sdk import Connection
+
+    conn = Connection.get(conn_id)
+    if not conn.host:
+        raise NotifyError(f"connection {conn_id!r} has no host")
+    scheme = conn.schema if conn.schema in ("http", "https") else "http"
+    host = conn.host if "://" in conn.host else f"{scheme}://{conn.host}"
+    if conn.port:
+        host = f"{host}:{conn.port}"
+    endpoint = str(conn.extra_dejson.get("endpoint") or "/")
+    url = host.rstrip("/") + "/" + endpoint.lstrip("/")
+    headers = {"Content-Type": "application/json"}
+    if conn.password:
+        headers["Authorization"] = f"Bearer {conn.password}"
+    return url, headers
+
+
+def post_json(url: str, payload: dict[str, Any], headers: dict[str, str], timeout: float) -> int:
+    """POST ``payload`` as JSON; the HTTP status, or NotifyError for anything but 2xx."""
+    if not url.startswith(("http://", "https://")):
+        raise NotifyError(f"webhook URL must be http(s), got {url.split(':', 1)[0]!r}")
+    body = json.dumps(payload, default=str).encode()
+    req = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http(s) only
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        raise NotifyError(f"webhook answered {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise NotifyError(f"webhook unreachable: {e}") from None
+
+
+def failed_tests(cell: dict[str, Any], files_dir: Any) -> list[str]:
+    """``classname::name (failure: first line)`` of every failed test in the cell's JUnit
+    reports (the globs of its ``junit`` checks)."""
+    from pathlib import Path
+
+    from accelmatrix.metrics.junit import parse_junit_glob
+
+    out: list[str] = []
+    for check in cell.get("checks", []):
+        if check.get("type") == "junit":
+            result, _ = parse_junit_glob(Path(files_dir), check["glob"])
+            out.extend(str(f) for f in result.failures)
+    return out[:MAX_TESTS_PER_CELL]
+
+
+def build_payload(
+    *,
+    dag_id: str,
+    run_id: str,
+    state: str,
+    failed_cells: list[dict[str, Any]],
+    git_ref: str | None = None,
+    cost: float | None = None,
+    base_url: str | None = None,
+) -> dict[str, Any]:
+    """The JSON body: what failed and where to look."""
+    lines = [f"{dag_id} run {run_id}: {state}"]
+    for c in failed_cells:
+        lines.append(f"- {c['cell']} ({c['state']})")
+        lines += [f"  - test {t}" for t in c.get("failed_tests", [])]
+    url = run_url(dag_id, run_id, base_url)
+    lines.append(url)
+    return {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "state": state,
+        "run_url": url,
+        "git_ref": git_ref,
+        "cost": cost,
+        "failed_cells": failed_cells,
+        "text": "\n".join(lines),
+    }
+
+
+def send_webhook(spec: WebhookNotify, payload: dict[str, Any]) -> int:
+    url, headers = webhook_target(spec.conn_id)
+    status = post_json(url, payload, headers, spec.timeout_seconds)
+    log.info("notified webhook %s (HTTP %s)", spec.conn_id, status)
+    return status

@@ -1,0 +1,79 @@
+"""Cost per cell from a pricing table: include/pricing.yaml, machine type -> hourly price.
+
+Why a table and not a price on every machine: prices change and are shared by many suites,
+so they live in one reviewed file; a machine names its entry with ``price_key``. A machine
+may still give ``hourly_cost`` inline (no ``price_key``), e.g. a negotiated rate. A
+``price_key`` missing from the table fails the run's plan, so a typo never turns into a
+silent cost of 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from accelmatrix import settings
+
+__all__ = ["Pricing", "PricingError", "hourly_price", "load_pricing", "pricing_path"]
+
+
+class PricingError(ValueError):
+    """The pricing file is unreadable or lacks a machine's price_key."""
+
+
+class Pricing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    currency: str = "USD"
+    hourly: dict[str, float] = Field(default_factory=dict)
+
+    def price(self, key: str, *, source: Path) -> float:
+        try:
+            value = self.hourly[key]
+        except KeyError:
+            known = ", ".join(sorted(self.hourly)) or "(none)"
+            raise PricingError(f"price_key {key!r} is not in {source} (hourly: {known})") from None
+        if value < 0:
+            raise PricingError(f"{source}: hourly.{key} must be >= 0, got {value}")
+        return float(value)
+
+
+def pricing_path() -> Path:
+    """``$ACCELMATRIX_PRICING_FILE``, else include/pricing.yaml."""
+    return Path(os.environ.get("ACCELMATRIX_PRICING_FILE", settings.include_dir() / "pricing.yaml"))
+
+
+def load_pricing(path: Path | None = None) -> Pricing:
+    path = Path(path or pricing_path())
+    return _load(path, path.stat().st_mtime_ns if path.exists() else 0)
+
+
+@functools.cache
+def _load(path: Path, _mtime: int) -> Pricing:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise PricingError(f"pricing file {path} not found") from None
+    except (OSError, yaml.YAMLError) as e:
+        raise PricingError(f"cannot read pricing file {path}: {e}") from None
+    try:
+        return Pricing.model_validate(raw or {})
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise PricingError(f"invalid pricing file {path}: {problems}") from None
+
+
+def hourly_price(machine_spec: dict[str, Any]) -> float:
+    """The machine's price per hour: its ``price_key`` in the table, else ``hourly_cost``."""
+    key = machine_spec.get("price_key")
+    if key:
+        path = pricing_path()
+        return load_pricing(path).price(key, source=path)
+    return float(machine_spec.get("hourly_cost") or 0.0)
