@@ -1,5 +1,5 @@
 # accelmatrix: two commands on a fresh machine.
-#   make demo   set up everything and run the example suite local_smoke end to end
+#   make demo   set up everything and run every example suite of the local backend end to end
 #   make test   run the test suite
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -36,7 +36,7 @@ $(AIRFLOW_HOME)/.migrated: $(VENV)/.installed
 demo: venv $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python -m accelmatrix validate
 	$(BIN)/python -m accelmatrix pools --apply
-	$(BIN)/python -m accelmatrix.demo local_smoke
+	$(BIN)/python -m accelmatrix.demo
 
 test: venv
 	$(BIN)/pytest -q

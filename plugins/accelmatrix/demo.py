@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from accelmatrix import settings
 
@@ -26,9 +27,26 @@ def run_suite(name: str, conf: dict | None = None):
     return str(dr.state), dr.run_id
 
 
+def local_suites() -> list[str]:
+    """Suites whose selected machines are all `local`: what runs on a fresh machine."""
+    from accelmatrix.dag_factory import used_machines
+    from accelmatrix.spec.loader import load_suite, suite_id
+
+    names = []
+    for path in sorted(settings.suites_dir().glob("*.yaml")):
+        suite = load_suite(path)
+        if all(suite.machines[m].backend == "local" for m in used_machines(suite)):
+            names.append(suite_id(path))
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m accelmatrix.demo")
-    ap.add_argument("suites", nargs="+")
+    ap.add_argument(
+        "suites",
+        nargs="*",
+        help="suite names; default: every suite whose cells all run on the local backend",
+    )
     ap.add_argument("--conf", default=None, help="JSON params for the run")
     args = ap.parse_args(argv)
     import json
@@ -39,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     store = ResultsStore.from_settings()
     ok = True
     summaries = []
-    for name in args.suites:
+    timings = []
+    for name in args.suites or local_suites():
+        t0 = time.monotonic()
         state, run_id = run_suite(name, json.loads(args.conf) if args.conf else None)
+        timings.append((name, state, time.monotonic() - t0))
         cells = store.get_cells(name, run_id)
         planned = [c for c in cells if c["state"] != "excluded"]
         leaked = [
@@ -55,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             + (f"\nNOT TORN DOWN: {leaked}" if leaked else "")
         )
     print("\n".join(summaries))
+    print("\nwall time per suite (dag.test, one task at a time):")
+    for name, state, seconds in timings:
+        print(f"  {name:<24} {state:<8} {seconds:6.1f} s")
+    print(f"  {'total':<24} {'':<8} {sum(t for *_, t in timings):6.1f} s")
     print(f"\nresults store: {settings.results_url()}")
     return 0 if ok else 1
 
