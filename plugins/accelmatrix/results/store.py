@@ -29,6 +29,7 @@ import math
 import operator
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,8 +102,7 @@ def _install_sqlite_pragmas(engine: Engine, busy_timeout_s: float, *, wal: bool)
             # Busy timeout first: switching a fresh file to WAL needs a lock of its own.
             cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             if wal:
-                cur.execute("PRAGMA journal_mode = WAL")
-                cur.fetchall()
+                _switch_to_wal(cur, busy_timeout_s)
         finally:
             cur.close()
 
@@ -110,6 +110,31 @@ def _install_sqlite_pragmas(engine: Engine, busy_timeout_s: float, *, wal: bool)
     def _on_begin(conn: Connection) -> None:
         mode = "IMMEDIATE" if conn.get_execution_options().get("accelmatrix_write") else ""
         conn.exec_driver_sql(f"BEGIN {mode}".strip())
+
+
+def _switch_to_wal(cur: Any, busy_timeout_s: float) -> None:
+    """WAL mode, once per database file (it persists), tolerating concurrent openers.
+
+    Changing the journal mode needs an exclusive lock and SQLite does not always run the
+    busy handler for it: several processes opening a fresh file at once get "database is
+    locked" straight away. Read the mode first (a file already in WAL needs nothing) and
+    retry the switch until the busy timeout.
+    """
+    import sqlite3
+
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode")
+            if str(cur.fetchone()[0]).lower() == "wal":
+                return
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.fetchall()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _one_line(text_: str | None, width: int) -> str:

@@ -5,22 +5,21 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from accelmatrix.spec.checks import _CheckBase
 
 __all__ = ["GoldenCasesCheck"]
 
 
-class GoldenCasesCheck(BaseModel):
+class GoldenCasesCheck(_CheckBase):
     """At most ``max_failed`` golden cases failed, and at least ``min_cases`` ran.
 
     Reads the runner's results JSONL (one row per case and variant: name, variant, status,
     passed, reason); a failure names the failing cases and their first difference.
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
     type: Literal["golden_cases"] = "golden_cases"
-    name: str | None = None
     results: str = Field("out/results.jsonl", description="relative to the collected files")
     max_failed: int = Field(0, ge=0)
     min_cases: int = Field(1, ge=0, description="cases that must have run (not skipped)")
@@ -32,6 +31,5 @@ class GoldenCasesCheck(BaseModel):
             raise ValueError(f"results must be a relative path without '..', got {v!r}")
         return v
 
-    @property
-    def display_name(self) -> str:
-        return self.name or f"golden_cases[{self.results}]"
+    def _name_detail(self) -> str:
+        return self.results
