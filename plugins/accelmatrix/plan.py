@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from accelmatrix.spec.suite import MAX_CELLS, QuarantineRule, Suite
+from accelmatrix.spec.support import unsupported_reason
 from accelmatrix.spec.templating import render_tree
 
 
@@ -123,7 +124,7 @@ def expand(
                 if all(_matches(want, axes[a]) for a, want in r.match.items())
             ),
             None,
-        )
+        ) or unsupported_reason(suite, axes)
         if reason is None and only and not any(fnmatch.fnmatchcase(cid, g) for g in only):
             reason = "not selected by the `cells` param"
         if reason is not None:
