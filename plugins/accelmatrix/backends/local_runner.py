@@ -9,7 +9,8 @@ would be lost. This runner waits for it and writes, atomically:
   stdout.log, stderr.log
   resources.jsonl  one line per --sample-interval seconds: CPU %, RSS and process count of
                 the workload's process group, plus GPU utilisation/memory where nvidia-smi
-                exists ({"step", "t", "cpu_percent", "rss_mb", "procs", ...})
+                exists ({"step", "t", "cpu_percent", "rss_mb", "procs", ...}); a last
+                line {"final": true, "cpu_seconds", "peak_rss_mb", "wall_seconds"}
 
 Standalone on purpose (stdlib only, run by file path): the workload's environment must not
 need accelmatrix on its PYTHONPATH.
@@ -112,13 +113,37 @@ class ResourceSampler(threading.Thread):
             **self.gpu(),
         }
 
+    def finish(self, wall_seconds: float) -> None:
+        """After the workload exited: its total CPU seconds and peak RSS, from the kernel's
+        accounting of waited-for children (exact even for a run shorter than one interval)."""
+        self.stop_event.set()
+        self.join(timeout=5)
+        try:
+            import resource
+
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        except (ImportError, OSError):
+            return
+        cpu = usage.ru_utime + usage.ru_stime
+        final = {
+            "final": True,
+            "wall_seconds": round(wall_seconds, 3),
+            "cpu_seconds": round(cpu, 3),
+            # ru_maxrss is in KiB on Linux: the peak of the largest single process.
+            "peak_rss_mb": round(usage.ru_maxrss / 1024.0, 2),
+        }
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(final) + "\n")
+
     def run(self) -> None:
         if not os.path.isdir("/proc"):
             self.gpu_note += "; no /proc: CPU and memory not sampled"
             return
         step, last = 0, time.monotonic()
+        wait = min(self.interval, 0.2)  # a first sample early: short workloads get one too
         with open(self.path, "a", encoding="utf-8") as out:
-            while not self.stop_event.wait(self.interval):
+            while not self.stop_event.wait(wait):
+                wait = self.interval
                 now = time.monotonic()
                 try:
                     out.write(json.dumps(self.sample(step, now - last)) + "\n")
@@ -214,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in threads:
             t.join(timeout=10)
         if sampler is not None:
-            sampler.stop_event.set()
-            sampler.join(timeout=5)
+            sampler.finish(time.time() - status["started_at"])
     status.update(
         exit_code=code,
         state="exited",

@@ -461,6 +461,11 @@ _PLANNERS: dict[type, Callable[[Any, CheckPlan, _Inputs], None]] = {
     LossDecreasingCheck: _plan_loss_decreasing,
     StepTimeWithinBoundsCheck: _plan_step_time,
 }
+from accelmatrix.evaluation import observe_runtime  # noqa: E402 (needs CheckPlan, Expect)
+from accelmatrix.spec.checks_runtime import NotebooksCheck, ReportItemsCheck  # noqa: E402
+
+_PLANNERS[NotebooksCheck] = observe_runtime.plan_notebooks
+_PLANNERS[ReportItemsCheck] = observe_runtime.plan_report_items
 
 
 def plan_checks(checks: list[Check], outputs: CellOutputs, *, include_dir: Path) -> list[CheckPlan]:

@@ -27,6 +27,8 @@ __all__ = [
     "LogNotContainsCheck",
     "LossDecreasingCheck",
     "MetricBetweenCheck",
+    "NotebooksCheck",
+    "ReportItemsCheck",
     "StepTimeWithinBoundsCheck",
     "parse_checks",
 ]
@@ -232,6 +234,8 @@ class StepTimeWithinBoundsCheck(_CheckBase):
         return self.benchmark
 
 
+from accelmatrix.spec.checks_runtime import NotebooksCheck, ReportItemsCheck  # noqa: E402
+
 Check = Annotated[
     Union[  # noqa: UP007 - the discriminated union reads better spelled out
         ExitStatusCheck,
@@ -242,6 +246,8 @@ Check = Annotated[
         FinalLossCheck,
         LossDecreasingCheck,
         StepTimeWithinBoundsCheck,
+        ReportItemsCheck,
+        NotebooksCheck,
     ],
     Field(discriminator="type"),
 ]
@@ -255,6 +261,8 @@ CHECK_TYPES: tuple[str, ...] = (
     "final_loss",
     "loss_decreasing",
     "step_time_within_bounds",
+    "report_items",
+    "notebooks",
 )
 
 _CHECK_LIST = TypeAdapter(list[Check], config=ConfigDict(title="checks"))
