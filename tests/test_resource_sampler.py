@@ -67,7 +67,7 @@ def test_resource_rows_tolerate_garbage_and_absence(tmp_path: Path):
     p.write_text(
         '{"step": 0, "cpu_percent": 50.0, "rss_mb": 10, "procs": 1}\n'
         '{"step": "x", "cpu_percent": 1}\n'
-        '[1, 2]\n'
+        "[1, 2]\n"
         '{"step": 1, "cpu_percent": NaN, "rss_mb": true, "gpu_util_percent": 91.5}\n'
         '{"step": 2, "cpu_perc'
     )
