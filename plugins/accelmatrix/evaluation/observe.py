@@ -466,6 +466,10 @@ from accelmatrix.spec.checks_runtime import NotebooksCheck, ReportItemsCheck  # 
 
 _PLANNERS[NotebooksCheck] = observe_runtime.plan_notebooks
 _PLANNERS[ReportItemsCheck] = observe_runtime.plan_report_items
+from accelmatrix.evaluation import observe_cluster  # noqa: E402
+from accelmatrix.spec.checks_cluster import WorkersStartedCheck  # noqa: E402
+
+_PLANNERS[WorkersStartedCheck] = observe_cluster.plan_workers_started
 
 
 def plan_checks(checks: list[Check], outputs: CellOutputs, *, include_dir: Path) -> list[CheckPlan]:

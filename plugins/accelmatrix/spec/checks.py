@@ -30,6 +30,7 @@ __all__ = [
     "NotebooksCheck",
     "ReportItemsCheck",
     "StepTimeWithinBoundsCheck",
+    "WorkersStartedCheck",
     "parse_checks",
 ]
 
@@ -234,6 +235,7 @@ class StepTimeWithinBoundsCheck(_CheckBase):
         return self.benchmark
 
 
+from accelmatrix.spec.checks_cluster import WorkersStartedCheck  # noqa: E402
 from accelmatrix.spec.checks_runtime import NotebooksCheck, ReportItemsCheck  # noqa: E402
 
 Check = Annotated[
@@ -248,6 +250,7 @@ Check = Annotated[
         StepTimeWithinBoundsCheck,
         ReportItemsCheck,
         NotebooksCheck,
+        WorkersStartedCheck,
     ],
     Field(discriminator="type"),
 ]
@@ -263,6 +266,7 @@ CHECK_TYPES: tuple[str, ...] = (
     "step_time_within_bounds",
     "report_items",
     "notebooks",
+    "workers_started",
 )
 
 _CHECK_LIST = TypeAdapter(list[Check], config=ConfigDict(title="checks"))
