@@ -207,15 +207,22 @@ def main(argv: list[str] | None = None) -> int:
         proc.start()
     time.sleep(0.5)
     write_json(status_path, job_status(args, port, procs, "Running"))
+    # Like a job controller: the job fails as soon as one worker fails (its peers would
+    # otherwise wait on a collective that never completes).
+    while any(p.is_alive() for p in procs):
+        if any(p.exitcode not in (None, 0) for p in procs):
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            break
+        time.sleep(0.2)
     for proc in procs:
         proc.join()
     failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
     write_json(status_path, job_status(args, port, procs, "Failed" if failed else "Succeeded"))
     if failed:
-        print(f"job failed: worker(s) {failed} exited non-zero", flush=True)
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
+        codes = {r: procs[r].exitcode for r in failed}
+        print(f"job failed: worker exit codes {codes} (negative: killed by signal)", flush=True)
         return 1
     return 0
 
