@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_dag_local import run_dag, store
 
 from accelmatrix import settings
-from test_dag_local import run_dag, store
 
 pytestmark = pytest.mark.integration
 
