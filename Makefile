@@ -36,6 +36,9 @@ $(AIRFLOW_HOME)/.migrated: $(VENV)/.installed
 demo: venv $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python -m accelmatrix validate
 	$(BIN)/python -m accelmatrix pools --apply
+	# the "service account" the cluster_validation preflight expects (idempotent)
+	$(BIN)/airflow connections get accelmatrix_local_cluster > /dev/null 2>&1 || \
+	  $(BIN)/airflow connections add accelmatrix_local_cluster --conn-type generic --conn-host localhost > /dev/null
 	$(BIN)/python -m accelmatrix.demo
 
 test: venv

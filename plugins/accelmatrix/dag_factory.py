@@ -126,6 +126,14 @@ def teardown_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, A
     return lifecycle.teardown(cell, resource, _ref())
 
 
+@task(task_id="preflight", retries=0)
+def preflight_task(suite_path: str, planned: list[dict[str, Any]]) -> dict[str, Any]:
+    """The suite's preflight checks; when one fails no cell is provisioned."""
+    from accelmatrix.preflight import preflight_step
+
+    return preflight_step(suite_path, planned, _ref(), dict(get_current_context()["params"]))
+
+
 @task(task_id="gate", trigger_rule=TriggerRule.ALL_DONE, retries=0)
 def gate_task(planned: list[dict[str, Any]], suite_path: str | None = None) -> dict[str, Any]:
     from accelmatrix import lifecycle
@@ -246,6 +254,8 @@ def build_dag(path: Path | str) -> DAG:
             if len(machines) > 1:
                 cells = select_task.override(task_id=f"cells_{machine}")(planned, machine)
             groups.append(_cell_group(suite, machine, cells))
+        if suite.preflight:  # between plan and every provision
+            preflight_task(str(path), planned) >> groups
         gate_task(planned, str(path)) << groups
     return dag
 

@@ -265,6 +265,9 @@ def workload_env(
     """The suite's env plus what every workload may rely on (cell id, axis values)."""
     env = dict(render_tree(cell["workload"]["env"], variables))
     env["ACCELMATRIX_CELL_ID"] = cell["id"]
+    # What the cell's machine declares, so a workload can compare it with what it sees.
+    env["ACCELMATRIX_MACHINE"] = cell["machine"]
+    env["ACCELMATRIX_MACHINE_RESOURCES"] = json.dumps(cell["machine_spec"].get("resources") or {})
     for axis, label in cell["axes"].items():
         env[f"ACCELMATRIX_AXIS_{axis.upper()}"] = label
     return env
@@ -329,6 +332,9 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     adapter = TypeAdapter(MetricSource)
     sources = [adapter.validate_python(s) for s in cell["workload"]["metrics"]]
     collected = collect_metrics(sources, files_dir=files_dir, log_path=art / "output.log")
+    from accelmatrix.metrics.resources import FILE, resource_rows
+
+    collected.rows.extend(resource_rows(art / FILE))  # sampled by the runner while it ran
     for d in collected.diagnostics:
         log.warning("metrics: %s", d)
     (art / "metrics.json").write_text(json.dumps(collected.rows, default=_json_default))

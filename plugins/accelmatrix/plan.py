@@ -15,6 +15,7 @@ from typing import Any
 
 from accelmatrix.spec.axis_kinds import cell_extras
 from accelmatrix.spec.suite import MAX_CELLS, QuarantineRule, Suite
+from accelmatrix.spec.support import unsupported_reason
 from accelmatrix.spec.templating import render_tree
 
 
@@ -126,7 +127,7 @@ def expand(
                 if all(_matches(want, axes[a]) for a, want in r.match.items())
             ),
             None,
-        )
+        ) or unsupported_reason(suite, axes)
         if reason is None and only and not any(fnmatch.fnmatchcase(cid, g) for g in only):
             reason = "not selected by the `cells` param"
         if reason is None:

@@ -262,7 +262,7 @@ class LocalBackend(Backend):
             handle.update(pid=status["pid"], pgid=status["pgid"], reattached=True)
             return handle
         # A previous attempt's output is kept beside the new one, never overwritten.
-        for name in ("output.log", "stdout.log", "stderr.log", "status.json"):
+        for name in ("output.log", "stdout.log", "stderr.log", "status.json", "resources.jsonl"):
             p = log_dir / name
             if p.exists():
                 p.rename(log_dir / f"{name}.{int(time.time() * 1000)}")

@@ -69,8 +69,15 @@ logger = logging.getLogger(__name__)
 
 RECORD = "resource.json"
 INTERNAL_DIR = ".accelmatrix"
-LOG_FILES = ("output.log", "stdout.log", "stderr.log", "status.json", "runner.log")
-ROTATED_LOGS = ("output.log", "stdout.log", "stderr.log", "status.json")
+LOG_FILES = (
+    "output.log",
+    "stdout.log",
+    "stderr.log",
+    "status.json",
+    "runner.log",
+    "resources.jsonl",
+)
+ROTATED_LOGS = ("output.log", "stdout.log", "stderr.log", "status.json", "resources.jsonl")
 DEFAULT_WORK_ROOT = "~/.accelmatrix/work"
 KILL_GRACE_SECONDS = 5.0
 SUBMIT_WAIT_SECONDS = 15.0

@@ -496,6 +496,15 @@ _PLANNERS: dict[type, Callable[[Any, CheckPlan, _Inputs], None]] = {
     StepTimeWithinBoundsCheck: _plan_step_time,
     GoldenCasesCheck: plan_golden_cases,
 }
+from accelmatrix.evaluation import observe_runtime  # noqa: E402 (needs CheckPlan, Expect)
+from accelmatrix.spec.checks_runtime import NotebooksCheck, ReportItemsCheck  # noqa: E402
+
+_PLANNERS[NotebooksCheck] = observe_runtime.plan_notebooks
+_PLANNERS[ReportItemsCheck] = observe_runtime.plan_report_items
+from accelmatrix.evaluation import observe_cluster  # noqa: E402
+from accelmatrix.spec.checks_cluster import WorkersStartedCheck  # noqa: E402
+
+_PLANNERS[WorkersStartedCheck] = observe_cluster.plan_workers_started
 
 from accelmatrix.evaluation.observe_ci import PLANNERS as _CI_PLANNERS  # noqa: E402
 

@@ -29,7 +29,10 @@ __all__ = [
     "LogNotContainsCheck",
     "LossDecreasingCheck",
     "MetricBetweenCheck",
+    "NotebooksCheck",
+    "ReportItemsCheck",
     "StepTimeWithinBoundsCheck",
+    "WorkersStartedCheck",
     "parse_checks",
     "GoldenCasesCheck",
 ]
@@ -265,7 +268,9 @@ class StepTimeWithinBoundsCheck(_CheckBase):
 
 
 from accelmatrix.spec.checks_ci import ElapsedRegressionCheck, JunitCheck  # noqa: E402
+from accelmatrix.spec.checks_cluster import WorkersStartedCheck  # noqa: E402
 from accelmatrix.spec.checks_inference import GoldenCasesCheck  # noqa: E402
+from accelmatrix.spec.checks_runtime import NotebooksCheck, ReportItemsCheck  # noqa: E402
 
 Check = Annotated[
     Union[  # noqa: UP007 - the discriminated union reads better spelled out
@@ -280,6 +285,9 @@ Check = Annotated[
         GoldenCasesCheck,
         JunitCheck,
         ElapsedRegressionCheck,
+        ReportItemsCheck,
+        NotebooksCheck,
+        WorkersStartedCheck,
     ],
     Field(discriminator="type"),
 ]
@@ -296,6 +304,9 @@ CHECK_TYPES: tuple[str, ...] = (
     "golden_cases",
     "junit",
     "elapsed_regression",
+    "report_items",
+    "notebooks",
+    "workers_started",
 )
 
 _CHECK_LIST = TypeAdapter(list[Check], config=ConfigDict(title="checks"))

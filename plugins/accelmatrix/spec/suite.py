@@ -23,7 +23,9 @@ from accelmatrix.metrics.sources import MetricSource
 from accelmatrix.spec.axis_kinds import AxisKind, normalize_axis
 from accelmatrix.spec.checks import Check
 from accelmatrix.spec.notify import Notify
+from accelmatrix.spec.preflight import PreflightCheck
 from accelmatrix.spec.services import Service
+from accelmatrix.spec.support import SupportRule, validate_supports
 from accelmatrix.spec.templating import TemplateError, check_references, strings_in
 
 # Names that end up in cell ids, pool names, task logs and resource labels: keep them tame.
@@ -227,12 +229,16 @@ class Suite(Model):
         default_factory=dict, description="axes whose values a domain module validates"
     )
     exclude: list[ExcludeRule] = Field(default_factory=list)
+    supports: list[SupportRule] = Field(default_factory=list)
     machines: dict[str, Machine] = Field(min_length=1)
     machine: str | None = Field(
         None, description="machine of every cell, unless an axis named `machine` picks it"
     )
     workload: Workload
     checks: list[Check] = Field(default_factory=list)
+    preflight: list[PreflightCheck] = Field(
+        default_factory=list, description="checked before anything is provisioned"
+    )
     params: dict[str, ParamSpec] = Field(default_factory=dict)
     quarantine: list[QuarantineRule | str] = Field(default_factory=list)
     retries: Annotated[int, Field(ge=0, le=10)] = 0
@@ -377,6 +383,8 @@ class Suite(Model):
                             f"exclude[{i}].match.{axis}: {w!r} is not a value of axis {axis!r} "
                             f"(values: {', '.join(labels)})"
                         )
+
+        validate_supports(self)
 
         total = 1
         for values in self.axes.values():
