@@ -203,3 +203,62 @@ def bounds_table(
         sample_size=agg["count"].astype("int64"),
     )
     return out[list(PERF_FIELDS)]
+
+
+def maintenance_recenter(
+    bounds_files: list[str],
+    *,
+    window_days: int,
+    confidence_level: float,
+    min_samples: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The maintenance DAG's ``recenter_bounds`` task: every file (relative to the include
+    dir, no ``..``), one report line per benchmark; returns a JSON-able summary."""
+    from accelmatrix import settings
+
+    include = settings.include_dir().resolve()
+    out: dict[str, Any] = {}
+    for rel in bounds_files:
+        path = (include / rel).resolve()
+        if include not in path.parents:
+            raise ValueError(f"bounds_files: {rel!r} is outside the include dir {include}")
+        rep = recenter(
+            path,
+            window_days=window_days,
+            confidence_level=confidence_level,
+            min_samples=min_samples,
+            now=now,
+        )
+        out[rel] = {
+            "written": rep.written,
+            "updated": rep.updated,
+            "kept": rep.kept,
+            "changes": [c.line() for c in rep.changes],
+        }
+    return out
+
+
+def maintenance_classify(*, now: datetime | None = None) -> dict[str, dict[str, int]]:
+    """The maintenance DAG's ``classify_series`` task: every suite with runs in the store,
+    with its own ``regression:`` rules when its suite file still exists (defaults if not)."""
+    from accelmatrix import settings
+    from accelmatrix.history.series import classify_suite, rules_of
+    from accelmatrix.lifecycle import results_store
+    from accelmatrix.spec.loader import SuiteError, load_suite
+    from accelmatrix.spec.suite import RegressionRules
+
+    store = results_store()
+    out: dict[str, dict[str, int]] = {}
+    for dag_id in store.suite_dag_ids():
+        spec = RegressionRules()
+        path = settings.suites_dir() / f"{dag_id}.yaml"
+        if path.exists():
+            try:
+                spec = load_suite(path).regression
+            except SuiteError as e:
+                log.warning("%s: default regression rules (suite invalid: %s)", dag_id, e)
+        rules, window = rules_of(spec)
+        verdicts, _ = classify_suite(store, dag_id, rules=rules, window_days=window, now=now)
+        out[dag_id] = {k: int(v) for k, v in verdicts["status"].value_counts().items()}
+    return out

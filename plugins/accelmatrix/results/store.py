@@ -618,6 +618,11 @@ class ResultsStore:
             status=status,
         )
 
+    def suite_dag_ids(self) -> list[str]:
+        """Every DAG id with a run in the store."""
+        with self._reading() as conn:
+            return sorted(r[0] for r in conn.execute(select(runs.c.dag_id).distinct()))
+
     def get_alert(self, dag_id: str, cell_id: str) -> dict[str, Any] | None:
         rows = self._filtered(alerts, ("dag_id",), dag_id=dag_id, cell_id=cell_id)
         return rows[0] if rows else None
