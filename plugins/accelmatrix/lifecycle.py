@@ -606,6 +606,13 @@ def _history_and_alerts(
             )
     except Exception:  # noqa: BLE001 - classification must never flip the run's verdict
         log.exception("perf series of %s not classified", ref.dag_id)
+    run = store.get_run(ref.dag_id, ref.run_id) or {}
+    latest = store.latest_logical_date(ref.dag_id)
+    if run.get("logical_date") and latest and run["logical_date"] < latest:
+        # A re-test of an older build (a backfill) says nothing about the current one: it
+        # must not resolve, or open, the alert of newer runs.
+        log.info("alerts unchanged: %s is older than the latest run", run["logical_date"])
+        return
     try:
         events = alerts.update_alerts(
             store,

@@ -623,6 +623,16 @@ class ResultsStore:
         with self._reading() as conn:
             return sorted(r[0] for r in conn.execute(select(runs.c.dag_id).distinct()))
 
+    def latest_logical_date(self, dag_id: str) -> Any:
+        """The newest logical date among the DAG's runs (None if none has one)."""
+        from sqlalchemy import func
+
+        with self._reading() as conn:
+            value = conn.execute(
+                select(func.max(runs.c.logical_date)).where(runs.c.dag_id == dag_id)
+            ).scalar()
+        return schema.UtcDateTime().process_result_value(value, self._get_engine().dialect)
+
     def get_alert(self, dag_id: str, cell_id: str) -> dict[str, Any] | None:
         rows = self._filtered(alerts, ("dag_id",), dag_id=dag_id, cell_id=cell_id)
         return rows[0] if rows else None
