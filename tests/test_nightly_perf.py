@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
