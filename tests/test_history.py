@@ -386,3 +386,41 @@ def test_an_older_database_gets_the_new_nullable_columns(tmp_path):
     with sqlite3.connect(db) as conn:
         idx = conn.execute("SELECT name FROM sqlite_master WHERE type='index'").fetchall()
     assert ("ix_checks_benchmark",) in idx
+
+
+@pytest.mark.integration
+def test_maintenance_dag_recenters_and_classifies(airflow_db, accel_home, tmp_path, monkeypatch):
+    """The maintenance DAG with dag.test(): the bounds file under the include dir is
+    rewritten from the history window ending at the run's logical date, and the suite's
+    series verdicts are stored."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from accelmatrix.lifecycle import results_store
+
+    include = tmp_path / "include"
+    (include / "bounds").mkdir(parents=True)
+    (include / "bounds" / "b.yaml").write_text(
+        "benchmarks:\n  tiny-mlp: {name: Tiny, step_time_lower_bound: 0.0,"
+        " step_time_upper_bound: 5.0, target_loss: 0.15}\n"
+    )
+    monkeypatch.setenv("ACCELMATRIX_INCLUDE_DIR", str(include))
+    monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(tmp_path / "no-suites"))
+    s = results_store()
+    for d, v in enumerate([1.0, 1.01, 0.99, 1.0, 1.5, 1.6]):
+        record(s, d, {"model=tiny-mlp": [v]})
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags"), safe_mode=False)
+    dag = bag.dags["accelmatrix_maintenance"]
+    dr = dag.test(
+        logical_date=DAY0 + timedelta(days=7),
+        run_conf={"bounds_files": ["bounds/b.yaml"], "min_samples": 5, "window_days": 30},
+    )
+    assert str(dr.state) == "success"
+    raw = yaml.safe_load((include / "bounds" / "b.yaml").read_text())
+    b = raw["benchmarks"]["tiny-mlp"]
+    assert b["sample_size"] == 6 and b["target_loss"] == 0.15 and b["name"] == "Tiny"
+    assert b["step_time_upper_bound"] == pytest.approx(
+        compute_bounds([1.0, 1.01, 0.99, 1.0, 1.5, 1.6], 0.95)["step_time_upper_bound"]
+    )
+    assert raw["metadata"]["query_end"] == (DAY0 + timedelta(days=7)).isoformat()
+    (status,) = s.get_series_status(DAG)
+    assert (status["cell_id"], status["status"]) == ("model=tiny-mlp", "regression")
