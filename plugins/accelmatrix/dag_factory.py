@@ -68,7 +68,10 @@ def plan_task(suite_path: str) -> list[dict[str, Any]]:
         _ref(),
         dict(ctx["params"]),
         logical_date=getattr(dr, "logical_date", None),
-        run_type=str(getattr(dr, "run_type", "") or ""),
+        # DagRunType is a str enum whose str() is "DagRunType.BACKFILL": store its value.
+        run_type=str(getattr(rt, "value", rt) or "")
+        if (rt := getattr(dr, "run_type", None))
+        else None,
     )
 
 

@@ -89,8 +89,10 @@ def plan_run(
     only = params.get("cells") or None
     if only == ["*"]:
         only = None
-    plan = expand(suite, ref.dag_id, params=user_params, only=only)
+    plan = expand(suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date)
     log.info("%s", plan.table())
+    if plan.runtime_version:
+        log.info("runtime version under test: %s", plan.runtime_version)
     from accelmatrix.pricing import hourly_price
 
     for machine in sorted({c.machine for c in plan.cells}):
@@ -99,18 +101,24 @@ def plan_run(
             "machine %s: %.4f per hour", machine, hourly_price(suite.machines[machine].model_dump())
         )
 
+    run_fields = {
+        "suite": ref.dag_id,
+        "logical_date": logical_date,
+        "run_type": run_type,
+        "params": params,
+        "git_ref": str(params["git_ref"])[:250] if params.get("git_ref") else None,
+        "runtime_version": plan.runtime_version,
+        "started_at": utcnow(),
+    }
     store = results_store()
-    store.upsert_run(
-        ref.dag_id,
-        ref.run_id,
-        suite=ref.dag_id,
-        logical_date=logical_date,
-        run_type=run_type,
-        params=params,
-        git_ref=str(params["git_ref"])[:250] if params.get("git_ref") else None,
-        state="running",
-        started_at=utcnow(),
-    )
+    if suite.budget is not None:
+        _check_budget(suite, plan, params, ref, run_fields)
+    # A re-run of this run (cleared, or a backfill re-processing its logical date under the
+    # same run_id) replaces the previous attempt's cells, metrics and verdicts.
+    removed = store.reset_run(ref.dag_id, ref.run_id)
+    if removed:
+        log.info("re-run: replaced %d row(s) of the previous attempt of this run", removed)
+    store.upsert_run(ref.dag_id, ref.run_id, state="running", finished_at=None, **run_fields)
     for cell in plan.cells:
         store.upsert_cell(
             ref.dag_id,
@@ -133,6 +141,33 @@ def plan_run(
             excluded_reason=ex.reason,
         )
     return [c.to_dict() for c in plan.cells]
+
+
+def _check_budget(suite, plan, params, ref: RunRef, run_fields: dict[str, Any]) -> None:
+    """Fail the plan, recording the run as over budget, when the estimate is too high."""
+    from accelmatrix.pricing import BudgetExceeded, check_budget
+
+    budget = suite.budget
+    limit, source = budget.max_usd, "budget.max_usd of the suite"
+    if budget.param and params.get(budget.param) is not None:
+        limit, source = float(params[budget.param]), f"param {budget.param}"
+    try:
+        estimate = check_budget(
+            [c.to_dict() for c in plan.cells],
+            max_usd=limit,
+            expected_seconds=budget.expected_seconds,
+            source=source,
+        )
+    except BudgetExceeded as e:
+        results_store().upsert_run(
+            ref.dag_id, ref.run_id, state="over_budget", finished_at=utcnow(), **run_fields
+        )
+        raise PlanRejected(str(e)) from None
+    log.info("estimated cost %.4f USD within the budget of %.2f USD (%s)", estimate, limit, source)
+
+
+class PlanRejected(AirflowFailException):
+    """The run must not start (over budget): deterministic, never retried."""
 
 
 # -- provision / setup --------------------------------------------------------------------
@@ -408,6 +443,7 @@ def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
                 "expected": v.expected,
                 "observed": v.observed,
                 "message": v.message,
+                **(v.perf or {}),
             }
             for v in report.verdicts
         ],
@@ -533,6 +569,7 @@ def gate(
     if costs:
         log.info("run cost: %.6f (sum of %d cell(s))", summary["cost"], len(costs))
     if suite_path:
+        _history_and_alerts(suite_path, planned, ref, rows)
         _notify(suite_path, planned, ref, failed, rows, summary["cost"])
     for cid, state in quarantined_failed:
         log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
@@ -542,6 +579,65 @@ def gate(
         )
     log.info("all %d non-quarantined cell(s) passed", len(planned) - len(quarantined_failed))
     return summary
+
+
+def _history_and_alerts(
+    suite_path: str, planned: list[dict[str, Any]], ref: RunRef, rows: dict[str, dict[str, Any]]
+) -> None:
+    """Classify the suite's perf series (series_status) and update its per-cell alerts.
+
+    After the verdict is known and never able to change it: a problem here is logged.
+    """
+    from accelmatrix import alerts, notify
+    from accelmatrix.history.series import classify_suite, rules_of, trend
+    from accelmatrix.spec.loader import load_suite
+
+    suite = load_suite(suite_path)
+    store = results_store()
+    regressions: dict[str, list[dict[str, Any]]] = {}
+    try:
+        rules, window = rules_of(suite.regression)
+        verdicts, hist = classify_suite(store, ref.dag_id, rules=rules, window_days=window)
+        for r in verdicts[verdicts["status"] == "regression"].itertuples(index=False):
+            points = trend(hist, r.cell_id, r.benchmark, r.metric)
+            log.warning("perf regression: %s %s %s: %s", r.benchmark, r.cell_id, r.metric, points)
+            regressions.setdefault(r.cell_id, []).append(
+                {
+                    "benchmark": r.benchmark,
+                    "metric": r.metric,
+                    "lower": points[-1]["lower"],
+                    "upper": points[-1]["upper"],
+                    "points": points,
+                }
+            )
+    except Exception:  # noqa: BLE001 - classification must never flip the run's verdict
+        log.exception("perf series of %s not classified", ref.dag_id)
+    run = store.get_run(ref.dag_id, ref.run_id) or {}
+    latest = store.latest_logical_date(ref.dag_id)
+    if run.get("logical_date") and latest and run["logical_date"] < latest:
+        # A re-test of an older build (a backfill) says nothing about the current one: it
+        # must not resolve, or open, the alert of newer runs.
+        log.info("alerts unchanged: %s is older than the latest run", run["logical_date"])
+        return
+    try:
+        events = alerts.update_alerts(
+            store,
+            ref.dag_id,
+            ref.run_id,
+            planned,
+            rows,
+            regressions=regressions,
+            run_url=notify.run_url(ref.dag_id, ref.run_id),
+        )
+        for ev in events:
+            log.info(
+                "alert %s: %s (%s x%d)", ev["event"], ev["cell_id"], ev["kind"], ev["recurrences"]
+            )
+        sinks = suite.notify.alerts if suite.notify else []
+        if sinks and events:
+            alerts.deliver(sinks, events)
+    except Exception:  # noqa: BLE001 - same: alerts are advisory
+        log.exception("alerts of %s not updated", ref.dag_id)
 
 
 def _notify(

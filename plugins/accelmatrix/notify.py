@@ -123,3 +123,73 @@ def send_webhook(spec: WebhookNotify, payload: dict[str, Any]) -> int:
     status = post_json(url, payload, headers, spec.timeout_seconds)
     log.info("notified webhook %s (HTTP %s)", spec.conn_id, status)
     return status
+
+
+# -- per-cell alerts (accelmatrix.alerts decides when; these say what) ---------------------
+def alert_text(alert: dict[str, Any]) -> tuple[str, str]:
+    """(one-line title, markdown body) of an alert event, shared by every sink format."""
+    verb = {"opened": "failing", "recurred": "still failing", "resolved": "resolved"}[
+        alert["event"]
+    ]
+    kind = "perf regression" if alert["kind"] == "regression" else "failure"
+    if alert["event"] == "resolved":
+        title = f"[accelmatrix] {alert['dag_id']} {alert['cell_id']}: resolved"
+    else:
+        title = f"[accelmatrix] {alert['dag_id']} {alert['cell_id']}: {kind} ({verb})"
+    lines = [
+        f"*Suite* `{alert['dag_id']}`, *cell* `{alert['cell_id']}`: {verb}",
+        f"*State* {alert.get('state') or '-'}; occurrences {alert['recurrences']} "
+        f"since {alert['opened_at']}",
+    ]
+    if alert.get("message"):
+        lines.append(f"> {alert['message'][:500]}")
+    for t in alert.get("trend") or []:
+        lines.append(
+            f"- {t['benchmark']} {t['metric']}: "
+            + ", ".join(f"{p['value']:.6g}{' (out)' if p['violated'] else ''}" for p in t["points"])
+            + f" vs bounds [{t['lower']:.6g}, {t['upper']:.6g}]"
+        )
+    lines.append(f"Run: {alert['run_url']}")
+    return title, "\n".join(lines)
+
+
+def slack_payload(alert: dict[str, Any]) -> dict[str, Any]:
+    """Slack incoming-webhook body: ``text`` (notification fallback) and Block Kit blocks."""
+    title, body = alert_text(alert)
+    return {
+        "text": title,
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": body[:3000]}},
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"<{alert['run_url']}|Airflow run>"}],
+            },
+        ],
+    }
+
+
+def github_payload(alert: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """GitHub "create an issue" body. A resolution is sent as its own (labelled) issue
+    body too: closing the original needs its number, which a webhook sink does not keep."""
+    title, body = alert_text(alert)
+    return {
+        "title": title[:256],
+        "body": body.replace("*", "**"),
+        "labels": [*labels, alert["kind"], alert["event"]],
+    }
+
+
+def send_alert(sink: Any, alert: dict[str, Any]) -> int:
+    """POST one alert event to one sink (spec.notify.AlertSink) in its format."""
+    url, headers = webhook_target(sink.conn_id)
+    if sink.format == "github":
+        payload = github_payload(alert, list(sink.labels))
+        headers = {**headers, "Accept": "application/vnd.github+json"}
+    else:
+        payload = slack_payload(alert)
+    status = post_json(url, payload, headers, sink.timeout_seconds)
+    log.info(
+        "alert %s %s sent to %s (HTTP %s)", alert["cell_id"], alert["event"], sink.conn_id, status
+    )
+    return status

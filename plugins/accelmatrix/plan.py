@@ -11,12 +11,13 @@ from __future__ import annotations
 import fnmatch
 import itertools
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from accelmatrix.spec.axis_kinds import cell_extras
 from accelmatrix.spec.suite import MAX_CELLS, QuarantineRule, Suite
 from accelmatrix.spec.support import unsupported_reason
-from accelmatrix.spec.templating import render_tree
+from accelmatrix.spec.templating import render, render_tree, run_variables
 
 
 class PlanError(ValueError):
@@ -55,6 +56,7 @@ class Plan:
     suite_id: str
     cells: list[Cell] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
+    runtime_version: str | None = None  # the suite's, rendered for this run
 
     def by_machine(self, machines: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Cells grouped by machine, one list per machine (empty lists included)."""
@@ -98,11 +100,13 @@ def expand(
     *,
     params: dict[str, Any] | None = None,
     only: list[str] | None = None,
+    logical_date: datetime | None = None,
 ) -> Plan:
     """Every combination of the axes, minus exclusions, minus cells not selected by ``only``.
 
     ``params`` are the run's param values (defaults from the suite where missing); ``only``
-    is a list of fnmatch globs over cell ids (the `cells` UI param).
+    is a list of fnmatch globs over cell ids (the `cells` UI param); ``logical_date`` (the
+    DAG run's; None: now) resolves the ``${run.*}`` placeholders.
     """
     values = {name: {} for name in suite.axes}
     for name, raw in suite.axes.items():
@@ -115,7 +119,13 @@ def expand(
     resolved_params = {k: p.default for k, p in suite.params.items()}
     resolved_params.update(params or {})
 
-    plan = Plan(suite_id=suite_id)
+    run_vars = run_variables(logical_date)
+    param_vars = {f"params.{k}": v for k, v in resolved_params.items()}
+    runtime_version = None
+    if suite.runtime_version is not None:
+        runtime_version = render(suite.runtime_version, {**run_vars, **param_vars})
+        run_vars["run.runtime_version"] = runtime_version
+    plan = Plan(suite_id=suite_id, runtime_version=runtime_version)
     names = list(suite.axes)
     for combo in itertools.product(*(list(values[n]) for n in names)):
         axes = dict(zip(names, combo, strict=True))
@@ -139,7 +149,7 @@ def expand(
         machine = axes.get("machine") if "machine" in suite.axes else suite.machine
         if machine is None:
             machine = next(iter(suite.machines))
-        variables: dict[str, Any] = {"cell.id": cid}
+        variables: dict[str, Any] = {"cell.id": cid, **run_vars}
         for a, label in axes.items():
             variables[f"axis.{a}"] = label
             v = values[a][label]
@@ -163,7 +173,10 @@ def expand(
                 machine=machine,
                 backend=spec.backend,
                 pool=suite.pool_for(machine),
-                machine_spec=spec.model_dump(mode="json"),
+                # A machine may name a dated build: image: trainer:${run.runtime_version}.
+                machine_spec=render_tree(
+                    spec.model_dump(mode="json"), variables, keep_unknown=True
+                ),
                 # Backend variables (${work_dir}, ...) stay for the backend to fill in.
                 workload=workload,
                 checks=_with_exit_status(

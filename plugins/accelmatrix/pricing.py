@@ -19,7 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accelmatrix import settings
 
-__all__ = ["Pricing", "PricingError", "hourly_price", "load_pricing", "pricing_path"]
+__all__ = [
+    "BudgetExceeded",
+    "Pricing",
+    "PricingError",
+    "check_budget",
+    "estimate_cost",
+    "hourly_price",
+    "load_pricing",
+    "pricing_path",
+]
 
 
 class PricingError(ValueError):
@@ -77,3 +86,44 @@ def hourly_price(machine_spec: dict[str, Any]) -> float:
         path = pricing_path()
         return load_pricing(path).price(key, source=path)
     return float(machine_spec.get("hourly_cost") or 0.0)
+
+
+class BudgetExceeded(ValueError):
+    """A run's estimated cost is above its budget; raised by ``plan`` before provisioning."""
+
+
+def estimate_cost(cells: list[dict[str, Any]], expected_seconds: float | None) -> float:
+    """Estimated cost of running ``cells`` (plan dicts): per cell, expected seconds x the
+    machine's hourly price / 3600. ``expected_seconds`` None: each cell's workload timeout,
+    the longest it may hold its machine."""
+    total = 0.0
+    for c in cells:
+        seconds = expected_seconds if expected_seconds is not None else c["workload"]["timeout"]
+        total += float(seconds) / 3600.0 * hourly_price(c["machine_spec"])
+    return total
+
+
+def check_budget(
+    cells: list[dict[str, Any]],
+    *,
+    max_usd: float,
+    expected_seconds: float | None,
+    source: str,
+) -> float:
+    """The estimate, or BudgetExceeded naming it, the budget and where the budget came from."""
+    priced = any(c["machine_spec"].get("price_key") for c in cells)
+    currency = load_pricing().currency if priced else "USD"
+    if currency != "USD":
+        raise PricingError(
+            f"budget.max_usd is in USD but {pricing_path()} prices in {currency}: "
+            "convert the pricing table or the budget"
+        )
+    estimate = estimate_cost(cells, expected_seconds)
+    if estimate > max_usd:
+        per = "expected_seconds" if expected_seconds is not None else "workload timeout"
+        raise BudgetExceeded(
+            f"estimated cost {estimate:.2f} USD for {len(cells)} cell(s) ({per} x hourly "
+            f"price per cell) exceeds the budget of {max_usd:.2f} USD ({source}): nothing was "
+            "provisioned; raise the budget, select fewer cells or lower expected_seconds"
+        )
+    return estimate

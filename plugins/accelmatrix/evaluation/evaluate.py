@@ -54,6 +54,7 @@ def evaluate_cell(
                 observed=plan.observed,
                 message=f"WARNING: {message}" if warning else message,
                 warning=warning,
+                perf=plan.perf,
             )
         )
     return EvaluationReport(

@@ -90,6 +90,8 @@ class CheckPlan:
     failure: str = "check failed"  # the verdict message if any expectation fails
     success: str = "ok"
     severity: str = "error"  # "warning": a failure is reported but does not fail the cell
+    # Perf checks: what perf history needs to group and judge the value (see PerfFields).
+    perf: dict[str, Any] | None = None
 
 
 def num(x: Any) -> str:
@@ -460,6 +462,15 @@ def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: _Inputs) ->
     series = inp.series(c.metric)
     # The median ignores warm-up/compile steps and GC hiccups that would skew a mean.
     value = None if series is None else float(series.median(skipna=False))
+    # The resolved benchmark key (``${axis.model}`` rendered by the plan) travels with the
+    # verdict into the results store, so the history can be grouped by benchmark.
+    p.perf = {
+        "benchmark": c.benchmark,
+        "metric": c.metric,
+        "value": value if value is not None and math.isfinite(value) else None,
+        "lower_bound": lo,
+        "upper_bound": hi,
+    }
     p.columns = {found_col: int(problem is None), value_col: _finite_or_none(value)}
     found = f"benchmark {c.benchmark!r} has bounds in {c.bounds_file} (1 = yes)"
     p.expectations = [Expect.equals(found_col, found, 1)]

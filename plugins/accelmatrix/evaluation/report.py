@@ -35,6 +35,8 @@ class CheckVerdict:
     # A failed check of severity "warning": passed stays True (it never fails the cell),
     # the table shows WARN and the message says what tripped.
     warning: bool = False
+    # Perf checks: benchmark, metric, value, lower_bound, upper_bound (None elsewhere).
+    perf: dict | None = None
 
 
 # Column caps keep one verdict per line in the Airflow log; full text follows the table.

@@ -160,6 +160,8 @@ runs = Table(
     Column("run_type", String(LABEL_LEN), nullable=True),
     Column("params", JsonText, nullable=False, default=lambda: {}),
     Column("git_ref", String(LABEL_LEN), nullable=True),
+    # The suite's runtime/image version with ${run.ds} resolved: which build was tested.
+    Column("runtime_version", String(LABEL_LEN), nullable=True),
     Column("state", String(LABEL_LEN), nullable=True),
     Column("started_at", UtcDateTime, nullable=True),
     Column("finished_at", UtcDateTime, nullable=True),
@@ -223,7 +225,58 @@ checks = Table(
     Column("expected", Text, nullable=True),
     Column("observed", Text, nullable=True),
     Column("message", Text, nullable=True),
+    # Perf checks only (step_time_within_bounds): the resolved benchmark key (the
+    # ``${axis.model}`` of the suite, rendered), the metric judged, the value the check saw
+    # and the bounds in force at the time. Perf history groups by these; NULL elsewhere.
+    Column("benchmark", String(NAME_LEN), nullable=True),
+    Column("metric", String(NAME_LEN), nullable=True),
+    Column("value", Float(precision=53), nullable=True),
+    Column("lower_bound", Float(precision=53), nullable=True),
+    Column("upper_bound", Float(precision=53), nullable=True),
     PrimaryKeyConstraint("dag_id", "run_id", "cell_id", "check_name", name="pk_checks"),
+    Index("ix_checks_benchmark", "benchmark"),
+)
+
+series_status = Table(
+    "series_status",
+    metadata,
+    # One verdict per (suite, benchmark, cell, metric) series, replaced per suite each time
+    # the suite's history is classified (accelmatrix.history.series).
+    Column("dag_id", String(ID_LEN), nullable=False),
+    Column("benchmark", String(NAME_LEN), nullable=False),
+    Column("cell_id", String(CELL_ID_LEN), nullable=False),
+    Column("metric", String(NAME_LEN), nullable=False),
+    Column("status", String(LABEL_LEN), nullable=False),
+    Column("points", Integer, nullable=False),
+    Column("flips", Integer, nullable=False),
+    Column("trailing", Integer, nullable=False),
+    Column("longest_earlier", Integer, nullable=False, default=0),
+    Column("last_value", MetricValue, nullable=True),
+    Column("last_logical_date", UtcDateTime, nullable=True),
+    Column("window_days", Integer, nullable=False),
+    Column("computed_at", UtcDateTime, nullable=False, default=utcnow),
+    PrimaryKeyConstraint("dag_id", "benchmark", "cell_id", "metric", name="pk_series_status"),
+)
+
+alerts = Table(
+    "alerts",
+    metadata,
+    # At most one alert per (suite, cell): a failure opens it, later failures count as
+    # recurrences, a pass resolves it, a failure after that re-opens it (see history.alerts).
+    Column("dag_id", String(ID_LEN), nullable=False),
+    Column("cell_id", String(CELL_ID_LEN), nullable=False),
+    Column("status", String(LABEL_LEN), nullable=False),  # open | resolved
+    Column("kind", String(LABEL_LEN), nullable=False),  # failure | regression
+    Column("recurrences", Integer, nullable=False, default=1),
+    Column("opened_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+    Column("resolved_at", UtcDateTime, nullable=True),
+    Column("first_run_id", String(ID_LEN), nullable=False),
+    Column("last_run_id", String(ID_LEN), nullable=False),
+    Column("last_state", String(LABEL_LEN), nullable=True),
+    Column("message", Text, nullable=False, default=""),
+    Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
+    PrimaryKeyConstraint("dag_id", "cell_id", name="pk_alerts"),
 )
 
 # Columns callers may set through upsert_run / upsert_cell: everything but the key and the
@@ -239,4 +292,9 @@ CHECK_ROW_FIELDS: tuple[str, ...] = (
     "expected",
     "observed",
     "message",
+    "benchmark",
+    "metric",
+    "value",
+    "lower_bound",
+    "upper_bound",
 )

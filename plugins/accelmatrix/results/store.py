@@ -47,6 +47,7 @@ from sqlalchemy import (
     event,
     insert,
     inspect,
+    or_,
     select,
     text,
     update,
@@ -62,10 +63,12 @@ from accelmatrix.results.schema import (
     METRIC_ROW_FIELDS,
     RUN_FIELDS,
     SCALAR_STEP,
+    alerts,
     cells,
     checks,
     metrics,
     runs,
+    series_status,
     utcnow,
 )
 
@@ -314,13 +317,31 @@ class ResultsStore:
 
     @staticmethod
     def _verify_columns(conn: Connection) -> None:
+        """Add missing nullable columns; raise for any other missing column.
+
+        Schema changes are additive: a newer accelmatrix adds nullable columns (e.g.
+        ``runs.runtime_version``), which an older database gets with ``ALTER TABLE ... ADD
+        COLUMN`` here, in the schema transaction. A table that also lacks a NOT NULL column
+        predates anything this store can migrate, so nothing is altered and the error lists
+        every missing column.
+        """
+        from sqlalchemy.schema import CreateColumn
+
         insp = inspect(conn)
         problems = []
         for table in schema.metadata.sorted_tables:
             have = {c["name"] for c in insp.get_columns(table.name)}
-            missing = [c.name for c in table.columns if c.name not in have]
-            if missing:
-                problems.append(f"{table.name}: {', '.join(missing)}")
+            missing = [c for c in table.columns if c.name not in have]
+            if not missing:
+                continue
+            if all(c.nullable and not c.primary_key for c in missing):
+                for col in missing:
+                    ddl = CreateColumn(col).compile(dialect=conn.dialect)
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
+                for index in table.indexes:  # e.g. ix_checks_benchmark on the new column
+                    index.create(conn, checkfirst=True)
+                continue
+            problems.append(f"{table.name}: {', '.join(c.name for c in missing)}")
         if problems:
             raise RuntimeError(
                 "the results database was created by an older accelmatrix and lacks columns ("
@@ -550,6 +571,194 @@ class ResultsStore:
             seen[row["check_name"]] = i
             prepared.append({**key, **row})
         return self._replace(checks, key, prepared, "checks")
+
+    def reset_run(self, dag_id: str, run_id: str) -> int:
+        """Delete the run's cells, metrics and checks (not its run row); returns rows deleted.
+
+        Called by ``plan`` when a run is planned again (the whole run cleared, or a backfill
+        re-processing a logical date that keeps its run_id): the re-run replaces its rows
+        instead of leaving cells, metrics or verdicts of the previous attempt behind.
+        """
+        key = self._key(dag_id, run_id)
+
+        def tx(conn: Connection) -> int:
+            self._lock(conn, "reset", *key.values())
+            n = 0
+            for table in (metrics, checks, cells):
+                n += conn.execute(
+                    delete(table).where(
+                        table.c.dag_id == key["dag_id"], table.c.run_id == key["run_id"]
+                    )
+                ).rowcount
+            return n
+
+        return self._write(tx)
+
+    # ------------------------------------------------------------------------- series & alerts
+
+    def replace_series_status(
+        self, dag_id: str, rows: Sequence[Mapping[str, Any]], *, window_days: int
+    ) -> int:
+        """Make ``rows`` the suite's complete set of series verdicts, atomically.
+
+        Row keys: ``benchmark``, ``cell_id``, ``metric``, ``status``, ``points``, ``flips``,
+        ``trailing``, and optionally ``longest_earlier``, ``last_value``,
+        ``last_logical_date``. Replaced per suite: a series that left the window is gone.
+        """
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        allowed = tuple(
+            c.name for c in series_status.columns if c.name not in ("dag_id", "window_days")
+        )
+        now = utcnow()
+        prepared = []
+        for i, row in enumerate(rows):
+            self._reject_unknown(f"series status (row {i})", row, allowed)
+            values = self._coerce(series_status, dict(row))
+            prepared.append(
+                {
+                    "longest_earlier": 0,
+                    "computed_at": now,
+                    **values,
+                    "dag_id": dag_id,
+                    "window_days": int(window_days),
+                }
+            )
+
+        def tx(conn: Connection) -> int:
+            self._lock(conn, "series_status", dag_id)
+            conn.execute(delete(series_status).where(series_status.c.dag_id == dag_id))
+            if prepared:
+                conn.execute(insert(series_status), prepared)
+            return len(prepared)
+
+        return self._write(tx)
+
+    def get_series_status(
+        self, dag_id: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._filtered(
+            series_status,
+            ("dag_id", "benchmark", "cell_id", "metric"),
+            dag_id=dag_id,
+            status=status,
+        )
+
+    def suite_dag_ids(self) -> list[str]:
+        """Every DAG id with a run in the store."""
+        with self._reading() as conn:
+            return sorted(r[0] for r in conn.execute(select(runs.c.dag_id).distinct()))
+
+    def latest_logical_date(self, dag_id: str) -> Any:
+        """The newest logical date among the DAG's runs (None if none has one)."""
+        from sqlalchemy import func
+
+        with self._reading() as conn:
+            value = conn.execute(
+                select(func.max(runs.c.logical_date)).where(runs.c.dag_id == dag_id)
+            ).scalar()
+        return schema.UtcDateTime().process_result_value(value, self._get_engine().dialect)
+
+    def get_alert(self, dag_id: str, cell_id: str) -> dict[str, Any] | None:
+        rows = self._filtered(alerts, ("dag_id",), dag_id=dag_id, cell_id=cell_id)
+        return rows[0] if rows else None
+
+    def get_alerts(
+        self, dag_id: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._filtered(alerts, ("dag_id", "cell_id"), dag_id=dag_id, status=status)
+
+    def upsert_alert(self, dag_id: str, cell_id: str, **fields: Any) -> None:
+        """Insert the (suite, cell) alert, or update only the given fields of it.
+
+        UPDATE first, INSERT if there was no row (not ``ON CONFLICT``: SQLite checks NOT
+        NULL on the insert half even when the row exists, and an update gives few fields).
+        Callers are the gates of one suite, which ``max_active_runs`` keeps apart; on SQLite
+        the write lock serialises them anyway.
+        """
+        allowed = tuple(
+            c.name for c in alerts.columns if c.name not in ("dag_id", "cell_id", "updated_at")
+        )
+        self._reject_unknown("alert", fields, allowed)
+        key = {
+            "dag_id": self._check_id("dag_id", dag_id, schema.ID_LEN),
+            "cell_id": self._check_id("cell_id", cell_id, schema.CELL_ID_LEN),
+        }
+        values = {**self._coerce(alerts, fields), "updated_at": utcnow()}
+
+        def tx(conn: Connection) -> None:
+            self._lock(conn, "alerts", *key.values())
+            where = and_(*(alerts.c[k] == v for k, v in key.items()))
+            if conn.execute(update(alerts).where(where).values(values)).rowcount == 0:
+                conn.execute(insert(alerts).values({**key, **values}))
+
+        self._write(tx)
+
+    # ------------------------------------------------------------------------------- history
+
+    def history_rows(
+        self,
+        *,
+        dag_id: str | None = None,
+        suite: str | None = None,
+        metric: str | None = None,
+        benchmark: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The raw rows perf history is built from (see accelmatrix.history.frame).
+
+        ``{"runs": [...], "cells": [...], "metrics": [...], "checks": [...]}`` restricted
+        to runs of ``dag_id``/``suite`` whose logical date is in [since, until], metric rows
+        named ``metric`` (default: every metric a perf check judged) and perf check rows
+        (those with a ``metric``), optionally of one ``benchmark``. Four indexed queries rather than one wide join: each table is read
+        once and pandas does the join.
+        """
+        since_ = schema.to_utc(since)
+        until_ = schema.to_utc(until)
+        run_q = select(runs)
+        if dag_id is not None:
+            run_q = run_q.where(runs.c.dag_id == dag_id)
+        if suite is not None:
+            run_q = run_q.where(runs.c.suite == suite)
+        # A run without a logical date (a manual Airflow 3 run) is placed by its start.
+        undated = runs.c.logical_date.is_(None)
+        if since_ is not None:
+            run_q = run_q.where(
+                or_(runs.c.logical_date >= since_, and_(undated, runs.c.started_at >= since_))
+            )
+        if until_ is not None:
+            run_q = run_q.where(
+                or_(runs.c.logical_date <= until_, and_(undated, runs.c.started_at <= until_))
+            )
+        with self._reading() as conn:
+            run_rows = [dict(r._mapping) for r in conn.execute(run_q)]
+            dags = sorted({r["dag_id"] for r in run_rows})
+            run_ids = {(r["dag_id"], r["run_id"]) for r in run_rows}
+
+            def rows_of(table: Table, *extra: Any) -> list[dict[str, Any]]:
+                if not dags:
+                    return []
+                q = select(table).where(table.c.dag_id.in_(dags), *extra)
+                return [
+                    m
+                    for m in (dict(r._mapping) for r in conn.execute(q))
+                    if (m["dag_id"], m["run_id"]) in run_ids
+                ]
+
+            cell_rows = rows_of(cells)
+            check_filter = [checks.c.metric.is_not(None)]
+            if metric:
+                check_filter.append(checks.c.metric == metric)
+            if benchmark:
+                check_filter.append(checks.c.benchmark == benchmark)
+            check_rows = rows_of(checks, *check_filter)
+            # Without ``metric``: only metrics some perf check judged, not every loss curve.
+            names = [metric] if metric else sorted({c["metric"] for c in check_rows})
+            metric_rows = rows_of(metrics, metrics.c.name.in_(names)) if names else []
+        for r in metric_rows:
+            if r["step"] == SCALAR_STEP:
+                r["step"] = None
+        return {"runs": run_rows, "cells": cell_rows, "metrics": metric_rows, "checks": check_rows}
 
     # --------------------------------------------------------------------------------- reads
 

@@ -26,7 +26,13 @@ from accelmatrix.spec.notify import Notify
 from accelmatrix.spec.preflight import PreflightCheck
 from accelmatrix.spec.services import Service
 from accelmatrix.spec.support import SupportRule, validate_supports
-from accelmatrix.spec.templating import TemplateError, check_references, strings_in
+from accelmatrix.spec.templating import (
+    RUN_VARS,
+    TemplateError,
+    check_references,
+    references,
+    strings_in,
+)
 
 # Names that end up in cell ids, pool names, task logs and resource labels: keep them tame.
 NAME_RE = r"^[a-z][a-z0-9_]*$"
@@ -217,6 +223,30 @@ class ParamSpec(Model):
         return self
 
 
+class Budget(Model):
+    """A cost ceiling per run, checked by ``plan`` before anything is provisioned.
+
+    The estimate is, per cell, ``expected_seconds`` (default: the workload timeout, the
+    longest a cell may hold its machine) x the machine's hourly price / 3600, summed over
+    the cells of the run. ``param`` names a number param of the suite whose value, when
+    set for a run, replaces ``max_usd`` (so a trigger form can raise the ceiling once).
+    """
+
+    max_usd: Annotated[float, Field(ge=0)]
+    param: str | None = Field(None, pattern=NAME_RE)
+    expected_seconds: PositiveInt | None = None
+
+
+class RegressionRules(Model):
+    """How the suite's perf series are classified after each run (history/regression.py)."""
+
+    window_days: PositiveInt = 30
+    min_points: PositiveInt = 3
+    regression_run: Annotated[int, Field(ge=2)] = 2
+    suspicious_run: Annotated[int, Field(ge=3)] = 3
+    flaky_flips: PositiveInt = 3
+
+
 class Suite(Model):
     """A whole suite file. The DAG id is the file name without .yaml."""
 
@@ -249,6 +279,13 @@ class Suite(Model):
         default_factory=list,
         description="axes whose value the same-named param selects per run ('all': every value)",
     )
+    runtime_version: str | None = Field(
+        None,
+        min_length=1,
+        description="runtime/image version under test, e.g. nightly-${run.ds}; in the history",
+    )
+    budget: Budget | None = None
+    regression: RegressionRules = RegressionRules()
 
     # -- field rules -------------------------------------------------------------------------
     @field_validator("axes")
@@ -393,6 +430,27 @@ class Suite(Model):
             # Refuse before expanding a combinatorial explosion in memory.
             raise ValueError(f"the axes multiply to {total} cells; the limit is {MAX_CELLS}")
 
+        if self.budget is not None and self.budget.param is not None:
+            spec = self.params.get(self.budget.param)
+            if spec is None or spec.type not in ("number", "integer"):
+                raise ValueError(
+                    f"budget.param: {self.budget.param!r} must name a number or integer param "
+                    f"(params: {', '.join(self.params) or 'none'})"
+                )
+
+        if self.runtime_version is not None:
+            for ref in references(self.runtime_version):
+                if not (ref.startswith("params.") or ref in RUN_VARS[:3]):
+                    raise ValueError(
+                        f"runtime_version: ${{{ref}}} is not allowed here; it is per run, so "
+                        "only ${params.NAME}, ${run.ds}, ${run.ds_nodash} and "
+                        "${run.logical_date} apply"
+                    )
+            try:
+                check_references(self.runtime_version, axes={}, params=self.params)
+            except TemplateError as e:
+                raise ValueError(f"runtime_version: {e}") from None
+
         fields = {
             name: sorted({k for v in values.values() if isinstance(v, dict) for k in v})
             if isinstance(values, dict)
@@ -406,9 +464,14 @@ class Suite(Model):
             "workload.env": self.workload.env,
             "workload.artifacts": self.workload.artifacts,
             "checks": [c.model_dump() for c in self.checks],
+            "machines": {n: m.model_dump() for n, m in self.machines.items()},
         }
         for where, obj in templated.items():
             for s in strings_in(obj):
+                if "${run.runtime_version}" in s and self.runtime_version is None:
+                    raise ValueError(
+                        f"{where}: ${{run.runtime_version}} needs a suite `runtime_version`"
+                    )
                 try:
                     check_references(s, axes=fields, params=self.params)
                 except TemplateError as e:

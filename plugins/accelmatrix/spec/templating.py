@@ -8,19 +8,30 @@ Grammar: `${axis.NAME}` (the value label), `${axis.NAME.FIELD}` (a field of a ma
 value), `${params.NAME}`, `${cell.id}`, and backend variables `${work_dir}`,
 `${include_dir}`, `${python}`, `${num_workers}` (hosts of a multi-host slice) that only the
 backend running the cell knows. `$${` escapes.
+
+Run variables, resolved by the plan from the DAG run's logical date (the date of a
+scheduled or backfilled run, not the wall clock, so a backfill of 2026-03-01 tests the
+2026-03-01 nightly build): `${run.ds}` (`2026-03-01`), `${run.ds_nodash}` (`20260301`),
+`${run.logical_date}` (ISO-8601) and `${run.runtime_version}` (the suite's rendered
+`runtime_version`). They play the role of Airflow's `{{ ds }}` without Jinja: no template
+language ever sees a suite string.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 PLACEHOLDER = re.compile(r"\$(\$?)\{([^}]*)\}")
 BACKEND_VARS = ("work_dir", "include_dir", "python", "num_workers")
+RUN_VARS = ("run.ds", "run.ds_nodash", "run.logical_date", "run.runtime_version")
 _NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
+_RUN_ALTS = "|".join(re.escape(v) for v in RUN_VARS)
 _REF = re.compile(
-    rf"^(?:axis\.{_NAME}(?:\.{_NAME})?|params\.{_NAME}|cell\.id|{'|'.join(BACKEND_VARS)})$"
+    rf"^(?:axis\.{_NAME}(?:\.{_NAME})?|params\.{_NAME}|cell\.id|{'|'.join(BACKEND_VARS)}"
+    rf"|{_RUN_ALTS})$"
 )
 
 
@@ -46,7 +57,7 @@ def check_references(
             raise TemplateError(
                 f"unknown placeholder ${{{ref}}}: use ${{axis.NAME}}, ${{axis.NAME.FIELD}}, "
                 f"${{params.NAME}}, ${{cell.id}} or one of "
-                + ", ".join(f"${{{v}}}" for v in BACKEND_VARS)
+                + ", ".join(f"${{{v}}}" for v in (*BACKEND_VARS, *RUN_VARS))
             )
         parts = ref.split(".")
         if parts[0] == "axis":
@@ -65,6 +76,22 @@ def check_references(
             raise TemplateError(
                 f"${{{ref}}}: no param named {parts[1]!r} (params: {', '.join(sorted(params))})"
             )
+
+
+def run_variables(logical_date: datetime | None, runtime_version: str | None = None) -> dict:
+    """The ``run.*`` variables of a DAG run with this logical date (None: now, UTC).
+
+    A manual Airflow 3 run may have no logical date; it then tests "today's" build.
+    """
+    when = (logical_date or datetime.now(UTC)).astimezone(UTC)
+    out: dict[str, Any] = {
+        "run.ds": when.strftime("%Y-%m-%d"),
+        "run.ds_nodash": when.strftime("%Y%m%d"),
+        "run.logical_date": when.isoformat(),
+    }
+    if runtime_version is not None:
+        out["run.runtime_version"] = runtime_version
+    return out
 
 
 def render(text: str, variables: Mapping[str, Any], *, keep_unknown: bool = False) -> str:

@@ -1,0 +1,135 @@
+"""Per-cell alerts with deduplication: one alert per (suite, cell), stored in ``alerts``.
+
+The run-level webhook (notify.py) says "this run failed" once per run; on-call needs
+something quieter: a cell failing every night is one alert whose recurrence count grows,
+not a page per night. So, for each planned cell of a run, by the gate:
+
+* not passed (or its perf series is a regression): open the alert, or count a recurrence
+  on the open one; a run counted once, however often its gate is re-run;
+* passed, with an open alert: resolve it;
+* quarantined: never alerts (its failures are known and accepted).
+
+A sink hears about an alert when it opens, when it escalates from a failure to a perf
+regression (with the trend: the last values against their bounds) and when it resolves;
+plain recurrences only update the count.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+__all__ = ["update_alerts"]
+
+
+def update_alerts(
+    store: Any,
+    dag_id: str,
+    run_id: str,
+    planned: list[dict[str, Any]],
+    cells: dict[str, dict[str, Any]],
+    *,
+    regressions: dict[str, list[dict[str, Any]]] | None = None,
+    run_url: str = "",
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """Update the stored alerts of the run's cells; return the events to notify.
+
+    ``regressions``: cell id -> trend of each of its series classified ``regression``
+    (``[{"benchmark", "metric", "lower", "upper", "points": [...]}]``).
+    """
+    now = now or datetime.now(UTC)
+    regressions = regressions or {}
+    events = []
+    for c in planned:
+        cid = c["id"]
+        if c.get("quarantined"):
+            continue
+        row = cells.get(cid) or {}
+        state = row.get("state", "missing")
+        trend = regressions.get(cid) or []
+        bad = state != "passed" or bool(trend)
+        kind = "regression" if trend else "failure"
+        alert = store.get_alert(dag_id, cid)
+        is_open = alert is not None and alert["status"] == "open"
+        event = None
+        if bad and not is_open:
+            store.upsert_alert(
+                dag_id,
+                cid,
+                status="open",
+                kind=kind,
+                recurrences=1,
+                opened_at=now,
+                last_seen_at=now,
+                resolved_at=None,
+                first_run_id=run_id,
+                last_run_id=run_id,
+                last_state=state,
+                message=row.get("message") or "",
+            )
+            event = "opened"
+        elif bad:
+            assert alert is not None
+            same_run = alert["last_run_id"] == run_id
+            escalated = kind == "regression" and alert["kind"] != "regression"
+            store.upsert_alert(
+                dag_id,
+                cid,
+                kind="regression" if escalated else alert["kind"],
+                recurrences=alert["recurrences"] + (0 if same_run else 1),
+                last_seen_at=now,
+                last_run_id=run_id,
+                last_state=state,
+                message=row.get("message") or alert["message"],
+            )
+            event = "recurred" if escalated else None
+        elif is_open:
+            store.upsert_alert(
+                dag_id,
+                cid,
+                status="resolved",
+                resolved_at=now,
+                last_run_id=run_id,
+                last_state=state,
+            )
+            event = "resolved"
+        if event is None:
+            continue
+        stored = store.get_alert(dag_id, cid)
+        events.append(
+            {
+                "event": event,
+                "dag_id": dag_id,
+                "cell_id": cid,
+                "run_id": run_id,
+                "run_url": run_url,
+                "kind": stored["kind"],
+                "state": state,
+                "recurrences": stored["recurrences"],
+                "opened_at": stored["opened_at"].isoformat(),
+                "message": stored["message"],
+                "trend": trend,
+            }
+        )
+    return events
+
+
+def deliver(sinks: list[Any], events: list[dict[str, Any]]) -> int:
+    """Send every event to every sink; failures are logged (an alert never fails a run)."""
+    from accelmatrix import notify
+
+    sent = 0
+    for ev in events:
+        for sink in sinks:
+            try:
+                notify.send_alert(sink, ev)
+                sent += 1
+            except Exception as e:  # noqa: BLE001 - the verdict stands whatever a sink does
+                log.error(
+                    "alert %s %s not sent to %s: %s", ev["cell_id"], ev["event"], sink.conn_id, e
+                )
+    return sent

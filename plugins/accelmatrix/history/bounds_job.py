@@ -1,0 +1,264 @@
+"""Re-center step-time bounds from the perf history (the maintenance DAG's main task).
+
+For each benchmark of a bounds file: the step-time samples of the window (one per run and
+cell: the median step time its check judged, from every suite that checks the benchmark),
+bounds by ``compute_bounds`` (half-width = max(t-interval half-width, 1.5 % of the mean,
+max - mean, mean - min)), and the file rewritten keeping every non-performance field. A
+benchmark with fewer than ``min_samples`` samples keeps its old bounds, and the log says
+why: bounds from three noisy runs would fail good runs or pass bad ones.
+
+``bounds_table`` is the same computation for many benchmarks at once, vectorised; the job
+uses the exact per-benchmark function (a bounds file holds tens of benchmarks), the bench
+and the page use the table.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelmatrix.evaluation.bounds import (
+    MIN_RELATIVE_HALF_WIDTH,
+    BoundsMetadata,
+    compute_bounds,
+    load_bounds,
+    write_bounds,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from accelmatrix.results.store import ResultsStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Change", "RecenterReport", "bounds_table", "recenter"]
+
+PERF_FIELDS = (
+    "step_time_lower_bound",
+    "step_time_upper_bound",
+    "confidence_interval",
+    "average",
+    "sample_size",
+)
+
+
+@dataclass
+class Change:
+    benchmark: str
+    samples: int
+    old: tuple[float | None, float | None]
+    new: tuple[float, float] | None  # None: kept (too few samples)
+    reason: str = ""
+
+    def line(self) -> str:
+        def fmt(b: tuple[Any, Any] | None) -> str:
+            if b is None:
+                return "unchanged"
+            return "[" + ", ".join("-" if x is None else f"{x:.6g}" for x in b) + "]"
+
+        if self.new is None:
+            return f"{self.benchmark}: kept {fmt(self.old)}: {self.reason}"
+        return f"{self.benchmark}: {fmt(self.old)} -> {fmt(self.new)} (n={self.samples})"
+
+
+@dataclass
+class RecenterReport:
+    path: Path
+    query_start: datetime
+    query_end: datetime
+    changes: list[Change] = field(default_factory=list)
+    written: bool = False
+
+    @property
+    def updated(self) -> list[str]:
+        return [c.benchmark for c in self.changes if c.new is not None]
+
+    @property
+    def kept(self) -> list[str]:
+        return [c.benchmark for c in self.changes if c.new is None]
+
+
+def recenter(
+    path: str | Path,
+    *,
+    store: ResultsStore | None = None,
+    window_days: int = 30,
+    confidence_level: float = 0.95,
+    min_samples: int = 10,
+    metric: str = "step_time",
+    now: datetime | None = None,
+) -> RecenterReport:
+    """Recompute every benchmark of the bounds file at ``path`` from the window's history.
+
+    The file is rewritten only if at least one benchmark got new bounds; its metadata then
+    records the window (query_start/query_end, window_days), the confidence level,
+    min_samples and the sample size per benchmark.
+    """
+    from accelmatrix.history.frame import history
+
+    if window_days < 1:
+        raise ValueError(f"window_days must be >= 1, got {window_days}")
+    if min_samples < 2:
+        raise ValueError(f"min_samples must be >= 2 (a t-interval needs 2), got {min_samples}")
+    if not 0 < confidence_level < 1:
+        raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level}")
+    path = Path(path)
+    bounds = load_bounds(path)
+    end = now or datetime.now(UTC)
+    start = end - timedelta(days=window_days)
+    report = RecenterReport(path=path, query_start=start, query_end=end)
+    h = history(store, metric=metric, since=start, until=end)
+    h = h[h["benchmark"].isin(list(bounds.benchmarks)) & h["value"].map(_finite)]
+    samples = {b: g["value"].tolist() for b, g in h.groupby("benchmark")}
+
+    sizes: dict[str, int] = {}
+    for name, bench in bounds.benchmarks.items():
+        values = samples.get(name, [])
+        old = (bench.step_time_lower_bound, bench.step_time_upper_bound)
+        if len(values) < min_samples:
+            reason = (
+                f"only {len(values)} sample(s) of {metric} between {start:%Y-%m-%d %H:%M} and "
+                f"{end:%Y-%m-%d %H:%M} UTC; min_samples is {min_samples}"
+            )
+            change = Change(name, len(values), old, None, reason)
+        else:
+            new = compute_bounds(values, confidence_level)
+            for k in PERF_FIELDS:
+                setattr(bench, k, new[k])  # assignment marks the field set: it is written
+            sizes[name] = len(values)
+            change = Change(
+                name,
+                len(values),
+                old,
+                (new["step_time_lower_bound"], new["step_time_upper_bound"]),
+            )
+        log.info("bounds %s", change.line())
+        report.changes.append(change)
+
+    if sizes:
+        meta = bounds.metadata or BoundsMetadata()
+        meta.query_start = start.isoformat()
+        meta.query_end = end.isoformat()
+        meta.confidence_level = confidence_level
+        for k, v in {
+            "window_days": window_days,
+            "min_samples": min_samples,
+            "metric": metric,
+            "sample_sizes": sizes,
+            "recomputed_by": "accelmatrix.history.bounds_job",
+        }.items():
+            setattr(meta, k, v)
+        bounds.metadata = meta
+        write_bounds(path, bounds)
+        report.written = True
+        log.info("wrote %s: %d benchmark(s) re-centered", path, len(sizes))
+    else:
+        log.info("%s unchanged: no benchmark had %d sample(s) in the window", path, min_samples)
+    return report
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def bounds_table(
+    history: pd.DataFrame, confidence: float, *, by: str = "benchmark", min_samples: int = 2
+) -> pd.DataFrame:
+    """``compute_bounds`` for every group of ``history`` (column ``value``) at once.
+
+    One row per group with min_samples or more finite values: the fields of a bounds file.
+    """
+    import numpy as np
+    from scipy.stats import t
+
+    v = history[[by, "value"]]
+    v = v[np.isfinite(v["value"].to_numpy(dtype="float64"))]
+    g = v.groupby(by, sort=True)["value"]
+    agg = g.agg(["count", "mean", "std", "min", "max"])
+    agg = agg[agg["count"] >= max(2, min_samples)]
+    n = agg["count"].to_numpy(dtype="float64")
+    mean = agg["mean"].to_numpy()
+    t_half = t.ppf((1 + confidence) / 2, n - 1) * agg["std"].to_numpy() / np.sqrt(n)
+    half = np.maximum.reduce(
+        [
+            t_half,
+            MIN_RELATIVE_HALF_WIDTH * np.abs(mean),
+            agg["max"].to_numpy() - mean,
+            mean - agg["min"].to_numpy(),
+        ]
+    )
+    out = agg.assign(
+        step_time_lower_bound=np.maximum(0.0, mean - half),
+        step_time_upper_bound=mean + half,
+        confidence_interval=t_half,
+        average=mean,
+        sample_size=agg["count"].astype("int64"),
+    )
+    return out[list(PERF_FIELDS)]
+
+
+def maintenance_recenter(
+    bounds_files: list[str],
+    *,
+    window_days: int,
+    confidence_level: float,
+    min_samples: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The maintenance DAG's ``recenter_bounds`` task: every file (relative to the include
+    dir, no ``..``), one report line per benchmark; returns a JSON-able summary."""
+    from accelmatrix import settings
+
+    include = settings.include_dir().resolve()
+    out: dict[str, Any] = {}
+    for rel in bounds_files:
+        path = (include / rel).resolve()
+        if include not in path.parents:
+            raise ValueError(f"bounds_files: {rel!r} is outside the include dir {include}")
+        rep = recenter(
+            path,
+            window_days=window_days,
+            confidence_level=confidence_level,
+            min_samples=min_samples,
+            now=now,
+        )
+        out[rel] = {
+            "written": rep.written,
+            "updated": rep.updated,
+            "kept": rep.kept,
+            "changes": [c.line() for c in rep.changes],
+        }
+    return out
+
+
+def maintenance_classify(*, now: datetime | None = None) -> dict[str, dict[str, int]]:
+    """The maintenance DAG's ``classify_series`` task: every suite with runs in the store,
+    with its own ``regression:`` rules when its suite file still exists (defaults if not)."""
+    from accelmatrix import settings
+    from accelmatrix.history.series import classify_suite, rules_of
+    from accelmatrix.lifecycle import results_store
+    from accelmatrix.spec.loader import SuiteError, load_suite
+    from accelmatrix.spec.suite import RegressionRules
+
+    store = results_store()
+    out: dict[str, dict[str, int]] = {}
+    for dag_id in store.suite_dag_ids():
+        spec = RegressionRules()
+        path = settings.suites_dir() / f"{dag_id}.yaml"
+        if path.exists():
+            try:
+                spec = load_suite(path).regression
+            except SuiteError as e:
+                log.warning("%s: default regression rules (suite invalid: %s)", dag_id, e)
+        rules, window = rules_of(spec)
+        verdicts, _ = classify_suite(store, dag_id, rules=rules, window_days=window, now=now)
+        out[dag_id] = {k: int(v) for k, v in verdicts["status"].value_counts().items()}
+    return out

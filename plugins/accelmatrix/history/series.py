@@ -1,0 +1,108 @@
+"""Classify a suite's perf series and store the verdicts (the ``series_status`` table).
+
+Run by the gate after every run of a suite (so the page shows the verdict of the run that
+just ended) and by the maintenance DAG for every suite (so verdicts age out of the window
+even when a suite stops running). A series is (benchmark, cell, metric) of one suite over
+its window; each point is judged against the bounds its check used at the time.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from accelmatrix.history.regression import Rules, classify
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from accelmatrix.results.store import ResultsStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["classify_suite", "rules_of", "trend"]
+
+
+def rules_of(spec: Any) -> tuple[Rules, int]:
+    """(Rules, window_days) from a suite's ``regression:`` block (spec.suite.RegressionRules)."""
+    return (
+        Rules(
+            min_points=spec.min_points,
+            regression_run=spec.regression_run,
+            suspicious_run=spec.suspicious_run,
+            flaky_flips=spec.flaky_flips,
+        ),
+        int(spec.window_days),
+    )
+
+
+def classify_suite(
+    store: ResultsStore,
+    dag_id: str,
+    *,
+    rules: Rules | None = None,
+    window_days: int = 30,
+    now: datetime | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Classify every bounded series of ``dag_id`` in the window, store and return them.
+
+    Returns (verdicts, history): one row per series, and the history they came from (the
+    trend of an alert is read from it).
+    """
+    from accelmatrix.history.frame import history
+
+    now = now or datetime.now(UTC)
+    since = now - timedelta(days=window_days)
+    h = history(store, metric=None, dag_id=dag_id, since=since, until=now)
+    h = h[h["benchmark"] != ""]  # a series without bounds has no violations to judge
+    verdicts = classify(h, rules or Rules())
+    rows = [
+        {
+            "benchmark": r.benchmark,
+            "cell_id": r.cell_id,
+            "metric": r.metric,
+            "status": r.status,
+            "points": int(r.points),
+            "flips": int(r.flips),
+            "trailing": int(r.trailing_violations),
+            "longest_earlier": int(r.longest_earlier_violations),
+            "last_value": float(r.last_value),
+            "last_logical_date": _aware(r.last_time),
+        }
+        for r in verdicts.itertuples(index=False)
+    ]
+    store.replace_series_status(dag_id, rows, window_days=window_days)
+    counts = verdicts["status"].value_counts().to_dict() if len(verdicts) else {}
+    log.info("series of %s over %d day(s): %s", dag_id, window_days, counts or "none")
+    return verdicts, h
+
+
+def trend(history: pd.DataFrame, cell_id: str, benchmark: str, metric: str, last: int = 5):
+    """The last ``last`` points of a series as dicts: time, value, lower, upper, violated."""
+    s = history[
+        (history["cell_id"] == cell_id)
+        & (history["benchmark"] == benchmark)
+        & (history["metric"] == metric)
+    ].sort_values("time")
+    out = []
+    for r in s.tail(last).itertuples(index=False):
+        lo, hi, v = float(r.lower), float(r.upper), float(r.value)
+        violated = (lo == lo and v < lo) or (hi == hi and v > hi)
+        out.append(
+            {"time": _aware(r.time), "value": v, "lower": lo, "upper": hi, "violated": violated}
+        )
+    return out
+
+
+def _aware(t: Any) -> datetime | None:
+    import pandas as pd
+
+    if t is None or t is pd.NaT:
+        return None
+    ts = pd.Timestamp(t)
+    if pd.isna(ts):
+        return None
+    if ts.tzinfo is None:
+        ts = ts.tz_localize("UTC")
+    return ts.to_pydatetime()
