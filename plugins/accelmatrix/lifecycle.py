@@ -64,7 +64,14 @@ class RunRef:
         return cls(dag_id=context["dag"].dag_id, run_id=context["run_id"])
 
 
-EARLIER_FAILURES = ("setup_failed", "timed_out", "hung", "infra_failed", "run_failed")
+EARLIER_FAILURES = (
+    "setup_failed",
+    "timed_out",
+    "hung",
+    "infra_failed",
+    "run_failed",
+    "preflight_failed",
+)
 
 
 class CellFailed(AirflowFailException):
