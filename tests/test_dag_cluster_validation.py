@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONN = "AIRFLOW_CONN_ACCELMATRIX_LOCAL_CLUSTER"
 
 
-def write_suite(tmp_path: Path, monkeypatch, jobs: dict[str, str], **changes) -> None:
+def write_suite(
+    tmp_path: Path, monkeypatch, jobs: dict[str, str], recur_within: int = 4, **changes
+) -> None:
     suite = yaml.safe_load((ROOT / "include" / "suites" / "cluster_validation.yaml").read_text())
     suite["axes"]["job"] = {
         name: {"workers": 2, "batch_size": 64, "fail_mode": mode} for name, mode in jobs.items()
@@ -34,7 +36,7 @@ def write_suite(tmp_path: Path, monkeypatch, jobs: dict[str, str], **changes) ->
     run[run.index("--quick-seconds") + 1] = "6"
     run[run.index("--checkpoint-every") + 1] = "2"
     run += ["--fail-mode", "${axis.job.fail_mode}"]
-    suite["workload"]["hang_detection"]["recur_within"] = 4
+    suite["workload"]["hang_detection"]["recur_within"] = recur_within
     suite.update(changes)
     suites = tmp_path / "suites"
     suites.mkdir()
@@ -97,7 +99,14 @@ def test_healthy_job_passes_and_a_hang_is_killed_early(airflow_db, tmp_path, mon
 
 def test_rising_loss_and_collective_timeout_fail_their_checks(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv(CONN, json.dumps({"conn_type": "generic", "host": "localhost"}))
-    write_suite(tmp_path, monkeypatch, {"diverge": "diverge", "late": "collective-timeout"})
+    # The collective timeout takes 3 s of silence to surface: on a loaded machine a 4 s hang
+    # window could call it a hang first, so this test gives the heartbeat more room.
+    write_suite(
+        tmp_path,
+        monkeypatch,
+        {"diverge": "diverge", "late": "collective-timeout"},
+        recur_within=20,
+    )
     state, run_id, _ = run_dag("cluster_validation")
     cells = {c["cell_id"]: c for c in store().get_cells("cluster_validation", run_id)}
     assert state == "failed"
