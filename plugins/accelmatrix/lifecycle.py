@@ -54,6 +54,10 @@ class RunRef:
 
     dag_id: str
     run_id: str
+    # The mapped task group and map index of the asking task: resources carry them as
+    # labels so the janitor can ask Airflow whether the cell's tasks still run.
+    task_group: str | None = None
+    map_index: int | None = None
 
     def artifacts(self, cell_id: str) -> Path:
         return settings.cell_artifacts_dir(self.dag_id, self.run_id, cell_id)
@@ -61,7 +65,16 @@ class RunRef:
     @classmethod
     def from_context(cls, context: Any) -> RunRef:
         """The run of an Airflow task context."""
-        return cls(dag_id=context["dag"].dag_id, run_id=context["run_id"])
+        ti = context.get("ti") if hasattr(context, "get") else None
+        map_index = getattr(ti, "map_index", None)
+        task_id = str(getattr(ti, "task_id", "") or "")
+        mapped = isinstance(map_index, int) and map_index >= 0 and "." in task_id
+        return cls(
+            dag_id=context["dag"].dag_id,
+            run_id=context["run_id"],
+            task_group=task_id.rsplit(".", 1)[0] if mapped else None,
+            map_index=map_index if mapped else None,
+        )
 
 
 EARLIER_FAILURES = (
@@ -184,7 +197,17 @@ def _cell_context(cell: dict[str, Any], ref: RunRef) -> CellContext:
         run_id=ref.run_id,
         cell_id=cell["id"],
         artifacts_dir=ref.artifacts(cell["id"]),
+        labels=owner_labels(ref),
     )
+
+
+def owner_labels(ref: RunRef) -> dict[str, str]:
+    """Labels naming the task instances that own a cell's resource (read by the janitor)."""
+    from accelmatrix.janitor import OWNER_GROUP_LABEL, OWNER_INDEX_LABEL
+
+    if ref.task_group is None or ref.map_index is None:
+        return {}
+    return {OWNER_GROUP_LABEL: ref.task_group, OWNER_INDEX_LABEL: str(ref.map_index)}
 
 
 def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:

@@ -87,6 +87,18 @@ from accelmatrix.spec.machine_k8s import KubernetesJobMachine
 logger = logging.getLogger(__name__)
 
 CONTAINER = "workload"
+RESOURCE_ANNOTATION = "accelmatrix.io/resource"
+TEARDOWN_KEYS = (
+    "backend",
+    "name",
+    "kubernetes_conn_id",
+    "namespace",
+    "job_name",
+    "setup_job_name",
+    "artifacts_dir",
+    "work_subpath",
+    "local_work_dir",
+)
 JOB_LABEL = "accelmatrix.io/job"
 ROLE_LABEL = "accelmatrix.io/role"
 UID_LABEL = "batch.kubernetes.io/controller-uid"
@@ -310,7 +322,13 @@ class KubernetesJobBackend(Backend):
                 "name": name,
                 "namespace": resource["namespace"],
                 "labels": {**labels, JOB_LABEL: resource["job_name"], ROLE_LABEL: role},
-                "annotations": dict(resource.get("annotations") or {}),
+                "annotations": {
+                    **dict(resource.get("annotations") or {}),
+                    # What teardown needs, so a janitor can release a Job it finds orphaned.
+                    RESOURCE_ANNOTATION: json.dumps(
+                        {k: resource.get(k) for k in TEARDOWN_KEYS}, separators=(",", ":")
+                    ),
+                },
             },
             "spec": spec,
         }
@@ -775,26 +793,59 @@ class KubernetesJobBackend(Backend):
                 shutil.rmtree(path, ignore_errors=True)
 
     def list_managed(self) -> list[ManagedResource]:
+        """One entry per cell (its setup and workload Jobs share the cell's job label)."""
         clients = self._clients()
         ns = self._namespace(clients)
         jobs = clients.batch.list_namespaced_job(ns, label_selector=f"managed-by={MANAGED_BY}")
-        out = []
+        by_cell: dict[str, ManagedResource] = {}
         for job in jobs.items:
+            labels = dict(job.metadata.labels or {})
+            if labels.get("managed-by") != MANAGED_BY:
+                continue
+            annotations = dict(job.metadata.annotations or {})
+            cell_job = labels.get(JOB_LABEL) or job.metadata.name
             st = job.status
-            out.append(
-                ManagedResource(
+            try:
+                record = json.loads(annotations.get(RESOURCE_ANNOTATION) or "null")
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or not record.get("job_name"):
+                # No record (made by an older version): delete just this Job.
+                record = {"name": f"{ns}/{cell_job}", "job_name": job.metadata.name}
+                record["setup_job_name"] = job.metadata.name
+            record.update(namespace=ns, backend=self.kind)
+            record.setdefault("kubernetes_conn_id", clients.conn_id)
+            record.setdefault(
+                "artifacts_dir",
+                str(settings.home() / "orphans" / self.kind / ns / cell_job),
+            )
+            ident = {
+                "dag_id": annotations.get("accelmatrix.io/dag-id"),
+                "run_id": annotations.get("accelmatrix.io/run-id"),
+                "cell_id": annotations.get("accelmatrix.io/cell-id"),
+            }
+            entry = by_cell.get(cell_job)
+            if entry is None:
+                entry = by_cell[cell_job] = ManagedResource(
                     backend=self.kind,
-                    name=f"{ns}/{job.metadata.name}",
-                    labels=dict(job.metadata.labels or {}),
+                    name=f"{ns}/{cell_job}",
+                    labels={k: v for k, v in labels.items() if k != ROLE_LABEL},
                     created_at=_epoch(job.metadata.creation_timestamp),
                     detail={
                         "namespace": ns,
-                        "uid": job.metadata.uid,
-                        "annotations": dict(job.metadata.annotations or {}),
-                        "active": st.active or 0,
-                        "succeeded": st.succeeded or 0,
-                        "failed": st.failed or 0,
+                        "jobs": [],
+                        "identity": ident if all(ident.values()) else None,
+                        "annotations": annotations,
+                        "resource": record,
+                        "active": 0,
+                        "succeeded": 0,
+                        "failed": 0,
                     },
                 )
-            )
-        return out
+            entry.detail["jobs"].append(job.metadata.name)
+            for k in ("active", "succeeded", "failed"):
+                entry.detail[k] += getattr(st, k, None) or 0
+            created = _epoch(job.metadata.creation_timestamp)
+            if created is not None and (entry.created_at is None or created < entry.created_at):
+                entry.created_at = created
+        return list(by_cell.values())

@@ -374,10 +374,30 @@ class LocalBackend(Backend):
                     name=data.get("name", str(record.parent)),
                     labels=data.get("labels", {}),
                     created_at=data.get("created_at"),
-                    detail={"work_dir": str(record.parent)},
+                    # The record is what teardown needs; its labels hold the exact ids.
+                    detail={
+                        "work_dir": str(record.parent),
+                        "identity": exact_identity(data.get("labels") or {}),
+                        "resource": {
+                            **data,
+                            "work_dir": str(record.parent),
+                            "artifacts_dir": data.get("artifacts_dir")
+                            or str(record.parent / ".orphan-artifacts"),
+                        },
+                    },
                 )
             )
         return out
+
+
+def exact_identity(labels: dict[str, Any]) -> dict[str, str] | None:
+    """(dag, run, cell) from labels that hold them verbatim (local and SSH records)."""
+    ident = {
+        "dag_id": labels.get("dag"),
+        "run_id": labels.get("run"),
+        "cell_id": labels.get("cell"),
+    }
+    return ident if all(isinstance(v, str) and v for v in ident.values()) else None  # type: ignore[return-value]
 
 
 def _update_record(path: Path, **fields: Any) -> None:

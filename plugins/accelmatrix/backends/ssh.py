@@ -56,7 +56,7 @@ from accelmatrix.backends.base import (
     ManagedResource,
     SetupFailed,
 )
-from accelmatrix.backends.local import RUNNER, _fault
+from accelmatrix.backends.local import RUNNER, _fault, exact_identity
 from accelmatrix.hooks.ssh import (
     DirectTarget,
     RemoteHost,
@@ -789,7 +789,12 @@ class SshBackend(Backend):
                     name=data.get("name", f"{self.conn_id}:{work_dir}"),
                     labels=data.get("labels", {}),
                     created_at=data.get("created_at"),
-                    detail={"work_dir": work_dir, "ssh_conn_id": self.conn_id, "resource": data},
+                    detail={
+                        "work_dir": work_dir,
+                        "ssh_conn_id": self.conn_id,
+                        "identity": exact_identity(data.get("labels") or {}),
+                        "resource": data,
+                    },
                 )
             )
         return managed

@@ -30,6 +30,7 @@ fresh node), never a test failure.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -63,6 +64,7 @@ from accelmatrix.spec.machine_tpu import TpuVmMachine
 log = logging.getLogger(__name__)
 
 READY = "READY"
+IDENTITY_METADATA = "accelmatrix-identity"  # node metadata key: exact dag/run/cell ids
 # Node states from which a node never becomes READY by itself.
 DEAD_NODE_STATES = ("PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN")
 QR_DEAD_STATES = ("FAILED", "SUSPENDING", "SUSPENDED", "DELETING")
@@ -96,10 +98,18 @@ class TpuVmBackend(Backend):
     def name_for(ctx: CellContext) -> str:
         return tpu_names.node_name(ctx.dag_id, ctx.run_id, ctx.cell_id)
 
-    def node_metadata(self, name: str) -> dict[str, str]:
-        """VM metadata of a new node: the suite's, plus the node's own login key."""
+    def node_metadata(self, name: str, ctx: CellContext | None = None) -> dict[str, str]:
+        """VM metadata of a new node: the suite's, the node's own login key and the exact
+        (dag, run, cell) it belongs to: labels only hold a lossy, lowercased form of them,
+        and the janitor needs the real ids to ask Airflow about the owning run."""
         _, public = ssh_keys.ensure_key(name, comment=f"accelmatrix-{name}")
-        return {**self.machine.metadata, "ssh-keys": f"{self.machine.ssh_user}:{public}"}
+        meta = {**self.machine.metadata, "ssh-keys": f"{self.machine.ssh_user}:{public}"}
+        if ctx is not None:
+            meta[IDENTITY_METADATA] = json.dumps(
+                {"dag_id": ctx.dag_id, "run_id": ctx.run_id, "cell_id": ctx.cell_id},
+                separators=(",", ":"),
+            )
+        return meta
 
     # -- provisioning ------------------------------------------------------------------------
     def provision(self, ctx: CellContext) -> dict[str, Any]:
@@ -154,7 +164,7 @@ class TpuVmBackend(Backend):
                     return self.finish_provision(pending)
                 if node is None and queued:
                     made.add("queued resource")
-                    qr = self._create_queued(name, zone, labels)
+                    qr = self._create_queued(name, zone, labels, ctx)
                     if qr is None:
                         made.discard("queued resource")  # a retry: the request exists
                         qr = self.hook.describe_queued_resource(name, zone)
@@ -166,7 +176,7 @@ class TpuVmBackend(Backend):
                     )
                 elif node is None:
                     made.add("node")
-                    self._create_node(name, zone, labels)
+                    self._create_node(name, zone, labels, ctx)
             except BaseException as exc:
                 self._undo(name, zone, made, exc)
                 if made:
@@ -175,7 +185,9 @@ class TpuVmBackend(Backend):
         log.info("TPU %s in %s requested; waiting for it (deferred)", name, zone)
         return pending
 
-    def _create_node(self, name: str, zone: str, labels: dict[str, str]) -> None:
+    def _create_node(
+        self, name: str, zone: str, labels: dict[str, str], ctx: CellContext | None = None
+    ) -> None:
         m = self.machine
         try:
             self.hook.create_node(
@@ -187,7 +199,7 @@ class TpuVmBackend(Backend):
                 spot=m.capacity == "spot",
                 preemptible=m.capacity == "preemptible",
                 reserved=m.capacity == "reserved",
-                metadata=self.node_metadata(name),
+                metadata=self.node_metadata(name, ctx),
                 network=m.network,
                 subnetwork=m.subnetwork,
                 internal_ips=m.internal_ips,
@@ -197,7 +209,9 @@ class TpuVmBackend(Backend):
         except TpuAlreadyExists:  # a concurrent attempt won the race: wait for its node
             pass
 
-    def _create_queued(self, name: str, zone: str, labels: dict[str, str]) -> dict | None:
+    def _create_queued(
+        self, name: str, zone: str, labels: dict[str, str], ctx: CellContext | None = None
+    ) -> dict | None:
         """The new queued resource, or None if it already existed (a retry)."""
         m = self.machine
         try:
@@ -208,7 +222,7 @@ class TpuVmBackend(Backend):
                 m.runtime_version,
                 node_id=name,
                 labels=labels,
-                metadata=self.node_metadata(name),
+                metadata=self.node_metadata(name, ctx),
                 valid_until_duration=int(m.valid_until_seconds or 0),
                 network=m.network,
                 subnetwork=m.subnetwork,
@@ -637,6 +651,7 @@ class TpuVmBackend(Backend):
                             "zone": zone,
                             "state": n.get("state"),
                             "node_name": n["name"],
+                            "identity": _identity(n.get("metadata")),
                             "resource": {"name": short, "zone": zone, "queued_resource": qr},
                         },
                     )
@@ -645,7 +660,8 @@ class TpuVmBackend(Backend):
             for qr in self.hook.list_queued_resources(zone):
                 short = qr.get("name", "").rsplit("/", 1)[-1]
                 specs = (qr.get("tpu") or {}).get("nodeSpec") or []
-                labels = ((specs[0].get("node") or {}).get("labels") or {}) if specs else {}
+                node_spec = (specs[0].get("node") or {}) if specs else {}
+                labels = node_spec.get("labels") or {}
                 if labels.get("managed-by") != MANAGED_BY or short in seen:
                     continue
                 out.append(
@@ -658,11 +674,24 @@ class TpuVmBackend(Backend):
                             "kind": "queued-resource",
                             "zone": zone,
                             "state": queued_resource_state(qr),
+                            "identity": _identity(node_spec.get("metadata")),
                             "resource": {"name": short, "zone": zone, "queued_resource": short},
                         },
                     )
                 )
         return out
+
+
+def _identity(metadata: Any) -> dict[str, str] | None:
+    """The exact (dag, run, cell) ids a node was created for, from its metadata, or None."""
+    try:
+        data = json.loads((metadata or {}).get(IDENTITY_METADATA) or "null")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    ident = {k: data.get(k) for k in ("dag_id", "run_id", "cell_id")}
+    return ident if all(isinstance(v, str) and v for v in ident.values()) else None
 
 
 def _created_at(obj: dict[str, Any], default: float | None) -> float | None:

@@ -298,3 +298,22 @@ CHECK_ROW_FIELDS: tuple[str, ...] = (
     "lower_bound",
     "upper_bound",
 )
+
+# What the janitor deleted (or, in a dry run, would have deleted) and why. Append-only: one
+# row per resource per janitor decision, so an on-call can tell who removed a machine.
+reaped = Table(
+    "reaped",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("backend", String(LABEL_LEN), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("labels", JsonText, nullable=False, default=lambda: {}),
+    Column("dag_id", String(ID_LEN), nullable=True),
+    Column("run_id", String(ID_LEN), nullable=True),
+    Column("cell_id", String(CELL_ID_LEN), nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("dry_run", Boolean, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("at", UtcDateTime, nullable=False, default=utcnow),
+    Index("ix_reaped_at", "at"),
+)

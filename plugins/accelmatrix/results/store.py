@@ -467,6 +467,43 @@ class ResultsStore:
         self._reject_unknown("cell", fields, CELL_FIELDS)
         self._upsert(cells, self._key(dag_id, run_id, cell_id), self._coerce(cells, fields))
 
+    def record_reaped(
+        self,
+        *,
+        backend: str,
+        name: str,
+        labels: Mapping[str, str],
+        reason: str,
+        dry_run: bool,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        cell_id: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Append one janitor decision to ``reaped`` (see accelmatrix.janitor)."""
+        row = {
+            "backend": backend,
+            "name": name,
+            "labels": dict(labels),
+            "dag_id": dag_id[: schema.ID_LEN] if dag_id else None,
+            "run_id": run_id[: schema.ID_LEN] if run_id else None,
+            "cell_id": cell_id[: schema.CELL_ID_LEN] if cell_id else None,
+            "reason": reason,
+            "dry_run": bool(dry_run),
+            "error": error,
+            "at": schema.utcnow(),
+        }
+        self._write(lambda conn: conn.execute(insert(schema.reaped).values(row)))
+
+    def get_reaped(self, *, backend: str | None = None) -> list[dict[str, Any]]:
+        """Janitor decisions, oldest first (optionally of one backend)."""
+        t = schema.reaped
+        query = select(t).order_by(t.c.id)
+        if backend is not None:
+            query = query.where(t.c.backend == backend)
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(query).all()]
+
     # ------------------------------------------------------------------------------ replaces
 
     def _replace(

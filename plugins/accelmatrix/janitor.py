@@ -1,0 +1,371 @@
+"""The janitor: find accelerators a dead run left behind and release them.
+
+A worker killed mid-cell, a scheduler restarted at the wrong moment or a teardown that ran
+out of retries can leave a TPU VM, a Kubernetes Job or a work dir running and costing money.
+Every resource accelmatrix creates carries the labels ``managed-by=accelmatrix``, ``dag``,
+``run``, ``cell`` and ``ttl`` (a Unix time), plus ``task-group`` and ``map-index`` naming
+the mapped task instances that own it. The janitor, for every distinct machine of every
+suite:
+
+1. lists the backend's managed resources and drops anything without
+   ``managed-by=accelmatrix`` (it never touches a resource it did not create);
+2. keeps every resource whose TTL has not passed;
+3. past its TTL, asks Airflow about the owner: a run that is gone or finished, or a cell
+   whose task instances are all finished, means nobody will tear it down: it is reaped.
+   A cell of a run still running with a task not finished is kept until ``grace_seconds``
+   past its TTL (a legitimately long cell must set a longer TTL, not lose its machine);
+4. records every reap (and, in a dry run, every would-be reap) with the reason in the
+   results store's ``reaped`` table.
+
+Labels on Google and Kubernetes resources are lowercased and truncated, so the exact ids
+come from each backend's ``detail["identity"]`` (node metadata, Job annotations, the
+record file); without it the owner cannot be looked up reliably and only the grace applies.
+
+Airflow is reached through an :class:`OwnerLookup`: the Task SDK's API client inside the
+janitor task (:class:`SdkOwnerLookup`), the metadata DB for the CLI (:class:`DbOwnerLookup`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from accelmatrix.backends.base import MANAGED_BY, ManagedResource, get_backend
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_SECONDS = 6 * 3600
+OWNER_GROUP_LABEL = "task-group"
+OWNER_INDEX_LABEL = "map-index"
+# Task instance states after which a task will not touch its cell's resource again.
+FINISHED_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+FINISHED_RUN_STATES = frozenset({"success", "failed"})
+
+
+class OwnerLookup(Protocol):
+    """What the janitor asks Airflow."""
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        """The DAG run's state, or None when there is no such run."""
+
+    def cell_states(
+        self, dag_id: str, run_id: str, task_group: str, map_index: int
+    ) -> dict[str, str | None]:
+        """State of every task instance of one cell (``task_id -> state``)."""
+
+
+def _state(value: Any) -> str | None:
+    """An Airflow state enum or string as its plain value."""
+    if value is None:
+        return None
+    return str(getattr(value, "value", value))
+
+
+class SdkOwnerLookup:
+    """Inside an Airflow task: the Task SDK's calls to the execution API (no DB access)."""
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        if RuntimeTaskInstance.get_dr_count(dag_id=dag_id, run_ids=[run_id]) == 0:
+            return None
+        return _state(RuntimeTaskInstance.get_dagrun_state(dag_id=dag_id, run_id=run_id))
+
+    def cell_states(
+        self, dag_id: str, run_id: str, task_group: str, map_index: int
+    ) -> dict[str, str | None]:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        states = RuntimeTaskInstance.get_task_states(
+            dag_id=dag_id, map_index=map_index, run_ids=[run_id]
+        ).get(run_id, {})
+        # Keys are "<task_id>_<map_index>" for mapped tasks.
+        suffix = f"_{map_index}"
+        return {
+            k.removesuffix(suffix): _state(v)
+            for k, v in states.items()
+            if k.startswith(f"{task_group}.")
+        }
+
+
+class DbOwnerLookup:
+    """Outside a task (CLI, tests): Airflow's metadata DB through its ORM."""
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            row = session.query(DagRun.state).filter_by(dag_id=dag_id, run_id=run_id).first()
+        if row is None:
+            return None
+        return _state(row[0]) or "queued"
+
+    def cell_states(
+        self, dag_id: str, run_id: str, task_group: str, map_index: int
+    ) -> dict[str, str | None]:
+        from airflow.models.taskinstance import TaskInstance as TI
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            rows = (
+                session.query(TI.task_id, TI.state)
+                .filter(TI.dag_id == dag_id, TI.run_id == run_id, TI.map_index == map_index)
+                .filter(TI.task_id.startswith(f"{task_group}."))
+                .all()
+            )
+        return {t: _state(s) for t, s in rows}
+
+
+@dataclass
+class Decision:
+    """What the janitor made of one resource."""
+
+    resource: ManagedResource
+    reap: bool
+    reason: str
+    identity: dict[str, str] | None = None
+    error: str | None = None
+    done: bool = False  # teardown ran (False in a dry run)
+
+
+@dataclass
+class Report:
+    decisions: list[Decision] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)  # machine key -> error
+    ignored_unmanaged: int = 0
+
+    @property
+    def reaped(self) -> list[Decision]:
+        return [d for d in self.decisions if d.reap]
+
+    @property
+    def failed(self) -> list[Decision]:
+        return [d for d in self.decisions if d.error]
+
+    def table(self) -> str:
+        lines = [f"{'action':<10} {'backend':<8} {'name':<60} reason"]
+        for d in self.decisions:
+            action = ("REAPED" if d.done else "WOULD-REAP") if d.reap else "keep"
+            if d.error:
+                action = "ERROR"
+            lines.append(
+                f"{action:<10} {d.resource.backend:<8} {d.resource.name[:60]:<60} {d.reason}"
+                + (f" [error: {d.error}]" if d.error else "")
+            )
+        for key, err in self.unreachable.items():
+            lines.append(f"{'UNLISTED':<10} {key}: {err}")
+        lines.append(
+            f"{self.ignored_unmanaged} resource(s) without managed-by={MANAGED_BY} ignored"
+        )
+        return "\n".join(lines)
+
+
+# -- machines ---------------------------------------------------------------------------------
+def machine_key(spec: dict[str, Any]) -> str:
+    """What makes two machine specs list the same resources (a zone, a namespace, a host)."""
+    kind = spec.get("backend")
+    if kind == "ssh":
+        return f"ssh:{spec.get('ssh_conn_id')}:{spec.get('work_root')}"
+    if kind == "tpu-vm":
+        return f"tpu-vm:{spec.get('gcp_conn_id')}:{spec.get('project')}:{spec.get('zone')}"
+    if kind == "k8s-job":
+        return f"k8s-job:{spec.get('kubernetes_conn_id')}:{spec.get('namespace')}"
+    return str(kind)
+
+
+def machines_from_suites(suites_dir: Path | str) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Distinct machine specs of every valid suite, by :func:`machine_key`; and the broken
+    suite files (whose machines cannot be known, so their resources wait for their TTL
+    to be judged when the file is fixed or by another suite sharing the machine)."""
+    from accelmatrix.spec.loader import load_suites
+
+    good, bad = load_suites(sorted(Path(suites_dir).glob("*.yaml")))
+    machines: dict[str, dict[str, Any]] = {}
+    for suite in good.values():
+        for m in suite.machines.values():
+            spec = m.model_dump(mode="json")
+            machines.setdefault(machine_key(spec), spec)
+    return machines, sorted(bad)
+
+
+# -- judging ----------------------------------------------------------------------------------
+def is_managed(res: ManagedResource) -> bool:
+    return (res.labels or {}).get("managed-by") == MANAGED_BY
+
+
+def _identity(res: ManagedResource) -> tuple[dict[str, str] | None, bool]:
+    """(dag_id, run_id, cell_id) of a resource and whether they are exact."""
+    ident = (res.detail or {}).get("identity")
+    if isinstance(ident, dict) and all(ident.get(k) for k in ("dag_id", "run_id", "cell_id")):
+        return {k: str(ident[k]) for k in ("dag_id", "run_id", "cell_id")}, True
+    labels = res.labels or {}
+    if labels.get("dag") and labels.get("run"):
+        lossy = {
+            "dag_id": labels["dag"],
+            "run_id": labels["run"],
+            "cell_id": labels.get("cell", ""),
+        }
+        return lossy, False
+    return None, False
+
+
+def judge(
+    res: ManagedResource, lookup: OwnerLookup, *, now: float, grace_seconds: float
+) -> Decision:
+    """Reap or keep one managed resource, with the reason a person can check."""
+    labels = res.labels or {}
+    ident, exact = _identity(res)
+    try:
+        ttl = float(labels["ttl"])
+    except (KeyError, TypeError, ValueError):
+        return Decision(res, False, f"kept: no valid ttl label ({labels.get('ttl')!r})", ident)
+    if now < ttl:
+        return Decision(res, False, f"kept: within its TTL ({ttl - now:.0f} s left)", ident)
+    late = now - ttl
+    past_grace = late >= grace_seconds
+    over = f"past its TTL by {late:.0f} s"
+    if ident is None:
+        if past_grace:
+            return Decision(res, True, f"{over} (grace {grace_seconds:.0f} s); owner unknown")
+        return Decision(res, False, f"kept: {over} but its owner is unknown; waiting for grace")
+    dag_id, run_id = ident["dag_id"], ident["run_id"]
+    state = lookup.run_state(dag_id, run_id)
+    if state is None:
+        if exact or past_grace:
+            return Decision(res, True, f"{over}; DAG run {dag_id}/{run_id} does not exist", ident)
+        return Decision(
+            res, False, f"kept: {over}; no run matches its lossy labels; waiting for grace", ident
+        )
+    if state in FINISHED_RUN_STATES:
+        return Decision(res, True, f"{over}; DAG run {dag_id}/{run_id} is {state}", ident)
+    group, index = labels.get(OWNER_GROUP_LABEL), labels.get(OWNER_INDEX_LABEL)
+    owner: dict[str, str | None] = {}
+    if group and index is not None and str(index).isdigit():
+        owner = lookup.cell_states(dag_id, run_id, group, int(index))
+    active = {t: s for t, s in owner.items() if s not in FINISHED_TI_STATES}
+    if owner and not active:
+        teardown = owner.get(f"{group}.teardown")
+        return Decision(
+            res,
+            True,
+            f"{over}; run {run_id} is {state} but every task of the cell is finished "
+            f"(teardown: {teardown})",
+            ident,
+        )
+    if past_grace:
+        return Decision(
+            res,
+            True,
+            f"{over} (grace {grace_seconds:.0f} s) while its run {run_id} is still {state}",
+            ident,
+        )
+    why = ", ".join(f"{t}={s}" for t, s in sorted(active.items())) or "owner tasks unknown"
+    return Decision(res, False, f"kept: {over} but run {run_id} is {state} ({why})", ident)
+
+
+# -- the sweep --------------------------------------------------------------------------------
+def sweep(
+    machines: dict[str, dict[str, Any]],
+    lookup: OwnerLookup,
+    *,
+    dry_run: bool,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    store: Any = None,
+    now: float | None = None,
+    say: Callable[[str], None] = log.info,
+    backend_factory: Callable[[dict[str, Any]], Any] = get_backend,
+) -> Report:
+    """List, judge and (unless ``dry_run``) tear down; every reap goes into ``store``."""
+    report = Report()
+    now = time.time() if now is None else now
+    seen: set[tuple[str, str]] = set()
+    for key, spec in sorted(machines.items()):
+        try:
+            backend = backend_factory(spec)
+            resources = backend.list_managed()
+        except Exception as e:  # one unreachable cluster must not stop the others
+            report.unreachable[key] = f"{type(e).__name__}: {e}"
+            say(f"machine {key}: cannot list resources: {e}")
+            continue
+        say(f"machine {key}: {len(resources)} resource(s) listed")
+        for res in resources:
+            if not is_managed(res):
+                report.ignored_unmanaged += 1
+                continue
+            if (res.backend, res.name) in seen:
+                continue
+            seen.add((res.backend, res.name))
+            d = judge(res, lookup, now=now, grace_seconds=grace_seconds)
+            report.decisions.append(d)
+            if d.reap:
+                _reap(backend, d, dry_run=dry_run, store=store, say=say)
+    return report
+
+
+def _reap(backend: Any, d: Decision, *, dry_run: bool, store: Any, say: Callable) -> None:
+    res = d.resource
+    if not is_managed(res):  # belt and braces: judge never gets one, but never delete it
+        raise AssertionError(f"refusing to reap unmanaged {res.name}")
+    if not dry_run:
+        record = (res.detail or {}).get("resource")
+        try:
+            if not isinstance(record, dict):
+                raise RuntimeError("the backend gave no teardown record for it")
+            backend.teardown(record)
+            d.done = True
+        except Exception as e:
+            d.error = f"{type(e).__name__}: {e}"
+    verb = "would reap" if dry_run else ("reaped" if d.done else "FAILED to reap")
+    say(f"{verb} {res.backend} {res.name}: {d.reason}" + (f" ({d.error})" if d.error else ""))
+    if store is not None:
+        ident = d.identity or {}
+        store.record_reaped(
+            backend=res.backend,
+            name=res.name,
+            labels=res.labels,
+            reason=d.reason,
+            dry_run=dry_run,
+            dag_id=ident.get("dag_id"),
+            run_id=ident.get("run_id"),
+            cell_id=ident.get("cell_id"),
+            error=d.error,
+        )
+
+
+def run(
+    *,
+    dry_run: bool,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    lookup: OwnerLookup | None = None,
+    suites_dir: Path | str | None = None,
+    extra_machines: Iterable[dict[str, Any]] = (),
+    say: Callable[[str], None] = log.info,
+) -> Report:
+    """One janitor pass over every machine of every suite (what the janitor DAG runs)."""
+    from accelmatrix import settings
+    from accelmatrix.results.store import ResultsStore
+
+    machines, broken = machines_from_suites(suites_dir or settings.suites_dir())
+    for spec in extra_machines:
+        machines.setdefault(machine_key(spec), spec)
+    # Local work dirs are always looked at: they cost nothing to list.
+    machines.setdefault("local", {"backend": "local"})
+    for path in broken:
+        say(f"suite {path} is invalid: its machines are not swept")
+    say(f"janitor: {len(machines)} machine(s), dry_run={dry_run}, grace={grace_seconds:.0f} s")
+    report = sweep(
+        machines,
+        lookup or DbOwnerLookup(),
+        dry_run=dry_run,
+        grace_seconds=grace_seconds,
+        store=ResultsStore.from_settings(),
+        say=say,
+    )
+    for line in report.table().splitlines():
+        say(line)
+    return report
