@@ -776,6 +776,25 @@ class ResultsStore:
             ).first()
         return dict(row._mapping) if row is not None else None
 
+    def get_runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The DAG's runs, newest first (by start, then creation): the matrix page's run
+        picker and its "latest run"."""
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        stmt = (
+            select(runs)
+            .where(runs.c.dag_id == dag_id)
+            .order_by(
+                runs.c.started_at.is_(None),
+                runs.c.started_at.desc(),
+                runs.c.created_at.desc(),
+                runs.c.run_id.desc(),
+            )
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
     def get_cells(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every cell of the run, in plan order (cell_index, then cell_id)."""
         key = self._key(dag_id, run_id)
