@@ -14,7 +14,7 @@ import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from html import escape
 from typing import Any
 
@@ -23,7 +23,20 @@ from sqlalchemy import delete, insert
 from accelmatrix.results import schema
 from accelmatrix.results.store import ResultsStore
 
-__all__ = ["PlantedCell", "cell_id", "plant_run", "planted_docs", "synthetic_suite"]
+__all__ = [
+    "BOUNDS",
+    "END",
+    "PlantedCell",
+    "cell_id",
+    "plant_demo",
+    "plant_run",
+    "planted_docs",
+    "synthetic_suite",
+]
+
+# The demo suite of the page's tests: its last run and the bounds of its two benchmarks.
+END = datetime(2026, 11, 20, 2, 0, tzinfo=UTC)
+BOUNDS = {"a": (0.9, 1.1), "b": (1.8, 2.2)}
 
 
 @dataclass
@@ -235,3 +248,63 @@ def planted_docs(dag_id: str, run_id: str, cell: str) -> dict[str, Any]:
     index = d / "index.html"
     index.write_text(f"<!doctype html><title>Data Docs</title><h1>Data Docs of {escape(cell)}</h1>")
     return {"dir": d, "index": index}
+
+
+def _runs(n: int = 7) -> list[tuple[str, datetime]]:
+    return [
+        (f"scheduled__{d:%Y-%m-%dT%H:%M:%S}+00:00", d)
+        for d in (END - timedelta(days=n - 1 - i) for i in range(n))
+    ]
+
+
+def plant_demo(store: ResultsStore, dag_id: str = "demo") -> list[str]:
+    """Suite `demo`: model {a, b} x config {x, y, z}; model a on machine cpu, b on gpu.
+
+    Latest run: a,x passed (Data Docs); a,y failed (and its step time regressed over the
+    last two runs); a,z infrastructure failure; b,x passed but quarantined; b,y excluded;
+    b,z passed with a step time that flipped in and out of bounds (flaky).
+    """
+    runs = _runs()
+    for i, (run_id, when) in enumerate(runs):
+        last = i == len(runs) - 1
+        cells = []
+        index = 0
+        for m in ("a", "b"):
+            for c in ("x", "y", "z"):
+                axes = {"model": m, "config": c}
+                lo, hi = BOUNDS[m]
+                mean = (lo + hi) / 2
+                value = mean
+                if (m, c) == ("a", "y") and i >= len(runs) - 2:
+                    value = hi * 1.5
+                if (m, c) == ("b", "z") and i % 2 == 1:
+                    value = hi * 1.2
+                pc = PlantedCell(
+                    cell_id=cell_id(axes),
+                    axes=axes,
+                    index=index,
+                    machine="cpu" if m == "a" else "gpu",
+                    step_time=value,
+                    benchmark=m,
+                    lower=lo,
+                    upper=hi,
+                )
+                if last:
+                    if (m, c) == ("a", "x"):
+                        docs = planted_docs(dag_id, run_id, pc.cell_id)
+                        pc.data_docs = str(docs["index"])
+                    elif (m, c) == ("a", "y"):
+                        pc.state, pc.failed_checks = "failed", ("final_loss",)
+                    elif (m, c) == ("a", "z"):
+                        pc.state, pc.step_time = "infra_failed", None
+                        pc.message = "infrastructure failure: stockout"
+                    elif (m, c) == ("b", "x"):
+                        pc.quarantined = True
+                    elif (m, c) == ("b", "y"):
+                        pc.index, pc.state, pc.step_time = None, "excluded", None
+                        pc.excluded_reason = "y is not supported on b"
+                if pc.index is not None:
+                    index += 1
+                cells.append(pc)
+        plant_run(store, dag_id, run_id, cells, logical_date=when, started_at=when)
+    return [r for r, _ in runs]

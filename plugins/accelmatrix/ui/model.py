@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 from accelmatrix import settings
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from accelmatrix.results.store import ResultsStore
 
 log = logging.getLogger(__name__)
@@ -287,15 +286,42 @@ def _order_from_id(cell_id: str, axes: dict[str, str]) -> list[str] | None:
 
 
 # -- history, verdicts, trends ------------------------------------------------------------
-def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime) -> pd.DataFrame:
-    from accelmatrix.history.frame import history
+# (benchmark, metric, cell_id) -> points, oldest first
+History = dict[tuple[str, str, str], list[Point]]
 
-    h = history(store, metric=None, dag_id=dag_id, since=since, until=until)
-    return h[h["benchmark"] != ""] if len(h) else h
+
+def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime) -> History:
+    """The perf-check points of the window, keyed like ``history.frame.history`` (the
+    check's judged value and bounds; a logical date tested twice keeps only the run that
+    started last), without pandas: the page's common path never needs it."""
+    rows = store.perf_points(dag_id, since=since, until=until)
+    latest: dict[datetime, tuple[Any, ...]] = {}
+    for r in rows:
+        if r["logical_date"] is not None:
+            rank = (r["started_at"] or r["created_at"], r["created_at"], r["run_id"])
+            if r["logical_date"] not in latest or latest[r["logical_date"]] < rank:
+                latest[r["logical_date"]] = rank
+    out: History = {}
+    for r in rows:
+        when = r["logical_date"]
+        if when is not None and latest[when][2] != r["run_id"]:
+            continue
+        when = when or r["started_at"] or r["created_at"]
+        nan = math.nan
+        point = Point(
+            when,
+            nan if r["value"] is None else float(r["value"]),
+            nan if r["lower_bound"] is None else float(r["lower_bound"]),
+            nan if r["upper_bound"] is None else float(r["upper_bound"]),
+        )
+        out.setdefault((r["benchmark"], r["metric"], r["cell_id"]), []).append(point)
+    for pts in out.values():
+        pts.sort(key=lambda p: p.time)
+    return out
 
 
 def _verdicts(
-    store: ResultsStore, dag_id: str, hist: pd.DataFrame, *, use_stored: bool
+    store: ResultsStore, dag_id: str, hist: History, *, use_stored: bool
 ) -> tuple[dict[tuple[str, str, str], str], str]:
     """(benchmark, cell, metric) -> status: the gate's stored verdicts for the latest run;
     classified here over the shown window otherwise (an older run, or none stored)."""
@@ -305,59 +331,70 @@ def _verdicts(
             return {(r["benchmark"], r["cell_id"], r["metric"]): r["status"] for r in stored}, (
                 "series_status"
             )
-    if hist.empty:
+    if not hist:
         return {}, "computed"
+    import pandas as pd
+
     from accelmatrix.history.regression import classify
 
-    v = classify(hist)
+    frame = pd.DataFrame.from_records(
+        [
+            (bench, cid, metric, p.time, p.value, p.lower, p.upper)
+            for (bench, metric, cid), pts in hist.items()
+            for p in pts
+        ],
+        columns=["benchmark", "cell_id", "metric", "time", "value", "lower", "upper"],
+    )
+    v = classify(frame)
     keys = zip(v["benchmark"], v["cell_id"], v["metric"], strict=True)
     return dict(zip(keys, v["status"], strict=True)), "computed"
 
 
 def _trends(
     dag_id: str,
-    hist: pd.DataFrame,
+    hist: History,
     verdicts: dict[tuple[str, str, str], str],
     max_series: int,
 ) -> list[Trend]:
-    if hist.empty:
+    if not hist:
         return []
     current = current_bounds(dag_id)
     rank = {s: i for i, s in enumerate(STATUS_PRIORITY)}
-    h = hist[["benchmark", "metric", "cell_id", "time", "value", "lower", "upper"]]
-    h = h.sort_values(["benchmark", "metric", "cell_id", "time"], kind="mergesort")
+    charts: dict[tuple[str, str], list[Series]] = {}
+    for (bench, metric, cid), pts in hist.items():
+        status = verdicts.get((bench, cid, metric), "insufficient_data")
+        charts.setdefault((bench, metric), []).append(Series(cid, status, pts))
     out = []
-    for (bench, metric), g in h.groupby(["benchmark", "metric"], sort=True):
-        by_cell: dict[str, list[Point]] = {}
-        times = [t.to_pydatetime() for t in g["time"]]
-        for cid, t, v, lo, hi in zip(
-            g["cell_id"], times, g["value"], g["lower"], g["upper"], strict=True
-        ):
-            by_cell.setdefault(cid, []).append(Point(t, float(v), float(lo), float(hi)))
-        series = [
-            Series(cid, verdicts.get((bench, cid, metric), "insufficient_data"), pts)
-            for cid, pts in by_cell.items()
-        ]
+    for (bench, metric), series in sorted(charts.items()):
         series.sort(key=lambda s: (rank.get(s.status, len(rank)), s.cell_id))
         hidden: dict[str, int] = {}
         for s in series[max_series:]:
             hidden[s.status] = hidden.get(s.status, 0) + 1
-        band_df = g.groupby("time", sort=True)[["lower", "upper"]].median()
-        band = [
-            (t.to_pydatetime(), float(lo), float(hi))
-            for t, lo, hi in zip(band_df.index, band_df["lower"], band_df["upper"], strict=True)
-        ]
+        # The band: per point in time, the bounds the cells were judged against (one
+        # benchmark's cells share them; the median shrugs off an odd one).
+        at: dict[datetime, tuple[list[float], list[float]]] = {}
+        for s in series:
+            for p in s.points:
+                lo, hi = at.setdefault(p.time, ([], []))
+                lo.append(p.lower)
+                hi.append(p.upper)
+        band = [(t, _median(lo), _median(hi)) for t, (lo, hi) in sorted(at.items())]
         out.append(
             Trend(
-                benchmark=str(bench),
-                metric=str(metric),
+                benchmark=bench,
+                metric=metric,
                 series=series[:max_series],
                 band=band,
-                current=current.get(str(bench)),
+                current=current.get(bench),
                 hidden=hidden,
             )
         )
     return out
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else math.nan
 
 
 def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:

@@ -130,8 +130,9 @@ def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
     )
     trends = (
         f'<h2>Trends</h2><p class="meta">{esc(view.window_days)} days up to this run; '
-        f"{source}. Band: bounds each point was judged against; dashed: bounds in the bounds "
-        f"file now; red rings: points outside their bounds.</p>{charts}"
+        f"{source}. Band: bounds each point was judged against;"
+        + (" dashed: bounds in the bounds file now;" if any(t.current for t in view.trends) else "")
+        + f" red rings: points outside their bounds.</p>{charts}"
         if view.trends
         else '<h2>Trends</h2><p class="meta">No perf check has judged this suite in the window.</p>'
     )
