@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -367,3 +368,26 @@ def test_plugin_module_is_cheap_to_import() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_rerun_of_a_logical_date_replaces_its_point_and_runs_are_newest_first(
+    store: ResultsStore,
+) -> None:
+    axes = {"model": "a"}
+    cid = cell_id(axes)
+
+    def cell(value: float) -> PlantedCell:
+        return PlantedCell(cid, axes, 0, step_time=value, benchmark="a", lower=0.9, upper=1.1)
+
+    day = END - timedelta(days=1)
+    plant_run(store, "demo", "nightly", [cell(1.0)], logical_date=day, started_at=day)
+    # The same build re-tested later under another run id (a backfill): its point wins.
+    later = END - timedelta(hours=1)
+    plant_run(store, "demo", "backfill", [cell(1.05)], logical_date=day, started_at=later)
+    plant_run(store, "demo", "manual", [cell(0.95)], logical_date=None, started_at=END)
+    assert [r["run_id"] for r in store.get_runs("demo")] == ["manual", "backfill", "nightly"]
+    hist = model._history(store, "demo", END - timedelta(days=30), END)
+    points = hist[("a", "step_time", cid)]
+    assert [(p.time, p.value) for p in points] == [(day, 1.05), (END, 0.95)]
+    # Outside the window: nothing.
+    assert model._history(store, "demo", END - timedelta(days=60), END - timedelta(days=31)) == {}
