@@ -813,6 +813,74 @@ class ResultsStore:
             ).first()
         return dict(row._mapping) if row is not None else None
 
+    def perf_points(
+        self, dag_id: str, *, since: Any = None, until: Any = None
+    ) -> list[dict[str, Any]]:
+        """Every perf check verdict of the DAG's runs whose time is in [since, until]: run_id,
+        cell_id, benchmark, metric, value (what the check judged), lower_bound, upper_bound,
+        and the run's logical_date, started_at and created_at.
+
+        One narrow indexed join, for the matrix page's trend charts: the full
+        ``history_rows`` (every cell column of every run) is ~10x more to read for a
+        1,024-cell suite. A run without a logical date is placed by its start.
+        """
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        since_, until_ = schema.to_utc(since), schema.to_utc(until)
+        q = (
+            select(
+                checks.c.run_id,
+                checks.c.cell_id,
+                checks.c.benchmark,
+                checks.c.metric,
+                checks.c.value,
+                checks.c.lower_bound,
+                checks.c.upper_bound,
+                runs.c.logical_date,
+                runs.c.started_at,
+                runs.c.created_at,
+            )
+            .select_from(
+                checks.join(
+                    runs, and_(runs.c.dag_id == checks.c.dag_id, runs.c.run_id == checks.c.run_id)
+                )
+            )
+            .where(
+                checks.c.dag_id == dag_id,
+                checks.c.metric.is_not(None),
+                checks.c.benchmark.is_not(None),
+            )
+        )
+        undated = runs.c.logical_date.is_(None)
+        if since_ is not None:
+            q = q.where(
+                or_(runs.c.logical_date >= since_, and_(undated, runs.c.started_at >= since_))
+            )
+        if until_ is not None:
+            q = q.where(
+                or_(runs.c.logical_date <= until_, and_(undated, runs.c.started_at <= until_))
+            )
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def get_runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The DAG's runs, newest first (by start, then creation): the matrix page's run
+        picker and its "latest run"."""
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        stmt = (
+            select(runs)
+            .where(runs.c.dag_id == dag_id)
+            .order_by(
+                runs.c.started_at.is_(None),
+                runs.c.started_at.desc(),
+                runs.c.created_at.desc(),
+                runs.c.run_id.desc(),
+            )
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
     def get_cells(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every cell of the run, in plan order (cell_index, then cell_id)."""
         key = self._key(dag_id, run_id)

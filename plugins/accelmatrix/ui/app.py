@@ -1,0 +1,154 @@
+"""The matrix page's FastAPI app, mounted by Airflow's api-server under ``/accelmatrix``.
+
+Airflow 3.3.2 does not protect plugin apps: the api-server mounts them as they are. So every
+route here depends on Airflow's own ``get_user`` (the JWT from ``Authorization: Bearer`` or
+the ``_token`` cookie the Airflow UI sets, validated by the configured auth manager, revoked
+tokens included), and asks the same auth manager whether that user may read the suite's DAG
+runs. Anonymous requests get 401, a bad or expired token 401/403, another team's DAG 403.
+
+Built on the first request (see ``asgi.py``), inside the api-server, where Airflow's auth
+manager is initialised: importing this module pulls in FastAPI and Airflow's API package.
+"""
+
+import logging
+import threading
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import FileResponse, HTMLResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from accelmatrix.results.store import ResultsStore
+from accelmatrix.ui import files, model, render
+
+log = logging.getLogger(__name__)
+
+URL_PREFIX = "/accelmatrix"
+# The pages need no script at all: forbid them, so an escaping bug cannot become XSS.
+PAGE_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'self'; base-uri 'none'"
+)
+# Data Docs are files written during a run (a workload could have planted HTML there): a
+# sandbox gives them an opaque origin, so their scripts cannot use the user's Airflow
+# session.
+FILE_CSP = "sandbox allow-scripts allow-popups allow-popups-to-escape-sandbox"
+
+_store_lock = threading.Lock()
+_store: ResultsStore | None = None
+
+
+def results_store() -> ResultsStore:
+    """One store (one connection pool) per api-server process."""
+    global _store
+    with _store_lock:
+        if _store is None:
+            _store = ResultsStore.from_settings()
+        return _store
+
+
+def _bases(request: Request) -> tuple[str, str]:
+    """(Airflow UI base, this app's base) from where the api-server mounted the app."""
+    app_base = request.scope.get("root_path", "").rstrip("/")
+    ui_base = app_base[: -len(URL_PREFIX)] if app_base.endswith(URL_PREFIX) else ""
+    return ui_base, app_base
+
+
+def create_app() -> FastAPI:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        DagAccessEntity,
+        DagDetails,
+    )
+    from airflow.api_fastapi.core_api.security import get_user
+
+    # No `from __future__ import annotations` in this module: FastAPI reads these
+    # annotations at route definition, and a local alias must be a real object.
+    User = Annotated[Any, Depends(get_user)]
+
+    app = FastAPI(title="accelmatrix matrix page", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def allowed(user: Any, dag_id: str, entity: Any) -> bool:
+        return get_auth_manager().is_authorized_dag(
+            method="GET", access_entity=entity, details=DagDetails(id=dag_id), user=user
+        )
+
+    def require(user: Any, dag_id: str, entity: Any = DagAccessEntity.RUN) -> None:
+        if not allowed(user, dag_id, entity):
+            raise HTTPException(status_code=403, detail="Forbidden")
+
+    def html(body: str, status_code: int = 200) -> HTMLResponse:
+        return HTMLResponse(
+            body,
+            status_code=status_code,
+            headers={
+                "Content-Security-Policy": PAGE_CSP,
+                "X-Content-Type-Options": "nosniff",
+                "Cache-Control": "no-store",
+                "Referrer-Policy": "same-origin",
+            },
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _errors(request: Request, exc: StarletteHTTPException) -> Response:
+        # Browsers get a page with a way forward; API clients the usual JSON.
+        if "text/html" not in request.headers.get("accept", ""):
+            return await http_exception_handler(request, exc)
+        ui_base, _ = _bases(request)
+        link = None
+        if exc.status_code == 401:
+            link = (f"{ui_base}/auth/login?next={quote(str(request.url), safe='')}", "log in")
+        title = {401: "Not logged in", 403: "Forbidden", 404: "Not found"}.get(
+            exc.status_code, "Error"
+        )
+        resp = html(render.message_page(title, str(exc.detail), link), exc.status_code)
+        for k, v in (exc.headers or {}).items():
+            resp.headers[k] = v
+        return resp
+
+    @app.get("/", response_class=HTMLResponse)
+    def index(request: Request, user: User) -> HTMLResponse:
+        _, app_base = _bases(request)
+        suites = [
+            s
+            for s in model.list_suites(results_store())
+            if allowed(user, s.dag_id, DagAccessEntity.RUN)
+        ]
+        return html(render.suites_page(suites, app_base))
+
+    @app.get("/suites/{dag_id}", response_class=HTMLResponse)
+    def suite(
+        request: Request,
+        dag_id: str,
+        user: User,
+        run_id: str | None = None,
+    ) -> HTMLResponse:
+        require(user, dag_id)
+        ui_base, app_base = _bases(request)
+        try:
+            view = model.load_run_view(results_store(), dag_id, run_id or None)
+        except ValueError as e:  # an over-long or empty id
+            raise HTTPException(status_code=404, detail=str(e)) from None
+        if view is None:
+            what = f"run {run_id!r} of {dag_id!r}" if run_id else f"any run of {dag_id!r}"
+            raise HTTPException(status_code=404, detail=f"no results recorded for {what}")
+        return html(render.run_page(view, ui_base=ui_base, app_base=app_base))
+
+    @app.get("/suites/{dag_id}/files/{path:path}")
+    def data_docs(dag_id: str, path: str, user: User) -> FileResponse:
+        require(user, dag_id, DagAccessEntity.TASK_LOGS)
+        target = files.data_docs_file(dag_id, path)
+        if target is None:
+            raise HTTPException(status_code=404, detail="no such Data Docs file")
+        return FileResponse(
+            target,
+            headers={
+                "Content-Security-Policy": FILE_CSP,
+                "X-Content-Type-Options": "nosniff",
+                "Cache-Control": "no-store",
+            },
+        )
+
+    return app

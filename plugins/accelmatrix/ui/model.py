@@ -1,0 +1,435 @@
+"""What the matrix page shows, read from the results store: plain dataclasses, no HTML.
+
+Kept apart from rendering so the HTML can be tested on planted rows and the reads can be
+timed on their own (bench/bench_page.py). Every value here is raw (unescaped) text from the
+store; escaping is the renderer's job, done once, at the last moment.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelmatrix import settings
+
+if TYPE_CHECKING:
+    from accelmatrix.results.store import ResultsStore
+
+log = logging.getLogger(__name__)
+
+# What a cell's colour says, in the order the legend lists them.
+KINDS = ("passed", "failed", "infra", "quarantined", "flaky", "excluded", "pending")
+# States of a cell still on its way (not a verdict yet).
+PENDING_STATES = frozenset(
+    {"planned", "provisioning", "provisioned", "setup", "running", "ran", "exited"}
+)
+# Series verdicts, most urgent first: the order trend charts pick series to draw in.
+STATUS_PRIORITY = ("regression", "flaky", "suspicious", "ok", "insufficient_data")
+DEFAULT_WINDOW_DAYS = 30
+DEFAULT_MAX_SERIES = 8
+RUN_PICKER_LIMIT = 100
+
+
+def cell_kind(state: str, quarantined: bool, flaky: bool) -> str:
+    """The colour class of a cell: excluded and quarantined first (they never fail a run),
+    then infrastructure failure, any other failure, and flaky only for a cell that passed
+    (a failure in this run says more than the history does)."""
+    if state == "excluded":
+        return "excluded"
+    if quarantined:
+        return "quarantined"
+    if state == "infra_failed":
+        return "infra"
+    if state in PENDING_STATES:
+        return "pending"
+    if state == "passed":
+        return "flaky" if flaky else "passed"
+    return "failed"
+
+
+@dataclass
+class CellView:
+    cell_id: str
+    axes: dict[str, str]
+    state: str
+    kind: str
+    quarantined: bool
+    message: str
+    machine: str | None
+    map_index: int | None  # index of the cell in its machine's mapped task group
+    data_docs: str | None  # posix path relative to the suite's artifacts dir
+    failed_checks: list[str] = field(default_factory=list)
+    # (benchmark, metric, status) of every perf series of the cell.
+    series: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def badges(self) -> list[str]:
+        """Series verdicts worth a mark on the cell (flaky, regression, suspicious)."""
+        found = {s for _, _, s in self.series}
+        return [s for s in ("regression", "flaky", "suspicious") if s in found]
+
+
+@dataclass
+class Point:
+    time: datetime
+    value: float
+    lower: float
+    upper: float
+
+    @property
+    def violated(self) -> bool:
+        lo, hi = self.lower, self.upper
+        return (not math.isnan(lo) and self.value < lo) or (not math.isnan(hi) and self.value > hi)
+
+
+@dataclass
+class Series:
+    cell_id: str
+    status: str
+    points: list[Point]
+
+
+@dataclass
+class Trend:
+    """One chart: a benchmark's metric over time for the cells that ran it."""
+
+    benchmark: str
+    metric: str
+    series: list[Series]  # drawn, most urgent first
+    band: list[tuple[datetime, float, float]]  # bounds in force at each time
+    current: tuple[float | None, float | None] | None  # bounds in the bounds file now
+    hidden: dict[str, int] = field(default_factory=dict)  # status -> series not drawn
+
+    @property
+    def regressions(self) -> list[str]:
+        return [s.cell_id for s in self.series if s.status == "regression"]
+
+
+@dataclass
+class SuiteSummary:
+    dag_id: str
+    runs: int
+    latest: dict[str, Any] | None
+
+
+@dataclass
+class RunView:
+    dag_id: str
+    run: dict[str, Any]
+    runs: list[dict[str, Any]]  # the run picker, newest first
+    is_latest: bool
+    axes: list[str]
+    cells: list[CellView]
+    trends: list[Trend]
+    verdict_source: str  # "series_status" (stored by the gate) or "computed" (here)
+    window_days: int
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(KINDS, 0)
+        for c in self.cells:
+            out[c.kind] += 1
+        return out
+
+
+# -- suites and runs -----------------------------------------------------------------------
+def list_suites(store: ResultsStore) -> list[SuiteSummary]:
+    """Every DAG with a run in the store, with its latest run."""
+    out = []
+    for dag_id in store.suite_dag_ids():
+        runs = store.get_runs(dag_id, limit=RUN_PICKER_LIMIT)
+        out.append(SuiteSummary(dag_id=dag_id, runs=len(runs), latest=runs[0] if runs else None))
+    return out
+
+
+def run_time(run: dict[str, Any]) -> datetime:
+    """Where a run sits in history: its logical date, else its start (a manual run)."""
+    return run.get("logical_date") or run.get("started_at") or run.get("created_at")
+
+
+def load_run_view(
+    store: ResultsStore,
+    dag_id: str,
+    run_id: str | None = None,
+    *,
+    window_days: int = DEFAULT_WINDOW_DAYS,
+    max_series: int = DEFAULT_MAX_SERIES,
+) -> RunView | None:
+    """The page of one run (the latest when ``run_id`` is None); None if there is none."""
+    runs = store.get_runs(dag_id, limit=RUN_PICKER_LIMIT)
+    if not runs:
+        return None
+    if run_id is None:
+        run = runs[0]
+    else:
+        run = next((r for r in runs if r["run_id"] == run_id), None) or store.get_run(
+            dag_id, run_id
+        )
+        if run is None:
+            return None
+        if all(r["run_id"] != run_id for r in runs):
+            runs = [run, *runs]
+    is_latest = run["run_id"] == runs[0]["run_id"]
+
+    until = run_time(run) or datetime.now(UTC)
+    hist = _history(store, dag_id, until - timedelta(days=window_days), until)
+    verdicts, source = _verdicts(store, dag_id, hist, use_stored=is_latest)
+    by_cell: dict[str, list[tuple[str, str, str]]] = {}
+    for (bench, cell_id, metric), status in verdicts.items():
+        by_cell.setdefault(cell_id, []).append((bench, metric, status))
+
+    rows = store.get_cells(dag_id, run["run_id"])
+    failed: dict[str, list[str]] = {}
+    for c in store.get_checks(dag_id, run["run_id"]):
+        if not c["passed"]:
+            failed.setdefault(c["cell_id"], []).append(c["check_name"])
+    cells = _cell_views(dag_id, rows, failed, by_cell)
+    trends = _trends(dag_id, hist, verdicts, max_series)
+    return RunView(
+        dag_id=dag_id,
+        run=run,
+        runs=runs,
+        is_latest=is_latest,
+        axes=axis_order(cells),
+        cells=cells,
+        trends=trends,
+        verdict_source=source,
+        window_days=window_days,
+    )
+
+
+# -- cells ---------------------------------------------------------------------------------
+def _cell_views(
+    dag_id: str,
+    rows: list[dict[str, Any]],
+    failed: dict[str, list[str]],
+    series: dict[str, list[tuple[str, str, str]]],
+) -> list[CellView]:
+    # The run task of a cell is `<machine>.run` mapped over the machine's cells in plan
+    # order (dag_factory): its map index is the cell's rank among them.
+    rank: dict[str, int] = {}
+    next_index: dict[str, int] = {}
+    planned = [r for r in rows if r.get("cell_index") is not None]
+    for r in sorted(planned, key=lambda r: r["cell_index"]):
+        m = r.get("machine") or ""
+        rank[r["cell_id"]] = next_index.get(m, 0)
+        next_index[m] = rank[r["cell_id"]] + 1
+    docs_root = os.path.normpath(settings.artifacts_dir() / settings.safe_name(dag_id))
+    out = []
+    for r in rows:
+        cid = r["cell_id"]
+        state = r.get("state") or "planned"
+        cell_series = series.get(cid, [])
+        flaky = any(s == "flaky" for _, _, s in cell_series)
+        out.append(
+            CellView(
+                cell_id=cid,
+                axes={str(k): str(v) for k, v in (r.get("axes") or {}).items()},
+                state=state,
+                kind=cell_kind(state, bool(r.get("quarantined")), flaky),
+                quarantined=bool(r.get("quarantined")),
+                message=r.get("message") or r.get("excluded_reason") or "",
+                machine=r.get("machine"),
+                map_index=rank.get(cid) if state != "excluded" else None,
+                data_docs=_relative_to(r.get("data_docs"), docs_root),
+                failed_checks=failed.get(cid, []),
+                series=sorted(cell_series),
+            )
+        )
+    return out
+
+
+def _relative_to(path: str | None, root: str) -> str | None:
+    """``path`` relative to ``root`` (posix), or None when it is elsewhere or absent."""
+    if not path:
+        return None
+    p = os.path.normpath(path)
+    if not p.startswith(root + os.sep):
+        return None
+    return Path(os.path.relpath(p, root)).as_posix()
+
+
+def axis_order(cells: list[CellView]) -> list[str]:
+    """The suite's axis order, recovered from cell ids (``a=x,b=y`` in YAML order): the
+    stored ``axes`` JSON has sorted keys. Falls back to sorted names if no id parses."""
+    names = sorted({k for c in cells for k in c.axes})
+    for c in cells:
+        if set(c.axes) == set(names):
+            order = _order_from_id(c.cell_id, c.axes)
+            if order is not None:
+                return order
+    return names
+
+
+def _order_from_id(cell_id: str, axes: dict[str, str]) -> list[str] | None:
+    def walk(pos: int, left: list[str]) -> list[str] | None:
+        if not left:
+            return [] if pos == len(cell_id) else None
+        for k in left:
+            part = f"{k}={axes[k]}"
+            end = pos + len(part)
+            if cell_id.startswith(part, pos) and (
+                (end == len(cell_id) and len(left) == 1) or cell_id.startswith(",", end)
+            ):
+                rest = walk(end + 1 if len(left) > 1 else end, [x for x in left if x != k])
+                if rest is not None:
+                    return [k, *rest]
+        return None
+
+    return walk(0, list(axes))
+
+
+# -- history, verdicts, trends ------------------------------------------------------------
+# (benchmark, metric, cell_id) -> points, oldest first
+History = dict[tuple[str, str, str], list[Point]]
+
+
+def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime) -> History:
+    """The perf-check points of the window, keyed like ``history.frame.history`` (the
+    check's judged value and bounds; a logical date tested twice keeps only the run that
+    started last), without pandas: the page's common path never needs it."""
+    rows = store.perf_points(dag_id, since=since, until=until)
+    latest: dict[datetime, tuple[Any, ...]] = {}
+    for r in rows:
+        if r["logical_date"] is not None:
+            rank = (r["started_at"] or r["created_at"], r["created_at"], r["run_id"])
+            if r["logical_date"] not in latest or latest[r["logical_date"]] < rank:
+                latest[r["logical_date"]] = rank
+    out: History = {}
+    for r in rows:
+        when = r["logical_date"]
+        if when is not None and latest[when][2] != r["run_id"]:
+            continue
+        when = when or r["started_at"] or r["created_at"]
+        nan = math.nan
+        point = Point(
+            when,
+            nan if r["value"] is None else float(r["value"]),
+            nan if r["lower_bound"] is None else float(r["lower_bound"]),
+            nan if r["upper_bound"] is None else float(r["upper_bound"]),
+        )
+        out.setdefault((r["benchmark"], r["metric"], r["cell_id"]), []).append(point)
+    for pts in out.values():
+        pts.sort(key=lambda p: p.time)
+    return out
+
+
+def _verdicts(
+    store: ResultsStore, dag_id: str, hist: History, *, use_stored: bool
+) -> tuple[dict[tuple[str, str, str], str], str]:
+    """(benchmark, cell, metric) -> status: the gate's stored verdicts for the latest run;
+    classified here over the shown window otherwise (an older run, or none stored)."""
+    if use_stored:
+        stored = store.get_series_status(dag_id)
+        if stored:
+            return {(r["benchmark"], r["cell_id"], r["metric"]): r["status"] for r in stored}, (
+                "series_status"
+            )
+    if not hist:
+        return {}, "computed"
+    import pandas as pd
+
+    from accelmatrix.history.regression import classify
+
+    frame = pd.DataFrame.from_records(
+        [
+            (bench, cid, metric, p.time, p.value, p.lower, p.upper)
+            for (bench, metric, cid), pts in hist.items()
+            for p in pts
+        ],
+        columns=["benchmark", "cell_id", "metric", "time", "value", "lower", "upper"],
+    )
+    v = classify(frame)
+    keys = zip(v["benchmark"], v["cell_id"], v["metric"], strict=True)
+    return dict(zip(keys, v["status"], strict=True)), "computed"
+
+
+def _trends(
+    dag_id: str,
+    hist: History,
+    verdicts: dict[tuple[str, str, str], str],
+    max_series: int,
+) -> list[Trend]:
+    if not hist:
+        return []
+    current = current_bounds(dag_id)
+    rank = {s: i for i, s in enumerate(STATUS_PRIORITY)}
+    charts: dict[tuple[str, str], list[Series]] = {}
+    for (bench, metric, cid), pts in hist.items():
+        status = verdicts.get((bench, cid, metric), "insufficient_data")
+        charts.setdefault((bench, metric), []).append(Series(cid, status, pts))
+    out = []
+    for (bench, metric), series in sorted(charts.items()):
+        series.sort(key=lambda s: (rank.get(s.status, len(rank)), s.cell_id))
+        hidden: dict[str, int] = {}
+        for s in series[max_series:]:
+            hidden[s.status] = hidden.get(s.status, 0) + 1
+        # The band: per point in time, the bounds the cells were judged against (one
+        # benchmark's cells share them; the median shrugs off an odd one).
+        at: dict[datetime, tuple[list[float], list[float]]] = {}
+        for s in series:
+            for p in s.points:
+                lo, hi = at.setdefault(p.time, ([], []))
+                lo.append(p.lower)
+                hi.append(p.upper)
+        band = [(t, _median(lo), _median(hi)) for t, (lo, hi) in sorted(at.items())]
+        out.append(
+            Trend(
+                benchmark=bench,
+                metric=metric,
+                series=series[:max_series],
+                band=band,
+                current=current.get(bench),
+                hidden=hidden,
+            )
+        )
+    return out
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:
+    """benchmark -> (lower, upper) from the bounds files the suite's perf checks name now.
+
+    Read from the suite YAML without validating the whole suite: the page must still draw
+    the history when the file has since broken. Any problem just leaves the lines out.
+    """
+    from accelmatrix.evaluation.bounds import BoundsError, load_bounds
+    from accelmatrix.spec.loader import read_yaml
+
+    out: dict[str, tuple[float | None, float | None]] = {}
+    path = settings.suites_dir() / f"{dag_id}.yaml"
+    try:
+        raw = read_yaml(path)
+    except Exception:  # noqa: BLE001 - a missing or broken suite only loses the lines
+        return out
+    checks = raw.get("checks") if isinstance(raw, dict) else None
+    files = {
+        c["bounds_file"]
+        for c in checks or []
+        if isinstance(c, dict)
+        and c.get("type") == "step_time_within_bounds"
+        and isinstance(c.get("bounds_file"), str)
+    }
+    include = settings.include_dir().resolve()
+    for f in sorted(files):
+        p = (include / f).resolve()
+        if not p.is_relative_to(include):
+            continue
+        try:
+            loaded = load_bounds(p)
+        except BoundsError as e:
+            log.warning("matrix page: %s", e)
+            continue
+        for name, b in loaded.benchmarks.items():
+            out.setdefault(name, (b.step_time_lower_bound, b.step_time_upper_bound))
+    return out

@@ -1,0 +1,150 @@
+"""Whole pages: the suite list and a run (run picker, grid, legend, trend charts).
+
+Plain HTML with inline CSS and SVG: the page is shown in an iframe of the Airflow UI on
+machines without internet access, so it may load nothing from elsewhere, and it needs no
+JavaScript at all (the response's Content-Security-Policy forbids scripts outright).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from accelmatrix.ui.grid import esc, q, render_grid, render_legend
+from accelmatrix.ui.model import RunView, SuiteSummary, run_time
+from accelmatrix.ui.trend import render_trend
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1a202c}
+h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:20px 0 8px}
+a{color:#1e5bb8}nav.crumbs{margin-bottom:8px;font-size:13px}
+table.suites td,table.suites th{padding:4px 10px;text-align:left;border-bottom:1px solid #e2e8f0}
+.gridwrap{overflow:auto;max-width:100%;border:1px solid #cbd5e0}
+table.grid{border-collapse:collapse;font-size:12px}
+table.grid th{background:#edf2f7;padding:3px 6px;border:1px solid #cbd5e0;white-space:nowrap}
+table.grid th.row{text-align:left;position:sticky;left:0;z-index:1}
+table.grid td.cell{border:1px solid #cbd5e0;padding:3px 5px;min-width:72px;vertical-align:top}
+td.cell .st{display:block;font-weight:600}td.cell .links a{margin-right:6px;font-size:11px}
+.k-passed{background:#c6f6d5}.k-failed{background:#feb2b2}.k-infra{background:#fbd38d}
+.k-quarantined{background:#d6bcfa}.k-flaky{background:#faf089}.k-excluded{background:#e2e8f0;color:#718096}
+.k-pending{background:#bee3f8}.k-none{background:#fff}
+.badge{display:inline-block;font-size:10px;padding:0 4px;margin:1px 2px 1px 0;border-radius:3px;
+background:#2d3748;color:#fff}.b-regression{background:#c53030}.b-flaky{background:#b7791f}
+.b-suspicious{background:#718096}.b-quarantined{background:#6b46c1}
+ul.legend{list-style:none;padding:0;display:flex;gap:14px;flex-wrap:wrap;font-size:13px}
+.swatch{display:inline-block;width:12px;height:12px;margin-right:4px;border:1px solid #a0aec0;
+vertical-align:middle}
+form.picker{margin:8px 0;font-size:13px}
+.meta{font-size:13px;color:#4a5568}
+figure.chart{margin:0 0 18px}figcaption{font-size:14px;margin-bottom:4px}
+svg.trend{background:#fff;font-size:11px}svg.trend .plot{fill:#fff;stroke:#cbd5e0}
+svg.trend .gridline{stroke:#edf2f7}svg.trend .tick{fill:#4a5568}
+svg.trend .band{fill:#c6f6d5;fill-opacity:.55;stroke:#68d391;stroke-width:.5}
+svg.trend .current{stroke:#2f855a;stroke-dasharray:5 4;stroke-width:1}
+svg.trend polyline{fill:none;stroke-width:1.5}svg.trend .s-regression polyline{stroke-width:3}
+svg.trend circle.violation{stroke:#e53e3e;stroke-width:2.5}
+svg.trend .mark{fill:#c53030;font-weight:700}
+ul.series-legend{list-style:none;padding:0;font-size:12px;columns:2;max-width:760px}
+ul.series-legend .s-regression .status{color:#c53030;font-weight:700}
+ul.series-legend .s-flaky .status{color:#b7791f;font-weight:700}
+""".strip()
+
+
+def page(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>{body}</body></html>"
+    )
+
+
+def _when(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M UTC")
+    return "-"
+
+
+def suites_page(suites: list[SuiteSummary], app_base: str) -> str:
+    rows = []
+    for s in suites:
+        latest = s.latest or {}
+        rows.append(
+            f'<tr data-dag-id="{esc(s.dag_id)}"><td><a href="{esc(app_base)}/suites/'
+            f'{esc(q(s.dag_id))}">{esc(s.dag_id)}</a></td>'
+            f"<td>{esc(latest.get('state') or '-')}</td>"
+            f"<td>{esc(_when(latest.get('started_at')))}</td>"
+            f"<td>{esc(_when(latest.get('logical_date')))}</td><td>{s.runs}</td></tr>"
+        )
+    table = (
+        '<table class="suites"><tr><th>suite</th><th>latest run</th><th>started</th>'
+        "<th>logical date</th><th>runs</th></tr>" + "".join(rows) + "</table>"
+        if rows
+        else "<p>No runs recorded yet: trigger a suite and its results appear here.</p>"
+    )
+    return page("accelmatrix suites", f"<h1>accelmatrix: test suites</h1>{table}")
+
+
+def _picker(view: RunView, app_base: str) -> str:
+    options = []
+    for r in view.runs:
+        sel = " selected" if r["run_id"] == view.run["run_id"] else ""
+        label = f"{r['run_id']} ({r.get('state') or '-'}, {_when(run_time(r))})"
+        options.append(f'<option value="{esc(r["run_id"])}"{sel}>{esc(label)}</option>')
+    return (
+        f'<form class="picker" method="get" action="{esc(app_base)}/suites/{esc(q(view.dag_id))}">'
+        f'<label>run <select name="run_id">{"".join(options)}</select></label> '
+        '<button type="submit">show</button>'
+        + (
+            ""
+            if view.is_latest
+            else f' <a href="{esc(app_base)}/suites/{esc(q(view.dag_id))}">latest</a>'
+        )
+        + "</form>"
+    )
+
+
+def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
+    run = view.run
+    run_link = f"{ui_base}/dags/{q(view.dag_id)}/runs/{q(run['run_id'])}"
+    meta = [
+        f"state <b>{esc(run.get('state') or '-')}</b>",
+        f"started {esc(_when(run.get('started_at')))}",
+        f"logical date {esc(_when(run.get('logical_date')))}",
+    ]
+    for key in ("runtime_version", "git_ref"):
+        if run.get(key):
+            meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
+    meta.append(f'<a href="{esc(run_link)}" target="_top">run in Airflow</a>')
+    grid = render_grid(
+        view.cells,
+        view.axes,
+        ui_base=ui_base,
+        app_base=app_base,
+        dag_id=view.dag_id,
+        run_id=run["run_id"],
+    )
+    charts = "".join(render_trend(t, f"trend-{i}") for i, t in enumerate(view.trends))
+    source = (
+        "verdicts as stored after the latest run"
+        if view.verdict_source == "series_status"
+        else "verdicts computed over the window shown"
+    )
+    trends = (
+        f'<h2>Trends</h2><p class="meta">{esc(view.window_days)} days up to this run; '
+        f"{source}. Band: bounds each point was judged against;"
+        + (" dashed: bounds in the bounds file now;" if any(t.current for t in view.trends) else "")
+        + f" red rings: points outside their bounds.</p>{charts}"
+        if view.trends
+        else '<h2>Trends</h2><p class="meta">No perf check has judged this suite in the window.</p>'
+    )
+    body = (
+        f'<nav class="crumbs"><a href="{esc(app_base)}/">suites</a> / {esc(view.dag_id)}</nav>'
+        f"<h1>{esc(view.dag_id)}</h1>{_picker(view, app_base)}"
+        f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
+        f"{render_legend(view.counts)}{grid}{trends}"
+    )
+    return page(f"{view.dag_id} {run['run_id']}", body)
+
+
+def message_page(title: str, text: str, link: tuple[str, str] | None = None) -> str:
+    extra = f' <a href="{esc(link[0])}" target="_top">{esc(link[1])}</a>' if link else ""
+    return page(title, f"<h1>{esc(title)}</h1><p>{esc(text)}{extra}</p>")

@@ -1,0 +1,393 @@
+"""The matrix page's HTML and SVG, rendered from a real (temporary) results store with
+planted runs: cell colours and links, series verdicts, trends, escaping, file serving."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from accelmatrix.results.store import ResultsStore
+from accelmatrix.testing.matrix_results import (
+    END,
+    PlantedCell,
+    cell_id,
+    plant_demo,
+    plant_run,
+    planted_docs,
+)
+from accelmatrix.ui import files, grid, model, render
+
+ROOT = Path(__file__).resolve().parents[1]
+UI, APP = "/base", "/base/accelmatrix"
+
+
+class Dom(HTMLParser):
+    """Every start tag with its attributes, the text, and per-td-cell links."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+        self.cells: dict[str, dict[str, object]] = {}
+        self._cell: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.tags.append((tag, a))
+        if tag == "td" and "data-cell-id" in a:
+            self._cell = a["data-cell-id"]
+            self.cells[self._cell] = {"class": a["class"], "kind": a["data-kind"], "links": {}}
+            self.cells[self._cell]["badges"] = []
+        elif tag == "a" and self._cell is not None:
+            self.cells[self._cell]["links"][a["class"]] = a["href"]  # type: ignore[index]
+        elif tag == "span" and self._cell is not None and "badge" in a.get("class", ""):
+            self.cells[self._cell]["badges"].append(a["class"].split("b-")[1])  # type: ignore[union-attr]
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def find(self, tag: str, **attrs: str) -> list[dict[str, str]]:
+        return [
+            a
+            for t, a in self.tags
+            if t == tag
+            and all(
+                v in a.get(k.rstrip("_").replace("_", "-"), "").split() for k, v in attrs.items()
+            )
+        ]
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ACCELMATRIX_ARTIFACTS_DIR", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(tmp_path / "suites"))
+    monkeypatch.setenv("ACCELMATRIX_INCLUDE_DIR", str(tmp_path / "include"))
+    (tmp_path / "suites").mkdir()
+    return tmp_path
+
+
+@pytest.fixture
+def store(env: Path) -> ResultsStore:
+    s = ResultsStore(f"sqlite:///{env / 'results.db'}")
+    yield s
+    s.close()
+
+
+def _page(store: ResultsStore, run_id: str | None = None) -> tuple[model.RunView, Dom]:
+    view = model.load_run_view(store, "demo", run_id)
+    assert view is not None
+    return view, Dom(render.run_page(view, ui_base=UI, app_base=APP))
+
+
+def test_grid_cells_colours_and_links(store: ResultsStore) -> None:
+    run_ids = plant_demo(store)
+    latest = run_ids[-1]
+    view, dom = _page(store)
+    assert view.run["run_id"] == latest and view.is_latest
+    assert view.axes == ["model", "config"]
+    kinds = {cid: c["kind"] for cid, c in dom.cells.items()}
+    assert kinds == {
+        "model=a,config=x": "passed",
+        "model=a,config=y": "failed",
+        "model=a,config=z": "infra",
+        "model=b,config=x": "quarantined",
+        "model=b,config=y": "excluded",
+        "model=b,config=z": "flaky",
+    }
+    for cid, c in dom.cells.items():
+        assert f"k-{kinds[cid]}" in str(c["class"]).split()
+    # Rows are the first axis, columns the second, in YAML order.
+    rows = [a["scope"] for a in dom.find("th", class_="row")]
+    assert len(rows) == 2
+    cols = [t for t, a in dom.tags if t == "th" and "col" in a.get("class", "").split()]
+    assert len(cols) == 3
+    order = [cid for cid in dom.cells]
+    assert order == [f"model={m},config={c}" for m in "ab" for c in "xyz"]
+    # The run task's log in the Airflow UI: <machine>.run mapped by rank within its machine.
+    q = "scheduled__2026-11-20T02%3A00%3A00%2B00%3A00"
+    logs = {cid: c["links"].get("log") for cid, c in dom.cells.items()}
+    assert logs == {
+        "model=a,config=x": f"{UI}/dags/demo/runs/{q}/tasks/cpu.run/mapped/0",
+        "model=a,config=y": f"{UI}/dags/demo/runs/{q}/tasks/cpu.run/mapped/1",
+        "model=a,config=z": f"{UI}/dags/demo/runs/{q}/tasks/cpu.run/mapped/2",
+        "model=b,config=x": f"{UI}/dags/demo/runs/{q}/tasks/gpu.run/mapped/0",
+        "model=b,config=y": None,
+        "model=b,config=z": f"{UI}/dags/demo/runs/{q}/tasks/gpu.run/mapped/1",
+    }
+    docs = {cid: c["links"].get("docs") for cid, c in dom.cells.items()}
+    assert docs.pop("model=a,config=x") == (
+        f"{APP}/suites/demo/files/scheduled__2026-11-20T02_00_00_00_00/"
+        "model%3Da%2Cconfig%3Dx/data_docs/index.html"
+    )
+    assert set(docs.values()) == {None}
+    # The docs link names a file the app would serve.
+    rel = view.cells[0].data_docs
+    assert rel is not None and files.data_docs_file("demo", rel) is not None
+    assert dom.cells["model=a,config=y"]["badges"] == ["regression"]
+    assert dom.cells["model=b,config=z"]["badges"] == ["flaky"]
+    assert dom.cells["model=b,config=x"]["badges"] == ["quarantined"]
+    counts = {a["data-count"]: None for a in dom.find("b") if "data-count" in a}
+    assert set(counts) == set(model.KINDS)
+    assert view.counts == {
+        "passed": 1,
+        "failed": 1,
+        "infra": 1,
+        "quarantined": 1,
+        "flaky": 1,
+        "excluded": 1,
+        "pending": 0,
+    }
+    assert view.verdict_source == "computed"  # no series_status rows stored
+    # The run picker lists every run, the shown one selected.
+    options = dom.find("option")
+    assert [o["value"] for o in options] == list(reversed(run_ids))
+    assert [o["value"] for o in options if "selected" in o] == [latest]
+
+
+def test_stored_series_status_is_used_for_the_latest_run(store: ResultsStore) -> None:
+    run_ids = plant_demo(store)
+    store.replace_series_status(
+        "demo",
+        [
+            {
+                "benchmark": "a",
+                "cell_id": "model=a,config=x",
+                "metric": "step_time",
+                "status": "flaky",
+                "points": 7,
+                "flips": 4,
+                "trailing": 0,
+            }
+        ],
+        window_days=30,
+    )
+    view, dom = _page(store)
+    assert view.verdict_source == "series_status"
+    assert dom.cells["model=a,config=x"]["kind"] == "flaky"
+    assert dom.cells["model=b,config=z"]["kind"] == "passed"  # not in the stored table
+    # An older run is judged over its own window instead.
+    old, dom_old = _page(store, run_ids[-2])
+    assert old.verdict_source == "computed" and not old.is_latest
+    assert old.run["run_id"] == run_ids[-2]
+    assert {a["value"] for a in dom_old.find("option") if "selected" in a} == {run_ids[-2]}
+
+
+def test_trend_charts_band_violations_regression(store: ResultsStore, env: Path) -> None:
+    plant_demo(store)
+    (env / "include" / "bounds").mkdir(parents=True)
+    (env / "include" / "bounds" / "demo.yaml").write_text(
+        "benchmarks:\n  a: {step_time_lower_bound: 0.95, step_time_upper_bound: 1.05}\n"
+        "  b: {step_time_lower_bound: 1.9, step_time_upper_bound: 2.1}\n"
+    )
+    (env / "suites" / "demo.yaml").write_text(
+        "checks:\n  - {type: step_time_within_bounds, bounds_file: bounds/demo.yaml,"
+        " benchmark: '${axis.model}'}\n"
+    )
+    view, dom = _page(store)
+    assert [(t.benchmark, t.metric) for t in view.trends] == [
+        ("a", "step_time"),
+        ("b", "step_time"),
+    ]
+    a, b = view.trends
+    assert a.regressions == ["model=a,config=y"] and b.regressions == []
+    assert a.current == (0.95, 1.05)
+    svgs = dom.find("svg", class_="trend")
+    assert len(svgs) == 2
+    assert len(dom.find("polygon", class_="band")) == 2
+    assert len(dom.find("line", class_="current")) == 4  # lower and upper, two charts
+    reg = dom.find("g", class_="s-regression")
+    assert [g["data-cell-id"] for g in reg] == ["model=a,config=y"]
+    assert [g["data-cell-id"] for g in dom.find("g", class_="s-flaky")] == ["model=b,config=z"]
+    # Red rings: a,y's last 2 points and b,z's 3 odd days: one per violating point.
+    assert len(dom.find("circle", class_="violation")) == 2 + 3
+    assert "regression" in "".join(dom.text)
+    # Without the suite file the history is still drawn, just without today's bounds.
+    (env / "suites" / "demo.yaml").unlink()
+    view2, dom2 = _page(store)
+    assert view2.trends[0].current is None and not dom2.find("line", class_="current")
+    assert len(dom2.find("polygon", class_="band")) == 2
+
+
+HOSTILE = '<script>alert("x")</script>'
+HOSTILE_ATTR = '"><img src=x onerror=alert(1)>'
+
+
+def test_hostile_ids_and_values_are_escaped(store: ResultsStore) -> None:
+    run_id = "manual__<b>run</b>"
+    cells = []
+    for i, v in enumerate([HOSTILE, HOSTILE_ATTR, "a&b'c"]):
+        axes = {"model<i>": v, "cfg": f"{v}!"}
+        cells.append(
+            PlantedCell(
+                cell_id=cell_id(axes),
+                axes=axes,
+                index=i,
+                machine=f"m{HOSTILE_ATTR}",
+                state="failed",
+                message=HOSTILE,
+                failed_checks=(HOSTILE_ATTR,),
+                step_time=1.0 + i,
+                benchmark=HOSTILE,
+                lower=0.0,
+                upper=1.5,
+            )
+        )
+    plant_run(store, "demo", run_id, cells, logical_date=END, started_at=END)
+    view = model.load_run_view(store, "demo")
+    assert view is not None
+    out = render.run_page(view, ui_base=UI, app_base=APP)
+    out += render.suites_page(model.list_suites(store), APP)
+    dom = Dom(out)
+    tags = {t for t, _ in dom.tags}
+    assert "script" not in tags and "img" not in tags
+    for t, attrs in dom.tags:
+        assert not any(k.startswith("on") for k in attrs), (t, attrs)
+    assert "<script" not in out.lower() and "<img" not in out.lower()
+    # The values survive as text and attribute values, exactly.
+    assert set(dom.cells) == {c.cell_id for c in cells}
+    text = "".join(dom.text)
+    assert HOSTILE in text and HOSTILE_ATTR in text and run_id in text
+    assert view.axes == ["model<i>", "cfg"]
+    # Links stay inside their path segments: nothing hostile breaks out of the URL.
+    for c in dom.cells.values():
+        href = c["links"]["log"]
+        assert href.startswith(f"{UI}/dags/demo/runs/manual__%3Cb%3Erun%3C%2Fb%3E/tasks/m%22")
+        assert "<" not in href and '"' not in href
+
+
+def test_axis_order_recovered_from_ids_with_separators() -> None:
+    axes = {"b": "1,a=2", "a": "x=y"}  # stored JSON has sorted keys; the id has YAML order
+    cv = model.CellView(
+        cell_id="b=1,a=2,a=x=y",
+        axes=axes,
+        state="passed",
+        kind="passed",
+        quarantined=False,
+        message="",
+        machine="m",
+        map_index=0,
+        data_docs=None,
+    )
+    assert model.axis_order([cv]) == ["b", "a"]
+    assert model._order_from_id("a=1,b=2", {"b": "2", "a": "1"}) == ["a", "b"]
+    assert model._order_from_id("nonsense", {"a": "1"}) is None
+
+
+def test_three_axes_rows_and_combined_columns() -> None:
+    cells = []
+    for m in ("m1", "m2"):
+        for r in ("r1", "r2"):
+            for s in ("s1", "s2", "s3"):
+                axes = {"model": m, "rt": r, "size": s}
+                cells.append(
+                    model.CellView(cell_id(axes), axes, "passed", "passed", False, "", "c", 0, None)
+                )
+    g = grid.layout(cells, ["model", "rt", "size"])
+    assert g.rows == ["m1", "m2"]
+    assert g.cols == [(r, s) for r in ("r1", "r2") for s in ("s1", "s2", "s3")]
+    html = grid.render_grid(
+        cells, ["model", "rt", "size"], ui_base="", app_base="", dag_id="d", run_id="r"
+    )
+    dom = Dom(html)
+    spans = [
+        a.get("colspan") for t, a in dom.tags if t == "th" and "col" in a.get("class", "").split()
+    ]
+    assert spans[:2] == ["3", "3"] and spans[2:] == [None] * 6
+
+
+def test_data_docs_file_refuses_everything_but_data_docs(env: Path) -> None:
+    docs = planted_docs("demo", "run1", "model=a")
+    cell_dir = docs["dir"].parent
+    (cell_dir / "output.log").write_text("workload log")
+    (docs["dir"] / "static").mkdir()
+    (docs["dir"] / "static" / "x.css").write_text("body{}")
+    secret = env / "secret.txt"
+    secret.write_text("secret")
+    (docs["dir"] / "link.html").symlink_to(secret)
+    (docs["dir"] / "inside.html").symlink_to(docs["index"])
+    other = planted_docs("other", "run1", "c")
+    ok = files.data_docs_file("demo", "run1/model=a/data_docs/index.html")
+    assert ok == docs["index"].resolve()
+    assert files.data_docs_file("demo", "run1/model=a/data_docs/static/x.css") is not None
+    assert files.data_docs_file("demo", "run1/model=a/data_docs/inside.html") is not None
+    refused = [
+        "run1/model=a/output.log",  # an artifact, not Data Docs
+        "run1/model=a/data_docs",  # a directory
+        "run1/model=a/data_docs/missing.html",
+        "run1/model=a/data_docs/link.html",  # symlink out of the tree
+        "run1/model=a/data_docs/../output.log",
+        "../other/run1/c/data_docs/index.html",  # another suite's
+        "run1/../../other/run1/c/data_docs/index.html",
+        str(other["index"]),  # absolute
+        "/etc/passwd",
+        "run1/model=a/data_docs/index.html\x00",
+        "run1\\model=a\\data_docs\\index.html",
+        "",
+    ]
+    for rel in refused:
+        assert files.data_docs_file("demo", rel) is None, rel
+
+
+def test_no_runs_and_unknown_run(store: ResultsStore) -> None:
+    store.ensure_schema()
+    assert model.load_run_view(store, "demo") is None
+    assert model.list_suites(store) == []
+    assert "No runs recorded yet" in render.suites_page([], APP)
+    plant_demo(store)
+    assert model.load_run_view(store, "demo", "nope") is None
+    (s,) = model.list_suites(store)
+    assert (
+        s.dag_id == "demo" and s.runs == 7 and s.latest["run_id"].endswith("11-20T02:00:00+00:00")
+    )
+
+
+def test_plugin_module_is_cheap_to_import() -> None:
+    """Every Airflow component imports the plugin: it adds nothing but the lazy wrapper."""
+    code = (
+        "import sys; import airflow.plugins_manager; before = set(sys.modules); "
+        "import accelmatrix_plugin as p; "
+        "added = sorted(set(sys.modules) - before); print(added); "
+        "assert added == ['accelmatrix', 'accelmatrix.ui', 'accelmatrix.ui.asgi', "
+        "'accelmatrix_plugin'], added; "
+        "(a,) = p.AccelmatrixPlugin.fastapi_apps; assert a['url_prefix'] == '/accelmatrix'; "
+        "(v,) = p.AccelmatrixPlugin.external_views; assert v['href'] == '/accelmatrix/'"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
+    r = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_rerun_of_a_logical_date_replaces_its_point_and_runs_are_newest_first(
+    store: ResultsStore,
+) -> None:
+    axes = {"model": "a"}
+    cid = cell_id(axes)
+
+    def cell(value: float) -> PlantedCell:
+        return PlantedCell(cid, axes, 0, step_time=value, benchmark="a", lower=0.9, upper=1.1)
+
+    day = END - timedelta(days=1)
+    plant_run(store, "demo", "nightly", [cell(1.0)], logical_date=day, started_at=day)
+    # The same build re-tested later under another run id (a backfill): its point wins.
+    later = END - timedelta(hours=1)
+    plant_run(store, "demo", "backfill", [cell(1.05)], logical_date=day, started_at=later)
+    plant_run(store, "demo", "manual", [cell(0.95)], logical_date=None, started_at=END)
+    assert [r["run_id"] for r in store.get_runs("demo")] == ["manual", "backfill", "nightly"]
+    hist = model._history(store, "demo", END - timedelta(days=30), END)
+    points = hist[("a", "step_time", cid)]
+    assert [(p.time, p.value) for p in points] == [(day, 1.05), (END, 0.95)]
+    # Outside the window: nothing.
+    assert model._history(store, "demo", END - timedelta(days=60), END - timedelta(days=31)) == {}

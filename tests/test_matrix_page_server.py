@@ -1,0 +1,261 @@
+"""The matrix page inside a real Airflow api-server: authentication on every route, and the
+page as a person sees it, in headless Chromium logged in through Airflow's login form.
+
+Browser: Debian's ``chromium`` driven by its ``chromium-driver`` through selenium (pinned in
+requirements-dev.txt). Selenium rather than ``chromium --screenshot URL``: the page needs the
+login cookie, and the only way to hand that to a bare CLI run would be a token in the URL.
+Selenium is told where chromedriver is, so it never tries to download a driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from accelmatrix.results.store import ResultsStore
+from accelmatrix.testing import AirflowStack
+from accelmatrix.testing.matrix_results import plant_demo
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+class Site:
+    def __init__(self, stack: AirflowStack, run_ids: list[str], docs: str) -> None:
+        self.stack = stack
+        self.base = stack.base_url
+        self.run_ids = run_ids
+        self.docs = docs  # URL path of a Data Docs file
+        self.token = stack._login()
+
+    def password(self) -> str:
+        pw = self.stack.home / "simple_auth_manager_passwords.json.generated"
+        return json.loads(pw.read_text())["admin"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    root = tmp_path_factory.mktemp("matrix-page")
+    (root / "dags").mkdir()
+    stack = AirflowStack(
+        home=root / "airflow",
+        dags_folder=root / "dags",
+        components=("api-server",),
+        all_admins=False,  # the simple auth manager's real login, no implicit admin
+    )
+    # Plant the results where the api-server reads them (its ACCELMATRIX_HOME).
+    saved = {k: os.environ.get(k) for k in ("ACCELMATRIX_HOME", "ACCELMATRIX_ARTIFACTS_DIR")}
+    os.environ["ACCELMATRIX_HOME"] = str(stack.accel_home)
+    os.environ.pop("ACCELMATRIX_ARTIFACTS_DIR", None)
+    try:
+        store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
+        run_ids = plant_demo(store)
+        store.close()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    docs = (
+        f"/accelmatrix/suites/demo/files/{run_ids[-1].replace(':', '_').replace('+', '_')}/"
+        "model%3Da%2Cconfig%3Dx/data_docs/index.html"
+    )
+    with stack:
+        yield Site(stack, run_ids, docs)
+
+
+def _forged_token() -> str:
+    """A well-formed JWT for admin, signed with a key the api-server does not have."""
+    import jwt
+
+    now = int(time.time())
+    claims = {"sub": "admin", "role": "ADMIN", "iat": now, "nbf": now, "exp": now + 600}
+    claims.update({"aud": "apache-airflow", "iss": "airflow", "jti": secrets.token_hex(8)})
+    return jwt.encode(claims, secrets.token_urlsafe(64), algorithm="HS512")
+
+
+def test_every_route_requires_airflow_authentication(site: Site) -> None:
+    old_run = quote(site.run_ids[0], safe="")
+    routes = [
+        "/accelmatrix/",
+        "/accelmatrix/suites/demo",
+        f"/accelmatrix/suites/demo?run_id={old_run}",
+        "/accelmatrix/suites/no_such_suite",
+        site.docs,
+        "/accelmatrix/suites/demo/files/x/y/data_docs/%2e%2e/%2e%2e/%2e%2e/results.db",
+    ]
+    anonymous = {
+        "no credentials": {},
+        "garbage bearer": {"Authorization": "Bearer not-a-jwt"},
+        "forged bearer": {"Authorization": f"Bearer {_forged_token()}"},
+        "garbage cookie": {"Cookie": "_token=not-a-jwt"},
+        "forged cookie": {"Cookie": f"_token={_forged_token()}"},
+    }
+    with httpx.Client(base_url=site.base, timeout=30) as c:
+        for route in routes:
+            for what, headers in anonymous.items():
+                r = c.get(route, headers=headers)
+                assert r.status_code in (401, 403), (route, what, r.status_code, r.text[:200])
+                assert "data-cell-id" not in r.text and "Data Docs of" not in r.text
+
+        bearer = {"Authorization": f"Bearer {site.token}"}
+        r = c.get("/accelmatrix/", headers=bearer)
+        assert r.status_code == 200 and 'data-dag-id="demo"' in r.text
+        r = c.get("/accelmatrix/suites/demo", headers=bearer)
+        assert r.status_code == 200, r.text[:500]
+        assert r.text.count('class="cell k-') == 6
+        for kind in ("passed", "failed", "infra", "quarantined", "flaky", "excluded"):
+            assert f'data-kind="{kind}"' in r.text
+        assert "script-src" not in r.headers["content-security-policy"]  # default-src 'none'
+        assert "default-src 'none'" in r.headers["content-security-policy"]
+        # The cookie the Airflow UI sets works the same way.
+        cookie = {"Cookie": f"_token={site.token}"}
+        r = c.get(f"/accelmatrix/suites/demo?run_id={old_run}", headers=cookie)
+        assert r.status_code == 200 and "selected>" + site.run_ids[0] in r.text
+        # Data Docs: served, sandboxed; anything else under the artifacts dir is not.
+        r = c.get(site.docs, headers=bearer)
+        assert r.status_code == 200 and "Data Docs of model=a,config=x" in r.text
+        assert r.headers["content-security-policy"].startswith("sandbox")
+        for bad in (
+            "/accelmatrix/suites/demo/files/x/y/data_docs/%2e%2e/%2e%2e/%2e%2e/results.db",
+            "/accelmatrix/suites/demo/files/%2e%2e/%2e%2e/results.db",
+            "/accelmatrix/suites/demo/files/%2Fetc%2Fpasswd",
+            site.docs.replace("data_docs/index.html", "output.log"),
+        ):
+            r = c.get(bad, headers=bearer)
+            assert r.status_code == 404, (bad, r.status_code)
+        assert c.get("/accelmatrix/suites/no_such_suite", headers=bearer).status_code == 404
+    # The plugin is registered with its navigation entry.
+    plugins = site.stack.api("GET", "plugins")["plugins"]
+    (mine,) = [p for p in plugins if p["name"] == "accelmatrix"]
+    assert mine["external_views"][0]["href"] == "/accelmatrix/"
+
+
+def _browser(tmp_path: Path):  # noqa: ANN202 - selenium is optional
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium not installed (requirements-dev.txt)"
+    )
+    from selenium.webdriver.chrome.service import Service
+
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        pytest.skip(
+            "headless Chromium tests need Debian's chromium and chromium-driver: "
+            "apt-get install -y chromium chromium-driver"
+        )
+    opts = webdriver.ChromeOptions()
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--window-size=1400,900",
+    ):
+        opts.add_argument(arg)
+    opts.binary_location = CHROMIUM
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def _wait(predicate, timeout: float = 20.0):  # noqa: ANN001, ANN202
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception:  # noqa: BLE001, S110 - the DOM is still loading
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError("the page did not get there in time")
+        time.sleep(0.25)
+
+
+# The colours of the page's CSS, as the browser computes them.
+COLOURS = {
+    "passed": "rgba(198, 246, 213, 1)",
+    "failed": "rgba(254, 178, 178, 1)",
+    "infra": "rgba(251, 211, 141, 1)",
+    "quarantined": "rgba(214, 188, 250, 1)",
+    "flaky": "rgba(250, 240, 137, 1)",
+    "excluded": "rgba(226, 232, 240, 1)",
+}
+
+
+def test_chromium_logs_in_and_sees_the_matrix(site: Site, tmp_path: Path) -> None:
+    driver = _browser(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        # Anonymous: the page itself refuses, with a way to log in.
+        driver.get(f"{site.base}/accelmatrix/suites/demo")
+        assert "Not logged in" in driver.find_element(By.TAG_NAME, "h1").text
+        assert not driver.find_elements(By.CSS_SELECTOR, "td.cell")
+
+        # Airflow's own login form (simple auth manager), then the navigation entry.
+        driver.get(f"{site.base}/auth/login?next={quote(site.base + '/', safe='')}")
+        _wait(lambda: driver.find_element(By.NAME, "username")).send_keys("admin")
+        driver.find_element(By.NAME, "password").send_keys(site.password())
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        _wait(lambda: any(c["name"] == "_token" for c in driver.get_cookies()))
+        nav = _wait(lambda: driver.find_element(By.XPATH, "//*[normalize-space()='Test matrix']"))
+        nav.click()
+        frame = _wait(lambda: driver.find_element(By.CSS_SELECTOR, "iframe[src$='/accelmatrix/']"))
+        driver.switch_to.frame(frame)
+        link = _wait(lambda: driver.find_element(By.LINK_TEXT, "demo"))
+        link.click()
+        _wait(lambda: len(driver.find_elements(By.CSS_SELECTOR, "td.cell")) == 6)
+        driver.switch_to.default_content()
+        in_ui = tmp_path / "matrix-in-airflow-ui.png"
+        driver.save_screenshot(str(in_ui))
+
+        # The page on its own, as the iframe shows it, for the DOM assertions.
+        driver.set_window_size(1400, 1400)
+        driver.get(f"{site.base}/accelmatrix/suites/demo")
+        cells = _wait(lambda: driver.find_elements(By.CSS_SELECTOR, "td.cell"))
+        page = tmp_path / "matrix-page.png"
+        driver.save_screenshot(str(page))
+        seen = {}
+        for td in cells:
+            kind = td.get_attribute("data-kind")
+            seen[td.get_attribute("data-cell-id")] = kind
+            assert td.value_of_css_property("background-color") == COLOURS[kind], kind
+            assert td.is_displayed()
+        assert seen == {
+            "model=a,config=x": "passed",
+            "model=a,config=y": "failed",
+            "model=a,config=z": "infra",
+            "model=b,config=x": "quarantined",
+            "model=b,config=y": "excluded",
+            "model=b,config=z": "flaky",
+        }
+        log = driver.find_element(By.CSS_SELECTOR, "td[data-cell-id='model=a,config=y'] a.log")
+        assert log.get_attribute("href").endswith("/tasks/cpu.run/mapped/1")
+        assert len(driver.find_elements(By.CSS_SELECTOR, "svg.trend")) == 2
+        assert len(driver.find_elements(By.CSS_SELECTOR, "circle.violation")) == 5
+        assert driver.find_element(By.CSS_SELECTOR, "g.s-regression").get_attribute(
+            "data-cell-id"
+        ) == ("model=a,config=y")
+        # The Data Docs link opens the served file (same cookie).
+        docs = driver.find_element(By.CSS_SELECTOR, "a.docs").get_attribute("href")
+        driver.get(docs)
+        assert "Data Docs of model=a,config=x" in driver.find_element(By.TAG_NAME, "h1").text
+        for png in (in_ui, page):
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    finally:
+        driver.quit()
