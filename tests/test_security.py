@@ -255,3 +255,51 @@ def test_a_param_holding_placeholders_is_not_expanded():
     assert render_tree(cell.workload["env"], {"python": "PY"}) == {
         "E": "${python} $${work_dir} ${nope"
     }
+
+
+MACHINES = {
+    "local": ({"backend": "local"}, ["password", "token", "private_key", "key_file"], "unknown"),
+    "ssh": (
+        {"backend": "ssh", "ssh_conn_id": "c"},
+        ["host", "port", "user", "login", "password", "key_file", "private_key", "passphrase"],
+        "ssh_conn_id",
+    ),
+    "tpu-vm": (
+        {
+            "backend": "tpu-vm",
+            "zone": "us-central2-b",
+            "accelerator_type": "v4-8",
+            "runtime_version": "tpu-ubuntu2204-base",
+        },
+        ["key_path", "keyfile_dict", "credentials", "access_token", "ssh_key_file", "password"],
+        "gcp_conn_id",
+    ),
+    "k8s-job": (
+        {"backend": "k8s-job", "image": "python:3.11-slim"},
+        ["host", "token", "bearer_token", "password", "kube_config", "client_key"],
+        "kubernetes_conn_id",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("backend", "key"), [(b, k) for b, (_, keys, _) in MACHINES.items() for k in keys]
+)
+def test_no_backend_takes_credentials_from_suite_yaml(tmp_path, backend, key):
+    """Every machine model refuses credential keys, naming the file, field and the way out."""
+    from accelmatrix.spec.loader import SuiteError, load_suite
+
+    spec, _, where = MACHINES[backend]
+    suite = {
+        "axes": {"a": [1]},
+        "machines": {"gpu": {**spec, key: "s3cr3t-value"}},
+        "workload": {"run": ["python", "-c", "pass"]},
+    }
+    path = tmp_path / "creds.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises(SuiteError) as err:
+        load_suite(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}: invalid suite") and "machines.gpu" in text
+    assert key in text and where in text, text
+    assert "s3cr3t-value" not in text  # the error does not echo the secret either
