@@ -86,7 +86,7 @@ def test_broken_suite_does_not_break_the_others(tmp_path):
     )
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["errors"] == []
-    assert res["dags"] == ["broken", "good", "multi"]
+    assert res["dags"] == ["accelmatrix_janitor", "broken", "good", "multi"]
     assert res["broken_tasks"] == ["suite_invalid"]
     assert "invalid-suite" in res["broken_tags"]
     assert "machines.m.backend" in res["broken_desc"]
