@@ -221,7 +221,7 @@ def test_unknown_backend_lists_the_allowed_ones(tmp_path, backend):
 
 
 @settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(a=st.integers(33, 64), b=st.integers(33, 64))
 def test_a_matrix_over_max_map_length_is_refused(tmp_path, a, b):
