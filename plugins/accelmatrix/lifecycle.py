@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -388,7 +389,14 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     art = ref.artifacts(cell["id"])
     files_dir = art / "files"
     variables = backend.variables(resource)
-    globs = render_tree(cell["workload"]["artifacts"], variables)
+    globs = []
+    for g in render_tree(cell["workload"]["artifacts"], variables):
+        # A param or axis value may have turned a safe glob into one that escapes the work
+        # dir: the suite model only saw the template.
+        if g.startswith("/") or ".." in re.split(r"[/\\]", g):
+            log.warning("artifact glob %r escapes the work dir: not collected", g)
+            continue
+        globs.append(g)
     copied = backend.collect(resource, globs, files_dir)
     log.info("collected %d artifact(s) into %s", len(copied), files_dir)
     for rel in copied[:50]:

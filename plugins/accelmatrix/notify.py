@@ -44,7 +44,10 @@ def webhook_target(conn_id: str) -> tuple[str, dict[str, str]]:
     """(url, headers) of an Airflow HTTP connection; a password becomes a bearer token."""
     from airflow.sdk import Connection
 
+    from accelmatrix.masking import mask_connection
+
     conn = Connection.get(conn_id)
+    mask_connection(conn_id)
     if not conn.host:
         raise NotifyError(f"connection {conn_id!r} has no host")
     scheme = conn.schema if conn.schema in ("http", "https") else "http"

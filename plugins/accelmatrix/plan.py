@@ -17,7 +17,10 @@ from typing import Any
 from accelmatrix.spec.axis_kinds import cell_extras
 from accelmatrix.spec.suite import MAX_CELLS, QuarantineRule, Suite
 from accelmatrix.spec.support import unsupported_reason
-from accelmatrix.spec.templating import render, render_tree, run_variables
+from accelmatrix.spec.templating import escape, render, render_tree, run_variables
+
+# Workload fields that lifecycle/operators render a second time with the backend variables.
+SECOND_PASS = frozenset({"run", "setup", "services", "env", "artifacts"})
 
 
 class PlanError(ValueError):
@@ -162,8 +165,14 @@ def expand(
         q_reason = _quarantine_reason(suite.quarantine, cid)
         spec = suite.machines[machine]
         kind_env, notes = cell_extras(suite.axis_kinds, {a: values[a][axes[a]] for a in axes})
-        workload = render_tree(suite.workload.model_dump(mode="json"), variables, keep_unknown=True)
-        workload["env"] = {**workload["env"], **kind_env}  # e.g. CPU-only hides GPUs
+        # The fields the backend renders again (for ${work_dir}, ...) get their substituted
+        # values escaped: a param holding "${python}" must reach the workload as written.
+        workload = {
+            k: render_tree(v, variables, keep_unknown=True, escape_values=k in SECOND_PASS)
+            for k, v in suite.workload.model_dump(mode="json").items()
+        }
+        # e.g. CPU-only hides GPUs
+        workload["env"] = {**workload["env"], **{k: escape(v) for k, v in kind_env.items()}}
         plan.cells.append(
             Cell(
                 id=cid,

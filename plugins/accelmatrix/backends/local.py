@@ -153,12 +153,14 @@ class LocalBackend(Backend):
         }
 
     def _env(self, resource: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
-        # The worker's environment minus Airflow's own secrets-bearing variables: a workload
-        # that echoes its environment must not print the metadata DB URL or a JWT secret.
+        # The worker's environment minus Airflow's own variables: a workload that echoes its
+        # environment must not print the metadata DB URL, a JWT secret or a connection, nor
+        # learn where airflow.cfg lives (AIRFLOW_HOME, AIRFLOW_CONFIG). Only the task context
+        # (AIRFLOW_CTX_*: dag, run, task ids) is passed on.
         base = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "_AIRFLOW"))
+            if not (k.startswith(("AIRFLOW", "_AIRFLOW")) and not k.startswith("AIRFLOW_CTX_"))
             and k not in ("ACCELMATRIX_RESULTS_URL",)
         }
         base.update(env)

@@ -41,6 +41,9 @@ def get_clients(conn_id: str) -> KubeClients:
         return cached
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
+    from accelmatrix.masking import mask_connection
+
+    mask_connection(conn_id)
     hook = KubernetesHook(conn_id=conn_id)
     clients = KubeClients(
         conn_id=conn_id,

@@ -167,6 +167,9 @@ class RemoteHost:
             return self.target.connect(), self.target.host
         from airflow.providers.ssh.hooks.ssh import SSHHook
 
+        from accelmatrix.masking import mask_connection
+
+        mask_connection(self.conn_id)
         hook = SSHHook(ssh_conn_id=self.conn_id, conn_retry_attempts=CONNECT_ATTEMPTS)
         return hook.get_conn(), hook.remote_host
 

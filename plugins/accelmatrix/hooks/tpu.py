@@ -260,6 +260,9 @@ class TpuVmHook:
         if self._auth_depth == 0 and self.uses_airflow_connection:
             from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
+            from accelmatrix.masking import mask_connection
+
+            mask_connection(self.gcp_conn_id)
             stack = contextlib.ExitStack()
             base = GoogleBaseHook(gcp_conn_id=self.gcp_conn_id)
             if self.project_id is None:

@@ -24,7 +24,7 @@ machine union without an import cycle.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -38,6 +38,23 @@ class TpuResources(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     chips: PositiveInt | None = Field(None, description="TPU chips of the whole slice")
+
+
+# Keys that carry Google credentials or a login: they belong in the Airflow connection.
+_CREDENTIAL_KEYS = (
+    "credentials",
+    "credential_config_file",
+    "key_path",
+    "keyfile_dict",
+    "keyfile_json",
+    "key_file",
+    "ssh_key_file",
+    "private_key",
+    "access_token",
+    "token",
+    "password",
+    "service_account_key",
+)
 
 
 class TpuVmMachine(BaseModel):
@@ -116,6 +133,20 @@ class TpuVmMachine(BaseModel):
     price_key: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.-]+$", description="entry of include/pricing.yaml"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_credentials(cls, data: Any) -> Any:
+        # extra="forbid" would reject these too, but say why and where they belong instead.
+        if isinstance(data, dict):
+            found = sorted(k for k in data if isinstance(k, str) and k in _CREDENTIAL_KEYS)
+            if found:
+                raise ValueError(
+                    f"{', '.join(found)}: a tpu-vm machine takes no credentials; put them in "
+                    "the Airflow Google connection named by gcp_conn_id (key_path, "
+                    "keyfile_dict or a secrets backend); the VM login key is made per node"
+                )
+        return data
 
     @model_validator(mode="after")
     def _queued(self) -> TpuVmMachine:

@@ -94,11 +94,25 @@ def run_variables(logical_date: datetime | None, runtime_version: str | None = N
     return out
 
 
-def render(text: str, variables: Mapping[str, Any], *, keep_unknown: bool = False) -> str:
+def escape(value: str) -> str:
+    """``value`` with every placeholder escaped, so a later ``render`` yields it verbatim."""
+    return PLACEHOLDER.sub(lambda m: "$" + m.group(0), value)
+
+
+def render(
+    text: str,
+    variables: Mapping[str, Any],
+    *,
+    keep_unknown: bool = False,
+    escape_values: bool = False,
+) -> str:
     """Substitute placeholders found in ``variables`` (flat dotted keys).
 
     With ``keep_unknown`` a reference that is not in ``variables`` stays as it is, so the plan
-    can resolve axes and params and leave backend variables to the backend.
+    can resolve axes and params and leave backend variables to the backend. Pass
+    ``escape_values`` when the result is rendered again: a substituted value that itself
+    contains ``${python}`` (a UI param, say) then reaches the workload as written instead
+    of being expanded by the second pass.
     """
 
     def sub(m: re.Match[str]) -> str:
@@ -107,7 +121,8 @@ def render(text: str, variables: Mapping[str, Any], *, keep_unknown: bool = Fals
         ref = m.group(2)
         if ref in variables:
             value = variables[ref]
-            return "" if value is None else str(value)
+            out = "" if value is None else str(value)
+            return escape(out) if escape_values else out
         if keep_unknown:
             return m.group(0)
         raise TemplateError(f"placeholder ${{{ref}}} has no value here")
@@ -115,14 +130,21 @@ def render(text: str, variables: Mapping[str, Any], *, keep_unknown: bool = Fals
     return PLACEHOLDER.sub(sub, text)
 
 
-def render_tree(obj: Any, variables: Mapping[str, Any], *, keep_unknown: bool = False) -> Any:
+def render_tree(
+    obj: Any,
+    variables: Mapping[str, Any],
+    *,
+    keep_unknown: bool = False,
+    escape_values: bool = False,
+) -> Any:
     """``render`` applied to every string inside nested lists and dicts (keys untouched)."""
+    kw = {"keep_unknown": keep_unknown, "escape_values": escape_values}
     if isinstance(obj, str):
-        return render(obj, variables, keep_unknown=keep_unknown)
+        return render(obj, variables, **kw)
     if isinstance(obj, list):
-        return [render_tree(v, variables, keep_unknown=keep_unknown) for v in obj]
+        return [render_tree(v, variables, **kw) for v in obj]
     if isinstance(obj, dict):
-        return {k: render_tree(v, variables, keep_unknown=keep_unknown) for k, v in obj.items()}
+        return {k: render_tree(v, variables, **kw) for k, v in obj.items()}
     return obj
 
 

@@ -1,0 +1,325 @@
+"""Hostile and broken suite YAML, fuzzed with hypothesis.
+
+Whatever a suite file holds, loading it either gives a valid Suite or raises SuiteError
+naming the file (and, for schema problems, the field path and the allowed values): never
+another exception type. A broken file becomes the paused invalid-suite DAG, which runs
+nothing, and never stops the other suites from loading. UI params holding shell syntax or
+placeholders reach the workload verbatim, as one argv element.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accelmatrix.spec.loader import SuiteError, load_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+BASE: dict[str, Any] = {
+    "description": "fuzz base",
+    "axes": {"model": {"a": {"arch": "mlp"}, "b": {"arch": "wide"}}, "seed": [1, 2]},
+    "machines": {"cpu": {"backend": "local"}},
+    "params": {"steps": {"type": "integer", "default": 3}},
+    "workload": {
+        "setup": [["${python}", "-c", "print(1)"]],
+        "run": ["${python}", "-c", "print('${axis.model.arch}')", "${params.steps}"],
+        "env": {"MODEL": "${axis.model}"},
+        "artifacts": ["out/**"],
+        "timeout": 60,
+    },
+    "checks": [{"type": "log_contains", "pattern": "ok"}],
+}
+
+# Strings a hostile author (or a pasted command) might put anywhere.
+NASTY = st.sampled_from(
+    [
+        "$(touch PWNED)",
+        "; touch PWNED",
+        "`touch PWNED`",
+        "a\nb",
+        "x' \"; rm -rf / #",
+        "${python}",
+        "${axis.nope}",
+        "../../etc/passwd",
+        "/etc/shadow",
+        "*",
+        "",
+        " ",
+        "\x00",
+        "\x1b[31m",
+        "é\u202e",
+        "a" * 300,
+    ]
+)
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), NASTY, st.text(max_size=20)
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _write(tmp: Path, data: Any, name: str = "fuzzed") -> Path:
+    path = tmp / f"{name}.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, allow_unicode=True))
+    return path
+
+
+def _load_or_suite_error(path: Path) -> SuiteError | None:
+    """Load; the SuiteError if there is one. Any other exception fails the test."""
+    try:
+        load_suite(path)
+    except SuiteError as e:
+        assert e.problems and all(isinstance(p, str) and p for p in e.problems)
+        assert str(e).startswith(f"{path}: invalid suite")
+        return e
+    return None
+
+
+def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _set(obj: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    target = obj
+    for p in path[:-1]:
+        target = target[p]
+    target[path[-1]] = value
+    return obj
+
+
+def test_base_suite_is_valid(tmp_path):
+    assert _load_or_suite_error(_write(tmp_path, BASE)) is None
+
+
+@FUZZ
+@given(text=st.text(max_size=400))
+def test_arbitrary_text_is_a_suite_or_a_suite_error(tmp_path, text):
+    _load_or_suite_error(_write(tmp_path, text))
+
+
+@FUZZ
+@given(
+    lines=st.lists(
+        st.sampled_from(
+            [
+                "axes:",
+                "  model: [a, b]",
+                "machines: {cpu: {backend: local}}",
+                "workload:",
+                "  run: [python]",
+                "  run: [",
+                "\t- x",
+                "key: value: other",
+                "- - -",
+                "&a *a",
+                "!!python/object:os.system ls",
+                "{{{",
+                "'unterminated",
+                "axes: {x: [1]}",
+            ]
+        ),
+        max_size=8,
+    )
+)
+def test_malformed_yaml_is_a_suite_error(tmp_path, lines):
+    _load_or_suite_error(_write(tmp_path, "\n".join(lines)))
+
+
+@FUZZ
+@given(data=st.data())
+def test_any_field_with_any_value(tmp_path, data):
+    """Wrong types and hostile strings in every position of a valid suite."""
+    suite = copy.deepcopy(BASE)
+    path = data.draw(st.sampled_from(_paths(suite)[1:]))
+    value = data.draw(VALUES)
+    _load_or_suite_error(_write(tmp_path, _set(suite, path, value)))
+
+
+@FUZZ
+@given(data=st.data(), value=NASTY)
+def test_shell_metacharacters_in_every_string(tmp_path, data, value):
+    """A string field holding shell syntax is either refused or kept as plain data."""
+    suite = copy.deepcopy(BASE)
+    strings = [p for p in _paths(suite)[1:] if isinstance(_get(suite, p), str)]
+    path = data.draw(st.sampled_from(strings))
+    _set(suite, path, value)
+    _load_or_suite_error(_write(tmp_path, suite))
+
+
+def _get(obj: Any, path: tuple) -> Any:
+    for p in path:
+        obj = obj[p]
+    return obj
+
+
+@FUZZ
+@given(
+    where=st.sampled_from(
+        [(), ("workload",), ("machines", "cpu"), ("checks", 0), ("params", "steps")]
+    ),
+    key=st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+)
+def test_unknown_keys_name_the_field_and_the_allowed_ones(tmp_path, where, key):
+    suite = copy.deepcopy(BASE)
+    target = _get(suite, where)
+    if key in target:
+        return
+    target[key] = 1
+    err = _load_or_suite_error(_write(tmp_path, suite))
+    assert err is not None
+    loc = ".".join(str(p) for p in where if not isinstance(p, int))
+    text = "\n".join(err.problems)
+    assert f"unknown field {key!r}" in text or key in text, text
+    assert "allowed" in text, text
+    if loc:
+        assert loc.split(".")[0] in text, text
+
+
+@FUZZ
+@given(
+    backend=st.text(min_size=1, max_size=12).filter(
+        lambda b: b not in ("local", "ssh", "tpu-vm", "k8s-job")
+    )
+)
+def test_unknown_backend_lists_the_allowed_ones(tmp_path, backend):
+    suite = copy.deepcopy(BASE)
+    suite["machines"]["cpu"] = {"backend": backend}
+    err = _load_or_suite_error(_write(tmp_path, suite))
+    assert err is not None
+    text = "\n".join(err.problems)
+    assert "machines.cpu.backend" in text, text
+    for allowed in ("local", "ssh", "tpu-vm", "k8s-job"):
+        assert allowed in text, text
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(a=st.integers(33, 64), b=st.integers(33, 64))
+def test_a_matrix_over_max_map_length_is_refused(tmp_path, a, b):
+    suite = copy.deepcopy(BASE)
+    suite["axes"] = {**suite["axes"], "x": list(range(a)), "y": list(range(b))}
+    err = _load_or_suite_error(_write(tmp_path, suite))
+    assert err is not None and "1024" in str(err), err
+
+
+@pytest.mark.parametrize(
+    "glob", ["../out/**", "/etc/passwd", "out/../../x", "a/..\\..\\b", "..", "out/../.."]
+)
+def test_artifact_globs_escaping_the_work_dir(tmp_path, glob):
+    suite = copy.deepcopy(BASE)
+    suite["workload"]["artifacts"] = [glob]
+    err = _load_or_suite_error(_write(tmp_path, suite))
+    assert err is not None and "workload.artifacts" in str(err) and "work dir" in str(err)
+
+
+def test_duplicate_cell_ids_are_refused(tmp_path):
+    dup_values = copy.deepcopy(BASE)
+    dup_values["axes"]["seed"] = [1, 1]
+    err = _load_or_suite_error(_write(tmp_path, dup_values))
+    assert err is not None and "duplicate values" in str(err)
+    # The same mapping key twice (YAML would silently keep the last one).
+    text = yaml.safe_dump(BASE).replace("  b:\n", "  a:\n", 1)
+    err = _load_or_suite_error(_write(tmp_path, text, "dupkey"))
+    assert err is not None and "duplicate key" in str(err)
+    # Two spellings that are the same cell id label ("1" and 1).
+    err = _load_or_suite_error(
+        _write(
+            tmp_path,
+            {**copy.deepcopy(BASE), "axes": {**BASE["axes"], "seed": [1, "1"]}},
+            "duplabel",
+        )
+    )
+    assert err is not None and "duplicate" in str(err)
+
+
+@FUZZ
+@given(value=st.text(max_size=60) | NASTY)
+def test_ui_params_reach_argv_verbatim(value):
+    """Any string a person types in the trigger form is one argv element, unchanged."""
+    from accelmatrix.plan import expand
+    from accelmatrix.spec.suite import Suite
+    from accelmatrix.spec.templating import render_tree
+
+    if "\x00" in value:
+        return  # argv cannot hold NUL; Airflow's form cannot send it either
+    suite = Suite.model_validate(
+        {
+            "axes": {"a": [1]},
+            "machines": {"cpu": {"backend": "local"}},
+            "params": {"note": {"type": "string", "default": "x"}},
+            "workload": {
+                "run": ["${python}", "${params.note}", "[${params.note}]"],
+                "env": {"NOTE": "${params.note}"},
+            },
+        }
+    )
+    (cell,) = expand(suite, "d", params={"note": value}).cells
+    backend_vars = {"python": "PY", "work_dir": "W", "include_dir": "I", "num_workers": "1"}
+    assert render_tree(cell.workload["run"], backend_vars) == ["PY", value, f"[{value}]"]
+    assert render_tree(cell.workload["env"], backend_vars) == {"NOTE": value}
+
+
+HOSTILE_FILES = {
+    "broken_yaml": "axes: [\n  - {",
+    "wrong_types": yaml.safe_dump({**BASE, "axes": "everything", "workload": {"run": 5}}),
+    "unknown_backend": yaml.safe_dump({**BASE, "machines": {"cpu": {"backend": "mainframe"}}}),
+    "shell_everywhere": yaml.safe_dump(
+        {**BASE, "tags": ["$(touch PWNED)\n"], "machine": "; touch PWNED"}
+    ),
+    "too_many_cells": yaml.safe_dump(
+        {**BASE, "axes": {**BASE["axes"], "x": list(range(40)), "y": list(range(40))}}
+    ),
+}
+
+
+@pytest.mark.integration
+def test_hostile_files_do_not_stop_the_good_suites(airflow_db, tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    good = ["local_smoke", "inference"]
+    for name in good:
+        shutil.copy(ROOT / "include" / "suites" / f"{name}.yaml", suites)
+    for name, text in HOSTILE_FILES.items():
+        (suites / f"{name}.yaml").write_text(text)
+    monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(suites))
+    bag = DagBag(dag_folder=str(ROOT / "dags" / "accelmatrix_suites.py"), safe_mode=False)
+    assert bag.import_errors == {}
+    for name in good:
+        assert "invalid-suite" not in bag.dags[name].tags
+    for name in HOSTILE_FILES:
+        dag = bag.dags[name]
+        assert "invalid-suite" in dag.tags, name
+        assert [t.task_id for t in dag.tasks] == ["suite_invalid"]  # nothing else can run
+        assert str(suites / f"{name}.yaml") in dag.doc_md or name in dag.doc_md
+        assert re.search(r"INVALID SUITE: \S", dag.description), dag.description
