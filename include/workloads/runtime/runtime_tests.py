@@ -162,7 +162,9 @@ def run_notebooks(args: argparse.Namespace, names: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime-python", required=True)
+    ap.add_argument(
+        "--runtime-python", required=True, help="interpreter under test; `current`: this one"
+    )
     ap.add_argument("--python-version", required=True)
     ap.add_argument("--tools", default="")
     ap.add_argument("--imports", default="")
@@ -172,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=Path("out"))
     ap.add_argument("--cell-timeout", type=int, default=300)
     args = ap.parse_args(argv)
+    if args.runtime_python == "current":
+        args.runtime_python = sys.executable
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
     env = subprocess.run(  # noqa: S603 (argv list)
