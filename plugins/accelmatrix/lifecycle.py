@@ -211,24 +211,6 @@ def owner_labels(ref: RunRef) -> dict[str, str]:
     return {OWNER_GROUP_LABEL: ref.task_group, OWNER_INDEX_LABEL: str(ref.map_index)}
 
 
-def provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
-    """Provision synchronously, waiting in-line (the DAG defers instead: ProvisionOperator)."""
-    from accelmatrix.backends.base import InfrastructureError
-
-    record = begin_provision(cell, ref)
-    backend = get_backend(cell["machine_spec"])
-    poll = float(cell["machine_spec"].get("provision_poll_seconds") or 15)
-    while record.get("pending"):
-        check = backend.check_provision(record)
-        if check.failed:
-            provision_failed(cell, ref, record, check.failed)
-            raise InfrastructureError(check.failed)
-        if check.ready:
-            return finish_provision(cell, ref, record)
-        time.sleep(poll)
-    return record
-
-
 def begin_provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     """Start provisioning: the resource, or a pending record to wait on (see ProvisionOperator)."""
     store = results_store()

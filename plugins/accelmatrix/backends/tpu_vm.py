@@ -278,14 +278,7 @@ class TpuVmBackend(Backend):
         provision.
         """
         name, zone = pending["name"], pending["zone"]
-        c = pending["ctx"]
-        ctx = CellContext(
-            dag_id=c["dag_id"],
-            run_id=c["run_id"],
-            cell_id=c["cell_id"],
-            artifacts_dir=Path(c["artifacts_dir"]),
-            ttl_seconds=int(c["ttl_seconds"]),
-        )
+        ctx = _context(pending["ctx"])
         try:
             with self.hook.authorized():
                 node = self.hook.describe_node(name, zone)
@@ -326,14 +319,7 @@ class TpuVmBackend(Backend):
             "created_at"
         ):
             return resource  # the very node provision returned
-        c = resource["ctx"]
-        ctx = CellContext(
-            dag_id=c["dag_id"],
-            run_id=c["run_id"],
-            cell_id=c["cell_id"],
-            artifacts_dir=Path(c["artifacts_dir"]),
-            ttl_seconds=int(c["ttl_seconds"]),
-        )
+        ctx = _context(resource["ctx"])
         fresh["worker_resources"] = self._prepare_workers(fresh, ctx)
         return fresh
 
@@ -702,6 +688,17 @@ def _created_at(obj: dict[str, Any], default: float | None) -> float | None:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return default
+
+
+def _context(c: dict[str, Any]) -> CellContext:
+    """The CellContext a pending record or resource carries (it crosses task boundaries)."""
+    return CellContext(
+        dag_id=c["dag_id"],
+        run_id=c["run_id"],
+        cell_id=c["cell_id"],
+        artifacts_dir=Path(c["artifacts_dir"]),
+        ttl_seconds=int(c["ttl_seconds"]),
+    )
 
 
 def _worker_artifacts(artifacts_dir: Path, i: int) -> Path:

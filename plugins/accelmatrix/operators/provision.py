@@ -13,7 +13,6 @@ setup task, so the backend undoes its own half-made machine.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -46,16 +45,12 @@ class ProvisionOperator(BaseOperator):
         record = lifecycle.begin_provision(cell, ref)
         if not record.get("pending"):
             return record
-        wait = max(0.0, float(record["deadline"]) - time.time())
+        trigger, wait = ProvisionTrigger.for_cell(cell, record)
         self.log.info(
             "%s requested; waiting up to %.0f s for it in the triggerer", record["name"], wait
         )
         self.defer(
-            trigger=ProvisionTrigger(
-                machine_spec=cell["machine_spec"],
-                pending=record,
-                poll_interval=float(cell["machine_spec"].get("provision_poll_seconds") or 15),
-            ),
+            trigger=trigger,
             method_name="execute_complete",
             kwargs={"pending": record},
             timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),

@@ -80,14 +80,10 @@ class RunWorkloadOperator(BaseOperator):
     def _defer_provision(self, cell: dict[str, Any], pending: dict[str, Any]) -> None:
         from accelmatrix.triggers.provision import ProvisionTrigger
 
-        wait = max(0.0, float(pending["deadline"]) - time.time())
+        trigger, wait = ProvisionTrigger.for_cell(cell, pending)
         self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending["name"])
         self.defer(
-            trigger=ProvisionTrigger(
-                machine_spec=cell["machine_spec"],
-                pending=pending,
-                poll_interval=float(cell["machine_spec"].get("provision_poll_seconds") or 15),
-            ),
+            trigger=trigger,
             method_name="execute_after_provision",
             timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),
         )

@@ -24,6 +24,16 @@ class ProvisionTrigger(BaseTrigger):
         self.pending = pending
         self.poll_interval = float(poll_interval)
 
+    @classmethod
+    def for_cell(
+        cls, cell: dict[str, Any], pending: dict[str, Any]
+    ) -> tuple[ProvisionTrigger, float]:
+        """The trigger waiting for ``cell``'s pending machine, and the seconds until its own
+        deadline (Airflow's deferral timeout adds a grace to that, as a backstop)."""
+        spec = cell["machine_spec"]
+        trigger = cls(spec, pending, float(spec.get("provision_poll_seconds") or 15))
+        return trigger, max(0.0, float(pending["deadline"]) - time.time())
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
