@@ -174,8 +174,12 @@ def test_run_marked_failed_while_workloads_run(tmp_path, monkeypatch):
     assert set(cells) == {"n=a", "n=b"}
     for c in cells.values():
         assert c["state"] == "cancelled", c
-        assert "run task marked failed/success or cleared from outside" in c["message"], c
-        assert "workload cancelled" in c["message"], c
+        # Whichever settles the cell first writes the message: the trigger's on_kill or,
+        # when the triggerer is slower (a loaded machine), the cell's teardown.
+        by_trigger = "run task marked failed/success or cleared from outside" in c["message"]
+        by_teardown = "stopped before it finished" in c["message"]
+        assert by_trigger or by_teardown, c
+        assert "workload cancelled" in c["message"] or "workload torn down" in c["message"], c
         assert c["teardown_at"] is not None and c["run_ended_at"] is not None, c
     assert run["state"] == "failed" and run["finished_at"] is not None, run
 
