@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -219,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds for the run")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT, which a background job ignores) unwinds the context managers, so
+    # the stack, PostgreSQL and Redis are stopped instead of orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     base = Path(tempfile.mkdtemp(prefix="accelmatrix-bench-load-"))
     dags, suites, dag_id = write_inputs(base, args.side)
@@ -233,16 +237,14 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{executor}: skipped: {e}")
                 continue
             rows.append(r)
-            log(
-                f"{executor}: {r['state']} in {r['wall']:.1f} s, {r['tis']} task instances "
-                f"{r['ti_states']}"
-            )
+            report([r], args)  # now: a later executor's run may take long
     finally:
         if args.keep:
             log(f"kept {base}")
         else:
             shutil.rmtree(base, ignore_errors=True)
-    report(rows, args)
+    if len(rows) > 1:
+        report(rows, args)
     return 0
 
 
