@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from accelmatrix.testing import AirflowStack
 from accelmatrix.testing.services import PostgresServer, RedisServer, ServiceUnavailable
-
-pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "local_smoke"
@@ -47,6 +46,79 @@ def redis() -> Iterator[RedisServer]:
         yield server
 
 
+def test_stack_executor_settings(tmp_path):
+    """The default stack is unchanged; the Celery one drops the SQLite-only settings."""
+    local = AirflowStack(home=tmp_path / "a", dags_folder=ROOT / "dags")
+    assert local.env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert local.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite:///")
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS" in local.env
+    assert not any(k.startswith("AIRFLOW__CELERY__") for k in local.env)
+    assert local.celery_worker_names == ()
+
+    db = "postgresql+psycopg2://u:p@127.0.0.1:5999/airflow"
+    celery = AirflowStack(
+        home=tmp_path / "b",
+        dags_folder=ROOT / "dags",
+        executor="CeleryExecutor",
+        database_url=db,
+        celery_broker_url="redis://127.0.0.1:6999/0",
+        celery_workers=3,
+    )
+    assert celery.env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert celery.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == db
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS" not in celery.env
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC" not in celery.env
+    assert celery.env["AIRFLOW__CELERY__BROKER_URL"] == "redis://127.0.0.1:6999/0"
+    assert celery.env["AIRFLOW__CELERY__RESULT_BACKEND"] == f"db+{db}"
+    assert celery.celery_worker_names == ("celery-1", "celery-2", "celery-3")
+    with pytest.raises(ValueError, match="celery_broker_url"):
+        AirflowStack(
+            home=tmp_path / "c",
+            dags_folder=ROOT / "dags",
+            executor="CeleryExecutor",
+            database_url=db,
+        )
+    with pytest.raises(ValueError, match="PostgreSQL"):
+        AirflowStack(
+            home=tmp_path / "d",
+            dags_folder=ROOT / "dags",
+            executor="CeleryExecutor",
+            celery_broker_url="redis://127.0.0.1:6999/0",
+        )
+    with pytest.raises(ValueError, match="executor"):
+        AirflowStack(home=tmp_path / "e", dags_folder=ROOT / "dags", executor="KubernetesExecutor")
+
+
+def test_services_start_on_loopback_and_stop_by_pid(postgres, redis):
+    import psycopg2
+
+    pids = {postgres.proc.pid, redis.proc.pid}
+    assert redis.ping()
+    conn = psycopg2.connect(postgres.url("accelmatrix").replace("+psycopg2", ""))
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('listen_addresses')")
+            assert cur.fetchone()[0] == "127.0.0.1"
+            cur.execute("SELECT datname FROM pg_database")
+            assert {"airflow", "accelmatrix"} <= {r[0] for r in cur.fetchall()}
+    finally:
+        conn.close()
+    for server in (postgres, redis):
+        listening = {
+            c.laddr.ip
+            for c in psutil.Process(server.proc.pid).net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert listening == {"127.0.0.1"}, listening
+    data_dir = postgres.dir
+    postgres.stop()
+    redis.stop()
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
+    assert data_dir is not None and not data_dir.exists()
+    assert postgres.killed == [] and redis.killed == []  # both left on the polite signal
+
+
+@pytest.mark.integration
 def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
     results_url = postgres.url("accelmatrix")
     with AirflowStack(
