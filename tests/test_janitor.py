@@ -145,6 +145,32 @@ def test_local_orphans_reaped_fresh_and_unmanaged_kept(airflow_db, accel_home):
     assert "does not exist" in rows[1]["reason"] and rows[1]["labels"]["managed-by"]
 
 
+def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, accel_home):
+    """A run stopped from outside: its machines go now (TTL not past), nobody else's do."""
+    from accelmatrix import settings
+    from accelmatrix.backends.local import LocalBackend
+
+    b = LocalBackend({"backend": "local"})
+    mine = [b.provision(_ctx(accel_home, f"n={i}", ttl=3600)) for i in range(2)]
+    other_run = b.provision(_ctx(accel_home, "n=0", ttl=3600, run="manual__other"))
+    other_dag = b.provision(_ctx(accel_home, "n=0", ttl=3600, dag="janitor_other"))
+    strangers = _plant_unmanaged_local(settings.work_root())
+    said: list[str] = []
+
+    report = janitor.reap_run(
+        "janitor_t", RUN, [{"backend": "local"}], reason="stopped", say=said.append, store=_store()
+    )
+    assert sorted(d.resource.name for d in report.reaped) == sorted(r["name"] for r in mine)
+    assert not any(Path(r["work_dir"]).exists() for r in mine)
+    for kept in (other_run, other_dag):
+        assert Path(kept["work_dir"], "resource.json").is_file()
+    assert all((s / "resource.json").is_file() for s in strangers)
+    rows = _store().get_reaped(backend="local")
+    assert sorted(r["cell_id"] for r in rows) == ["n=0", "n=1"]
+    assert all(r["run_id"] == RUN and "stopped" in r["reason"] for r in rows)
+    assert said, "the reaps are logged"
+
+
 # -- ssh --------------------------------------------------------------------------------------
 def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_path):
     from accelmatrix.backends.ssh import SshBackend
