@@ -12,7 +12,8 @@ the setup task, preempt the TPU node, mark the DAG run failed) and then:
 * setup: ``setup`` exits 2 (a setup failure); ``kill`` sleeps (the test SIGKILLs the task
   process meanwhile) on its first attempt and returns at once on the retry; else exit 0.
 * run: ``workload`` exits 3 (a test failure); ``timeout`` sleeps past the suite's timeout;
-  ``preempt`` and ``slow`` run for SECONDS printing steps; else a short successful run.
+  ``preempt`` runs for SECONDS printing steps, ``slow`` until SIGNALS_DIR/release exists (at
+  most SECONDS); else a short successful run.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ import time
 from pathlib import Path
 
 FINISHED = "Finished training run"
+# How long the run of these faults lasts unless SECONDS is given: long enough to be hit mid-run.
+# `slow` runs until the test creates SIGNALS_DIR/release (at most SECONDS).
+SECONDS = {"preempt": 10.0, "slow": 60.0}
 
 
 def main(argv: list[str]) -> int:
     phase, fault, signals = argv[0], argv[1], Path(argv[2])
-    seconds = float(argv[3]) if len(argv) > 3 else 0.0
+    seconds = float(argv[3]) if len(argv) > 3 else SECONDS.get(fault, 0.0)
     machine = os.environ.get("ACCELMATRIX_AXIS_MACHINE", "unknown")
     signals.mkdir(parents=True, exist_ok=True)
     marker = signals / f"{machine}-{fault}.{phase}"
@@ -56,6 +60,8 @@ def main(argv: list[str]) -> int:
     steps = max(1, int(seconds))
     for i in range(steps):
         say(f"step {i + 1} loss: {1.0 / (i + 2):.3f}")
+        if fault == "slow" and (signals / "release").exists():
+            break
         if seconds:
             time.sleep(seconds / steps)
     say(FINISHED)

@@ -34,7 +34,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psutil
 import pytest
@@ -43,6 +42,7 @@ import yaml
 from accelmatrix import settings
 from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import get_backend
+from accelmatrix.lifecycle import EARLIER_FAILURES
 from accelmatrix.testing import AirflowStack
 from accelmatrix.testing.airflow_stack import MARKER
 from accelmatrix.testing.fault_matrix import (
@@ -66,7 +66,7 @@ DAG_ID = "fault_matrix"
 SSH_CONN, K8S_CONN = "accelmatrix_fault_ssh", "accelmatrix_fault_k8s"
 MACHINES = {"local": "local", "ssh": "ssh", "tpu": "tpu-vm", "k8s": "k8s-job"}
 PER_CELL = [f for f in FAULTS.values() if f]
-WORKLOAD_TIMEOUT = 30
+WORKLOAD_TIMEOUT = 75
 SCHEDULER_RESTART = "scheduler stopped + restarted mid-run"
 
 
@@ -131,6 +131,7 @@ class Env:
             "schedule": None,
             "retries": 1,
             "retry_delay_seconds": 1,
+            "max_active_runs": 2,
             "axes": {"machine": list(MACHINES), "fault": [*PER_CELL, "slow"]},
             "exclude": [
                 {
@@ -227,12 +228,23 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> Any:
 
 
 def tis_by_cell(env: Env, run_id: str) -> dict[str, dict[str, dict[str, Any]]]:
-    """cell id -> step -> task instance."""
+    """cell id -> step -> task instance.
+
+    A task instance gets its rendered name (the cell id) only once it ran: the others of
+    the same group and map index are named after a sibling that has one.
+    """
+    tis = [t for t in env.stack.task_instances(DAG_ID, run_id) if t["map_index"] >= 0]
+    names = {
+        (t["task_id"].rsplit(".", 1)[0], t["map_index"]): t["rendered_map_index"]
+        for t in tis
+        if t.get("rendered_map_index")
+    }
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for ti in env.stack.task_instances(DAG_ID, run_id):
-        if ti["map_index"] >= 0 and ti.get("rendered_map_index"):
-            step = ti["task_id"].rsplit(".", 1)[-1]
-            out.setdefault(ti["rendered_map_index"], {})[step] = ti
+    for t in tis:
+        group, step = t["task_id"].rsplit(".", 1)
+        name = names.get((group, t["map_index"]))
+        if name:
+            out.setdefault(name, {})[step] = t
     return out
 
 
@@ -321,6 +333,14 @@ def log_of(env: Env, run_id: str, ti: dict[str, Any], try_number: int | None = N
     )
 
 
+def retried_steps(tis: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted(s for s, t in tis.items() if int(t.get("try_number") or 1) > 1)
+
+
+# A cell's state once its run is over (the others are steps on the way).
+FINAL_STATES = {"passed", "failed", *EARLIER_FAILURES, "excluded"}
+
+
 # -- expectations per fault ---------------------------------------------------------------
 # fault -> (allowed final cell states, the step that fails or is retried, a line its log
 # must contain (on-call's view), which try of that step holds it: "last" or "first").
@@ -360,7 +380,7 @@ def judge_cell(
         return o
     row = mine[0]
     o.state = row["state"]
-    o.retried = any(int(t.get("try_number") or 1) > 1 for t in tis.values())
+    o.retried = retried_steps(tis)
     states, step, line, which = EXPECT[fault]
     if row["state"] not in states:
         o.problems.append(
@@ -395,26 +415,41 @@ def judge_cell(
 
 # -- fault injectors (threads watching the signals dir) -----------------------------------
 def kill_setup_tasks(env: Env, run_id: str, done: list[str], stop: threading.Event) -> None:
-    """SIGKILL the task process of each backend's `kill` cell while its setup command runs."""
+    """SIGKILL the task process of each backend's `kill` cell while its setup command runs.
+
+    The pid is the one Airflow records for the running task instance (REST); it is checked
+    to carry this stack's marker before it is signalled.
+    """
     pending = set(MACHINES)
     while pending and not stop.is_set():
-        for m in sorted(pending):
-            if not (env.signals / f"{m}-kill.setup").exists():
-                continue
-            ti = tis_by_cell(env, run_id).get(cell_id(m, "kill"), {}).get("setup")
+        time.sleep(0.3)
+        ready = [m for m in sorted(pending) if (env.signals / f"{m}-kill.setup").exists()]
+        if not ready:
+            continue
+        try:
+            tis = tis_by_cell(env, run_id)
+        except Exception as e:  # noqa: BLE001 - a busy api-server: look again
+            done.append(f"(REST: {e!r:.100})")
+            continue
+        for m in ready:
+            ti = tis.get(cell_id(m, "kill"), {}).get("setup")
             if not ti or ti["state"] != "running" or not ti.get("pid"):
                 continue
             try:
                 proc = psutil.Process(int(ti["pid"]))
                 if proc.environ().get(MARKER) != env.stack.stack_id:
-                    continue  # never signal a process this stack did not start
-                cmd = " ".join(proc.cmdline())[:80]
+                    done.append(f"{m}: pid {proc.pid} is not this stack's: not killed")
+                    pending.discard(m)
+                    continue
+                cmd = " ".join(proc.cmdline())[:60]
                 os.kill(proc.pid, signal.SIGKILL)
-            except (psutil.Error, ProcessLookupError):
+            except (psutil.Error, ProcessLookupError) as e:
+                done.append(f"{m}: {e!r:.100}")
                 continue
-            done.append(f"{m}: SIGKILL pid {proc.pid} ({cmd})")
+            done.append(f"{m}: SIGKILL setup task pid {proc.pid} ({cmd})")
             pending.discard(m)
-        time.sleep(0.3)
+    for m in sorted(pending):
+        done.append(f"{m}: the kill cell's setup was never seen running")
 
 
 def preempt_tpu(env: Env, run_id: str, done: list[str], stop: threading.Event) -> None:
@@ -442,8 +477,9 @@ def test_fault_matrix(env: Env, tmp_path):
     notes: list[str] = []
     t0 = time.monotonic()
 
-    # 1. Every per-cell fault on every backend, in one DAG run.
-    run_id = "faults_per_cell"
+    # 1. Every per-cell fault on every backend in one DAG run and, beside it, a run of one
+    #    slow cell per backend that is marked failed through the REST API mid-run.
+    run_id, failed_run = "faults_per_cell", "faults_run_marked_failed"
     for m in ("local", "ssh", "k8s"):
         block_artifacts(run_id, m)
     node = tpu_names.node_name(DAG_ID, run_id, cell_id("tpu", "provision"))
@@ -457,17 +493,24 @@ def test_fault_matrix(env: Env, tmp_path):
     trigger(env, run_id, [f"*,fault={f}" for f in PER_CELL])
     for t in threads:
         t.start()
+    trigger(env, failed_run, ["*,fault=slow"])
     try:
-        state = stack.wait_for_run(DAG_ID, run_id, timeout=420)
+        all_slow_running(env)
+        stack.api("PATCH", f"dags/{DAG_ID}/dagRuns/{failed_run}", json={"state": "failed"})
+        injected.append(f"{failed_run} marked failed")
+        (env.signals / "release").touch()  # the workloads may finish now, if still alive
+        state = stack.wait_for_run(DAG_ID, run_id, timeout=480)
     finally:
         stop.set()
     notes.append(
-        f"per-cell run {run_id}: {state} in {time.monotonic() - t0:.0f} s; " + "; ".join(injected)
+        f"per-cell run: {state} in {time.monotonic() - t0:.0f} s; injected: " + "; ".join(injected)
     )
     leaks = settled_census(env, run_id)
-    rows = store_cells(env, run_id)
-    tis = tis_by_cell(env, run_id)
-    raced = stack.stale_success_failures()
+    rows, tis, raced = (
+        store_cells(env, run_id),
+        tis_by_cell(env, run_id),
+        stack.stale_success_failures(),
+    )
     for label, fault in FAULTS.items():
         if fault is None:
             continue
@@ -486,22 +529,44 @@ def test_fault_matrix(env: Env, tmp_path):
     for cid, what in leaks.items():
         notes.append(f"PROBLEM: leak not attributed to a judged cell: {cid}: {what}")
     env.tpu.set_faults(fail_create_nodes=[])
+
+    leaks = settled_census(env, failed_run, grace=10)
+    rows, tis = store_cells(env, failed_run), tis_by_cell(env, failed_run)
+    notes.append(f"run marked failed: ended {stack.get_run(DAG_ID, failed_run)['state']}")
+    for m, backend in MACHINES.items():
+        cid = cell_id(m, "slow")
+        o = Outcome(RUN_MARKED_FAILED, backend, leaks=leaks.pop(cid, []))
+        mine = [r for r in rows if r["cell_id"] == cid]
+        o.state = mine[0]["state"] if len(mine) == 1 else f"{len(mine)} rows"
+        o.retried = retried_steps(tis.get(cid, {}))
+        if len(mine) != 1:
+            o.problems.append(f"{len(mine)} results rows")
+        elif o.state not in FINAL_STATES:
+            o.problems.append(f"cell left {o.state!r} in the results store after the run failed")
+        if mine and o.state == "passed":
+            o.problems.append("cell recorded passed in a run marked failed")
+        steps = {s: t["state"] for s, t in sorted(tis.get(cid, {}).items())}
+        notes.append(f"  {backend}: task states {steps}")
+        outcomes.append(o)
+    cleaned = cleanup(env, failed_run)
+    if cleaned:
+        notes.append("cleaned up after the run marked failed: " + "; ".join(cleaned))
     for f in env.signals.iterdir():
         f.unlink()
 
-    # 2. The scheduler stopped and started again while the workloads run.
+    # 2. The scheduler stopped and started again while one slow cell per backend runs.
     t1 = time.monotonic()
     run_id = trigger(env, "faults_scheduler_restart", ["*,fault=slow"])
-    wait_for(
-        lambda: all((env.signals / f"{m}-slow.run").exists() for m in MACHINES),
-        180,
-        "every slow workload running",
-    )
-    stack.stop_component("scheduler")
+    all_slow_running(env)
+    code = stack.stop_component("scheduler")
     time.sleep(5)
     stack.start_component("scheduler")
+    (env.signals / "release").touch()
     state = stack.wait_for_run(DAG_ID, run_id, timeout=240)
-    notes.append(f"scheduler-restart run: {state} in {time.monotonic() - t1:.0f} s")
+    notes.append(
+        f"scheduler-restart run: {state} in {time.monotonic() - t1:.0f} s (scheduler exited "
+        f"{code} on SIGTERM, down 5 s)"
+    )
     leaks = settled_census(env, run_id)
     rows, tis, raced = (
         store_cells(env, run_id),
@@ -523,49 +588,22 @@ def test_fault_matrix(env: Env, tmp_path):
                 raced,
             )
         )
-    for f in env.signals.iterdir():
-        f.unlink()
-
-    # 3. The DAG run marked failed through the REST API while the workloads run.
-    t2 = time.monotonic()
-    run_id = trigger(env, "faults_run_marked_failed", ["*,fault=slow"])
-    wait_for(
-        lambda: all((env.signals / f"{m}-slow.run").exists() for m in MACHINES),
-        180,
-        "every slow workload running",
-    )
-    stack.api("PATCH", f"dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}", json={"state": "failed"})
-    # Give cleanup (if any) the time the workloads would have needed to finish anyway.
-    time.sleep(5)
-    leaks = settled_census(env, run_id, grace=30)
-    rows, tis = store_cells(env, run_id), tis_by_cell(env, run_id)
-    notes.append(f"run-marked-failed run: {time.monotonic() - t2:.0f} s")
-    for m, backend in MACHINES.items():
-        cid = cell_id(m, "slow")
-        o = Outcome(RUN_MARKED_FAILED, backend, leaks=leaks.pop(cid, []))
-        mine = [r for r in rows if r["cell_id"] == cid]
-        o.state = mine[0]["state"] if len(mine) == 1 else f"{len(mine)} rows"
-        o.retried = any(int(t.get("try_number") or 1) > 1 for t in tis.get(cid, {}).values())
-        if len(mine) != 1:
-            o.problems.append(f"{len(mine)} results rows")
-        elif o.state in ("running", "provisioning", "setup", "provisioned", "planned"):
-            o.problems.append(f"cell left {o.state!r} in the results store after the run failed")
-        if mine and o.state == "passed":
-            o.problems.append("cell recorded passed in a run marked failed")
-        outcomes.append(o)
-    cleaned = cleanup(env, run_id)
-    if cleaned:
-        notes.append("cleaned up after the run marked failed: " + "; ".join(cleaned))
 
     table = render_table(outcomes)
     text = f"{table}\n\n{details(outcomes)}\n\n" + "\n".join(notes)
     written = write_table(text, tmp_path / "fault_table.md")
-    print(
-        f"\n{text}\n(table written to {', '.join(map(str, written))}; {time.monotonic() - t0:.0f} s)"
-    )
+    print(f"\n{text}\n(written to {', '.join(map(str, written))}; {time.monotonic() - t0:.0f} s)")
     failing = [o for o in outcomes if o.failing]
     problems = [n for n in notes if n.startswith("PROBLEM")]
     assert not failing and not problems, f"\n{table}\n{details(failing)}\n" + "\n".join(problems)
+
+
+def all_slow_running(env: Env) -> None:
+    wait_for(
+        lambda: all((env.signals / f"{m}-slow.run").exists() for m in MACHINES),
+        300,
+        "every slow workload running",
+    )
 
 
 def cleanup(env: Env, run_id: str) -> list[str]:

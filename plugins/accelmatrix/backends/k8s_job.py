@@ -200,9 +200,16 @@ class KubernetesJobBackend(Backend):
         local_work_dir = None
         if self.machine.artifacts_volume:
             local = Path(self.machine.artifacts_volume.local_path) / subpath
+            created = not local.exists()
             local.mkdir(parents=True, exist_ok=True)
             local_work_dir = str(local)
-        ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        except BaseException:
+            # No teardown follows a failed provision: undo the work dir made above.
+            if local_work_dir and created:
+                shutil.rmtree(local_work_dir, ignore_errors=True)
+            raise
         job = self.job_name(ctx)
         return {
             "backend": self.kind,

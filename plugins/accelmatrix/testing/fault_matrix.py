@@ -43,7 +43,7 @@ class Outcome:
     fault: str
     backend: str
     state: str = ""
-    retried: bool = False
+    retried: list[str] = field(default_factory=list)  # the steps Airflow ran more than once
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     applicable: bool = True
@@ -66,7 +66,7 @@ class Outcome:
             return "n/a"
         parts = [self.state or "?"]
         if self.retried:
-            parts.append("retried")
+            parts.append(f"retried {'+'.join(self.retried)}")
         parts.append(f"LEAK: {', '.join(self.leaks)}" if self.leaks else "0 leaked")
         if self.problems:
             parts.append(f"INCONSISTENT ({len(self.problems)})")
