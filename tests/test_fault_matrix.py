@@ -152,6 +152,9 @@ class Env:
         env = {
             f"AIRFLOW_CONN_{SSH_CONN.upper()}": json.dumps(self.server.connection()),
             "ACCELMATRIX_GCLOUD_AUTH": "env",
+            # A task whose process died without a word is failed after this long without a
+            # heartbeat (default 300 s): the SIGKILL row waits for it.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
             **gcloud_env,
             **self.cluster.emulator.airflow_conn_env(K8S_CONN),
         }
@@ -492,7 +495,7 @@ def test_fault_matrix(env: Env, tmp_path):
     for t in threads:
         t.start()
     try:
-        state = stack.wait_for_run(DAG_ID, run_id, timeout=480)
+        state = stack.wait_for_run(DAG_ID, run_id, timeout=600)
     finally:
         stop.set()
     notes.append(
