@@ -32,7 +32,12 @@ def test_local_smoke_graph():
     assert ids == {"plan", "gate", *(f"cpu-small.{s}" for s in steps)}
     t = dag.task_dict
     assert t["cpu-small.teardown"].is_teardown and t["cpu-small.provision"].is_setup
-    assert t["gate"].trigger_rule == "all_done"
+    # The gate is a setup-less teardown that fails the run: "Mark run as failed" does not
+    # skip it, and it waits for every cell's teardown (see accelmatrix.stopped).
+    assert t["gate"].is_teardown and t["gate"].on_failure_fail_dagrun
+    assert t["gate"].trigger_rule == "all_done_setup_success"
+    assert "cpu-small.teardown" in t["gate"].upstream_task_ids
+    assert not any(u.is_setup for u in t["gate"].upstream_list)  # so it behaves as all_done
     assert t["cpu-small.collect"].trigger_rule == "all_done_setup_success"
     # The pool of the machine bounds concurrent provision/setup/run.
     for s in ("provision", "setup", "run"):

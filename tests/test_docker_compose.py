@@ -301,7 +301,8 @@ def test_broker_is_redis_and_result_backend_postgres(services, common_env, examp
     assert broker.scheme == "redis" and broker.hostname == "redis"
     assert str(services["redis"]["image"]).startswith("redis:7.2"), services["redis"]["image"]
     backend = url(common_env["AIRFLOW__CELERY__RESULT_BACKEND"], example_env)
-    assert backend.scheme == "db+postgresql" and backend.hostname == "postgres"
+    # psycopg2 named: SQLAlchemy 2.1's default PostgreSQL driver is psycopg 3 (not installed).
+    assert backend.scheme == "db+postgresql+psycopg2" and backend.hostname == "postgres"
 
 
 def test_execution_api_url_points_at_the_apiserver(services, common_env):

@@ -13,7 +13,8 @@ Graph of every suite DAG:
 * `teardown` is a teardown task of `provision`: it runs after failures. It follows collect
   directly, so a machine is not held while Great Expectations evaluates.
 * `gate` fails the run exactly when a non-quarantined cell did not pass: never a green run
-  with red cells.
+  with red cells. It is a teardown task (without setup) with ``on_failure_fail_dagrun``,
+  after every cell's teardown, so it also runs when a person marks the run failed.
 
 Parse-time cost: only pydantic + PyYAML + airflow.sdk are imported here. Everything heavy
 (pandas, Great Expectations, SQLAlchemy, torch) is imported inside tasks.
@@ -259,7 +260,14 @@ def build_dag(path: Path | str) -> DAG:
             groups.append(_cell_group(suite, machine, cells))
         if suite.preflight:  # between plan and every provision
             preflight_task(str(path), planned) >> groups
-        gate_task(planned, str(path)) << groups
+        # A teardown (with no setup) that fails the run: "Mark run as failed" skips every
+        # other unfinished task, and with the gate skipped Airflow 3.3.2 would end the run
+        # green. As a teardown it still runs, after every cell's teardown, settles the
+        # results of cut-short cells and keeps the run red (see accelmatrix.stopped).
+        gate = gate_task(planned, str(path)).as_teardown(on_failure_fail_dagrun=True)
+        gate << groups
+        for machine in machines:
+            dag.get_task(f"{machine}.teardown") >> gate
     return dag
 
 

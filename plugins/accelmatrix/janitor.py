@@ -307,6 +307,48 @@ def sweep(
     return report
 
 
+def reap_run(
+    dag_id: str,
+    run_id: str,
+    machine_specs: Iterable[dict[str, Any]],
+    *,
+    reason: str = "its run is over",
+    say: Callable[[str], None] = log.info,
+    store: Any = None,
+    backend_factory: Callable[[dict[str, Any]], Any] = get_backend,
+) -> Report:
+    """Tear down now, whatever their TTL, the managed resources of one run that is over.
+
+    For a run stopped from outside or deleted (see stopped.py): its teardowns did not all
+    run, or could not, and nobody else will. Only resources whose exact identity names this
+    run are touched; every reap is recorded like the sweep's.
+    """
+    if store is None:
+        from accelmatrix.lifecycle import results_store
+
+        store = results_store()
+    machines = {machine_key(spec): spec for spec in machine_specs}
+    report = Report()
+    for key, spec in sorted(machines.items()):
+        try:
+            backend = backend_factory(spec)
+            resources = backend.list_managed()
+        except Exception as e:  # noqa: BLE001 - reported; the other machines still go
+            report.unreachable[key] = f"{type(e).__name__}: {e}"
+            say(f"machine {key}: cannot list resources: {e}")
+            continue
+        for res in resources:
+            ident, exact = _identity(res)
+            if not (is_managed(res) and exact and ident):
+                continue
+            if (ident["dag_id"], ident["run_id"]) != (dag_id, run_id):
+                continue
+            d = Decision(res, True, f"{reason} (cell {ident['cell_id']})", ident)
+            report.decisions.append(d)
+            _reap(backend, d, dry_run=False, store=store, say=say)
+    return report
+
+
 def _reap(backend: Any, d: Decision, *, dry_run: bool, store: Any, say: Callable) -> None:
     res = d.resource
     if not is_managed(res):  # belt and braces: judge never gets one, but never delete it

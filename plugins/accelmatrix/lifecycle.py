@@ -85,6 +85,7 @@ EARLIER_FAILURES = (
     "infra_failed",
     "run_failed",
     "preflight_failed",
+    "cancelled",  # stopped from outside (accelmatrix.stopped)
 )
 
 
@@ -545,7 +546,27 @@ def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dic
         held,
         f"{workload:.1f}" if workload is not None else "-",
     )
+    _settle_cut_short(cell, ref, resource)
     return {"held_seconds": held, "workload_seconds": workload}
+
+
+def _settle_cut_short(cell: dict[str, Any], ref: RunRef, resource: dict[str, Any]) -> None:
+    """A cell whose work ended without an outcome (its run marked failed from outside, its
+    worker killed) gets a verdict here, once its machine is gone: see accelmatrix.stopped."""
+    from accelmatrix import stopped
+
+    row = results_store().get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    if row.get("state") not in stopped.IN_FLIGHT:
+        return
+    states = {}
+    if ref.task_group is not None and ref.map_index is not None:
+        states = stopped.owner_states(ref.dag_id, ref.run_id, ref.task_group, ref.map_index)
+    message = (
+        f"stopped before it finished ({stopped.describe(states)}; was {row['state']}); "
+        f"machine {resource['name']} and its workload torn down by the cell's teardown"
+    )
+    if stopped.settle_cell(results_store(), ref.dag_id, ref.run_id, cell["id"], message):
+        log.warning("cell %s: %s", cell["id"], message)
 
 
 # -- gate ---------------------------------------------------------------------------------
@@ -557,6 +578,7 @@ def gate(
     With ``suite_path``, the suite's ``notify`` settings are honoured (see notify.py).
     """
     store = results_store()
+    stopped_cells = _settle_stopped_run(planned, ref)
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
     log.info(
         "results for %s %s:\n%s", ref.dag_id, ref.run_id, store.run_table(ref.dag_id, ref.run_id)
@@ -596,7 +618,9 @@ def gate(
     if costs:
         log.info("run cost: %.6f (sum of %d cell(s))", summary["cost"], len(costs))
     if suite_path:
-        _history_and_alerts(suite_path, planned, ref, rows)
+        # A cell a person stopped says nothing about the code under test: no alert for it.
+        judged = [c for c in planned if c["id"] not in stopped_cells]
+        _history_and_alerts(suite_path, judged, ref, rows)
         _notify(suite_path, planned, ref, failed, rows, summary["cost"])
     for cid, state in quarantined_failed:
         log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
@@ -606,6 +630,57 @@ def gate(
         )
     log.info("all %d non-quarantined cell(s) passed", len(planned) - len(quarantined_failed))
     return summary
+
+
+def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
+    """Give cells cut short a verdict and release what their teardowns left; the ids of the
+    cells stopped from outside (state ``cancelled``).
+
+    The gate runs after every cell's teardown, also when a person marked the run failed
+    (it is a teardown task). A cell still without a verdict here never got one: its tasks
+    were skipped or killed. When any cell was stopped, whatever the run still holds (a
+    teardown that failed all its retries) is torn down now through the janitor.
+    """
+    from accelmatrix import stopped
+    from accelmatrix.janitor import reap_run
+
+    store = results_store()
+    rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
+    for c in planned:
+        state = (rows.get(c["id"]) or {}).get("state")
+        message = (
+            f"stopped before it finished (was {state}); nothing of it was left running "
+            "(it never got a machine, or its teardown released it)"
+        )
+        if stopped.settle_cell(store, ref.dag_id, ref.run_id, c["id"], message):
+            log.warning("cell %s: %s", c["id"], message)
+    cut = {
+        r["cell_id"]
+        for r in store.get_cells(ref.dag_id, ref.run_id)
+        if r.get("state") == stopped.STOPPED
+    }
+    if not cut:
+        return cut
+    log.warning(
+        "run %s was stopped from outside: %d cell(s) cancelled: %s",
+        ref.run_id,
+        len(cut),
+        ", ".join(sorted(cut)),
+    )
+    specs = {json.dumps(c["machine_spec"], sort_keys=True): c["machine_spec"] for c in planned}
+    report = reap_run(
+        ref.dag_id,
+        ref.run_id,
+        specs.values(),
+        reason=f"run {ref.run_id} was stopped from outside and its teardown left it",
+        say=log.warning,
+        store=store,
+    )
+    if not report.decisions and not report.unreachable:
+        log.info("run cleanup: no resource of this run is left on its %d machine(s)", len(specs))
+    for key, err in report.unreachable.items():
+        log.error("run cleanup: machine %s not checked: %s", key, err)
+    return cut
 
 
 def _history_and_alerts(

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
 
 from accelmatrix.operators.run import InfrastructureFailure
 
@@ -42,9 +43,12 @@ class ProvisionOperator(BaseOperator):
         cell = self.cell
         context["cell_id"] = cell["id"]
         ref = lifecycle.RunRef.from_context(context)
+        decision = self._reprovision(context, ref)
         record = lifecycle.begin_provision(cell, ref)
         if not record.get("pending"):
-            return record
+            return self._ready(context, ref, record, decision)
+        if decision is not None and decision.setup_again:
+            record = {**record, "reprovision_setup": True}
         trigger, wait = ProvisionTrigger.for_cell(cell, record)
         self.log.info(
             "%s requested; waiting up to %.0f s for it in the triggerer", record["name"], wait
@@ -55,6 +59,40 @@ class ProvisionOperator(BaseOperator):
             kwargs={"pending": record},
             timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),
         )
+
+    def _reprovision(self, context: Any, ref: Any) -> Any:
+        """On a second try: skip when Airflow re-queued this provision only because another
+        cell was cleared (3.3.2 clears the setup tasks of every map index); else say what
+        runs again. None on a first try. See accelmatrix.clearing.
+        """
+        from accelmatrix import clearing
+
+        if not clearing.needs_check(context) or ref.task_group is None:
+            return None
+        decision = clearing.decide(ref.dag_id, ref.run_id, ref.task_group, ref.map_index)
+        if not decision.provision:
+            self.log.info("not provisioning %s: %s", self.cell["id"], decision.why)
+            raise AirflowSkipException(decision.why)
+        self.log.info("provisioning again: %s", decision.why)
+        return decision
+
+    def _ready(self, context: Any, ref: Any, resource: dict[str, Any], decision: Any) -> Any:
+        """The new machine of a cleared cell whose setup step was not cleared: set it up.
+
+        A failure here tears the machine down before failing: Airflow skips the teardown
+        of a failed setup task.
+        """
+        from accelmatrix import lifecycle
+
+        if decision is None or not decision.setup_again:
+            return resource
+        self.log.info("the setup step was not cleared: setting up the new machine here")
+        try:
+            lifecycle.setup(self.cell, resource, ref)
+        except BaseException:
+            lifecycle.teardown(self.cell, resource, ref)
+            raise
+        return resource
 
     def execute_complete(
         self,
@@ -76,4 +114,10 @@ class ProvisionOperator(BaseOperator):
             lifecycle.provision_failed(cell, ref, pending, reason)
             raise InfrastructureFailure(reason)
         self.log.info("%s is ready after %.0f s", pending.get("name"), event.get("waited", 0))
-        return lifecycle.finish_provision(cell, ref, pending)
+        resource = lifecycle.finish_provision(cell, ref, pending)
+        decision = None
+        if pending.get("reprovision_setup"):
+            from accelmatrix.clearing import ReprovisionDecision
+
+            decision = ReprovisionDecision(True, True, "carried over the deferral")
+        return self._ready(context, ref, resource, decision)

@@ -140,6 +140,16 @@ def _switch_to_wal(cur: Any, busy_timeout_s: float) -> None:
             time.sleep(0.05)
 
 
+def _currency() -> str:
+    """The currency of the pricing file the costs were computed with (USD by default)."""
+    try:
+        from accelmatrix.pricing import load_pricing
+
+        return load_pricing().currency
+    except Exception:  # a run table must render even when the pricing file is broken
+        return "(currency of include/pricing.yaml)"
+
+
 def _one_line(text_: str | None, width: int) -> str:
     s = re.sub(r"\s+", " ", text_ or "").strip()
     return s if len(s) <= width else s[: width - 3] + "..."
@@ -1018,5 +1028,5 @@ class ResultsStore:
         head = f"Results of {dag_id} / {run_id}: {len(cell_rows)} cell(s): {summary}"
         costs = [c["cost"] for c in cell_rows if c.get("cost") is not None]
         if costs:
-            head += f"; cost {sum(costs):.6f} (include/pricing.yaml currency)"
+            head += f"; cost {sum(costs):.6f} {_currency()}"
         return head + "\n" + "\n".join(lines)

@@ -37,6 +37,15 @@ Resource figures: a sampler thread records the memory of each component's proces
 (RSS of the scheduler process, PSS summed over trees); ``measure()`` gives CPU seconds
 (``/proc`` utime+stime through psutil, including reaped children) and peak memory over a
 window, e.g. one DAG run.
+
+CeleryExecutor (``executor="CeleryExecutor"``, the docker-compose.yaml deployment): the
+metadata DB is ``database_url`` (PostgreSQL; see ``accelmatrix.testing.services``), the broker
+``celery_broker_url`` (Redis) and the result backend ``db+<database_url>`` on the same
+database unless given. ``celery_workers`` ``airflow celery worker`` processes start beside the
+other components, with ``--skip-serve-logs`` (they write to the shared log folder like every
+other component), distinct Celery node names ``celery-<i>@<host>`` and the same name as the
+task instances' ``hostname`` (``[core] hostname_callable``), so a test can see which worker
+ran a task. They are components like the others: stopped, swept and measured.
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ import psutil
 from accelmatrix.settings import REPO_ROOT
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+EXECUTORS = ("LocalExecutor", "CeleryExecutor")
 # What the 3.3.2 scheduler logs when it fails a task whose deferral exit it learns about
 # only after the trigger already resumed it (apache/airflow#67287, #71580, #72716).
 STALE_SUCCESS = "finished with state success, but the task instance's state attribute is"
@@ -160,6 +170,8 @@ class Usage:
     # Every component's tree (scheduler, dag-processor, triggerer, api-server).
     total_cpu_seconds: float = 0.0
     component_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    # PSS peak of each component's tree (Celery workers included).
+    component_peak_pss_mb: dict[str, float] = field(default_factory=dict)
     # Peak memory: RSS of the scheduler main process; PSS summed over the trees (forked
     # workers share pages copy-on-write, a sum of RSS would count them once per process).
     scheduler_peak_rss_mb: float = 0.0
@@ -188,11 +200,15 @@ class _Sampler(threading.Thread):
         trees = {name: _tree(p) for name, p in self.stack._ps.items()}
         sched = trees.get("scheduler") or []
         main = _rss(sched[0]) if sched else 0
-        sched_tree = sum(_pss(q) for q in sched)
-        total = sched_tree + sum(_pss(q) for n, t in trees.items() if n != "scheduler" for q in t)
+        per_bytes = {n: sum(_pss(q) for q in t) for n, t in trees.items()}
+        sched_tree = per_bytes.get("scheduler", 0)
+        total = sum(per_bytes.values())
         mb = 1024.0 * 1024.0
+        per = {n: v / mb for n, v in per_bytes.items()}
         with self.lock:
             for u in self.windows:
+                for n, v in per.items():
+                    u.component_peak_pss_mb[n] = max(u.component_peak_pss_mb.get(n, 0.0), v)
                 u.samples += 1
                 u.scheduler_peak_rss_mb = max(u.scheduler_peak_rss_mb, main / mb)
                 u.scheduler_tree_peak_pss_mb = max(u.scheduler_tree_peak_pss_mb, sched_tree / mb)
@@ -206,7 +222,7 @@ class _Sampler(threading.Thread):
 
 # -- the stack ----------------------------------------------------------------------------
 class AirflowStack:
-    """A real Airflow with LocalExecutor and SQLite in ``home``; see the module docstring."""
+    """A real Airflow in ``home`` (LocalExecutor and SQLite unless told); see the module docstring."""
 
     def __init__(
         self,
@@ -223,6 +239,12 @@ class AirflowStack:
         sample_interval: float = 1.0,
         airflow_bin: Path | str | None = None,
         components: tuple[str, ...] = COMPONENTS,
+        executor: str = "LocalExecutor",
+        database_url: str | None = None,
+        celery_broker_url: str | None = None,
+        celery_result_backend: str | None = None,
+        celery_workers: int = 2,
+        celery_concurrency: int = 4,
     ):
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
@@ -234,6 +256,22 @@ class AirflowStack:
         # A subset (e.g. api-server + dag-processor) tests the REST API in seconds less.
         self.components = tuple(c for c in COMPONENTS if c in components)
         self.port = port or free_port()
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor: one of {EXECUTORS}, not {executor!r}")
+        self.executor = executor
+        self.database_url = database_url or f"sqlite:///{self.home / 'airflow.db'}"
+        self.celery_worker_names: tuple[str, ...] = ()
+        if executor == "CeleryExecutor":
+            if not celery_broker_url:
+                raise ValueError("executor CeleryExecutor needs celery_broker_url (redis://...)")
+            if self.database_url.startswith("sqlite"):
+                raise ValueError("executor CeleryExecutor needs a PostgreSQL database_url")
+            if celery_workers < 1 or celery_concurrency < 1:
+                raise ValueError("celery_workers and celery_concurrency must be >= 1")
+            self.celery_worker_names = tuple(f"celery-{i}" for i in range(1, celery_workers + 1))
+        self.celery_broker_url = celery_broker_url
+        self.celery_result_backend = celery_result_backend or _db_result_backend(self.database_url)
+        self.celery_concurrency = celery_concurrency
         self.all_admins = all_admins
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
@@ -273,16 +311,12 @@ class AirflowStack:
                 "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__EXECUTOR": self.executor,
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": str(self.all_admins),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": (
-                    f"{__name__}.SQLITE_CONNECT_ARGS"
-                ),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url,
                 "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(EXECUTION_API_TIMEOUT),
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs_dir),
                 # Nothing serves logs (every component shares this home's log folder); give the
@@ -310,9 +344,35 @@ class AirflowStack:
                 MARKER: self.stack_id,
             }
         )
+        if self.database_url.startswith("sqlite"):
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] = f"{__name__}.SQLITE_CONNECT_ARGS"
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] = (
+                f"{__name__}.SQLITE_CONNECT_ARGS"
+            )
+        if self.executor == "CeleryExecutor":
+            env.update(
+                {
+                    "AIRFLOW__CELERY__BROKER_URL": str(self.celery_broker_url),
+                    "AIRFLOW__CELERY__RESULT_BACKEND": self.celery_result_backend,
+                    "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.celery_concurrency),
+                    # One message at a time per free slot: tasks spread over the workers.
+                    "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
+                }
+            )
         if self.suites_dir:
             env["ACCELMATRIX_SUITES_DIR"] = str(self.suites_dir)
         env.update(extra)
+        return env
+
+    def _worker_env(self, name: str) -> dict[str, str]:
+        """A Celery worker's environment: the stack's, plus its own task hostname."""
+        from accelmatrix.testing.hostname import ENV
+
+        env = dict(self.env)
+        env.setdefault(
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE", "accelmatrix.testing.hostname.worker_hostname"
+        )
+        env[ENV] = f"{name}@{socket.gethostname()}"
         return env
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -365,9 +425,58 @@ class AirflowStack:
             out.close()  # the child holds its own descriptor
             self.procs[name] = proc
             self._ps[name] = psutil.Process(proc.pid)
+        self._start_celery_workers()
         self._sampler.start()
         self._wait_healthy()
+        self._wait_celery_workers()
         self.startup_seconds = time.monotonic() - t0
+
+    def _start_celery_workers(self) -> None:
+        for name in self.celery_worker_names:
+            env = self._worker_env(name)
+            cmd = [
+                self.airflow_bin,
+                "celery",
+                "worker",
+                "--celery-hostname",
+                env["ACCELMATRIX_WORKER_HOSTNAME"],
+                "--concurrency",
+                str(self.celery_concurrency),
+                "--skip-serve-logs",
+            ]
+            out = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 (child holds its own)
+            proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+                cmd,
+                env=env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            out.close()
+            self.procs[name] = proc
+            self._ps[name] = psutil.Process(proc.pid)
+
+    def _wait_celery_workers(self) -> None:
+        """Wait until every worker logged Celery's ``<node> ready.`` (it consumes the queue)."""
+        deadline = time.monotonic() + self.startup_timeout
+        pending = set(self.celery_worker_names)
+        while pending:
+            self.check_alive()
+            for name in list(pending):
+                log = self.logs_dir / f"{name}.log"
+                with contextlib.suppress(OSError):
+                    if " ready." in log.read_text(errors="replace"):
+                        pending.discard(name)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"Celery workers {sorted(pending)} not ready in {self.startup_timeout} s:\n"
+                    + "\n".join(_tail(self.logs_dir / f"{n}.log") for n in sorted(pending))
+                )
+            time.sleep(0.5)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -752,7 +861,7 @@ class AirflowStack:
             u.wall_seconds = time.monotonic() - u._t0
             u.scheduler_cpu_seconds = d.get("scheduler_main", 0.0)
             u.scheduler_tree_cpu_seconds = d.get("scheduler", 0.0)
-            u.component_cpu_seconds = {k: v for k, v in d.items() if k in COMPONENTS}
+            u.component_cpu_seconds = {k: v for k, v in d.items() if k in self._ps}
             u.total_cpu_seconds = sum(u.component_cpu_seconds.values())
 
 
@@ -761,6 +870,14 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _db_result_backend(database_url: str) -> str:
+    """Celery's SQLAlchemy result backend on Airflow's database (``db+postgresql+psycopg2://``).
+
+    The driver stays named: SQLAlchemy 2.1 maps a bare ``postgresql://`` to psycopg 3.
+    """
+    return f"db+{database_url}"
 
 
 def _default_airflow_bin() -> Path:

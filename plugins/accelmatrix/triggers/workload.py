@@ -96,6 +96,31 @@ class WorkloadTrigger(BaseTrigger):
                 return
             await asyncio.sleep(self.poll_interval)
 
+    async def on_kill(self) -> None:
+        """A person acted on the deferred run task (mark failed/success, clear) or deleted
+        its run: Airflow 3.3.2 calls this then, and never on a triggerer restart or a
+        timeout. The workload is cancelled at once (accelmatrix.stopped.stop_workload);
+        the lines land in the run task's log."""
+        if not (self.cell and self.dag_id and self.run_id):
+            return
+        from accelmatrix.stopped import stop_workload
+
+        try:
+            # Shielded: 3.3.2 cancels the trigger again at its next state sync (about a
+            # second), which interrupts on_kill; the cancelling goes on in its thread.
+            await asyncio.shield(
+                asyncio.to_thread(
+                    stop_workload,
+                    self.cell,
+                    self.dag_id,
+                    self.run_id,
+                    self.handle,
+                    lambda line: self.log.warning("%s", line),
+                )
+            )
+        except Exception:
+            self.log.exception("could not stop the workload of %s", self.cell.get("id"))
+
     async def _record(self, event: dict[str, Any]) -> None:
         """Record the outcome (and kill a timed-out or hung workload) before firing.
 
