@@ -26,7 +26,7 @@ from pathlib import Path
 FINISHED = "Finished training run"
 # How long the run of these faults lasts unless SECONDS is given: long enough to be hit mid-run.
 # `slow` runs until the test creates SIGNALS_DIR/release (at most SECONDS).
-SECONDS = {"preempt": 10.0, "slow": 40.0}
+SECONDS = {"preempt": 10.0, "slow": 140.0}
 
 
 def main(argv: list[str]) -> int:

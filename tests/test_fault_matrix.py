@@ -44,7 +44,6 @@ from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import get_backend
 from accelmatrix.lifecycle import EARLIER_FAILURES
 from accelmatrix.testing import AirflowStack
-from accelmatrix.testing.airflow_stack import MARKER
 from accelmatrix.testing.fault_matrix import (
     FAULTS,
     RUN_MARKED_FAILED,
@@ -66,7 +65,9 @@ DAG_ID = "fault_matrix"
 SSH_CONN, K8S_CONN = "accelmatrix_fault_ssh", "accelmatrix_fault_k8s"
 MACHINES = {"local": "local", "ssh": "ssh", "tpu": "tpu-vm", "k8s": "k8s-job"}
 PER_CELL = [f for f in FAULTS.values() if f]
-WORKLOAD_TIMEOUT = 45
+# Above the start skew of the four slow cells on a loaded 2-core machine (k8s starts last):
+# the first slow workload must still run when the last one starts. Idle time, not CPU.
+WORKLOAD_TIMEOUT = 150
 SCHEDULER_RESTART = "scheduler stopped + restarted mid-run"
 
 
@@ -143,7 +144,7 @@ class Env:
                 "setup": [[*cmd, "setup", "${axis.fault}", str(self.signals)]],
                 "run": [*cmd, "run", "${axis.fault}", str(self.signals)],
                 "timeout": WORKLOAD_TIMEOUT,
-                "setup_timeout": 30,
+                "setup_timeout": 90,
             },
             "checks": [{"type": "log_contains", "pattern": "Finished training run"}],
         }
@@ -485,8 +486,8 @@ def kill_setup_tasks(env: Env, run_id: str, done: list[str], stop: threading.Eve
     """SIGKILL the task process of each backend's `kill` cell while its setup command runs.
 
     The pid is the one Airflow records for the running task instance (REST ``pid``: the
-    task runner's child that executes the operator); it is checked to be alive, on this
-    host, and to carry this stack's marker before it is signalled.
+    task runner's child that executes the operator); it is checked to be alive and a
+    descendant of this stack's components before it is signalled.
     """
     pending = set(MACHINES)
     seen: dict[str, str] = {}  # what REST last showed, per machine (reported if never killed)
@@ -511,7 +512,10 @@ def kill_setup_tasks(env: Env, run_id: str, done: list[str], stop: threading.Eve
                 continue
             try:
                 proc = psutil.Process(int(ti["pid"]))
-                if proc.environ().get(MARKER) != env.stack.stack_id:
+                # Not its environment: the task process's setproctitle overwrites
+                # /proc/<pid>/environ. Its ancestry: a descendant of this stack's components.
+                components = {c.pid for c in env.stack.procs.values()}
+                if not any(a.pid in components for a in proc.parents()):
                     done.append(f"{m}: pid {proc.pid} is not this stack's: not killed")
                     pending.discard(m)
                     continue
@@ -602,6 +606,11 @@ def test_fault_matrix(env: Env, tmp_path):
             )
     if state != "failed":
         notes.append(f"PROBLEM: the per-cell run ended {state}; failed cells must fail it")
+    for m in MACHINES:  # a fault that was never injected proves nothing
+        if not any(i.startswith(f"{m}: SIGKILL") for i in injected):
+            notes.append(f"PROBLEM: the {m} kill cell's setup task was never SIGKILLed")
+    if not any(i.startswith("preempted") for i in injected):
+        notes.append("PROBLEM: the TPU node was never preempted")
     for cid, what in leaks.items():
         notes.append(f"PROBLEM: leak not attributed to a judged cell: {cid}: {what}")
     env.tpu.set_faults(fail_create_nodes=[])
