@@ -57,7 +57,8 @@ from accelmatrix.testing.fault_matrix import (
 from accelmatrix.testing.k8s_emulator import Cluster
 
 pytest_plugins = ["tpu_env"]
-pytestmark = pytest.mark.integration
+# Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("fault_workload.py")

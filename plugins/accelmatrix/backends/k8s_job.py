@@ -538,6 +538,11 @@ class KubernetesJobBackend(Backend):
         ]
         body = self._job_body(resource, name, "setup", containers[-1:], containers[:-1])
         timeout_s = float(self.machine.scheduling_timeout_seconds)
+        # A setup Job left by an earlier attempt (its task was killed or timed out) may be
+        # the very thing that hung: replace it, as the local and SSH backends stop theirs.
+        # Setup commands run again on every attempt anyway; the run Job is reattached to.
+        if self._delete_job(clients, ns, name, wait=True):
+            log(f"deleted setup Job {ns}/{name} left by an earlier attempt")
         job, reattached = self._create_or_reattach(clients, ns, body, timeout_s)
         log(f"{'reattached to' if reattached else 'created'} setup Job {ns}/{name}")
         log_path = Path(resource["artifacts_dir"]) / "setup.log"
