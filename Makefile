@@ -13,7 +13,7 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export ACCELMATRIX_HOME ?= $(AIRFLOW_HOME)/accelmatrix
 export PATH := $(BIN):$(PATH)
 
-.PHONY: venv demo test lint format bench standalone clean
+.PHONY: venv demo test reliability lint format bench standalone clean
 
 venv: $(VENV)/.installed
 
@@ -43,6 +43,11 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 
 test: venv
 	$(BIN)/pytest -q
+
+# The fault-injection matrix on a real Airflow (every backend, 11-16 min here): prints the
+# faults x backends table (README "Reliability") and writes it to reliability-table.md.
+reliability: venv
+	ACCELMATRIX_FAULT_TABLE=$(CURDIR)/reliability-table.md $(BIN)/pytest -q -s -m reliability tests/test_fault_matrix.py
 
 lint: venv
 	$(BIN)/ruff check .

@@ -358,6 +358,26 @@ def test_setup_job_runs_commands_in_order_and_reports_failures(cluster, tmp_path
     assert r["setup_job_name"] not in str(state(cluster)["jobs"])
 
 
+def test_a_setup_job_left_by_a_killed_attempt_is_replaced(cluster, tmp_path):
+    """The task running setup was SIGKILLed; its setup Job hangs on. The retry must not wait
+    on it (it may be what hung): it deletes it and runs setup afresh."""
+    b = backend(cluster)
+    r = b.provision(ctx(tmp_path, "setup=killed"))
+    name = r["setup_job_name"]
+    hung = b._job_body(
+        r, name, "setup", [b._container("setup-0", py("import time; time.sleep(600)"), {})], []
+    )
+    b._clients(r).batch.create_namespaced_job(r["namespace"], hung)
+    lines: list[str] = []
+    started = time.monotonic()
+    b.setup(r, [py("print('fresh setup')")], {}, 60, lines.append)
+    assert time.monotonic() - started < 45
+    assert any("left by an earlier attempt" in line for line in lines), lines
+    assert "[setup-0] fresh setup" in lines
+    assert name not in str(state(cluster)["jobs"])
+    b.teardown(r)
+
+
 def test_collect_copies_globs_from_the_volume(cluster, tmp_path):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "collect=1"))

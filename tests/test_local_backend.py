@@ -178,3 +178,44 @@ def test_collect_double_star_takes_files_inside(accel_home):
     (work / "out" / "m.jsonl").write_text("")
     copied = b.collect(r, ["out/**"], Path(r["artifacts_dir"]) / "files")
     assert copied == ["out/m.jsonl", "out/sub/t.pt.trace.json"]
+
+
+def test_a_setup_command_outliving_its_killed_task_is_stopped(accel_home, tmp_path):
+    """The setup task's process is SIGKILLed mid-setup: its command (own session) lives on.
+    The retried setup stops it before running again; the teardown stops it too."""
+    import signal
+    import subprocess
+
+    b = LocalBackend(SPEC)
+    r = b.provision(_ctx(accel_home))
+    pidfile = tmp_path / "setup.pid"
+    cmd = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)",
+    ]
+    task = subprocess.Popen(  # noqa: S603 - the "setup task": runs backend.setup
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; from accelmatrix.backends.local import LocalBackend; "
+            "LocalBackend({'backend': 'local'}).setup("
+            "json.loads(sys.argv[1]), [json.loads(sys.argv[2])], {}, 120, print)",
+            json.dumps(r),
+            json.dumps(cmd),
+        ],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "plugins")},
+    )
+    deadline = time.time() + 20
+    while not (pidfile.exists() and pidfile.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    setup_pid = int(pidfile.read_text())
+    os.kill(task.pid, signal.SIGKILL)
+    task.wait(10)
+    assert _pid_alive(setup_pid)  # orphaned, as after a real SIGKILL
+    b.setup(r, [[sys.executable, "-c", "print('retry')"]], {}, 30, print)  # the retry
+    deadline = time.time() + 10
+    while _pid_alive(setup_pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _pid_alive(setup_pid)
+    b.teardown(r)

@@ -225,6 +225,29 @@ def test_preemption_while_running_is_an_infrastructure_failure(accel_home, emu, 
     assert emu.node(r["name"]) is None
 
 
+def test_a_workload_killed_by_preemption_is_never_a_test_failure(
+    accel_home, emu, gcloud_env, spec, tmp_path
+):
+    """The workload dies with its node (here: exits 137 once the node is preempted) long
+    before the periodic node check is due: the node is looked at then, not the exit code."""
+    b = backend(gcloud_env, spec, capacity="spot", node_check_seconds=3600)
+    r = b.provision(ctx(accel_home))
+    py = b.variables(r)["python"]
+    flag = tmp_path / "preempted"
+    code = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(flag)!r}): time.sleep(0.1)\n"
+        "sys.exit(137)\n"
+    )
+    h = b.submit(r, [py, "-c", code], {})
+    assert not b.poll(h).done  # the periodic check ran now: the next is an hour away
+    emu.preempt(r["name"])
+    flag.touch()
+    st = wait_done(b, h, timeout=30)
+    assert st.infrastructure_failure and "PREEMPTED" in st.detail, st
+    b.teardown(r)
+
+
 def test_stockout_and_quota_leave_nothing_behind(accel_home, emu, gcloud_env, spec):
     b = backend(gcloud_env, spec)
     emu.stockout(leaves_node=True)  # the create operation fails; a TERMINATED node remains

@@ -248,6 +248,13 @@ def provision_failed(cell: dict[str, Any], ref: RunRef, pending: dict[str, Any],
 
 
 def _provision_failed_state(cell: dict[str, Any], ref: RunRef, reason: str) -> None:
+    # On-call's line in the provision task's log: a bare traceback (FileExistsError, an API
+    # error) does not say that this is an infrastructure failure of this cell.
+    log.error(
+        "provision failed for cell %s (an infrastructure failure, not a test failure): %s",
+        cell["id"],
+        reason,
+    )
     results_store().upsert_cell(
         ref.dag_id,
         ref.run_id,

@@ -200,9 +200,16 @@ class KubernetesJobBackend(Backend):
         local_work_dir = None
         if self.machine.artifacts_volume:
             local = Path(self.machine.artifacts_volume.local_path) / subpath
+            created = not local.exists()
             local.mkdir(parents=True, exist_ok=True)
             local_work_dir = str(local)
-        ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        except BaseException:
+            # No teardown follows a failed provision: undo the work dir made above.
+            if local_work_dir and created:
+                shutil.rmtree(local_work_dir, ignore_errors=True)
+            raise
         job = self.job_name(ctx)
         return {
             "backend": self.kind,
@@ -531,6 +538,11 @@ class KubernetesJobBackend(Backend):
         ]
         body = self._job_body(resource, name, "setup", containers[-1:], containers[:-1])
         timeout_s = float(self.machine.scheduling_timeout_seconds)
+        # A setup Job left by an earlier attempt (its task was killed or timed out) may be
+        # the very thing that hung: replace it, as the local and SSH backends stop theirs.
+        # Setup commands run again on every attempt anyway; the run Job is reattached to.
+        if self._delete_job(clients, ns, name, wait=True):
+            log(f"deleted setup Job {ns}/{name} left by an earlier attempt")
         job, reattached = self._create_or_reattach(clients, ns, body, timeout_s)
         log(f"{'reattached to' if reattached else 'created'} setup Job {ns}/{name}")
         log_path = Path(resource["artifacts_dir"]) / "setup.log"

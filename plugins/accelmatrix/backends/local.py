@@ -176,6 +176,11 @@ class LocalBackend(Backend):
         log: LogFn,
     ) -> None:
         log_path = Path(resource["artifacts_dir"]) / "setup.log"
+        record_path = Path(resource["work_dir"]) / RECORD
+        # The setup commands run in groups of their own: when the task process is killed
+        # (OOM, SIGKILL, a lost worker) a command lives on. Its group is recorded while it
+        # runs, so a retried setup or the teardown stops it instead of leaking it.
+        _stop_earlier_setup(record_path)
         deadline = time.monotonic() + timeout
         with open(log_path, "a", encoding="utf-8") as setup_log:
             for i, argv in enumerate(commands):
@@ -194,6 +199,7 @@ class LocalBackend(Backend):
                     )
                 except OSError as e:
                     raise SetupFailed(f"setup[{i}] {argv[:1]} could not start: {e}") from None
+                _update_record(record_path, setup_pgid=proc.pid)
                 timer = threading.Timer(
                     max(0.0, deadline - time.monotonic()), kill_process_group, (proc.pid, 2.0)
                 )
@@ -209,6 +215,7 @@ class LocalBackend(Backend):
                     code = proc.wait()
                 finally:
                     timer.cancel()
+                _update_record(record_path, setup_pgid=None)
                 if time.monotonic() >= deadline and code != 0:
                     raise SetupFailed(f"setup[{i}] {argv} timed out after {timeout}s")
                 if code != 0:
@@ -354,6 +361,7 @@ class LocalBackend(Backend):
                 kill_process_group(status["pgid"])
         # Services are read from the record on disk, not from the XCom copy of the resource:
         # they were started after provision returned it.
+        _stop_earlier_setup(Path(resource["work_dir"]) / RECORD)
         record = _read_status(Path(resource["work_dir"]) / RECORD) or {}
         for svc in record.get("services", []):
             if svc.get("pgid") and _pgid_alive(svc["pgid"]):
@@ -400,6 +408,14 @@ def exact_identity(labels: dict[str, Any]) -> dict[str, str] | None:
         "cell_id": labels.get("cell"),
     }
     return ident if all(isinstance(v, str) and v for v in ident.values()) else None  # type: ignore[return-value]
+
+
+def _stop_earlier_setup(record_path: Path) -> None:
+    """Kill a setup command an earlier (killed) setup task left running."""
+    pgid = (_read_status(record_path) or {}).get("setup_pgid")
+    if isinstance(pgid, int) and _pgid_alive(pgid):
+        kill_process_group(pgid, 2.0)
+        _update_record(record_path, setup_pgid=None)
 
 
 def _update_record(path: Path, **fields: Any) -> None:

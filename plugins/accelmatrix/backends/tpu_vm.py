@@ -521,7 +521,11 @@ class TpuVmBackend(Backend):
     def poll(self, handle: dict[str, Any]) -> JobStatus:
         workers = self._workers(handle, "workers")
         statuses = [b.poll(h) for b, h in workers]
-        lost = self._node_lost(handle)
+        # A worker that died (non-zero exit, killed, unreachable) may have died with its
+        # node: look at the node now, not at the next periodic check, or a preemption that
+        # killed the workload would be recorded as a test failure instead of being retried.
+        died = any(st.done and (st.exit_code != 0 or st.infrastructure_failure) for st in statuses)
+        lost = self._node_lost(handle, force=died)
         if lost:
             self._cancel_quietly(handle)
             return JobStatus(done=True, detail=lost, infrastructure_failure=True)
@@ -544,13 +548,15 @@ class TpuVmBackend(Backend):
             )
         return JobStatus(done=False, detail="running")
 
-    def _node_lost(self, handle: dict[str, Any]) -> str | None:
-        """Every node_check_seconds: a message if the node is no longer READY."""
+    def _node_lost(self, handle: dict[str, Any], force: bool = False) -> str | None:
+        """Every node_check_seconds (at once when ``force``): a message if the node is no
+        longer READY."""
         name, zone = handle["name"], handle["zone"]
         now = time.monotonic()
         with _node_checked_lock:
             last = _node_checked.get(name)
-            if last is not None and now - last < float(handle.get("node_check_seconds") or 60):
+            recent = last is not None and now - last < float(handle.get("node_check_seconds") or 60)
+            if recent and not force:
                 return None
             _node_checked[name] = now
         try:

@@ -284,6 +284,7 @@ class AirflowStack:
         self.procs: dict[str, subprocess.Popen] = {}
         self._ps: dict[str, psutil.Process] = {}
         self._seen: dict[int, psutil.Process] = {}  # every descendant observed, by pid
+        self._stopped: dict[str, list[str]] = {}  # argv of components stop_component stopped
         self._ready_dags: set[str] = set()
         self._client: httpx.Client | None = None
         self._sampler = _Sampler(self, sample_interval)
@@ -524,6 +525,63 @@ class AirflowStack:
                     f"airflow {name} exited with {proc.returncode}; last lines of "
                     f"{self.logs_dir / (name + '.log')}:\n{_tail(self.logs_dir / (name + '.log'))}"
                 )
+
+    # -- one component (fault injection) ----------------------------------------------------
+    def stop_component(self, name: str, sig: int = signal.SIGTERM, grace: float = 30.0) -> int:
+        """Stop one component (its process group) as an operator or a crash would; its
+        return code. Task processes it started live in groups of their own and are left
+        alone (they are remembered, so ``stop()`` still ends them). SIGKILL after ``grace``.
+        """
+        proc = self.procs.get(name)
+        if proc is None:
+            raise StackError(f"no running component {name!r} (running: {sorted(self.procs)})")
+        self._remember_descendants()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        self._stopped[name] = list(proc.args)  # type: ignore[arg-type]
+        del self.procs[name]
+        self._ps.pop(name, None)
+        return proc.returncode
+
+    def start_component(self, name: str, timeout: float | None = None) -> None:
+        """Start a component ``stop_component`` stopped, with the same command; wait healthy."""
+        argv = self._stopped.pop(name, None)
+        if argv is None:
+            raise StackError(f"component {name!r} was not stopped by stop_component")
+        out = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+            argv,
+            env=self.env,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out.close()
+        self.procs[name] = proc
+        self._ps[name] = psutil.Process(proc.pid)
+        if self._client is not None:
+            self._client.close()  # _wait_healthy makes a new one
+            self._client = None
+        saved = self.startup_timeout
+        self.startup_timeout = timeout or saved
+        try:
+            self._wait_healthy()
+        finally:
+            self.startup_timeout = saved
+
+    def restart_component(self, name: str, down_seconds: float = 0.0) -> None:
+        """Stop one component, stay down ``down_seconds``, start it again."""
+        self.stop_component(name)
+        time.sleep(down_seconds)
+        self.start_component(name)
 
     def stop(self) -> None:
         """Stop everything this stack started; SIGKILL after ``stop_grace`` seconds."""

@@ -32,6 +32,9 @@ Modelling choices worth knowing:
   node is removed (``stockout_leaves_node=True`` keeps it in state ``TERMINATED``, as a
   half-created resource a caller has to clean up); a queued resource stays
   ``WAITING_FOR_RESOURCES`` and turns ``FAILED`` when its valid-until time passes.
+* Half-created node (``fail_create_nodes``: a list of node ids): the node is created, then
+  its create operation ends with ``INTERNAL`` (code 13) and the node stays ``TERMINATED``,
+  a resource the caller has to delete (targeted, so one cell of a run can be hit).
 * Quota: create requests fail at once with HTTP 429 ``RESOURCE_EXHAUSTED`` and a
   ``google.rpc.QuotaFailure`` detail, before anything is created.
 * ``filter``/``pageSize``/``pageToken`` on list calls are honoured when sent (gcloud filters
@@ -89,7 +92,15 @@ FAULT_DEFAULTS: dict[str, Any] = {
     "stockout_leaves_node": False,  # after a failed create the node stays, TERMINATED
     "delete_delay": None,  # seconds a delete takes (slow delete); None -> op_delay
     "create_hangs": False,  # node create operations never finish (node stays CREATING)
+    # Node ids whose create fails half way: the node exists, then its create operation ends
+    # with INTERNAL (code 13) and the node stays TERMINATED for the caller to delete.
+    "fail_create_nodes": [],
 }
+
+CREATE_FAILED_MESSAGE = (
+    "Internal error encountered while creating node {node}: the host failed its health "
+    "check during boot [EID: 0x{eid}]"
+)
 
 STOCKOUT_MESSAGE = (
     'There is no more capacity in the zone "{zone}"; you can try in another zone where '
@@ -660,9 +671,19 @@ class TpuEmulator:
         self._node_meta[full] = {}
         stockout = bool(self.faults["stockout"])
         leaves = bool(self.faults["stockout_leaves_node"])
+        broken = node_id in (self.faults["fail_create_nodes"] or [])
 
         def finish(op: dict[str, Any]) -> None:
             current = self._nodes.get(full)
+            if broken:
+                op["error"] = {
+                    "code": 13,
+                    "message": CREATE_FAILED_MESSAGE.format(node=node_id, eid=secrets.token_hex(8)),
+                }
+                if current is not None:
+                    current["state"] = TERMINATED
+                    current["health"] = "UNHEALTHY_TENSORFLOW"
+                return
             if stockout:
                 op["error"] = {
                     "code": 8,

@@ -1,0 +1,737 @@
+"""Fault injection on every backend, on a real Airflow (scheduler, triggerer, dag-processor,
+api-server; LocalExecutor), with a faults x backends outcome table.
+
+One stack for the module, with the loopback sshd (the SSH host and "the TPU VM"), the Cloud
+TPU emulator and the Kubernetes emulator wired in through the components' environment. One
+suite whose axes are ``machine`` (local, ssh, tpu, k8s) x ``fault``; its setup and run
+commands are tests/fault_workload.py, which fails or stalls as the cell's fault says.
+
+* One DAG run covers the per-cell faults on all four backends: the workload fails, setup
+  fails, provision fails half way (local/SSH/k8s: the cell's artifacts path is blocked by a
+  file, so provisioning fails after it created the work dir; TPU: the emulator creates the
+  node, then its create operation fails and the node is TERMINATED), the workload runs into
+  the suite's timeout, the setup task's process is SIGKILLed mid-setup (its pid from the
+  REST API; the run step cannot be SIGKILLed honestly: it defers, no task process runs
+  while the workload does), and the TPU node is preempted while the workload runs.
+* Then one run per run-level fault, over one slow cell per backend: the scheduler stopped
+  and started again while the workloads run; the DAG run marked failed through
+  ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` while they run.
+
+After each run, per cell: nothing left (every backend's ``list_managed()``, the emulators'
+own state, work dirs, workload processes), exactly one results row whose state agrees with
+Airflow's task states (never ``passed`` for a failed cell), and the task log of the failing
+step says what happened. Set ACCELMATRIX_FAULT_TABLE=path to get the table in a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from accelmatrix import settings
+from accelmatrix.backends import tpu_names
+from accelmatrix.backends.base import get_backend
+from accelmatrix.lifecycle import EARLIER_FAILURES
+from accelmatrix.testing import AirflowStack
+from accelmatrix.testing.fault_matrix import (
+    FAULTS,
+    RUN_MARKED_FAILED,
+    Outcome,
+    details,
+    leftover_dirs,
+    processes_running,
+    render_table,
+    write_table,
+)
+from accelmatrix.testing.k8s_emulator import Cluster
+
+pytest_plugins = ["tpu_env"]
+# Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).with_name("fault_workload.py")
+DAG_ID = "fault_matrix"
+SSH_CONN, K8S_CONN = "accelmatrix_fault_ssh", "accelmatrix_fault_k8s"
+MACHINES = {"local": "local", "ssh": "ssh", "tpu": "tpu-vm", "k8s": "k8s-job"}
+PER_CELL = [f for f in FAULTS.values() if f]
+# Above the start skew of the four slow cells on a loaded 2-core machine (k8s starts last):
+# the first slow workload must still run when the last one starts. Idle time, not CPU.
+WORKLOAD_TIMEOUT = 150
+SCHEDULER_RESTART = "scheduler stopped + restarted mid-run"
+
+
+def cell_id(machine: str, fault: str) -> str:
+    return f"machine={machine},fault={fault}"
+
+
+# -- environment --------------------------------------------------------------------------
+class Env:
+    """Everything the module's runs share: paths, emulators, the stack."""
+
+    def __init__(self, tmp: Path, server: Any, tpu: Any, cluster: Cluster):
+        self.tmp, self.server, self.tpu, self.cluster = tmp, server, tpu, cluster
+        self.signals = tmp / "signals"
+        self.ssh_root = tmp / "ssh-work"
+        self.vm_root = tmp / "vm"
+        self.volume = tmp / "volume"
+        for d in (self.signals, self.ssh_root, self.vm_root, self.volume):
+            d.mkdir(parents=True, exist_ok=True)
+        self.stack: AirflowStack | None = None
+
+    def machines(self) -> dict[str, dict[str, Any]]:
+        py = sys.executable
+        return {
+            "local": {"backend": "local", "hourly_cost": 0.1},
+            "ssh": {
+                "backend": "ssh",
+                "ssh_conn_id": SSH_CONN,
+                "python": py,
+                "work_root": str(self.ssh_root),
+                "hourly_cost": 0.2,
+            },
+            "tpu": {
+                "backend": "tpu-vm",
+                "zone": "us-central2-b",
+                "accelerator_type": "v4-8",
+                "runtime_version": "tpu-ubuntu2204-base",
+                "capacity": "spot",
+                "ssh_user": self.server.user,
+                "ssh_port": self.server.port,
+                "python": py,
+                "work_root": str(self.vm_root),
+                "provision_poll_seconds": 0.5,
+                "node_check_seconds": 1,
+                "hourly_cost": 12.0,
+            },
+            "k8s": {
+                "backend": "k8s-job",
+                "kubernetes_conn_id": K8S_CONN,
+                "image": "us-docker.pkg.dev/acme/trainer:1",
+                "python": py,
+                "artifacts_volume": {"claim_name": "accel-work", "local_path": str(self.volume)},
+                "hourly_cost": 1.0,
+            },
+        }
+
+    def suite(self) -> dict[str, Any]:
+        cmd = ["${python}", str(SCRIPT)]
+        return {
+            "description": "fault injection: every fault on every backend (tests only)",
+            "owners": ["ml-infra"],
+            "schedule": None,
+            "retries": 1,
+            "retry_delay_seconds": 1,
+            "axes": {"machine": list(MACHINES), "fault": [*PER_CELL, "slow"]},
+            "exclude": [
+                {
+                    "match": {"machine": ["local", "ssh", "k8s"], "fault": "preempt"},
+                    "reason": "preemption is a TPU fault",
+                }
+            ],
+            "machines": self.machines(),
+            "workload": {
+                "setup": [[*cmd, "setup", "${axis.fault}", str(self.signals)]],
+                "run": [*cmd, "run", "${axis.fault}", str(self.signals)],
+                "timeout": WORKLOAD_TIMEOUT,
+                "setup_timeout": 90,
+            },
+            "checks": [{"type": "log_contains", "pattern": "Finished training run"}],
+        }
+
+    def component_env(self, gcloud_env: dict[str, str]) -> dict[str, str]:
+        env = {
+            f"AIRFLOW_CONN_{SSH_CONN.upper()}": json.dumps(self.server.connection()),
+            "ACCELMATRIX_GCLOUD_AUTH": "env",
+            # A task whose process died without a word is failed after this long without a
+            # heartbeat (default 300 s): the SIGKILL row waits for it.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+            **gcloud_env,
+            **self.cluster.emulator.airflow_conn_env(K8S_CONN),
+        }
+        return env
+
+
+@pytest.fixture(scope="module")
+def env(server, emulator, gcloud_env, tmp_path_factory):
+    from accelmatrix.hooks import k8s as k8s_hook
+
+    tmp = tmp_path_factory.mktemp("faults")
+    volume = tmp / "volume"
+    volume.mkdir()
+    with Cluster(tmp / "cluster", ("default",), volumes={"accel-work": volume}) as cluster:
+        e = Env(tmp, server, emulator, cluster)
+        suites = tmp / "suites"
+        suites.mkdir()
+        (suites / f"{DAG_ID}.yaml").write_text(yaml.safe_dump(e.suite(), sort_keys=False))
+        extra = e.component_env(gcloud_env)
+        stack = AirflowStack(
+            home=tmp / "airflow",
+            dags_folder=ROOT / "dags",
+            suites_dir=suites,
+            env_extra=extra,
+            parallelism=12,
+        )
+        # The test process inspects the same homes and clouds the components use.
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in extra.items():
+                mp.setenv(k, v)
+            mp.setenv("ACCELMATRIX_HOME", str(stack.accel_home))
+            k8s_hook.forget()
+            emulator.reset()
+            with stack:
+                e.stack = stack
+                for m in MACHINES:
+                    stack.create_pool(f"accelmatrix_{m}", 16, include_deferred=True)
+                stack.wait_for_dag(DAG_ID)
+                yield e
+                e.stack = None
+            k8s_hook.forget()
+        _kill_fault_processes()
+
+
+def _kill_fault_processes() -> list[str]:
+    """Kill leftovers of the suite's commands (by pid: they run our script)."""
+    killed = []
+    for p in processes_running(SCRIPT):
+        with contextlib.suppress(psutil.Error):
+            killed.append(" ".join(p.cmdline()[-3:]))
+            p.kill()
+    return killed
+
+
+# -- running and observing ----------------------------------------------------------------
+def trigger(env: Env, run_id: str, cells: list[str]) -> str:
+    env.stack.api(
+        "POST",
+        f"dags/{DAG_ID}/dagRuns",
+        json={"dag_run_id": run_id, "logical_date": None, "conf": {"cells": cells}},
+    )
+    return run_id
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise TimeoutError(f"{what} not seen within {timeout} s")
+
+
+def mapped_cells(env: Env, run_id: str) -> dict[tuple[str, int], str]:
+    """(machine group, map index) -> cell id, from what each group was mapped over (the
+    ``cells_<machine>`` XCom): a task instance that never ran (or failed) has no rendered
+    name, so names alone would lose exactly the steps a fault is about."""
+    out: dict[tuple[str, int], str] = {}
+    for m in MACHINES:
+        try:
+            entry = env.stack.api(
+                "GET",
+                f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/cells_{m}/xcomEntries/return_value",
+            )
+        except Exception:  # noqa: BLE001 - not pushed yet
+            continue
+        value = entry.get("value")
+        if isinstance(value, str):
+            value = json.loads(value)
+        for i, cell in enumerate(value or []):
+            out[(m, i)] = cell["id"]
+    return out
+
+
+def tis_by_cell(env: Env, run_id: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """cell id -> step -> task instance (map indexes named by ``mapped_cells``)."""
+    tis = [t for t in env.stack.task_instances(DAG_ID, run_id) if t["map_index"] >= 0]
+    names = mapped_cells(env, run_id)
+    for t in tis:  # a rendered name must agree with the mapping
+        key = (t["task_id"].rsplit(".", 1)[0], t["map_index"])
+        rendered = t.get("rendered_map_index")
+        if rendered == str(t["map_index"]):  # Airflow's fallback when rendering failed
+            rendered = None
+        if rendered and names.get(key, rendered) != rendered:
+            raise AssertionError(f"{t['task_id']}[{key[1]}] is {rendered}, mapped {names[key]}")
+        if rendered:
+            names.setdefault(key, rendered)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for t in tis:
+        group, step = t["task_id"].rsplit(".", 1)
+        name = names.get((group, t["map_index"]))
+        if name:
+            out.setdefault(name, {})[step] = t
+    return out
+
+
+def census(env: Env, run_id: str) -> dict[str, list[str]]:
+    """cell id -> what it left behind (resources, dirs, processes) in ``run_id``."""
+    leaks: dict[str, list[str]] = {}
+
+    def add(cell: str, what: str) -> None:
+        leaks.setdefault(cell, []).append(what)
+
+    specs = env.machines()
+    for m, spec in specs.items():
+        try:
+            managed = get_backend(spec).list_managed()
+        except Exception as e:  # noqa: BLE001 - a broken lister must show, not hide leaks
+            add(f"machine={m},*", f"list_managed failed: {e}")
+            continue
+        for r in managed:
+            ident = r.detail.get("identity") or {}
+            if ident.get("run_id") == run_id:
+                add(ident["cell_id"], f"1 {r.backend} resource ({r.name})")
+    cells_by_safe = {
+        settings.safe_name(cell_id(m, f)): cell_id(m, f)
+        for m in MACHINES
+        for f in [*PER_CELL, "slow"]
+    }
+    safe_dag, safe_run = settings.safe_name(DAG_ID), settings.safe_name(run_id)
+    for root, what in (
+        (settings.work_root(), "local work dir"),
+        (env.ssh_root, "ssh work dir"),
+        (env.vm_root, "TPU VM work dir"),
+        (env.volume, "k8s volume dir"),
+    ):
+        for d in leftover_dirs(root, safe_dag, safe_run):
+            add(cells_by_safe.get(d.name, d.name), f"1 {what}")
+    nodes = {tpu_names.node_name(DAG_ID, run_id, c): c for c in cells_by_safe.values()}
+    for full in env.tpu.state["nodes"]:
+        short = full.rsplit("/", 1)[-1]
+        if short in nodes:
+            add(nodes[short], f"1 TPU node ({env.tpu.state['nodes'][full]['state']})")
+    k8s = env.cluster.emulator.state()
+    for kind in ("jobs", "pods"):
+        for name, obj in (k8s.get(kind) or {}).items():
+            ann = (obj.get("metadata") or {}).get("annotations") or {}
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            cell = ann.get("accelmatrix.io/cell-id") or labels.get("cell") or str(name)
+            if ann.get("accelmatrix.io/run-id", run_id) == run_id:
+                add(cell, f"1 k8s {kind[:-1]}")
+    for p in processes_running(SCRIPT):
+        try:
+            e = p.environ()
+        except psutil.Error:
+            e = {}
+        m, f = e.get("ACCELMATRIX_AXIS_MACHINE"), e.get("ACCELMATRIX_AXIS_FAULT")
+        add(cell_id(m, f) if m and f else f"pid {p.pid}", "1 process")
+    return leaks
+
+
+def settled_census(env: Env, run_id: str, grace: float = 20) -> dict[str, list[str]]:
+    """The census once nothing changes any more (a teardown may still be finishing)."""
+    deadline = time.monotonic() + grace
+    leaks = census(env, run_id)
+    while leaks and time.monotonic() < deadline:
+        time.sleep(2)
+        leaks = census(env, run_id)
+    return leaks
+
+
+def store_cells(env: Env, run_id: str) -> list[dict[str, Any]]:
+    from accelmatrix.results.store import ResultsStore
+
+    store = ResultsStore(settings.results_url())
+    try:
+        return store.get_cells(DAG_ID, run_id)
+    finally:
+        store.close()
+
+
+def log_of(env: Env, run_id: str, ti: dict[str, Any], try_number: int | None = None) -> str:
+    """The task's log of one try: through REST, else from the shared log folder (3.3.2's
+    REST has no record of a try that a deferral resume superseded without a history row)."""
+    number = try_number or ti["try_number"]
+    try:
+        return env.stack.task_log(
+            DAG_ID, run_id, ti["task_id"], map_index=ti["map_index"], try_number=number
+        )
+    except Exception as e:  # noqa: BLE001 - fall back to the files
+        folder = (
+            env.stack.logs_dir
+            / f"dag_id={DAG_ID}"
+            / f"run_id={run_id}"
+            / f"task_id={ti['task_id']}"
+            / f"map_index={ti['map_index']}"
+        )
+        files = sorted(folder.glob(f"attempt={number}.log*"))
+        if not files:
+            return f"(no log: {e!r:.200})"
+        return "\n".join(f.read_text(errors="replace") for f in files)
+
+
+def retried_steps(env: Env, run_id: str, tis: dict[str, dict[str, Any]]) -> list[str]:
+    """Steps with an earlier try that failed (Airflow's tries, not ``try_number``: 3.3.2
+    bumps it when a deferred task resumes)."""
+    out = []
+    for step, ti in sorted(tis.items()):
+        if int(ti.get("try_number") or 0) < 2:
+            continue
+        try:
+            tries = env.stack.api(
+                "GET",
+                f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/"
+                f"{ti['map_index']}/tries",
+            )["task_instances"]
+        except Exception:  # noqa: BLE001
+            continue
+        last = max(int(t["try_number"]) for t in tries)
+        if any(
+            t["state"] in ("failed", "up_for_retry") and int(t["try_number"]) < last for t in tries
+        ):
+            out.append(step)
+    return out
+
+
+# A cell's state once its run is over (the others are steps on the way).
+FINAL_STATES = {"passed", "failed", *EARLIER_FAILURES, "excluded"}
+
+
+# -- expectations per fault ---------------------------------------------------------------
+# fault -> (allowed final cell states, the step that fails or is retried, a line its log
+# must contain (on-call's view), which try of that step holds it: "last" or "first").
+EXPECT: dict[str, tuple[set[str], str, str, str]] = {
+    "workload": ({"run_failed"}, "run", "workload exited with 3", "last"),
+    "setup": ({"setup_failed"}, "setup", "injected failure: dependency", "last"),
+    "provision": ({"infra_failed"}, "provision", "provision failed", "last"),
+    "timeout": ({"timed_out"}, "run", f"timed out after {WORKLOAD_TIMEOUT} s", "last"),
+    "kill": ({"passed"}, "setup", "setup ok (a retry)", "last"),
+    # Retried on a replacement node (retries: 1): the retry passes.
+    "preempt": ({"passed"}, "run", "PREEMPTED", "first"),
+    "slow": ({"passed"}, "run", "Finished training run", "last"),
+}
+FAILED_STEP_STATE = {
+    "workload": "failed",
+    "setup": "failed",
+    "provision": "failed",
+    "timeout": "failed",
+}
+
+
+def judge_cell(
+    env: Env,
+    run_id: str,
+    row_label: str,
+    machine: str,
+    fault: str,
+    rows: list[dict[str, Any]],
+    tis: dict[str, dict[str, Any]],
+    leaks: list[str],
+    raced: set[str],
+) -> Outcome:
+    cid = cell_id(machine, fault)
+    o = Outcome(row_label, MACHINES[machine], leaks=list(leaks))
+    mine = [r for r in rows if r["cell_id"] == cid]
+    if len(mine) != 1:
+        o.problems.append(f"{len(mine)} results rows for {cid} (expected exactly 1)")
+        return o
+    row = mine[0]
+    o.state = row["state"]
+    o.retried = retried_steps(env, run_id, tis)
+    if fault == "preempt" and "run" not in o.retried:
+        # The run try that was preempted left no history row (see log_of): its successor's
+        # log says whether the node was replaced.
+        run = tis.get("run")
+        if run and "replacing the machine before this retry" in log_of(env, run_id, run):
+            o.retried.append("run")
+    states, step, line, which = EXPECT[fault]
+    if row["state"] not in states:
+        o.problems.append(
+            f"cell state {row['state']!r} (expected {sorted(states)}): {row['message']}"
+        )
+    ti = tis.get(step)
+    if ti is None:
+        o.problems.append(f"no {step} task instance")
+        return o
+    # Airflow agrees with the results store.
+    if fault in FAILED_STEP_STATE and ti["state"] != "failed":
+        o.problems.append(f"{step} task is {ti['state']}, the cell {row['state']}")
+    if row["state"] == "passed":
+        for s, t in tis.items():
+            if t["state"] != "success" and t["id"] not in raced:
+                o.problems.append(f"cell passed but its {s} task is {t['state']}")
+    elif "evaluate" in tis and tis["evaluate"]["state"] == "success":
+        o.problems.append("cell did not pass but its evaluate task succeeded")
+    if fault == "workload" and row.get("exit_code") != 3:
+        o.problems.append(f"exit code {row.get('exit_code')} recorded (the workload exited 3)")
+    if fault in ("kill", "preempt") and step not in o.retried:
+        o.problems.append(f"{step} was not retried after the fault")
+    teardown = (tis.get("teardown") or {}).get("state")
+    provision = (tis.get("provision") or {}).get("state")
+    # A teardown's setup is provision: after a failed provision Airflow marks the teardown
+    # upstream_failed (the provision cleaned up after itself; the census checks that).
+    ok_teardown = {"success"} | ({"upstream_failed"} if provision == "failed" else set())
+    if teardown not in ok_teardown:
+        o.problems.append(f"teardown task is {teardown} (provision {provision})")
+    text = log_of(env, run_id, ti, try_number=1 if which == "first" else None)
+    if line not in text:
+        o.problems.append(
+            f"the {step} log (try {1 if which == 'first' else ti['try_number']}) lacks {line!r}"
+        )
+    return o
+
+
+# -- fault injectors (threads watching the signals dir) -----------------------------------
+def kill_setup_tasks(env: Env, run_id: str, done: list[str], stop: threading.Event) -> None:
+    """SIGKILL the task process of each backend's `kill` cell while its setup command runs.
+
+    The pid is the one Airflow records for the running task instance (REST ``pid``: the
+    task runner's child that executes the operator); it is checked to be alive and a
+    descendant of this stack's components before it is signalled.
+    """
+    pending = set(MACHINES)
+    seen: dict[str, str] = {}  # what REST last showed, per machine (reported if never killed)
+    while pending and not stop.is_set():
+        time.sleep(0.3)
+        ready = [m for m in sorted(pending) if (env.signals / f"{m}-kill.setup").exists()]
+        if not ready:
+            continue
+        try:
+            tis = tis_by_cell(env, run_id)
+        except Exception as e:  # noqa: BLE001 - a busy api-server: look again
+            seen["*"] = f"REST: {e!r:.100}"
+            continue
+        for m in ready:
+            ti = tis.get(cell_id(m, "kill"), {}).get("setup")
+            seen[m] = (
+                "no setup TI"
+                if not ti
+                else f"state={ti['state']} pid={ti.get('pid')} host={ti.get('hostname')}"
+            )
+            if not ti or ti["state"] != "running" or not ti.get("pid"):
+                continue
+            try:
+                proc = psutil.Process(int(ti["pid"]))
+                # Not its environment: the task process's setproctitle overwrites
+                # /proc/<pid>/environ. Its ancestry: a descendant of this stack's components.
+                components = {c.pid for c in env.stack.procs.values()}
+                if not any(a.pid in components for a in proc.parents()):
+                    done.append(f"{m}: pid {proc.pid} is not this stack's: not killed")
+                    pending.discard(m)
+                    continue
+                cmd = " ".join(proc.cmdline())[:60]
+                os.kill(proc.pid, signal.SIGKILL)
+            except (psutil.Error, ProcessLookupError) as e:
+                seen[m] += f" ({e!r:.80})"
+                continue
+            done.append(f"{m}: SIGKILL setup task pid {proc.pid} ({cmd})")
+            pending.discard(m)
+    for m in sorted(pending):
+        done.append(f"{m}: the kill cell's setup task was never killed (last seen: {seen.get(m)})")
+
+
+def preempt_tpu(env: Env, run_id: str, done: list[str], stop: threading.Event) -> None:
+    name = tpu_names.node_name(DAG_ID, run_id, cell_id("tpu", "preempt"))
+    while not stop.is_set():
+        marker = env.signals / "tpu-preempt.run"
+        if marker.exists() and marker.read_text().strip():
+            env.tpu.preempt(name)
+            # The VM goes with its node: its processes die (the emulated VM is this host,
+            # so the workload's process group is killed here).
+            pid = int(marker.read_text().split()[0])
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                pgid = os.getpgid(pid)
+                if pgid != os.getpgid(0):
+                    os.killpg(pgid, signal.SIGKILL)
+            done.append(f"preempted {name}, killed the workload's group")
+            return
+        time.sleep(0.3)
+
+
+def block_artifacts(run_id: str, machine: str) -> Path:
+    """An environmental fault: the cell's artifacts path is taken by a file."""
+    path = settings.cell_artifacts_dir(DAG_ID, run_id, cell_id(machine, "provision"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("not a directory: the fault-injection test put this file here\n")
+    return path
+
+
+# -- the test -----------------------------------------------------------------------------
+def test_fault_matrix(env: Env, tmp_path):
+    stack = env.stack
+    outcomes: list[Outcome] = []
+    notes: list[str] = []
+    t0 = time.monotonic()
+
+    # 1. Every per-cell fault on every backend, in one DAG run.
+    run_id = "faults_per_cell"
+    for m in ("local", "ssh", "k8s"):
+        block_artifacts(run_id, m)
+    node = tpu_names.node_name(DAG_ID, run_id, cell_id("tpu", "provision"))
+    env.tpu.set_faults(fail_create_nodes=[node])
+    stop = threading.Event()
+    injected: list[str] = []
+    threads = [
+        threading.Thread(target=kill_setup_tasks, args=(env, run_id, injected, stop), daemon=True),
+        threading.Thread(target=preempt_tpu, args=(env, run_id, injected, stop), daemon=True),
+    ]
+    trigger(env, run_id, [f"*,fault={f}" for f in PER_CELL])
+    for t in threads:
+        t.start()
+    try:
+        state = stack.wait_for_run(DAG_ID, run_id, timeout=600)
+    finally:
+        stop.set()
+    notes.append(
+        f"per-cell run: {state} in {time.monotonic() - t0:.0f} s; injected: " + "; ".join(injected)
+    )
+    leaks = settled_census(env, run_id)
+    rows, tis, raced = (
+        store_cells(env, run_id),
+        tis_by_cell(env, run_id),
+        stack.stale_success_failures(),
+    )
+    for label, fault in FAULTS.items():
+        if fault is None:
+            continue
+        for m, backend in MACHINES.items():
+            if fault == "preempt" and m != "tpu":
+                outcomes.append(Outcome(label, backend, applicable=False))
+                continue
+            cid = cell_id(m, fault)
+            outcomes.append(
+                judge_cell(
+                    env, run_id, label, m, fault, rows, tis.get(cid, {}), leaks.pop(cid, []), raced
+                )
+            )
+    if state != "failed":
+        notes.append(f"PROBLEM: the per-cell run ended {state}; failed cells must fail it")
+    for m in MACHINES:  # a fault that was never injected proves nothing
+        if not any(i.startswith(f"{m}: SIGKILL") for i in injected):
+            notes.append(f"PROBLEM: the {m} kill cell's setup task was never SIGKILLed")
+    if not any(i.startswith("preempted") for i in injected):
+        notes.append("PROBLEM: the TPU node was never preempted")
+    for cid, what in leaks.items():
+        notes.append(f"PROBLEM: leak not attributed to a judged cell: {cid}: {what}")
+    env.tpu.set_faults(fail_create_nodes=[])
+
+    for f in env.signals.iterdir():
+        f.unlink()
+
+    # 2. One slow cell per backend; the DAG run marked failed through the REST API while
+    #    their workloads run.
+    t1 = time.monotonic()
+    failed_run = trigger(env, "faults_run_marked_failed", ["*,fault=slow"])
+    all_slow_running(env)
+    stack.api("PATCH", f"dags/{DAG_ID}/dagRuns/{failed_run}", json={"state": "failed"})
+    # Not released: the workloads would run on for 40 s unless stopped. The gate (a
+    # teardown) settles the cut-short cells after every cell's teardown.
+    gate = wait_for(
+        lambda: next(
+            (
+                t
+                for t in stack.task_instances(DAG_ID, failed_run)
+                if t["task_id"] == "gate" and t["state"] in ("success", "failed")
+            ),
+            None,
+        ),
+        90,
+        "the gate of the run marked failed",
+        poll=1,
+    )
+    leaks = settled_census(env, failed_run, grace=10)
+    rows, tis = store_cells(env, failed_run), tis_by_cell(env, failed_run)
+    run_state = stack.get_run(DAG_ID, failed_run)["state"]
+    notes.append(
+        f"run marked failed: {run_state}, gate {gate['state']}, checked "
+        f"{time.monotonic() - t1:.0f} s after its trigger"
+    )
+    if run_state != "failed":
+        notes.append(f"PROBLEM: the run marked failed ended {run_state}")
+    for m, backend in MACHINES.items():
+        cid = cell_id(m, "slow")
+        o = Outcome(RUN_MARKED_FAILED, backend, leaks=leaks.pop(cid, []))
+        mine = [r for r in rows if r["cell_id"] == cid]
+        o.state = mine[0]["state"] if len(mine) == 1 else f"{len(mine)} rows"
+        o.retried = retried_steps(env, failed_run, tis.get(cid, {}))
+        if len(mine) != 1:
+            o.problems.append(f"{len(mine)} results rows")
+        elif o.state != "cancelled":
+            o.problems.append(f"cell {o.state!r} in the results store (expected cancelled)")
+        steps = {s: t["state"] for s, t in sorted(tis.get(cid, {}).items())}
+        notes.append(f"  {backend}: task states {steps}")
+        outcomes.append(o)
+    cleaned = cleanup(env, failed_run)
+    if cleaned:
+        notes.append("cleaned up after the run marked failed: " + "; ".join(cleaned))
+    for f in env.signals.iterdir():
+        f.unlink()
+
+    # 3. The scheduler stopped and started again while one slow cell per backend runs.
+    t2 = time.monotonic()
+    run_id = trigger(env, "faults_scheduler_restart", ["*,fault=slow"])
+    all_slow_running(env)
+    code = stack.stop_component("scheduler")
+    time.sleep(5)
+    stack.start_component("scheduler")
+    (env.signals / "release").touch()
+    state = stack.wait_for_run(DAG_ID, run_id, timeout=240)
+    notes.append(
+        f"scheduler-restart run: {state} in {time.monotonic() - t2:.0f} s (scheduler exited "
+        f"{code} on SIGTERM, down 5 s)"
+    )
+    leaks = settled_census(env, run_id)
+    rows, tis, raced = (
+        store_cells(env, run_id),
+        tis_by_cell(env, run_id),
+        stack.stale_success_failures(),
+    )
+    for m in MACHINES:
+        cid = cell_id(m, "slow")
+        outcomes.append(
+            judge_cell(
+                env,
+                run_id,
+                SCHEDULER_RESTART,
+                m,
+                "slow",
+                rows,
+                tis.get(cid, {}),
+                leaks.pop(cid, []),
+                raced,
+            )
+        )
+
+    table = render_table(outcomes)
+    text = f"{table}\n\n{details(outcomes)}\n\n" + "\n".join(notes)
+    written = write_table(text, tmp_path / "fault_table.md")
+    print(f"\n{text}\n(written to {', '.join(map(str, written))}; {time.monotonic() - t0:.0f} s)")
+    failing = [o for o in outcomes if o.failing]
+    problems = [n for n in notes if n.startswith("PROBLEM")]
+    assert not failing and not problems, f"\n{table}\n{details(failing)}\n" + "\n".join(problems)
+
+
+def all_slow_running(env: Env) -> None:
+    wait_for(
+        lambda: all((env.signals / f"{m}-slow.run").exists() for m in MACHINES),
+        300,
+        "every slow workload running",
+    )
+
+
+def cleanup(env: Env, run_id: str) -> list[str]:
+    """Release what a run left behind (after it was recorded as a leak) via the backends."""
+    done = []
+    for spec in env.machines().values():
+        backend = get_backend(spec)
+        with contextlib.suppress(Exception):
+            for r in backend.list_managed():
+                if (r.detail.get("identity") or {}).get("run_id") == run_id:
+                    try:
+                        backend.teardown(r.detail["resource"])
+                        done.append(f"tore down {r.name}")
+                    except Exception as e:  # noqa: BLE001
+                        done.append(f"could not tear down {r.name}: {e}")
+    done += [f"killed {k}" for k in _kill_fault_processes()]
+    return done
