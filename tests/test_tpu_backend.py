@@ -303,9 +303,18 @@ def test_provision_trigger_defers_the_capacity_wait(
     emu.stockout()
     machine = {**spec, "capacity": "queued", "valid_until_seconds": 1}
     pending = backend(gcloud_env, machine).begin_provision(ctx(accel_home, "model=b"))
-    event = asyncio.run(first_event(ProvisionTrigger(machine, pending, poll_interval=0.2)))
+    # The trigger also records the failure itself: the resumed task may never run (3.3.2
+    # resume race), and the cell must not stay "provisioning" for evaluate to call "failed".
+    owner = {"dag_id": "tpu_t", "run_id": "r1", "cell_id": "model=b"}
+    trigger = ProvisionTrigger(machine, pending, poll_interval=0.2, owner=owner)
+    assert ProvisionTrigger(**trigger.serialize()[1]).owner == owner
+    event = asyncio.run(first_event(trigger))
     assert event["status"] == "failed" and "FAILED" in event["detail"]
     assert emu.state["queued_resources"] == {}
+    from accelmatrix.lifecycle import results_store
+
+    cell = results_store().get_cell("tpu_t", "r1", "model=b")
+    assert cell["state"] == "infra_failed" and "provision failed" in cell["message"], cell
 
 
 def test_unreachable_workers_fail_provision_and_delete_the_node(

@@ -255,12 +255,13 @@ def _provision_failed_state(cell: dict[str, Any], ref: RunRef, reason: str) -> N
         cell["id"],
         reason,
     )
+    record_provision_failure(ref.dag_id, ref.run_id, cell["id"], reason)
+
+
+def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str) -> None:
+    """The cell's machine could not be provisioned: an infrastructure failure (idempotent)."""
     results_store().upsert_cell(
-        ref.dag_id,
-        ref.run_id,
-        cell["id"],
-        state="infra_failed",
-        message=f"provision failed: {reason}",
+        dag_id, run_id, cell_id, state="infra_failed", message=f"provision failed: {reason}"
     )
 
 

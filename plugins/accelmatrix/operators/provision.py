@@ -49,7 +49,7 @@ class ProvisionOperator(BaseOperator):
             return self._ready(context, ref, record, decision)
         if decision is not None and decision.setup_again:
             record = {**record, "reprovision_setup": True}
-        trigger, wait = ProvisionTrigger.for_cell(cell, record)
+        trigger, wait = ProvisionTrigger.for_cell(cell, record, ref)
         self.log.info(
             "%s requested; waiting up to %.0f s for it in the triggerer", record["name"], wait
         )

@@ -72,15 +72,15 @@ class RunWorkloadOperator(BaseOperator):
                 backend.teardown(resource)
                 record = lifecycle.begin_provision(cell, ref)
                 if record.get("pending"):
-                    self._defer_provision(cell, record)
+                    self._defer_provision(cell, record, ref)
                 resource = record
                 lifecycle.setup(cell, resource, ref)
         self._start(context, resource)
 
-    def _defer_provision(self, cell: dict[str, Any], pending: dict[str, Any]) -> None:
+    def _defer_provision(self, cell: dict[str, Any], pending: dict[str, Any], ref: Any) -> None:
         from accelmatrix.triggers.provision import ProvisionTrigger
 
-        trigger, wait = ProvisionTrigger.for_cell(cell, pending)
+        trigger, wait = ProvisionTrigger.for_cell(cell, pending, ref)
         self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending["name"])
         self.defer(
             trigger=trigger,

@@ -4,7 +4,9 @@ Each poll is one cheap backend call (for a TPU: one ``describe``), run in a thre
 failure (stockout, valid-until passed, node preempted while booting, timeout) the trigger
 deletes what was requested *before* it fires: the resumed task may never run (Airflow 3.3.2
 resume race, apache/airflow#67287) and a failed provision gets no teardown. The resumed
-task repeats the cleanup; deleting what is already gone is a no-op.
+task repeats the cleanup; deleting what is already gone is a no-op. For the same reason
+the trigger records the failure in the results store itself (``owner``: the cell's dag,
+run and cell id): a resumed task that never runs must not leave the cell "provisioning".
 """
 
 from __future__ import annotations
@@ -18,20 +20,28 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class ProvisionTrigger(BaseTrigger):
-    def __init__(self, machine_spec: dict[str, Any], pending: dict[str, Any], poll_interval=15.0):
+    def __init__(
+        self,
+        machine_spec: dict[str, Any],
+        pending: dict[str, Any],
+        poll_interval=15.0,
+        owner: dict[str, str] | None = None,
+    ):
         super().__init__()
         self.machine_spec = machine_spec
         self.pending = pending
         self.poll_interval = float(poll_interval)
+        self.owner = owner
 
     @classmethod
     def for_cell(
-        cls, cell: dict[str, Any], pending: dict[str, Any]
+        cls, cell: dict[str, Any], pending: dict[str, Any], ref: Any = None
     ) -> tuple[ProvisionTrigger, float]:
         """The trigger waiting for ``cell``'s pending machine, and the seconds until its own
         deadline (Airflow's deferral timeout adds a grace to that, as a backstop)."""
         spec = cell["machine_spec"]
-        trigger = cls(spec, pending, float(spec.get("provision_poll_seconds") or 15))
+        owner = {"dag_id": ref.dag_id, "run_id": ref.run_id, "cell_id": cell["id"]} if ref else None
+        trigger = cls(spec, pending, float(spec.get("provision_poll_seconds") or 15), owner)
         return trigger, max(0.0, float(pending["deadline"]) - time.time())
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -41,6 +51,7 @@ class ProvisionTrigger(BaseTrigger):
                 "machine_spec": self.machine_spec,
                 "pending": self.pending,
                 "poll_interval": self.poll_interval,
+                "owner": self.owner,
             },
         )
 
@@ -71,6 +82,7 @@ class ProvisionTrigger(BaseTrigger):
                         )
                     except Exception:
                         self.log.exception("could not clean up %s", name)
+                    await self._record_failure(check.failed)
                     yield TriggerEvent(
                         {"status": "failed", "detail": check.failed, "pending": self.pending}
                     )
@@ -82,3 +94,13 @@ class ProvisionTrigger(BaseTrigger):
                     )
                     return
             await asyncio.sleep(self.poll_interval)
+
+    async def _record_failure(self, reason: str) -> None:
+        if not self.owner:
+            return
+        from accelmatrix.lifecycle import record_provision_failure
+
+        try:
+            await asyncio.to_thread(record_provision_failure, **self.owner, reason=reason)
+        except Exception:  # the resumed task records it too
+            self.log.exception("could not record the provision failure")
