@@ -356,7 +356,16 @@ def record_run_outcome(
         msg = f"workload exited with {exit_code}, expected {expected} ({event.get('detail')})"
     else:
         state, msg = "ran", f"workload exited {exit_code} as expected"
-    results_store().upsert_cell(
+    store = results_store()
+    row = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    if row.get("state") == "cancelled":
+        # The run was stopped from outside and the teardown killed the workload before the
+        # trigger heard of it: the exit it saw is the kill's, not the workload's verdict.
+        log.warning(
+            "%s: stays cancelled (%s); the exit seen was %s", cell["id"], row.get("message"), msg
+        )
+        return "cancelled", row.get("message") or msg
+    store.upsert_cell(
         ref.dag_id,
         ref.run_id,
         cell["id"],
@@ -518,6 +527,9 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
 # -- teardown -----------------------------------------------------------------------------
 def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     backend = get_backend(cell["machine_spec"])
+    # Before the machine goes: a trigger still watching a cut-short workload would otherwise
+    # see the teardown's kill as the workload's exit and record it as a failure.
+    _settle_cut_short(cell, ref, resource)
     backend.teardown(resource)
     ended = time.time()
     held = ended - float(resource["created_at"])
@@ -547,13 +559,12 @@ def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dic
         held,
         f"{workload:.1f}" if workload is not None else "-",
     )
-    _settle_cut_short(cell, ref, resource)
     return {"held_seconds": held, "workload_seconds": workload}
 
 
 def _settle_cut_short(cell: dict[str, Any], ref: RunRef, resource: dict[str, Any]) -> None:
     """A cell whose work ended without an outcome (its run marked failed from outside, its
-    worker killed) gets a verdict here, once its machine is gone: see accelmatrix.stopped."""
+    worker killed) gets a verdict here, before its machine goes: see accelmatrix.stopped."""
     from accelmatrix import stopped
 
     row = results_store().get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
