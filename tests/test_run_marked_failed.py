@@ -7,9 +7,9 @@ UI's "Mark run as failed" does. Then, within a bounded time:
 
 * no workload process of the run is alive and no work dir is left (the local backend lists
   no managed resource of the run), well before the workloads would have ended;
-* the trigger's on_kill stopped each workload (the run task's log says so), each cell's
-  teardown ran, the results store has every cell ``cancelled`` with a message and a
-  ``teardown_at``, and the run row is finished and ``failed``;
+* the trigger's on_kill or the cell's teardown stopped each workload (the run task's log
+  says which), each cell's teardown ran, the results store has every cell ``cancelled``
+  with a message and a ``teardown_at``, and the run row is finished and ``failed``;
 * the gate (a teardown) ran and the DAG run ends ``failed``, not green as Airflow 3.3.2
   leaves a run whose only leaf was skipped.
 """
@@ -187,8 +187,15 @@ def test_run_marked_failed_while_workloads_run(tmp_path, monkeypatch):
     # released the machine, the gate names the cancelled cells.
     for cell in ("n=a", "n=b"):
         run_log = logs[("cpu.run", cell)]
-        assert "Trigger cancelled by user action" in run_log, run_log[-3000:]
-        assert f"{cell}: workload cancelled; cell recorded as cancelled" in run_log, run_log[-3000:]
+        # Either the triggerer cancelled the trigger first (its on_kill stopped the
+        # workload), or the teardown killed the workload while the trigger still watched it
+        # and the trigger, seeing the exit, kept the cell cancelled. Both say so here.
+        on_kill = (
+            "Trigger cancelled by user action" in run_log
+            and f"{cell}: workload cancelled; cell recorded as cancelled" in run_log
+        )
+        heard_teardown = f"{cell}: stays cancelled (stopped before it finished" in run_log
+        assert on_kill or heard_teardown, run_log[-3000:]
         assert "tore down" in logs[("cpu.teardown", cell)], logs[("cpu.teardown", cell)][-3000:]
     gate_log = logs[("gate", None)]
     assert "was stopped from outside: 2 cell(s) cancelled: n=a, n=b" in gate_log, gate_log[-3000:]
