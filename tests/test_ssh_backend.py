@@ -195,6 +195,54 @@ def test_setup_timeout_kills_the_remote_process_group(accel_home, spec):
     assert _gone(grandchild)
 
 
+def test_a_setup_command_outliving_its_killed_task_is_stopped_by_the_retry(
+    accel_home, spec, tmp_path
+):
+    """The setup task's process is SIGKILLed mid-setup: the SSH session closes, but its
+    remote command (no pty, no SIGHUP) lives on. The retried setup stops it first; before,
+    the retry overwrote setup.pgid and the teardown no longer found it (fault matrix)."""
+    import subprocess
+
+    b = SshBackend(spec)
+    r = b.provision(_ctx(accel_home))
+    pidfile = tmp_path / "setup.pid"
+    cmd = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(120)",
+    ]
+    task = subprocess.Popen(  # noqa: S603 - the "setup task": runs backend.setup over SSH
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; from accelmatrix.backends.ssh import SshBackend; "
+            "SshBackend(json.loads(sys.argv[1])).setup("
+            "json.loads(sys.argv[2]), [json.loads(sys.argv[3])], {}, 120, print)",
+            json.dumps(spec),
+            json.dumps(r),
+            json.dumps(cmd),
+        ],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "plugins")},
+    )
+    deadline = time.time() + 30
+    while not (pidfile.exists() and pidfile.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    setup_pid = int(pidfile.read_text())
+    task.kill()
+    task.wait(10)
+    time.sleep(0.5)
+    assert _pid_alive(setup_pid)  # orphaned on the host, as after a real SIGKILL
+    said: list[str] = []
+    b.setup(r, [[sys.executable, "-c", "print('retry')"]], {}, 30, said.append)  # the retry
+    deadline = time.time() + 10
+    while _pid_alive(setup_pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _pid_alive(setup_pid)
+    assert any("an earlier attempt left running" in line for line in said), said
+    assert "retry" in said
+    b.teardown(r)
+
+
 def test_run_detached_streams_live_logs_and_records_exit(accel_home, spec):
     b = SshBackend(spec)
     r = b.provision(_ctx(accel_home))

@@ -281,7 +281,7 @@ def test_queued_resource_capacity_wait_and_timeout(accel_home, emu, gcloud_env, 
 
 
 def test_provision_trigger_defers_the_capacity_wait(
-    accel_home, emu, gcloud_env, gcloud_in_environ, spec
+    accel_home, emu, gcloud_env, gcloud_in_environ, spec, caplog
 ):
     """begin -> (trigger polls) -> finish, as ProvisionOperator drives it in the DAG."""
     machine = {**spec, "capacity": "queued", "valid_until_seconds": 600}
@@ -315,6 +315,11 @@ def test_provision_trigger_defers_the_capacity_wait(
 
     cell = results_store().get_cell("tpu_t", "r1", "model=b")
     assert cell["state"] == "infra_failed" and "provision failed" in cell["message"], cell
+    # ... and says so in the task's log (the trigger's lines are part of it).
+    said = [r.getMessage() for r in caplog.records]
+    assert any("provision failed for cell model=b (an infrastructure failure" in m for m in said), (
+        said
+    )
 
 
 def test_unreachable_workers_fail_provision_and_delete_the_node(

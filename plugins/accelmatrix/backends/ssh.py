@@ -472,6 +472,7 @@ class SshBackend(Backend):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
         env_lines = _env_lines(env, work_dir)
+        self._stop_earlier_setup(host, resource, work_dir, log)
         with open(log_path, "a", encoding="utf-8") as setup_log:
             for i, argv in enumerate(commands):
                 command = _argv(argv)
@@ -532,6 +533,19 @@ class SshBackend(Backend):
                         f"setup[{i}] {argv} exited with {result.exit_code}; last lines:\n"
                         + "\n".join(tail)
                     )
+
+    def _stop_earlier_setup(
+        self, host: RemoteHost, resource: dict[str, Any], work_dir: str, log: LogFn
+    ) -> None:
+        """A setup command whose task was SIGKILLed lives on (no pty, no SIGHUP) and may be
+        what hung: a retried setup stops it first, before its own command overwrites
+        setup.pgid and the teardown could no longer find it."""
+        pgid = host.read(f"{resource['internal_dir']}/setup.pgid")
+        if not (pgid and pgid.strip().isdigit()):
+            return
+        outcome = self._kill_group(host, int(pgid), work_dir)
+        if outcome in ("terminated", "killed"):
+            log(f"stopped the setup command an earlier attempt left running (group {int(pgid)})")
 
     def submit(
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
