@@ -222,7 +222,7 @@ def begin_provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     try:
         record = backend.begin_provision(_cell_context(cell, ref))
     except Exception as e:
-        _provision_failed_state(cell, ref, str(e))
+        record_provision_failure(ref.dag_id, ref.run_id, cell["id"], str(e))
         raise
     if record.get("pending"):
         return record
@@ -234,7 +234,7 @@ def finish_provision(cell: dict[str, Any], ref: RunRef, pending: dict[str, Any])
     try:
         resource = backend.finish_provision(pending)
     except Exception as e:
-        _provision_failed_state(cell, ref, str(e))
+        record_provision_failure(ref.dag_id, ref.run_id, cell["id"], str(e))
         raise
     return _provisioned(cell, ref, backend.kind, resource)
 
@@ -244,22 +244,22 @@ def provision_failed(cell: dict[str, Any], ref: RunRef, pending: dict[str, Any],
     try:
         get_backend(cell["machine_spec"]).abandon_provision(pending, reason)
     finally:
-        _provision_failed_state(cell, ref, reason)
-
-
-def _provision_failed_state(cell: dict[str, Any], ref: RunRef, reason: str) -> None:
-    # On-call's line in the provision task's log: a bare traceback (FileExistsError, an API
-    # error) does not say that this is an infrastructure failure of this cell.
-    log.error(
-        "provision failed for cell %s (an infrastructure failure, not a test failure): %s",
-        cell["id"],
-        reason,
-    )
-    record_provision_failure(ref.dag_id, ref.run_id, cell["id"], reason)
+        record_provision_failure(ref.dag_id, ref.run_id, cell["id"], reason)
 
 
 def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str) -> None:
-    """The cell's machine could not be provisioned: an infrastructure failure (idempotent)."""
+    """The cell's machine could not be provisioned: an infrastructure failure (idempotent).
+
+    Called by the provision task and by ProvisionTrigger (whose resumed task may never run
+    in 3.3.2); either way the line lands in the provision task's log.
+    """
+    # On-call's line: a bare traceback (FileExistsError, an API error) does not say that
+    # this is an infrastructure failure of this cell.
+    log.error(
+        "provision failed for cell %s (an infrastructure failure, not a test failure): %s",
+        cell_id,
+        reason,
+    )
     results_store().upsert_cell(
         dag_id, run_id, cell_id, state="infra_failed", message=f"provision failed: {reason}"
     )
@@ -358,13 +358,15 @@ def record_run_outcome(
         state, msg = "ran", f"workload exited {exit_code} as expected"
     store = results_store()
     row = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
-    if row.get("state") == "cancelled":
+    from accelmatrix.stopped import STOPPED
+
+    if row.get("state") == STOPPED:
         # The run was stopped from outside and the teardown killed the workload before the
         # trigger heard of it: the exit it saw is the kill's, not the workload's verdict.
         log.warning(
             "%s: stays cancelled (%s); the exit seen was %s", cell["id"], row.get("message"), msg
         )
-        return "cancelled", row.get("message") or msg
+        return STOPPED, row.get("message") or msg
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,

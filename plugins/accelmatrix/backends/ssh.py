@@ -538,8 +538,8 @@ class SshBackend(Backend):
         self, host: RemoteHost, resource: dict[str, Any], work_dir: str, log: LogFn
     ) -> None:
         """A setup command whose task was SIGKILLed lives on (no pty, no SIGHUP) and may be
-        what hung: a retried setup stops it first, before its own command overwrites
-        setup.pgid and the teardown could no longer find it."""
+        what hung. A retried setup stops it first, before its own command overwrites
+        setup.pgid (else the teardown could no longer find it); the teardown stops it too."""
         pgid = host.read(f"{resource['internal_dir']}/setup.pgid")
         if not (pgid and pgid.strip().isdigit()):
             return
@@ -749,10 +749,7 @@ class SshBackend(Backend):
         status = self._read_json(host, f"{resource['log_dir']}/status.json")
         if status and status.get("exit_code") is None and status.get("pgid"):
             self._kill_group(host, int(status["pgid"]), work_dir)
-        setup_pgid = host.read(f"{resource['internal_dir']}/setup.pgid")
-        if setup_pgid and setup_pgid.strip().isdigit():
-            # A setup command left running by a worker that died mid-setup.
-            self._kill_group(host, int(setup_pgid), work_dir)
+        self._stop_earlier_setup(host, resource, work_dir, logger.info)
         try:
             self._fetch_logs(host, resource)
         except OSError as e:  # the artifacts are a courtesy here; releasing the host is not

@@ -12,15 +12,11 @@ run and cell id): a resumed task that never runs must not leave the cell "provis
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-
-# A module logger, as the lifecycle's: in the triggerer its lines reach the task's log too.
-log = logging.getLogger(__name__)
 
 
 class ProvisionTrigger(BaseTrigger):
@@ -104,12 +100,6 @@ class ProvisionTrigger(BaseTrigger):
             return
         from accelmatrix.lifecycle import record_provision_failure
 
-        # On-call's line, here too: in 3.3.2 the resumed task that would log it may never run.
-        log.error(
-            "provision failed for cell %s (an infrastructure failure, not a test failure): %s",
-            self.owner.get("cell_id"),
-            reason,
-        )
         try:
             await asyncio.to_thread(record_provision_failure, **self.owner, reason=reason)
         except Exception:  # the resumed task records it too
