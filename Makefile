@@ -44,7 +44,7 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 test: venv
 	$(BIN)/pytest -q
 
-# The fault-injection matrix on a real Airflow (every backend, 11-16 min here): prints the
+# The fault-injection matrix on a real Airflow (every backend, 7-16 min here): prints the
 # faults x backends table (README "Reliability") and writes it to reliability-table.md.
 reliability: venv
 	ACCELMATRIX_FAULT_TABLE=$(CURDIR)/reliability-table.md $(BIN)/pytest -q -s -m reliability tests/test_fault_matrix.py

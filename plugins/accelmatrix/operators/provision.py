@@ -44,10 +44,11 @@ class ProvisionOperator(BaseOperator):
         context["cell_id"] = cell["id"]
         ref = lifecycle.RunRef.from_context(context)
         decision = self._reprovision(context, ref)
+        setup_again = decision is not None and decision.setup_again
         record = lifecycle.begin_provision(cell, ref)
         if not record.get("pending"):
-            return self._ready(context, ref, record, decision)
-        if decision is not None and decision.setup_again:
+            return self._ready(ref, record, setup_again)
+        if setup_again:  # carried over the deferral
             record = {**record, "reprovision_setup": True}
         trigger, wait = ProvisionTrigger.for_cell(cell, record, ref)
         self.log.info(
@@ -76,7 +77,7 @@ class ProvisionOperator(BaseOperator):
         self.log.info("provisioning again: %s", decision.why)
         return decision
 
-    def _ready(self, context: Any, ref: Any, resource: dict[str, Any], decision: Any) -> Any:
+    def _ready(self, ref: Any, resource: dict[str, Any], setup_again: bool) -> Any:
         """The new machine of a cleared cell whose setup step was not cleared: set it up.
 
         A failure here tears the machine down before failing: Airflow skips the teardown
@@ -84,7 +85,7 @@ class ProvisionOperator(BaseOperator):
         """
         from accelmatrix import lifecycle
 
-        if decision is None or not decision.setup_again:
+        if not setup_again:
             return resource
         self.log.info("the setup step was not cleared: setting up the new machine here")
         try:
@@ -115,9 +116,4 @@ class ProvisionOperator(BaseOperator):
             raise InfrastructureFailure(reason)
         self.log.info("%s is ready after %.0f s", pending.get("name"), event.get("waited", 0))
         resource = lifecycle.finish_provision(cell, ref, pending)
-        decision = None
-        if pending.get("reprovision_setup"):
-            from accelmatrix.clearing import ReprovisionDecision
-
-            decision = ReprovisionDecision(True, True, "carried over the deferral")
-        return self._ready(context, ref, resource, decision)
+        return self._ready(ref, resource, bool(pending.get("reprovision_setup")))
