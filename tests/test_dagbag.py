@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from accelmatrix.operators.base import CELL_NAME
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,7 +47,7 @@ def test_local_smoke_graph():
     assert set(dag.params) == {"steps", "cells"}
     assert dag.params["steps"] == 20
     # The grid names mapped cells by id.
-    assert all(t[f"cpu-small.{s}"].map_index_template == "{{ cell_id }}" for s in steps)
+    assert all(t[f"cpu-small.{s}"].map_index_template == CELL_NAME for s in steps)
     # Teardown follows collect, so a machine is not held while evaluation runs.
     assert "cpu-small.teardown" in t["cpu-small.collect"].downstream_task_ids
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task, task_group
+from airflow.sdk import DAG, Param, get_current_context, get_parsing_context, task, task_group
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.task.trigger_rule import TriggerRule
 
@@ -35,15 +35,15 @@ from accelmatrix import settings
 from accelmatrix.operators.evaluate import EvaluateCellOperator
 from accelmatrix.operators.provision import ProvisionOperator
 from accelmatrix.operators.run import RunWorkloadOperator
+from accelmatrix.operators.steps import CollectOperator, SetupOperator, TeardownOperator
 from accelmatrix.spec.loader import SuiteError, load_suite, suite_id
 from accelmatrix.spec.suite import Suite
 
 log = logging.getLogger(__name__)
 
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
-CELL_NAME = "{{ cell_id }}"
-# Teardown must happen even when the cell misbehaved: retry it on its own.
-TEARDOWN_RETRIES = 3
+# The DAG of a suite file whose name is no valid DAG id.
+INVALID_SUITE_DAG_ID = "accelmatrix_invalid_suite"
 
 
 def _ref():
@@ -52,12 +52,7 @@ def _ref():
     return RunRef.from_context(get_current_context())
 
 
-def _name(cell: dict[str, Any]) -> None:
-    """Make the grid show the cell id instead of a bare map index."""
-    get_current_context()["cell_id"] = cell["id"]
-
-
-# -- tasks (thin wrappers over accelmatrix.lifecycle) -------------------------------------
+# -- run-level tasks (thin wrappers over accelmatrix.lifecycle) ---------------------------
 @task(task_id="plan", retries=0)
 def plan_task(suite_path: str) -> list[dict[str, Any]]:
     from accelmatrix import lifecycle
@@ -80,54 +75,6 @@ def plan_task(suite_path: str) -> list[dict[str, Any]]:
 def select_task(cells: list[dict[str, Any]], machine: str) -> list[dict[str, Any]]:
     """The cells of one machine kind (only in suites that use several machines)."""
     return [c for c in cells if c["machine"] == machine]
-
-
-@task(task_id="setup", map_index_template=CELL_NAME)
-def setup_task(cell: dict[str, Any], resource: dict[str, Any]) -> None:
-    from accelmatrix import lifecycle
-
-    _name(cell)
-    lifecycle.setup(cell, resource, _ref())
-
-
-@task(
-    task_id="collect",
-    map_index_template=CELL_NAME,
-    trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
-)
-def collect_task(cell: dict[str, Any]) -> dict[str, Any]:
-    from accelmatrix import lifecycle
-
-    _name(cell)
-    return lifecycle.collect(cell, _provisioned_resource(), _ref())
-
-
-def _provisioned_resource() -> dict[str, Any]:
-    """The resource `provision` returned for this cell.
-
-    Pulled explicitly rather than passed as an argument: Airflow requires every direct
-    downstream of a setup task to use ALL_SUCCESS, and collect must also run after a
-    failed workload (ALL_DONE_SETUP_SUCCESS).
-    """
-    ti = get_current_context()["ti"]
-    group = ti.task_id.rsplit(".", 1)[0]
-    resource = ti.xcom_pull(task_ids=f"{group}.provision", map_indexes=ti.map_index)
-    if not resource:
-        raise RuntimeError(f"no resource recorded by {group}.provision[{ti.map_index}]")
-    return resource
-
-
-@task(
-    task_id="teardown",
-    map_index_template=CELL_NAME,
-    retries=TEARDOWN_RETRIES,
-    retry_delay=timedelta(seconds=10),
-)
-def teardown_task(cell: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
-    from accelmatrix import lifecycle
-
-    _name(cell)
-    return lifecycle.teardown(cell, resource, _ref())
 
 
 @task(task_id="preflight", retries=0)
@@ -186,32 +133,34 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
 
     @task_group(group_id=machine)
     def cell_group(cell: dict[str, Any]) -> None:
-        provision = ProvisionOperator(
-            task_id="provision", cell=cell, pool=pool, map_index_template=CELL_NAME
-        )
+        provision = ProvisionOperator(task_id="provision", cell=cell, pool=pool)
         resource = provision.output
-        done_setup = setup_task.override(
-            pool=pool, execution_timeout=timedelta(seconds=wl.setup_timeout + 60)
-        )(cell, resource)
+        done_setup = SetupOperator(
+            task_id="setup",
+            cell=cell,
+            resource=resource,
+            pool=pool,
+            execution_timeout=timedelta(seconds=wl.setup_timeout + 60),
+        )
         run = RunWorkloadOperator(
             task_id="run",
             cell=cell,
             resource=resource,
             pool=pool,
-            map_index_template=CELL_NAME,
             execution_timeout=timedelta(seconds=wl.timeout + 600),
         )
-        collected = collect_task(cell)
+        collected = CollectOperator(
+            task_id="collect", cell=cell, trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS
+        )
         evaluated = EvaluateCellOperator(
             task_id="evaluate",
             cell=cell,
-            map_index_template=CELL_NAME,
             trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
             retries=0,
         )
-        torn = teardown_task.override(priority_weight=10)(cell, resource).as_teardown(
-            setups=provision
-        )
+        torn = TeardownOperator(
+            task_id="teardown", cell=cell, resource=resource, priority_weight=10
+        ).as_teardown(setups=provision)
         done_setup >> run >> collected >> evaluated
         collected >> torn
 
@@ -280,7 +229,7 @@ def build_invalid_dag(path: Path, error: SuiteError) -> DAG:
     dag_id = suite_id(path)
     problems = "\n".join(f"- {p}" for p in error.problems)
     with DAG(
-        dag_id=dag_id if _valid_dag_id(dag_id) else "accelmatrix_invalid_suite",
+        dag_id=dag_id if _valid_dag_id(dag_id) else INVALID_SUITE_DAG_ID,
         description=f"INVALID SUITE: {error.problems[0] if error.problems else ''}"[:200],
         schedule=None,
         start_date=START_DATE,
@@ -301,10 +250,18 @@ def _valid_dag_id(dag_id: str) -> bool:
 
 
 def build_dags(suites_dir: Path | str | None = None) -> dict[str, DAG]:
-    """Every suite under ``suites_dir`` as a DAG; a broken file never breaks the others."""
+    """Every suite under ``suites_dir`` as a DAG; a broken file never breaks the others.
+
+    A task process parses the DAG file only to find its own DAG: Airflow says which one
+    (``get_parsing_context``), and only that suite is loaded and built. Every task start
+    of a matrix run pays this parse, so it must not grow with the number of suites.
+    """
     root = Path(suites_dir) if suites_dir else settings.suites_dir()
+    wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
     for path in sorted(root.glob("*.yaml")):
+        if wanted and wanted != INVALID_SUITE_DAG_ID and suite_id(path) != wanted:
+            continue
         try:
             dag = build_dag(path)
         except SuiteError as e:

@@ -526,6 +526,21 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
     return {"cell": cell["id"], "state": state}
 
 
+def record_evaluation_error(cell: dict[str, Any], ref: RunRef, error: str) -> None:
+    """The cell's evaluation could not run: the cell did not pass (state
+    ``evaluation_failed``), keeping a more specific earlier failure if it has one."""
+    store = results_store()
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    message = f"evaluation could not run: {error}"[:2000]
+    if prior.get("state") in EARLIER_FAILURES:
+        state = prior["state"]
+        message = f"{prior.get('message') or state}; {message}"[:2000]
+    else:
+        state = "evaluation_failed"
+    log.error("cell %s: %s", cell["id"], message)
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=state, message=message)
+
+
 # -- teardown -----------------------------------------------------------------------------
 def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     backend = get_backend(cell["machine_spec"])
@@ -647,13 +662,18 @@ def gate(
 
 
 def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
-    """Give cells cut short a verdict and release what their teardowns left; the ids of the
-    cells stopped from outside (state ``cancelled``).
+    """Give cells cut short a verdict and release whatever the run still holds; the ids of
+    the cells stopped from outside (state ``cancelled``).
 
     The gate runs after every cell's teardown, also when a person marked the run failed
     (it is a teardown task). A cell still without a verdict here never got one: its tasks
-    were skipped or killed. When any cell was stopped, whatever the run still holds (a
-    teardown that failed all its retries) is torn down now through the janitor.
+    were skipped or killed.
+
+    Then every resource of this run that no teardown deleted is torn down through the
+    janitor (by the run's labels, on every machine the run used), whatever happened:
+    Airflow skips a cell's teardown when its provision task failed, and Airflow 3.3.2 can
+    fail a provision task after its machine exists (the defer/resume race). Listing is one
+    call per machine kind; in a clean run it finds nothing.
     """
     from accelmatrix import stopped
     from accelmatrix.janitor import reap_run
@@ -673,22 +693,19 @@ def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
         for r in store.get_cells(ref.dag_id, ref.run_id)
         if r.get("state") == stopped.STOPPED
     }
-    if not cut:
-        return cut
-    log.warning(
-        "run %s was stopped from outside: %d cell(s) cancelled: %s",
-        ref.run_id,
-        len(cut),
-        ", ".join(sorted(cut)),
-    )
+    if cut:
+        log.warning(
+            "run %s was stopped from outside: %d cell(s) cancelled: %s",
+            ref.run_id,
+            len(cut),
+            ", ".join(sorted(cut)),
+        )
+        reason = f"run {ref.run_id} was stopped from outside and its teardown left it"
+    else:
+        reason = f"run {ref.run_id} is over and no teardown deleted it"
     specs = {json.dumps(c["machine_spec"], sort_keys=True): c["machine_spec"] for c in planned}
     report = reap_run(
-        ref.dag_id,
-        ref.run_id,
-        specs.values(),
-        reason=f"run {ref.run_id} was stopped from outside and its teardown left it",
-        say=log.warning,
-        store=store,
+        ref.dag_id, ref.run_id, specs.values(), reason=reason, say=log.warning, store=store
     )
     if not report.decisions and not report.unreachable:
         log.info("run cleanup: no resource of this run is left on its %d machine(s)", len(specs))

@@ -1,9 +1,10 @@
 """EvaluateCellOperator: judge a cell's outputs, with Great Expectations kept warm.
 
 `deferrable=True` (the default) hands the evaluation to EvaluationTrigger so Great
-Expectations is imported once per triggerer instead of once per cell; `deferrable=False`
-evaluates in the task process (useful where no triggerer runs). Either way the verdict
-table lands in this task's log and the verdicts in the results store.
+Expectations is imported once per triggerer instead of once per cell; the trigger records
+the verdicts and ends this task (no second task start). `deferrable=False` evaluates in the
+task process (useful where no triggerer runs). Either way the verdict table lands in this
+task's log once and the verdicts in the results store.
 """
 
 from __future__ import annotations
@@ -11,50 +12,57 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from accelmatrix.operators.base import CellOperator
 
 
-class EvaluateCellOperator(BaseOperator):
-    template_fields = ("cell",)
+class EvaluateCellOperator(CellOperator):
     ui_color = "#fce5cd"
 
-    def __init__(self, *, cell: Any, deferrable: bool = True, **kwargs: Any):
+    def __init__(self, *, deferrable: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
-        self.cell = cell
         self.deferrable = deferrable
 
-    def _ref(self, context: Any):
-        from accelmatrix.lifecycle import RunRef
-
-        context["cell_id"] = self.cell["id"]
-        return RunRef.from_context(context)
-
     def execute(self, context: Any) -> Any:
-        ref = self._ref(context)
+        from accelmatrix import lifecycle
+
+        ref = self.ref(context)
         if self.deferrable:
             from accelmatrix.triggers.evaluation import EvaluationTrigger
 
             self.defer(
-                trigger=EvaluationTrigger(cell=self.cell, dag_id=ref.dag_id, run_id=ref.run_id),
+                trigger=EvaluationTrigger(
+                    cell=self.cell,
+                    dag_id=ref.dag_id,
+                    run_id=ref.run_id,
+                    end_task=self.triggers_end_tasks(),
+                ),
                 method_name="execute_complete",
                 timeout=timedelta(minutes=15),
             )
-        from accelmatrix import lifecycle
-
-        return self._record(lifecycle.run_checks(self.cell, ref), ref)
+        try:
+            result = lifecycle.run_checks(self.cell, ref)
+        except Exception as e:
+            lifecycle.record_evaluation_error(self.cell, ref, f"{type(e).__name__}: {e}")
+            raise
+        self._log_result(result)
+        return lifecycle.record_evaluation(self.cell, ref, result)
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-        ref = self._ref(context)
-        event = event or {}
-        if event.get("status") != "done":
-            raise RuntimeError(f"evaluation failed to run: {event.get('error', event)}")
-        return self._record(event["result"], ref)
-
-    def _record(self, result: dict[str, Any], ref: Any) -> Any:
+        """Only for events that hand the evaluation back to a worker (older triggers)."""
         from accelmatrix import lifecycle
 
+        ref = self.ref(context)
+        event = event or {}
+        if event.get("status") != "done":
+            error = str(event.get("error", event))
+            lifecycle.record_evaluation_error(self.cell, ref, error)
+            raise RuntimeError(f"evaluation failed to run: {error}")
+        if not event.get("logged"):
+            self._log_result(event["result"])
+        return lifecycle.record_evaluation(self.cell, ref, event["result"])
+
+    def _log_result(self, result: dict[str, Any]) -> None:
         self.log.info("checks for %s:\n%s", self.cell["id"], result["table"])
         if result["data_docs"]:
             self.log.info("Data Docs: %s", result["data_docs"])
         self.log.info("evaluation took %.2f s", result["seconds"])
-        return lifecycle.record_evaluation(self.cell, ref, result)

@@ -5,6 +5,9 @@ away. A Cloud TPU may wait minutes to hours for capacity (a queued resource) and
 the operator starts the request and defers to ProvisionTrigger, so the wait holds no worker
 slot. The trigger gives up at the machine's own deadline (valid-until, provision timeout)
 and deletes what was requested before firing; Airflow's deferral timeout is only a backstop.
+When the machine is ready the trigger finishes provisioning and ends this task itself, the
+resource record as its XCom (triggers/ending.py): the cell's setup starts without another
+task start in between, and nothing is lost to Airflow 3.3.2's defer/resume race.
 
 Every failure here is an infrastructure failure (retried when the suite sets retries),
 never a test failure, and leaves nothing behind: Airflow skips the teardown of a failed
@@ -16,9 +19,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from accelmatrix.operators.base import CellOperator
 from accelmatrix.operators.run import InfrastructureFailure
 
 # Past the machine's own deadline (which the trigger enforces), how long Airflow waits for
@@ -26,23 +29,17 @@ from accelmatrix.operators.run import InfrastructureFailure
 DEFER_GRACE_SECONDS = 900
 
 
-class ProvisionOperator(BaseOperator):
+class ProvisionOperator(CellOperator):
     """Provision ``cell``'s machine; returns the resource record (XCom) for the later steps."""
 
-    template_fields = ("cell",)
     ui_color = "#cfe2f3"
-
-    def __init__(self, *, cell: Any, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.cell = cell
 
     def execute(self, context: Any) -> dict[str, Any]:
         from accelmatrix import lifecycle
         from accelmatrix.triggers.provision import ProvisionTrigger
 
         cell = self.cell
-        context["cell_id"] = cell["id"]
-        ref = lifecycle.RunRef.from_context(context)
+        ref = self.ref(context)
         decision = self._reprovision(context, ref)
         setup_again = decision is not None and decision.setup_again
         record = lifecycle.begin_provision(cell, ref)
@@ -50,7 +47,11 @@ class ProvisionOperator(BaseOperator):
             return self._ready(ref, record, setup_again)
         if setup_again:  # carried over the deferral
             record = {**record, "reprovision_setup": True}
-        trigger, wait = ProvisionTrigger.for_cell(cell, record, ref)
+        # The trigger ends the task with the resource, unless the new machine must also be
+        # set up here (a cleared cell whose setup step was not cleared).
+        trigger, wait = ProvisionTrigger.for_cell(
+            cell, record, ref, end_task=not setup_again and self.triggers_end_tasks()
+        )
         self.log.info(
             "%s requested; waiting up to %.0f s for it in the triggerer", record["name"], wait
         )
@@ -104,8 +105,7 @@ class ProvisionOperator(BaseOperator):
         from accelmatrix import lifecycle
 
         cell = self.cell
-        context["cell_id"] = cell["id"]
-        ref = lifecycle.RunRef.from_context(context)
+        ref = self.ref(context)
         event = event or {}
         # The trigger echoes the pending record: next_kwargs did not survive the resume in
         # Airflow 3.3.2 under dag.test(), and the event is what the resumed task surely gets.

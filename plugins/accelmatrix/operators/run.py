@@ -2,9 +2,11 @@
 
 Submitting is quick; the wait can take hours, so the task defers to WorkloadTrigger and
 frees its worker slot. The trigger streams the workload's log into this task's log while it
-runs. When it fires, `execute_complete` turns the outcome into a task state: exit 0 ->
-success; non-zero -> failure (a test failure); timeout -> the workload is killed and the
-task fails; a vanished supervisor -> an infrastructure failure (retried if retries are set).
+runs, records the outcome and ends the task itself (triggers/ending.py): exit as expected ->
+success, without going back to a worker; a vanished machine -> an infrastructure failure
+(retried if the task has retries); non-zero exit, timeout (the workload is killed) or hang
+-> a test failure, never retried. ``execute_complete`` handles the cases the trigger hands
+back to a worker.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
+
+from accelmatrix.operators.base import CellOperator
 
 # Grace between the workload deadline (enforced by the trigger, which kills the workload)
 # and Airflow's deferral timeout (a backstop in case the triggerer itself is stuck).
 DEFER_GRACE_SECONDS = 300
+# Cell states of a workload that ran and failed: test failures, never retried.
+TEST_FAILURE_STATES = ("run_failed", "timed_out", "hung")
 
 
 class WorkloadFailed(AirflowFailException):
@@ -30,39 +35,26 @@ class InfrastructureFailure(Exception):
     """The machine failed, not the workload: retried when the suite sets retries."""
 
 
-class RunWorkloadOperator(BaseOperator):
+class RunWorkloadOperator(CellOperator):
     """Run ``cell``'s workload on the resource that ``provision`` returned."""
 
     template_fields = ("cell", "resource")
     ui_color = "#d9ead3"
 
-    def __init__(
-        self,
-        *,
-        cell: Any,
-        resource: Any,
-        poll_interval: float = 1.0,
-        **kwargs: Any,
-    ):
+    def __init__(self, *, resource: Any, poll_interval: float = 1.0, **kwargs: Any):
         super().__init__(**kwargs)
-        self.cell = cell
         self.resource = resource
         self.poll_interval = poll_interval
-
-    def _ref(self, context: Any):
-        from accelmatrix.lifecycle import RunRef
-
-        return RunRef.from_context(context)
 
     def execute(self, context: Any) -> Any:
         from accelmatrix import lifecycle
         from accelmatrix.backends.base import get_backend
 
         cell, resource = self.cell, self.resource
-        context["cell_id"] = cell["id"]
-        ref = self._ref(context)
+        ref = self.ref(context)
         backend = get_backend(cell["machine_spec"])
         if int(getattr(context["ti"], "try_number", 1) or 1) > 1:
+            self._refuse_to_rerun_a_test_failure(ref)
             # A retry after an infrastructure failure (a preempted TPU, a vanished pod's
             # node): a machine that is gone is replaced before the workload runs again,
             # under the same deterministic name, so teardown still finds what to delete.
@@ -76,6 +68,23 @@ class RunWorkloadOperator(BaseOperator):
                 resource = record
                 lifecycle.setup(cell, resource, ref)
         self._start(context, resource)
+
+    def _refuse_to_rerun_a_test_failure(self, ref: Any) -> None:
+        """A retry after the workload already failed as a test failure ends at once.
+
+        Retries are for infrastructure failures. The trigger hands a test failure to the
+        worker, which fails without retry; but Airflow 3.3.2's defer/resume race can fail
+        that resumed try as if its worker died, and then retries it. The verdict recorded
+        by the trigger stands: the workload does not run twice.
+        """
+        from accelmatrix.lifecycle import results_store
+
+        row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell["id"]) or {}
+        if row.get("state") in TEST_FAILURE_STATES:
+            raise WorkloadFailed(
+                f"not re-running the workload of {self.cell['id']}: it already failed "
+                f"({row['state']}: {row.get('message')}); test failures are never retried"
+            )
 
     def _defer_provision(self, cell: dict[str, Any], pending: dict[str, Any], ref: Any) -> None:
         from accelmatrix.triggers.provision import ProvisionTrigger
@@ -93,8 +102,7 @@ class RunWorkloadOperator(BaseOperator):
         from accelmatrix import lifecycle
 
         cell = self.cell
-        context["cell_id"] = cell["id"]
-        ref = self._ref(context)
+        ref = self.ref(context)
         event = event or {}
         pending = event.get("pending") or {}
         if event.get("status") != "ready":
@@ -113,7 +121,7 @@ class RunWorkloadOperator(BaseOperator):
         from accelmatrix.triggers.workload import WorkloadTrigger
 
         cell = self.cell
-        ref = self._ref(context)
+        ref = self.ref(context)
         backend = get_backend(cell["machine_spec"])
         variables = backend.variables(resource)
         argv = render_tree(cell["workload"]["run"], variables)
@@ -138,6 +146,9 @@ class RunWorkloadOperator(BaseOperator):
                 cell=cell,
                 dag_id=ref.dag_id,
                 run_id=ref.run_id,
+                end_task=self.triggers_end_tasks(),
+                # Without retries a test failure can end in the trigger too (ending.py).
+                test_failure_ends_task=not self.retries,
             ),
             method_name="execute_complete",
             kwargs={"handle": handle},
@@ -150,8 +161,7 @@ class RunWorkloadOperator(BaseOperator):
         from accelmatrix.lifecycle import record_run_outcome
 
         cell = self.cell
-        context["cell_id"] = cell["id"]
-        ref = self._ref(context)
+        ref = self.ref(context)
         event = event or {}
         # The trigger already recorded this (and killed a timed-out or hung workload); doing
         # it again is idempotent and covers events from older triggers.

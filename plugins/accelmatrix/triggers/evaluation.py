@@ -3,8 +3,14 @@
 Importing Great Expectations costs 7-18 s of CPU on a 2-core machine; paid by every
 `evaluate` task process it would dominate a matrix run (64 cells -> 64 imports). The
 triggerer is one long-lived process per deployment: it imports Great Expectations once
-and then evaluates each cell in about 0.2-0.6 s, in a worker thread so the event loop
-keeps streaming other cells' logs.
+(started early by the cell's earlier triggers, see ending.warm_great_expectations) and then
+evaluates each cell in about 0.2-0.6 s, in a worker thread so the event loop keeps
+streaming other cells' logs.
+
+With ``end_task`` the trigger records the verdicts and ends the ``evaluate`` task itself:
+success when the cell passed, failed (never retried) otherwise, the verdict table in the
+task's log once. An evaluation that could not run at all is recorded as such
+(``evaluation_failed``): the cell never stays "passed" by default.
 """
 
 from __future__ import annotations
@@ -13,42 +19,76 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 
 class EvaluationTrigger(BaseTrigger):
-    def __init__(self, cell: dict[str, Any], dag_id: str, run_id: str):
+    def __init__(self, cell: dict[str, Any], dag_id: str, run_id: str, end_task: bool = False):
         super().__init__()
         self.cell = cell
         self.dag_id = dag_id
         self.run_id = run_id
+        self.end_task = end_task
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"cell": self.cell, "dag_id": self.dag_id, "run_id": self.run_id},
+            {
+                "cell": self.cell,
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
+                "end_task": self.end_task,
+            },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from accelmatrix.lifecycle import RunRef, run_checks
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
+        cell_id = self.cell["id"]
         try:
             result = await asyncio.to_thread(run_checks, self.cell, ref)
-        except Exception as e:  # reported to the task, which fails with the reason
-            self.log.exception("evaluation of %s crashed", self.cell["id"])
-            yield TriggerEvent({"status": "error", "error": f"{type(e).__name__}: {e}"})
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+            self.log.exception("evaluation of %s could not run", cell_id)
+            if self.end_task:
+                await self._record_error(ref, error)
+                yield TaskFailedEvent()
+            else:  # reported to the resumed task, which records it and fails
+                yield TriggerEvent({"status": "error", "error": error})
             return
-        self.log.info("checks for %s:\n%s", self.cell["id"], result["table"])
-        # Record here, not only in execute_complete: Airflow 3.3.2 can fail a resumed task
-        # before it runs (apache/airflow#67287), and the verdict must not be lost with it.
-        # The store's writes are idempotent, so execute_complete recording again is harmless.
+        self.log.info("checks for %s:\n%s", cell_id, result["table"])
+        if result["data_docs"]:
+            self.log.info("Data Docs: %s", result["data_docs"])
+        self.log.info("evaluation took %.2f s", result["seconds"])
+        # Recorded here, not only by a resumed task: the verdict must not depend on a worker.
+        # The store's writes are idempotent, so a resumed task recording again is harmless.
         from accelmatrix.lifecycle import CellFailed, record_evaluation
 
         try:
-            await asyncio.to_thread(record_evaluation, self.cell, ref, result)
-        except CellFailed:
-            pass
+            outcome = await asyncio.to_thread(record_evaluation, self.cell, ref, result)
+        except CellFailed as e:
+            self.log.error("evaluate failed: %s", e)
+            if self.end_task:
+                yield TaskFailedEvent()  # evaluate has no retries: a check failure is final
+                return
+        except Exception as e:
+            self.log.exception("could not record the verdicts of %s", cell_id)
+            if self.end_task:
+                await self._record_error(ref, f"recording the verdicts failed: {e}")
+                yield TaskFailedEvent()
+                return
+        else:
+            if self.end_task:
+                self.log.info("cell %s passed", cell_id)
+                yield TaskSuccessEvent(xcoms={"return_value": outcome})
+                return
+        yield TriggerEvent({"status": "done", "result": result, "logged": True})
+
+    async def _record_error(self, ref: Any, error: str) -> None:
+        from accelmatrix.lifecycle import record_evaluation_error
+
+        try:
+            await asyncio.to_thread(record_evaluation_error, self.cell, ref, error)
         except Exception:
-            self.log.exception("could not record the verdicts of %s", self.cell["id"])
-        yield TriggerEvent({"status": "done", "result": result})
+            self.log.exception("could not record that the evaluation of %s failed", ref)

@@ -7,6 +7,11 @@ resume race, apache/airflow#67287) and a failed provision gets no teardown. The 
 task repeats the cleanup; deleting what is already gone is a no-op. For the same reason
 the trigger records the failure in the results store itself (``owner``: the cell's dag,
 run and cell id): a resumed task that never runs must not leave the cell "provisioning".
+
+With ``end_task`` (the provision step's usual case) the trigger also finishes a ready
+machine (``lifecycle.finish_provision``) and ends the task with the resource as its XCom; a
+failure ends it failed, retried when the task has retries (an infrastructure failure). See
+accelmatrix.triggers.ending.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
+
+from accelmatrix.triggers.ending import warm_great_expectations
 
 
 class ProvisionTrigger(BaseTrigger):
@@ -26,22 +33,27 @@ class ProvisionTrigger(BaseTrigger):
         pending: dict[str, Any],
         poll_interval=15.0,
         owner: dict[str, str] | None = None,
+        cell: dict[str, Any] | None = None,
+        end_task: bool = False,
     ):
         super().__init__()
         self.machine_spec = machine_spec
         self.pending = pending
         self.poll_interval = float(poll_interval)
         self.owner = owner
+        self.cell = cell
+        self.end_task = end_task
 
     @classmethod
     def for_cell(
-        cls, cell: dict[str, Any], pending: dict[str, Any], ref: Any = None
+        cls, cell: dict[str, Any], pending: dict[str, Any], ref: Any = None, end_task: bool = False
     ) -> tuple[ProvisionTrigger, float]:
         """The trigger waiting for ``cell``'s pending machine, and the seconds until its own
         deadline (Airflow's deferral timeout adds a grace to that, as a backstop)."""
         spec = cell["machine_spec"]
         owner = {"dag_id": ref.dag_id, "run_id": ref.run_id, "cell_id": cell["id"]} if ref else None
-        trigger = cls(spec, pending, float(spec.get("provision_poll_seconds") or 15), owner)
+        poll = float(spec.get("provision_poll_seconds") or 15)
+        trigger = cls(spec, pending, poll, owner, cell=cell, end_task=end_task and ref is not None)
         return trigger, max(0.0, float(pending["deadline"]) - time.time())
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -52,12 +64,15 @@ class ProvisionTrigger(BaseTrigger):
                 "pending": self.pending,
                 "poll_interval": self.poll_interval,
                 "owner": self.owner,
+                "cell": self.cell,
+                "end_task": self.end_task,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from accelmatrix.backends.base import ProvisionCheck, get_backend
 
+        warm_great_expectations()  # the cell's evaluation comes later in this process
         backend = get_backend(self.machine_spec)
         name = self.pending.get("name")
         started = time.monotonic()
@@ -83,17 +98,37 @@ class ProvisionTrigger(BaseTrigger):
                     except Exception:
                         self.log.exception("could not clean up %s", name)
                     await self._record_failure(check.failed)
-                    yield TriggerEvent(
-                        {"status": "failed", "detail": check.failed, "pending": self.pending}
-                    )
+                    if self.end_task:
+                        yield TaskFailedEvent()  # cleaned up and recorded above
+                    else:
+                        yield TriggerEvent(
+                            {"status": "failed", "detail": check.failed, "pending": self.pending}
+                        )
                     return
                 if check.ready:
                     waited = time.monotonic() - started
-                    yield TriggerEvent(
-                        {"status": "ready", "waited": waited, "pending": self.pending}
-                    )
+                    self.log.info("%s is ready after %.0f s", name, waited)
+                    if self.end_task:
+                        yield await self._finish()
+                    else:
+                        yield TriggerEvent(
+                            {"status": "ready", "waited": waited, "pending": self.pending}
+                        )
                     return
             await asyncio.sleep(self.poll_interval)
+
+    async def _finish(self) -> TriggerEvent:
+        """Finish the ready machine and end the provision task with its resource record."""
+        from accelmatrix.lifecycle import RunRef, finish_provision
+
+        assert self.cell is not None and self.owner is not None  # end_task needs both
+        ref = RunRef(dag_id=self.owner["dag_id"], run_id=self.owner["run_id"])
+        try:
+            resource = await asyncio.to_thread(finish_provision, self.cell, ref, self.pending)
+        except Exception:  # recorded as a provision failure by finish_provision
+            self.log.exception("could not finish provisioning %s", self.pending.get("name"))
+            return TaskFailedEvent()
+        return TaskSuccessEvent(xcoms={"return_value": resource})
 
     async def _record_failure(self, reason: str) -> None:
         if not self.owner:

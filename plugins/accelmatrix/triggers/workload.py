@@ -1,9 +1,14 @@
-"""WorkloadTrigger: wait for a workload in the triggerer and stream its log live.
+"""WorkloadTrigger: wait for a workload in the triggerer, stream its log live, end the task.
 
 A 6-hour training run must not hold a worker slot, and on-call must see its log while it
 runs: the trigger polls the backend (non-blocking calls, run in a thread), writes every new
 log line through its logger (Airflow routes trigger logs into the task's log), and fires
 once the workload exits or its deadline passes.
+
+With ``end_task`` (what RunWorkloadOperator asks for) the trigger records the outcome and
+ends the ``run`` task itself (accelmatrix.triggers.ending): a passing workload never goes
+back to a worker, which saves a task start per cell and keeps the cell out of Airflow
+3.3.2's defer/resume race.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from accelmatrix.triggers.ending import end_event, warm_great_expectations
 
 
 class WorkloadTrigger(BaseTrigger):
@@ -30,6 +37,8 @@ class WorkloadTrigger(BaseTrigger):
         cell: dict[str, Any] | None = None,
         dag_id: str | None = None,
         run_id: str | None = None,
+        end_task: bool = False,
+        test_failure_ends_task: bool = False,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -42,6 +51,8 @@ class WorkloadTrigger(BaseTrigger):
         self.cell = cell
         self.dag_id = dag_id
         self.run_id = run_id
+        self.end_task = end_task
+        self.test_failure_ends_task = test_failure_ends_task
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -57,12 +68,16 @@ class WorkloadTrigger(BaseTrigger):
                 "cell": self.cell,
                 "dag_id": self.dag_id,
                 "run_id": self.run_id,
+                "end_task": self.end_task,
+                "test_failure_ends_task": self.test_failure_ends_task,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from accelmatrix.backends.base import get_backend
 
+        # This cell's evaluation comes next: have Great Expectations imported by then.
+        warm_great_expectations()
         backend = get_backend(self.machine_spec)
         offset = self.log_offset
         hang = HangWatch(self.hang_detection, self.started_at) if self.hang_detection else None
@@ -91,8 +106,8 @@ class WorkloadTrigger(BaseTrigger):
             if event is not None:
                 event["log_offset"] = offset
                 event["handle"] = self.handle
-                await self._record(event)
-                yield TriggerEvent(event)
+                outcome = await self._record(event)
+                yield self._event(event, outcome)
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -121,14 +136,30 @@ class WorkloadTrigger(BaseTrigger):
         except Exception:
             self.log.exception("could not stop the workload of %s", self.cell.get("id"))
 
-    async def _record(self, event: dict[str, Any]) -> None:
+    def _event(self, event: dict[str, Any], outcome: tuple[str, str] | None) -> TriggerEvent:
+        """What ends the wait: the task's end (see ending.py), or a resume of the task."""
+        if not self.end_task or outcome is None:
+            return TriggerEvent(event)  # the resumed task records and decides
+        state, msg = outcome
+        return end_event(
+            "run",
+            state,
+            msg,
+            passed_state="ran",
+            xcom={"exit_code": event.get("exit_code")},
+            resume=TriggerEvent(event),
+            test_failure_ends_task=self.test_failure_ends_task,
+            log=self.log,
+        )
+
+    async def _record(self, event: dict[str, Any]) -> tuple[str, str] | None:
         """Record the outcome (and kill a timed-out or hung workload) before firing.
 
-        Airflow 3.3.2 can fail the resumed task before it runs (apache/airflow#67287); the
-        outcome must not depend on it. Recording is idempotent.
+        Idempotent: a resumed task records again. None when it could not be recorded (the
+        resumed task then tries).
         """
         if not (self.cell and self.dag_id and self.run_id):
-            return
+            return None
         from accelmatrix.lifecycle import RunRef, record_run_outcome
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
@@ -136,9 +167,11 @@ class WorkloadTrigger(BaseTrigger):
             state, msg = await asyncio.to_thread(
                 record_run_outcome, self.cell, ref, event, self.handle
             )
-            self.log.info("%s: %s", state, msg)
         except Exception:
             self.log.exception("could not record the outcome of %s", self.cell.get("id"))
+            return None
+        self.log.info("%s: %s", state, msg)
+        return state, msg
 
 
 class HangWatch:

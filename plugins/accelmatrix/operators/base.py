@@ -1,0 +1,74 @@
+"""CellOperator: the one base of every per-cell step (provision, setup, run, collect,
+evaluate, teardown).
+
+What the steps share lives here, once:
+
+* ``cell`` is a template field: Airflow resolves the mapped ``cell`` argument before the
+  task runs, and renders ``map_index_template`` right after (Task SDK ``_prepare``). The
+  template reads the operator's own rendered field, so the grid names every mapped task
+  instance by its cell id from its first second: queued, running, deferred, or ended by a
+  trigger (a template over a context variable set inside ``execute`` would only name it
+  after ``execute`` returned).
+* ``ref(context)``: which run, task group and map index this step belongs to (labels on
+  the resource, keys in the results store).
+
+Values resolved from XCom are never Jinja-rendered (Airflow marks them as seen), so a user
+value containing ``{{ ... }}`` stays text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+# Airflow's grid, REST ``rendered_map_index`` and the logs name a mapped task by this.
+CELL_NAME = '{{ task.cell["id"] }}'
+
+
+class CellOperator(BaseOperator):
+    """A step of one cell of a suite's matrix (``cell``: the plan's JSON dict for it)."""
+
+    template_fields: tuple[str, ...] = ("cell",)
+
+    def __init__(self, *, cell: Any, **kwargs: Any):
+        kwargs.setdefault("map_index_template", CELL_NAME)
+        super().__init__(**kwargs)
+        self.cell = cell
+
+    @staticmethod
+    def ref(context: Any):
+        """The run (and mapped task group, map index) this step belongs to."""
+        from accelmatrix.lifecycle import RunRef
+
+        return RunRef.from_context(context)
+
+    @staticmethod
+    def triggers_end_tasks() -> bool:
+        """Whether a trigger's ``TaskSuccessEvent``/``TaskFailedEvent`` will end this task.
+
+        True under a real triggerer. False under ``dag.test()`` (the demo and the fast DAG
+        tests): its in-process supervisor runs the trigger inline and then resumes the task
+        on the worker with the event's payload whatever the event is
+        (``airflow/sdk/definitions/dag.py`` ``_run_task``), so XComs of a task-ending event
+        would be lost. There the trigger hands its outcome back to ``execute_complete``.
+        """
+        from airflow.sdk.execution_time import task_runner
+
+        comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+        return type(comms).__name__ != "InProcessSupervisorComms"
+
+    @staticmethod
+    def provisioned_resource(context: Any) -> dict[str, Any]:
+        """The resource ``provision`` returned for this cell.
+
+        Pulled explicitly rather than passed as an argument: Airflow requires every direct
+        downstream of a setup task to use ALL_SUCCESS, and collect must also run after a
+        failed workload (ALL_DONE_SETUP_SUCCESS).
+        """
+        ti = context["ti"]
+        group = ti.task_id.rsplit(".", 1)[0]
+        resource = ti.xcom_pull(task_ids=f"{group}.provision", map_indexes=ti.map_index)
+        if not resource:
+            raise RuntimeError(f"no resource recorded by {group}.provision[{ti.map_index}]")
+        return resource
