@@ -16,8 +16,9 @@ Graph of every suite DAG:
   with red cells. It is a teardown task (without setup) with ``on_failure_fail_dagrun``,
   after every cell's teardown, so it also runs when a person marks the run failed.
 
-Parse-time cost: only pydantic + PyYAML + airflow.sdk are imported here. Everything heavy
-(pandas, Great Expectations, SQLAlchemy, torch) is imported inside tasks.
+Parse-time cost: the dag-processor validates each suite (pydantic + PyYAML); a task process
+builds its one DAG from the cached DagShape and imports no spec model (dag_shape.py).
+Everything heavy (pandas, Great Expectations, SQLAlchemy, torch) is imported inside tasks.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.task.trigger_rule import TriggerRule
 
 from accelmatrix import settings
+from accelmatrix.dag_shape import LISTED_CELLS, CellGroup, DagShape, load_shape
 from accelmatrix.operators.evaluate import EvaluateCellOperator
 from accelmatrix.operators.provision import ProvisionOperator
 from accelmatrix.operators.run import RunWorkloadOperator
 from accelmatrix.operators.steps import CollectOperator, SetupOperator, TeardownOperator
-from accelmatrix.spec.loader import SuiteError, load_suite, suite_id
-from accelmatrix.spec.suite import Suite
+from accelmatrix.spec.errors import SuiteError
 
 log = logging.getLogger(__name__)
 
@@ -98,40 +99,41 @@ def invalid_task(message: str) -> None:
 
 
 # -- graph --------------------------------------------------------------------------------
-def _params(suite: Suite) -> dict[str, Param]:
-    params: dict[str, Param] = {}
-    for name, p in suite.params.items():
-        schema: dict[str, Any] = {"type": p.type}
-        if p.enum is not None:
-            schema["enum"] = p.enum
-        if p.minimum is not None:
-            schema["minimum"] = p.minimum
-        if p.maximum is not None:
-            schema["maximum"] = p.maximum
-        if p.pattern is not None:
-            schema["pattern"] = p.pattern
-        params[name] = Param(p.default, description=p.description, **schema)
+def _params(shape: DagShape) -> dict[str, Param]:
+    params = {
+        name: Param(p["default"], description=p["description"], **p["schema"])
+        for name, p in shape.params.items()
+    }
     params["cells"] = Param(
-        ["*"],
-        type="array",
-        items={"type": "string"},
-        description="Run only the cells whose id matches one of these globs, e.g. model=tiny-mlp,*",
+        ["*"], type="array", items={"type": "string"}, description=_cells_doc(shape)
     )
     return params
 
 
-def used_machines(suite: Suite) -> list[str]:
+def _cells_doc(shape: DagShape) -> str:
+    """The `cells` param's help in the trigger form: the globs' form and the suite's cell ids."""
+    text = "Run only the cells whose id matches one of these globs"
+    ids = shape.cell_ids
+    if not ids:
+        return text + ", e.g. model=tiny-mlp,*"
+    text += f", e.g. {ids[0].split(',')[0]},*. The {len(ids)} cell id(s) with default params: "
+    listed = ids[:LISTED_CELLS]
+    more = f" ... and {len(ids) - len(listed)} more" if len(ids) > len(listed) else ""
+    return text + "; ".join(listed) + more
+
+
+def used_machines(suite: Any) -> list[str]:
+    """The machine kinds a validated suite runs its cells on (one task group each)."""
     if "machine" in suite.axes:
         return suite.axis_labels("machine")
     return [suite.machine or next(iter(suite.machines))]
 
 
-def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
+def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
     """The mapped task group running every cell of one machine kind."""
-    pool = suite.pool_for(machine)
-    wl = suite.workload
+    pool = group.pool
 
-    @task_group(group_id=machine)
+    @task_group(group_id=group.machine)
     def cell_group(cell: dict[str, Any]) -> None:
         provision = ProvisionOperator(task_id="provision", cell=cell, pool=pool)
         resource = provision.output
@@ -140,14 +142,14 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
             cell=cell,
             resource=resource,
             pool=pool,
-            execution_timeout=timedelta(seconds=wl.setup_timeout + 60),
+            execution_timeout=timedelta(seconds=shape.setup_timeout + 60),
         )
         run = RunWorkloadOperator(
             task_id="run",
             cell=cell,
             resource=resource,
             pool=pool,
-            execution_timeout=timedelta(seconds=wl.timeout + 600),
+            execution_timeout=timedelta(seconds=shape.run_timeout + 600),
         )
         collected = CollectOperator(
             task_id="collect", cell=cell, trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS
@@ -167,28 +169,31 @@ def _cell_group(suite: Suite, machine: str, cells: Any) -> Any:
     return cell_group.expand(cell=cells)
 
 
-def build_dag(path: Path | str) -> DAG:
-    """The DAG of one suite file. Raises SuiteError when the file is invalid."""
+def build_dag(path: Path | str, *, use_cache: bool = False) -> DAG:
+    """The DAG of one suite file. Raises SuiteError when the file is invalid.
+
+    ``use_cache``: build from a cached DagShape when it matches the file (task processes).
+    """
     path = Path(path)
-    suite = load_suite(path)
-    dag_id = suite_id(path)
+    shape = load_shape(path, use_cache=use_cache)
+    dag_id = shape.dag_id
     doc = (
-        f"### {dag_id}\n\n{suite.description}\n\nSuite file: `{path.name}`. "
+        f"### {dag_id}\n\n{shape.description}\n\nSuite file: `{path.name}`. "
         "Trigger with params to select cells (`cells`) or change suite params."
     )
     with DAG(
         dag_id=dag_id,
-        description=(suite.description or f"accelmatrix suite {dag_id}")[:200],
-        schedule=suite.schedule,
+        description=(shape.description or f"accelmatrix suite {dag_id}")[:200],
+        schedule=shape.schedule,
         start_date=START_DATE,
         catchup=False,
-        max_active_runs=suite.max_active_runs,
-        params=_params(suite),
-        tags=sorted({"accelmatrix", *suite.tags}),
+        max_active_runs=shape.max_active_runs,
+        params=_params(shape),
+        tags=sorted({"accelmatrix", *shape.tags}),
         default_args={
-            "owner": ",".join(suite.owners),
-            "retries": suite.retries,
-            "retry_delay": timedelta(seconds=suite.retry_delay_seconds),
+            "owner": ",".join(shape.owners),
+            "retries": shape.retries,
+            "retry_delay": timedelta(seconds=shape.retry_delay_seconds),
             "execution_timeout": timedelta(minutes=30),
             # Depth first: a cell's later steps outrank other cells' provision, so machines
             # are released as soon as possible instead of all provisioned up front.
@@ -197,17 +202,18 @@ def build_dag(path: Path | str) -> DAG:
         doc_md=doc,
     ) as dag:
         planned = plan_task(str(path))
-        machines = used_machines(suite)
         groups = []
-        for machine in machines:
+        for group in shape.groups:
             # Airflow maps only over a task's whole return value, so a suite with several
             # machines gets one tiny selector per machine; a single-machine suite maps the
             # plan directly.
             cells = planned
-            if len(machines) > 1:
-                cells = select_task.override(task_id=f"cells_{machine}")(planned, machine)
-            groups.append(_cell_group(suite, machine, cells))
-        if suite.preflight:  # between plan and every provision
+            if len(shape.groups) > 1:
+                cells = select_task.override(task_id=f"cells_{group.machine}")(
+                    planned, group.machine
+                )
+            groups.append(_cell_group(shape, group, cells))
+        if shape.preflight:  # between plan and every provision
             preflight_task(str(path), planned) >> groups
         # A teardown (with no setup) that fails the run: "Mark run as failed" skips every
         # other unfinished task, and with the gate skipped Airflow 3.3.2 would end the run
@@ -215,8 +221,8 @@ def build_dag(path: Path | str) -> DAG:
         # results of cut-short cells and keeps the run red (see accelmatrix.stopped).
         gate = gate_task(planned, str(path)).as_teardown(on_failure_fail_dagrun=True)
         gate << groups
-        for machine in machines:
-            dag.get_task(f"{machine}.teardown") >> gate
+        for group in shape.groups:
+            dag.get_task(f"{group.machine}.teardown") >> gate
     return dag
 
 
@@ -226,7 +232,7 @@ def build_invalid_dag(path: Path, error: SuiteError) -> DAG:
     Raising would turn the whole DAG file into an import error and take every other suite
     down with it; this keeps the other suites working and the problem in plain sight.
     """
-    dag_id = suite_id(path)
+    dag_id = path.stem  # accelmatrix.spec.loader.suite_id
     problems = "\n".join(f"- {p}" for p in error.problems)
     with DAG(
         dag_id=dag_id if _valid_dag_id(dag_id) else INVALID_SUITE_DAG_ID,
@@ -260,10 +266,10 @@ def build_dags(suites_dir: Path | str | None = None) -> dict[str, DAG]:
     wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
     for path in sorted(root.glob("*.yaml")):
-        if wanted and wanted != INVALID_SUITE_DAG_ID and suite_id(path) != wanted:
+        if wanted and wanted != INVALID_SUITE_DAG_ID and path.stem != wanted:
             continue
         try:
-            dag = build_dag(path)
+            dag = build_dag(path, use_cache=bool(wanted))
         except SuiteError as e:
             log.error("%s", e)
             dag = build_invalid_dag(path, e)

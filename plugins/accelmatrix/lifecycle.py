@@ -714,6 +714,36 @@ def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
     return cut
 
 
+def _regressions(suite: Any, ref: RunRef) -> dict[str, list[dict[str, Any]]]:
+    """Classify the suite's perf series (series_status); the regressed ones by cell.
+
+    A suite that never had a bounded perf verdict has no series: skipped without importing
+    pandas (about a second at the very end of every run of a functional suite).
+    """
+    from accelmatrix.history.series import classify_suite, rules_of, trend
+
+    store = results_store()
+    if not store.has_perf_checks(ref.dag_id):
+        log.info("no perf series in %s: nothing to classify", ref.dag_id)
+        return {}
+    regressions: dict[str, list[dict[str, Any]]] = {}
+    rules, window = rules_of(suite.regression)
+    verdicts, hist = classify_suite(store, ref.dag_id, rules=rules, window_days=window)
+    for r in verdicts[verdicts["status"] == "regression"].itertuples(index=False):
+        points = trend(hist, r.cell_id, r.benchmark, r.metric)
+        log.warning("perf regression: %s %s %s: %s", r.benchmark, r.cell_id, r.metric, points)
+        regressions.setdefault(r.cell_id, []).append(
+            {
+                "benchmark": r.benchmark,
+                "metric": r.metric,
+                "lower": points[-1]["lower"],
+                "upper": points[-1]["upper"],
+                "points": points,
+            }
+        )
+    return regressions
+
+
 def _history_and_alerts(
     suite_path: str, planned: list[dict[str, Any]], ref: RunRef, rows: dict[str, dict[str, Any]]
 ) -> None:
@@ -722,27 +752,13 @@ def _history_and_alerts(
     After the verdict is known and never able to change it: a problem here is logged.
     """
     from accelmatrix import alerts, notify
-    from accelmatrix.history.series import classify_suite, rules_of, trend
     from accelmatrix.spec.loader import load_suite
 
     suite = load_suite(suite_path)
     store = results_store()
     regressions: dict[str, list[dict[str, Any]]] = {}
     try:
-        rules, window = rules_of(suite.regression)
-        verdicts, hist = classify_suite(store, ref.dag_id, rules=rules, window_days=window)
-        for r in verdicts[verdicts["status"] == "regression"].itertuples(index=False):
-            points = trend(hist, r.cell_id, r.benchmark, r.metric)
-            log.warning("perf regression: %s %s %s: %s", r.benchmark, r.cell_id, r.metric, points)
-            regressions.setdefault(r.cell_id, []).append(
-                {
-                    "benchmark": r.benchmark,
-                    "metric": r.metric,
-                    "lower": points[-1]["lower"],
-                    "upper": points[-1]["upper"],
-                    "points": points,
-                }
-            )
+        regressions = _regressions(suite, ref)
     except Exception:  # noqa: BLE001 - classification must never flip the run's verdict
         log.exception("perf series of %s not classified", ref.dag_id)
     run = store.get_run(ref.dag_id, ref.run_id) or {}

@@ -948,6 +948,19 @@ class ResultsStore:
             cell_id=cell_id,
         )
 
+    def has_perf_checks(self, dag_id: str) -> bool:
+        """Whether any run of ``dag_id`` has a bounded perf verdict (a series to classify).
+
+        One indexed lookup: the gate asks it before importing pandas for the classification.
+        """
+        q = (
+            select(checks.c.dag_id)
+            .where(checks.c.dag_id == dag_id, checks.c.benchmark.is_not(None))
+            .limit(1)
+        )
+        with self._reading() as conn:
+            return conn.execute(q).first() is not None
+
     def metrics_frame(
         self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
     ) -> pd.DataFrame:

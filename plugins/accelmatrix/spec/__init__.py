@@ -1,6 +1,5 @@
-"""Suite spec: the pydantic models of a suite YAML and its loader."""
+"""Suite spec: the pydantic models of a suite YAML (suite.py) and its loader (loader.py).
 
-from accelmatrix.spec.loader import SuiteError, load_suite, load_suites, suite_id
-from accelmatrix.spec.suite import Suite
-
-__all__ = ["Suite", "SuiteError", "load_suite", "load_suites", "suite_id"]
+Nothing is re-exported here: importing a light module of this package (templating) must not
+load every model (task processes import it on their hot path).
+"""

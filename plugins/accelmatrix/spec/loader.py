@@ -15,20 +15,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from accelmatrix.spec.errors import SuiteError
 from accelmatrix.spec.suite import Suite
 
+__all__ = ["SuiteError", "load_suite", "load_suites", "suite_id"]
+
 MAX_FILE_BYTES = 1_000_000
-
-
-class SuiteError(ValueError):
-    """A suite file cannot be used. ``problems`` holds one line per problem."""
-
-    def __init__(self, path: Path | str, problems: Iterable[str]):
-        self.path = str(path)
-        self.problems = list(problems)
-        super().__init__(
-            f"{self.path}: invalid suite\n" + "\n".join(f"  - {p}" for p in self.problems)
-        )
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

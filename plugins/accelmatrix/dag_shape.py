@@ -1,0 +1,143 @@
+"""DagShape: what the DAG of a suite is built from, cached so task processes skip the spec.
+
+Every task start of a matrix run parses the DAG file to find its own operator. Validating
+the suite YAML there means importing every pydantic model of the spec (~0.1 s of CPU per
+task here, the largest part of what an accelmatrix task cost beyond a plain Airflow task:
+6 task starts per cell). The DAG itself needs only a few facts of the suite: its schedule,
+params, machines and pools, timeouts. The dag-processor, which validates the suite anyway,
+writes those facts to ``$ACCELMATRIX_HOME/cache/dag-shapes/`` keyed by the file's content
+hash and this module's SHAPE_VERSION; a task process (Airflow's parsing context names its
+DAG) reads them back and never imports the spec. A missing or stale entry (another host, a
+changed file, a new accelmatrix) falls back to validating the file: never wrong, only slower.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelmatrix import settings
+
+log = logging.getLogger(__name__)
+
+# Bump when the fields below or their derivation change: old cache entries are ignored.
+SHAPE_VERSION = 1
+# The trigger form lists at most this many cell ids in the `cells` param's description.
+LISTED_CELLS = 64
+
+
+@dataclass(frozen=True)
+class CellGroup:
+    """One mapped task group: the cells of one machine kind, with that machine's pool."""
+
+    machine: str
+    pool: str
+
+
+@dataclass(frozen=True)
+class DagShape:
+    dag_id: str
+    description: str
+    schedule: str | None
+    max_active_runs: int
+    owners: list[str]
+    tags: list[str]
+    retries: int
+    retry_delay_seconds: int
+    # name -> {"default": ..., "description": ..., "schema": {type, enum, minimum, ...}}
+    params: dict[str, dict[str, Any]]
+    groups: list[CellGroup]
+    setup_timeout: int
+    run_timeout: int
+    preflight: bool
+    # The ids of the cells a run with default params plans (for the trigger form).
+    cell_ids: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_suite(cls, suite: Any, dag_id: str) -> DagShape:
+        """The shape of a validated ``accelmatrix.spec.suite.Suite``."""
+        if "machine" in suite.axes:
+            machines = suite.axis_labels("machine")
+        else:
+            machines = [suite.machine or next(iter(suite.machines))]
+        params = {}
+        for name, p in suite.params.items():
+            schema: dict[str, Any] = {"type": p.type}
+            for key in ("enum", "minimum", "maximum", "pattern"):
+                if getattr(p, key) is not None:
+                    schema[key] = getattr(p, key)
+            params[name] = {"default": p.default, "description": p.description, "schema": schema}
+        return cls(
+            dag_id=dag_id,
+            description=suite.description or "",
+            schedule=suite.schedule,
+            max_active_runs=suite.max_active_runs,
+            owners=list(suite.owners),
+            tags=list(suite.tags),
+            retries=suite.retries,
+            retry_delay_seconds=suite.retry_delay_seconds,
+            params=params,
+            groups=[CellGroup(m, suite.pool_for(m)) for m in machines],
+            setup_timeout=suite.workload.setup_timeout,
+            run_timeout=suite.workload.timeout,
+            preflight=bool(suite.preflight),
+            cell_ids=_default_cell_ids(suite, dag_id),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DagShape:
+        data = json.loads(text)
+        data["groups"] = [CellGroup(**g) for g in data["groups"]]
+        return cls(**data)
+
+
+def _default_cell_ids(suite: Any, dag_id: str) -> list[str]:
+    """Cell ids of a run with the suite's default params; [] when that cannot be planned."""
+    from accelmatrix.plan import expand
+
+    try:
+        return [c.id for c in expand(suite, dag_id, params={}).cells]
+    except Exception:  # noqa: BLE001 - only a hint for the trigger form; the run re-plans
+        return []
+
+
+def load_shape(path: Path, *, use_cache: bool) -> DagShape:
+    """The shape of the suite file at ``path``; raises SuiteError when it is invalid.
+
+    ``use_cache``: read a cached shape if one matches the file's content (task processes);
+    otherwise validate the file and refresh the cache (the dag-processor).
+    """
+    data = path.read_bytes()
+    entry = _cache_dir() / f"{path.stem}-{hashlib.sha256(data).hexdigest()[:20]}.json"
+    if use_cache:
+        try:
+            return DagShape.from_json(entry.read_text())
+        except (OSError, ValueError, TypeError, KeyError):
+            pass  # fall back to validating the file
+    from accelmatrix.spec.loader import load_suite, suite_id
+
+    shape = DagShape.from_suite(load_suite(path), suite_id(path))
+    _write(entry, shape)
+    return shape
+
+
+def _cache_dir() -> Path:
+    return settings.home() / "cache" / f"dag-shapes-v{SHAPE_VERSION}"
+
+
+def _write(entry: Path, shape: DagShape) -> None:
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+        tmp.write_text(shape.to_json())
+        os.replace(tmp, entry)
+    except OSError as e:  # a read-only home costs speed, not correctness
+        log.debug("dag shape of %s not cached: %s", entry.name, e)

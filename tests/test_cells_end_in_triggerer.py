@@ -1,0 +1,234 @@
+"""Cells whose waiting steps end in the triggerer, on a real Airflow (scheduler, triggerer,
+dag-processor, api-server; LocalExecutor).
+
+What ``dag.test()`` cannot show (it resumes every deferred task in-process):
+
+* an all-passing run ends with EVERY task instance green, and ``run`` and ``evaluate`` each
+  started on a worker exactly once (their triggers ended them: no resume, so Airflow
+  3.3.2's defer/resume race has nothing to fail);
+* REST names every running or deferred mapped task instance by its cell id, never "0";
+* the retry rule: an infrastructure failure that ends in the trigger is retried, a workload
+  failure is not (even with retries set), a check failure fails ``evaluate`` with the verdict
+  table in its log.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from accelmatrix.testing import AirflowStack
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL = "accelmatrix_cpu"
+FINISHED = "Finished training run"
+
+# The workload of both suites (stdlib only): ``MODE SIGNALS SECONDS``.
+WORKLOAD = """\
+import os, signal, sys, time
+from pathlib import Path
+
+mode, signals, seconds = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+print("step 1 loss: 0.5", flush=True)
+time.sleep(seconds)
+if mode == "infra":
+    marker = signals / "infra.first"
+    if not marker.exists():
+        marker.touch()
+        print("killing my supervisor: the machine dies under the workload", flush=True)
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(30)
+        sys.exit(0)
+if mode == "exit":
+    print("injected failure: loss became NaN", flush=True)
+    sys.exit(3)
+if mode == "check":
+    print("ran, but never printed the line the check wants", flush=True)
+    sys.exit(0)
+print("Finished training run", flush=True)
+"""
+
+
+def _suite(description: str, axes: dict, seconds: float, signals: Path, script: Path) -> dict:
+    return {
+        "description": description,
+        "schedule": None,
+        "retries": 1,
+        "retry_delay_seconds": 1,
+        "axes": axes,
+        "machines": {"cpu": {"backend": "local", "pool": POOL, "pool_slots": 16}},
+        "machine": "cpu",
+        "workload": {
+            "run": ["${python}", str(script), "${axis.mode}", str(signals), str(seconds)],
+            "timeout": 120,
+        },
+        "checks": [{"type": "log_contains", "pattern": FINISHED}],
+    }
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("end-in-trigger")
+    signals = tmp / "signals"
+    signals.mkdir()
+    script = tmp / "workload.py"
+    script.write_text(WORKLOAD)
+    suites = tmp / "suites"
+    suites.mkdir()
+    passing = _suite(
+        "8 passing cells", {"mode": ["pass"], "i": list(range(8))}, 2.0, signals, script
+    )
+    mixed = _suite(
+        "one cell per outcome", {"mode": ["pass", "infra", "exit", "check"]}, 0.5, signals, script
+    )
+    (suites / "pass8.yaml").write_text(yaml.safe_dump(passing, sort_keys=False))
+    (suites / "outcomes.yaml").write_text(yaml.safe_dump(mixed, sort_keys=False))
+    with AirflowStack(
+        home=tmp / "airflow", dags_folder=ROOT / "dags", suites_dir=suites, parallelism=8
+    ) as s:
+        s.create_pool(POOL, 16, include_deferred=True)
+        s.wait_for_dag("pass8")
+        s.wait_for_dag("outcomes")
+        yield s
+
+
+def _cells(stack: AirflowStack, dag_id: str, run_id: str) -> dict[str, dict]:
+    from accelmatrix.results.store import ResultsStore
+
+    store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
+    try:
+        return {c["cell_id"]: c for c in store.get_cells(dag_id, run_id)}
+    finally:
+        store.close()
+
+
+def _machines_left(stack: AirflowStack, dag_id: str) -> list[str]:
+    """Local "machines" (resource records under the work root) of ``dag_id`` still held."""
+    return [str(p) for p in (stack.accel_home / "work" / dag_id).rglob("resource.json")]
+
+
+def _worker_starts(log: str) -> int:
+    """How many times a worker executed the task in this try's log (each execution logs the
+    task runner's "Executing" line once; trigger lines do not)."""
+    return log.count("Pre task execution logs")
+
+
+def test_passing_run_all_green_and_named_from_the_first_second(stack):
+    seen_unnamed: list[str] = []
+    seen_named: set[tuple[str, str]] = set()
+    stop = threading.Event()
+    run_id = stack.trigger("pass8")
+
+    def watch() -> None:
+        # While the run goes on: every running or deferred mapped task instance must carry
+        # its cell id in REST's rendered_map_index (what the grid shows).
+        while not stop.is_set():
+            try:
+                tis = stack.task_instances("pass8", run_id)
+            except Exception:  # noqa: BLE001 - the api-server may be busy; look again
+                time.sleep(0.3)
+                continue
+            for ti in tis:
+                if ti["map_index"] < 0 or ti["state"] not in ("running", "deferred"):
+                    continue
+                name = ti["rendered_map_index"]
+                if not name or not name.startswith("mode=pass,i="):
+                    seen_unnamed.append(f"{ti['task_id']}[{ti['map_index']}] {ti['state']}: {name}")
+                else:
+                    seen_named.add((ti["task_id"].rsplit(".", 1)[-1], ti["state"]))
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        state = stack.wait_for_run("pass8", run_id, timeout=400)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    tis = stack.task_instances("pass8", run_id)
+    summary = "\n".join(
+        f"{ti['task_id']}[{ti['rendered_map_index']}] {ti['state']} try {ti['try_number']}"
+        for ti in tis
+    )
+    assert state == "success", summary
+    # A green run has no red task: every one of the 50 task instances succeeded, first try.
+    assert len(tis) == 2 + 8 * 6, summary
+    assert {ti["state"] for ti in tis} == {"success"}, summary
+    assert {ti["try_number"] for ti in tis} == {1}, summary
+    assert stack.stale_success_failures() == set()
+    # Named by cell id, also after the end (the trigger ended run and evaluate).
+    mapped = [ti for ti in tis if ti["map_index"] >= 0]
+    assert all(ti["rendered_map_index"].startswith("mode=pass,i=") for ti in mapped), summary
+    assert not seen_unnamed, seen_unnamed[:10]
+    # The watcher did see deferred runs (2 s workloads) named: the check above had teeth.
+    assert ("run", "deferred") in seen_named, seen_named
+
+    for ti in mapped:
+        step = ti["task_id"].rsplit(".", 1)[-1]
+        if step not in ("run", "evaluate"):
+            continue
+        log = stack.task_log("pass8", run_id, ti["task_id"], map_index=ti["map_index"])
+        # Deferred once, ended by its trigger, never resumed on a worker.
+        assert _worker_starts(log) == 1, log[-3000:]
+        assert "Pausing task as DEFERRED" in log, log[-3000:]
+        if step == "run":
+            assert FINISHED in log, log[-3000:]  # the workload's line, streamed live
+        else:
+            assert "passed" in log, log[-3000:]
+
+    cells = _cells(stack, "pass8", run_id)
+    assert len(cells) == 8 and {c["state"] for c in cells.values()} == {"passed"}, cells
+    assert _machines_left(stack, "pass8") == []
+
+
+def test_retry_rule_and_verdicts_in_the_triggerer(stack):
+    run_id = stack.trigger("outcomes")
+    state = stack.wait_for_run("outcomes", run_id, timeout=400)
+    tis = stack.task_instances("outcomes", run_id)
+    by = {(ti["task_id"].rsplit(".", 1)[-1], ti["rendered_map_index"]): ti for ti in tis}
+    summary = "\n".join(
+        f"{k}: {v['state']} try {v['try_number']}" for k, v in sorted(by.items(), key=str)
+    )
+    cells = _cells(stack, "outcomes", run_id)
+    assert state == "failed", summary  # two cells failed
+
+    # Infrastructure failure (the workload's supervisor died): the trigger ended the try
+    # failed, Airflow retried it, the second try passed.
+    infra = by[("run", "mode=infra")]
+    assert (infra["state"], infra["try_number"]) == ("success", 2), summary
+    first = stack.task_log(
+        "outcomes", run_id, "cpu.run", map_index=infra["map_index"], try_number=1
+    )
+    assert "an infrastructure failure, not a test failure" in first, first[-3000:]
+    assert cells["mode=infra"]["state"] == "passed", cells["mode=infra"]
+
+    # Workload failure: never retried, although the suite sets retries: 1.
+    failed = by[("run", "mode=exit")]
+    assert (failed["state"], failed["try_number"]) == ("failed", 1), summary
+    log = stack.task_log("outcomes", run_id, "cpu.run", map_index=failed["map_index"])
+    assert "a test failure: never retried" in log, log[-3000:]
+    assert "workload exited with 3, expected 0" in log, log[-3000:]
+    assert cells["mode=exit"]["state"] == "run_failed", cells["mode=exit"]
+
+    # Check failure: run green, evaluate red with the verdict table in its log, ended in
+    # the triggerer (one worker start).
+    assert by[("run", "mode=check")]["state"] == "success", summary
+    ev = by[("evaluate", "mode=check")]
+    assert (ev["state"], ev["try_number"]) == ("failed", 1), summary
+    log = stack.task_log("outcomes", run_id, "cpu.evaluate", map_index=ev["map_index"])
+    assert _worker_starts(log) == 1, log[-3000:]
+    assert "log_contains" in log and FINISHED in log, log[-3000:]
+    assert "evaluate failed" in log, log[-3000:]
+    assert cells["mode=check"]["state"] == "failed", cells["mode=check"]
+
+    assert by[("evaluate", "mode=pass")]["state"] == "success", summary
+    assert cells["mode=pass"]["state"] == "passed"
+    for cell in ("mode=pass", "mode=infra", "mode=exit", "mode=check"):
+        assert by[("teardown", cell)]["state"] == "success", summary
+    assert _machines_left(stack, "outcomes") == []
