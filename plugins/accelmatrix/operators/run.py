@@ -22,6 +22,8 @@ from accelmatrix.operators.base import CellOperator
 # Grace between the workload deadline (enforced by the trigger, which kills the workload)
 # and Airflow's deferral timeout (a backstop in case the triggerer itself is stuck).
 DEFER_GRACE_SECONDS = 300
+# How long the run task watches a fresh workload itself before deferring (see _wait_briefly).
+INLINE_WAIT_SECONDS = 2.0
 # Cell states of a workload that ran and failed: test failures, never retried.
 TEST_FAILURE_STATES = ("run_failed", "timed_out", "hung")
 
@@ -41,10 +43,18 @@ class RunWorkloadOperator(CellOperator):
     template_fields = ("cell", "resource")
     ui_color = "#d9ead3"
 
-    def __init__(self, *, resource: Any, poll_interval: float = 1.0, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        resource: Any,
+        poll_interval: float = 1.0,
+        inline_wait: float = INLINE_WAIT_SECONDS,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.resource = resource
         self.poll_interval = poll_interval
+        self.inline_wait = inline_wait
 
     def execute(self, context: Any) -> Any:
         from accelmatrix import lifecycle
@@ -67,7 +77,7 @@ class RunWorkloadOperator(CellOperator):
                     self._defer_provision(cell, record, ref)
                 resource = record
                 lifecycle.setup(cell, resource, ref)
-        self._start(context, resource)
+        return self._start(context, resource)
 
     def _refuse_to_rerun_a_test_failure(self, ref: Any) -> None:
         """A retry after the workload already failed as a test failure ends at once.
@@ -111,10 +121,11 @@ class RunWorkloadOperator(CellOperator):
             raise InfrastructureFailure(reason)
         resource = lifecycle.finish_provision(cell, ref, pending)
         lifecycle.setup(cell, resource, ref)
-        self._start(context, resource)
+        return self._start(context, resource)
 
-    def _start(self, context: Any, resource: dict[str, Any]) -> None:
-        """Submit the workload (or reattach to it) and defer to WorkloadTrigger."""
+    def _start(self, context: Any, resource: dict[str, Any]) -> Any:
+        """Submit the workload (or reattach to it); defer to WorkloadTrigger unless it ends
+        within a brief wait."""
         from accelmatrix.backends.base import get_backend
         from accelmatrix.lifecycle import results_store, utcnow, workload_env
         from accelmatrix.spec.templating import render_tree
@@ -135,14 +146,19 @@ class RunWorkloadOperator(CellOperator):
         verb = "reattached to" if handle.get("reattached") else "started"
         self.log.info("%s workload of %s: %s", verb, cell["id"], argv)
         self.log.info("timeout %d s; streaming its log below", timeout)
+        offset, event = self._wait_briefly(backend, handle)
+        if event is not None:  # done within the brief wait: no deferral at all
+            return self.execute_complete(context, event, handle)
+        self.log.info("still running after %.0f s: waiting in the triggerer", self.inline_wait)
         self.defer(
             trigger=WorkloadTrigger(
                 machine_spec=cell["machine_spec"],
                 handle=handle,
                 deadline=time.time() + timeout,
                 poll_interval=self.poll_interval,
+                log_offset=offset,
                 hang_detection=cell["workload"].get("hang_detection"),
-                started_at=time.time(),
+                started_at=time.time() - self.inline_wait,
                 cell=cell,
                 dag_id=ref.dag_id,
                 run_id=ref.run_id,
@@ -154,6 +170,35 @@ class RunWorkloadOperator(CellOperator):
             kwargs={"handle": handle},
             timeout=timedelta(seconds=timeout + DEFER_GRACE_SECONDS),
         )
+
+    def _wait_briefly(self, backend: Any, handle: dict[str, Any]) -> tuple[int, Any]:
+        """Watch the workload for ``inline_wait`` seconds before deferring: (log offset, the
+        outcome event if it ended meanwhile).
+
+        Deferring costs a trigger pickup (about a second) plus a triggerer round trip; for
+        a workload of seconds (a smoke test, a CI tier) that is most of its cell's held
+        time. Longer workloads lose nothing: they run meanwhile, and the slot is freed
+        after ``inline_wait``.
+        """
+        offset, deadline = 0, time.monotonic() + self.inline_wait
+        while True:
+            lines, offset = backend.read_logs(handle, offset)
+            for line in lines:
+                self.log.info("%s", line)
+            status = backend.poll(handle)
+            if status.done:
+                lines, offset = backend.read_logs(handle, offset)
+                for line in lines:
+                    self.log.info("%s", line)
+                return offset, {
+                    "status": "infra_failed" if status.infrastructure_failure else "exited",
+                    "exit_code": status.exit_code,
+                    "detail": status.detail,
+                    "handle": handle,
+                }
+            if time.monotonic() >= deadline:
+                return offset, None
+            time.sleep(0.05)
 
     def execute_complete(
         self, context: Any, event: dict[str, Any] | None = None, handle: dict | None = None
