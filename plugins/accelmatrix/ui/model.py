@@ -408,12 +408,11 @@ def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:
     the history when the file has since broken. Any problem just leaves the lines out.
     """
     from accelmatrix.evaluation.bounds import BoundsError, load_bounds
-    from accelmatrix.spec.loader import read_yaml
+    from accelmatrix.spec.loader import read_yaml, resolve_suite
 
     out: dict[str, tuple[float | None, float | None]] = {}
-    path = settings.suites_dir() / f"{dag_id}.yaml"
     try:
-        raw = read_yaml(path)
+        raw = read_yaml(resolve_suite(dag_id, settings.suites_dir()))
     except Exception:  # noqa: BLE001 - a missing or broken suite only loses the lines
         return out
     checks = raw.get("checks") if isinstance(raw, dict) else None
