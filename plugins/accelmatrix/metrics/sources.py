@@ -46,6 +46,7 @@ from accelmatrix.metrics.profiler import TraceError, step_events, step_time_from
 
 METRIC_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_./:-]*$"
 RESERVED_PREFIX = "runner."  # the runner's samples (accelmatrix.metrics.resources)
+MAX_NAME_LEN = 250  # the results store's limit on metric names (results.schema.NAME_LEN)
 PREFIX_RE = r"^[A-Za-z0-9_./:-]*$"
 MAX_DIAGNOSTICS_PER_SOURCE = 20  # a 1 GB log of garbage must not become a 1 GB report
 
@@ -242,6 +243,12 @@ class _Sink:
         self._count = 0
 
     def row(self, name: str, value: float, step: int | None, unit: str | None) -> None:
+        if not name.strip() or len(name) > MAX_NAME_LEN:
+            self.out.errors.append(
+                f"{self.label}: metric name {name[:60]!r} is empty or longer than "
+                f"{MAX_NAME_LEN} characters; not stored"
+            )
+            return
         if name.startswith(RESERVED_PREFIX):
             self.out.errors.append(
                 f"{self.label}: metric {name!r} uses the reserved namespace {RESERVED_PREFIX!r} "
@@ -317,8 +324,8 @@ def _number(value: Any) -> float | None:
         return None
     try:
         return float(value)
-    except OverflowError:  # an int too large for a float
-        return math.copysign(math.inf, value)
+    except OverflowError:  # an int too large for a float (copysign would overflow too)
+        return math.inf if value > 0 else -math.inf
 
 
 def _open_file(files_dir: Path, rel: str, sink: _Sink) -> Path | None:
