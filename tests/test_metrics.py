@@ -419,4 +419,11 @@ def test_write_train_metrics_without_data_keeps_nan(tmp_path: Path) -> None:
     rows = [{"name": "loss", "value": math.nan, "step": 3, "unit": None, "source": "x"}]
     written = write_train_metrics(rows, tmp_path / "t.json")
     assert written["step_execution_time"] is None and written["model"] is None
-    assert math.isnan(json.loads((tmp_path / "t.json").read_text())["final_loss"])
+    assert math.isnan(written["final_loss"])
+    # Strict JSON on disk (bare NaN refused), and the json source reads it back as NaN.
+    text = (tmp_path / "t.json").read_text()
+    assert (
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))["final_loss"] == "NaN"
+    )
+    got = collect([{"type": "json", "path": "t.json"}], tmp_path)
+    assert math.isnan(got.values("final_loss")[0])

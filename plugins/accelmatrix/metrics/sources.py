@@ -527,9 +527,11 @@ def write_train_metrics(
     ``{"model", "train_runtime", "step_execution_time", "mfu", "final_loss", ...extra}``:
     step_execution_time is the profiler step time (never a log-line time), final_loss the
     last point of the loss series. Keys of ``extra`` win, so a caller can set model or
-    override a value. NaN stays NaN (Python's json reads it back) because a diverged run
-    must not look like a missing one. Written atomically: readers never see half a file.
-    Returns the written dict.
+    override a value. A NaN loss stays NaN because a diverged run must not look like a
+    missing one (null): it is written as the string "NaN" ("Infinity", "-Infinity"), which
+    keeps the file strict JSON for any reader, and which the json metric source reads back
+    as a number. Written atomically: readers never see half a file. Returns the summary
+    (with float NaN).
     """
     summary: dict[str, Any] = {
         "model": None,
@@ -544,9 +546,16 @@ def write_train_metrics(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    strict = {k: _strict_number(v) for k, v in summary.items()}
+    tmp.write_text(json.dumps(strict, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return summary
+
+
+def _strict_number(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return next(k for k, x in _NON_FINITE.items() if x == v or (x != x and v != v))
+    return v
 
 
 def _scalar(rows: list[dict[str, Any]], name: str) -> float | None:
