@@ -41,13 +41,19 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 	  $(BIN)/airflow connections add accelmatrix_local_cluster --conn-type generic --conn-host localhost > /dev/null
 	$(BIN)/python -m accelmatrix.demo
 
+# .ci/test-deps installs the Debian packages the SSH, browser and Celery tests need when they
+# are missing (as root or with sudo; ACCELMATRIX_NO_APT=1 to never install). A run that still
+# had to skip a group of tests says so at the end (tests/conftest.py).
 test: venv
+	.ci/test-deps
 	$(BIN)/pytest -q
 
 # The fault-injection matrix on a real Airflow (every backend, 7-16 min here): prints the
 # faults x backends table (README "Reliability") and writes it to reliability-table.md.
+# ACCELMATRIX_REQUIRE_SERVERS: a missing sshd (or any server) fails the run instead of skipping.
 reliability: venv
-	ACCELMATRIX_FAULT_TABLE=$(CURDIR)/reliability-table.md $(BIN)/pytest -q -s -m reliability tests/test_fault_matrix.py
+	.ci/test-deps
+	ACCELMATRIX_REQUIRE_SERVERS=1 ACCELMATRIX_FAULT_TABLE=$(CURDIR)/reliability-table.md $(BIN)/pytest -q -s -m reliability tests/test_fault_matrix.py
 
 lint: venv
 	$(BIN)/ruff check .

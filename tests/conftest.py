@@ -49,3 +49,10 @@ def accel_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "accelmatrix"
     monkeypatch.setenv("ACCELMATRIX_HOME", str(home))
     return home
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The loud end-of-run block of test groups skipped for a missing server (needs.py)."""
+    from needs import pytest_terminal_summary as summary
+
+    summary(terminalreporter, exitstatus, config)

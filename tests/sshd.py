@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from needs import missing
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -94,7 +95,7 @@ def _banner(port: int) -> bool:
 def running_sshd(tmp: Path) -> Iterator[SshServer]:
     """Start sshd in the foreground (-D) with a private config; stop it by PID on exit."""
     if not os.path.exists(SSHD):
-        pytest.skip(SKIP_REASON)
+        missing("ssh", SKIP_REASON)
     tmp.mkdir(parents=True, exist_ok=True)
     host_key, client_key = tmp / "ssh_host_ed25519_key", tmp / "client_ed25519"
     _keygen(host_key)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from needs import missing
 
 from accelmatrix.testing import AirflowStack
 from accelmatrix.testing.services import PostgresServer, RedisServer, ServiceUnavailable
@@ -31,7 +32,7 @@ def postgres() -> Iterator[PostgresServer]:
     try:
         server = PostgresServer()
     except ServiceUnavailable as e:
-        pytest.skip(str(e))
+        missing("celery", str(e))
     with server:
         yield server
 
@@ -41,7 +42,7 @@ def redis() -> Iterator[RedisServer]:
     try:
         server = RedisServer()
     except ServiceUnavailable as e:
-        pytest.skip(str(e))
+        missing("celery", str(e))
     with server:
         yield server
 

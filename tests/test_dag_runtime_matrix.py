@@ -79,10 +79,10 @@ def test_runtime_matrix_end_to_end(airflow_db, tmp_path, monkeypatch):
     # Resource usage sampled while the workload ran is in the metrics table.
     metrics = s.metrics_frame("runtime_matrix", run_id)
     m = metrics[metrics.cell_id == BAD]
-    assert len(m[m.name == "rss_mb"]) >= 3  # several samples of a ~10 s workload
-    assert m[m.name == "cpu_percent"].value.max() > 10
-    peak = m[m.name == "peak_rss_mb"].value.iloc[0]
+    assert len(m[m.name == "runner.rss_mb"]) >= 3  # several samples of a ~10 s workload
+    assert m[m.name == "runner.cpu_percent"].value.max() > 10
+    peak = m[m.name == "runner.peak_rss_mb"].value.iloc[0]
     assert 20 < peak < 3072
-    assert not (metrics.name == "gpu_util_percent").any()  # no GPU here: nothing recorded
+    assert not (metrics.name == "runner.gpu_util_percent").any()  # no GPU here: nothing recorded
     status = json.loads((art / "status.json").read_text())
     assert status["gpu_sampling"] == "no GPU: nvidia-smi not found"

@@ -454,3 +454,27 @@ def test_importing_the_package_stays_light() -> None:
         env={"PYTHONPATH": str(ROOT / "plugins")},
     )
     assert json.loads(out.stdout.replace("'", '"')) == []
+
+
+def test_format_table_wraps_long_values_instead_of_cutting_them() -> None:
+    """Found: EXPECTED and OBSERVED were cut with an ellipsis in the task log."""
+    from accelmatrix.evaluation.report import CheckVerdict, EvaluationReport
+
+    expected = "all of: " + ", ".join(
+        f"tests/test_mod{i}.py::test_case_{i} passed" for i in range(6)
+    )
+    observed = (
+        "failed: tests/test_accelerator.py::test_tpu_topology_matches_the_machine (AssertionError)"
+    )
+    v = CheckVerdict("junit", "junit", False, expected, observed, "1 test failed")
+    table = EvaluationReport([v], False, None, 0.1).format_table()
+    assert "…" not in table and "..." not in table
+    lines = table.splitlines()
+    assert lines[2].startswith("FAIL    junit")
+    body = lines[2 : lines.index(next(x for x in lines if x.startswith("FAILED:")))]
+    assert len(body) > 1 and all(not x.startswith(("PASS", "FAIL")) for x in body[1:])
+    # Every word of both values is in the table, in order, column by column.
+    expected_col = " ".join(x[lines[0].index("EXPECTED") :].split("  ")[0].strip() for x in body)
+    assert " ".join(expected.split()) == " ".join(expected_col.split())
+    observed_col = "".join(x[lines[0].index("OBSERVED") :].strip() + " " for x in body)
+    assert " ".join(observed_col.split()).replace(" ", "") == observed.replace(" ", "")

@@ -10,8 +10,10 @@ placeholders reach the workload verbatim, as one argv element.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -323,3 +325,112 @@ def test_hostile_files_do_not_stop_the_good_suites(airflow_db, tmp_path, monkeyp
         assert [t.task_id for t in dag.tasks] == ["suite_invalid"]  # nothing else can run
         assert str(suites / f"{name}.yaml") in dag.doc_md or name in dag.doc_md
         assert re.search(r"INVALID SUITE: \S", dag.description), dag.description
+
+
+# -- the workload side: metric files and cell ids ---------------------------------------------
+# Keys a workload might write: its own names, the runner's (bare and namespaced), odd text.
+METRIC_KEYS = st.sampled_from(
+    ["loss", "wall_seconds", "cpu_percent", "runner.wall_seconds", "step", "acc", "é", ""]
+) | st.text(max_size=6)
+METRIC_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**400), max_value=10**400),  # beyond a float: becomes +-inf
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "1.5", "nan", "", "x"]),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+METRIC_FILES = st.fixed_dictionaries(
+    {
+        "json": st.dictionaries(METRIC_KEYS, METRIC_VALUES, max_size=6),
+        "jsonl": st.lists(
+            st.dictionaries(METRIC_KEYS, METRIC_VALUES, max_size=4).map(
+                lambda d: d  # a line's own "step" key may be missing, repeated or not an int
+            ),
+            max_size=6,
+        ),
+        "resources": st.lists(st.floats(min_value=0, max_value=100), max_size=3),
+    }
+)
+
+
+def _is_number(v: Any) -> bool:
+    """What the collector reads as a metric value (strict-JSON spellings of NaN included)."""
+    return (isinstance(v, int | float) and not isinstance(v, bool)) or v in (
+        "NaN",
+        "Infinity",
+        "-Infinity",
+    )
+
+
+def _dump(obj: Any) -> str:
+    # Python's json writes NaN/Infinity bare, as a careless workload would.
+    return json.dumps(obj, default=str)
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(files=METRIC_FILES)
+def test_hostile_metric_files_never_crash_collect_and_lose_nothing_silently(tmp_path, files):
+    """Whatever a workload writes, collecting never raises, the rows fit the results store
+    (one value per (name, step), every value a float), the runner's namespace holds only the
+    runner's samples, and every value read but not kept is named in an error."""
+    from accelmatrix.metrics.resources import resource_rows
+    from accelmatrix.metrics.sources import collect_metrics, parse_metric_sources
+    from accelmatrix.results.store import ResultsStore
+
+    work = Path(tempfile.mkdtemp(dir=tmp_path))
+    (work / "m.json").write_text(_dump(files["json"]))
+    (work / "m.jsonl").write_text("\n".join(_dump(line) for line in files["jsonl"]) + "\n")
+    samples = [{"step": i, "cpu_percent": v} for i, v in enumerate(files["resources"])]
+    final = {"final": True, "wall_seconds": 1.0, "cpu_seconds": 0.5, "peak_rss_mb": 10}
+    (work / "resources.jsonl").write_text("\n".join(map(json.dumps, [*samples, final])))
+    sources = parse_metric_sources(
+        [{"type": "json", "path": "m.json"}, {"type": "jsonl", "path": "m.jsonl"}]
+    )
+    got = collect_metrics(
+        sources,
+        files_dir=work,
+        log_path=None,
+        extra_rows=resource_rows(work / "resources.jsonl"),
+    )
+    keys = [(r["name"], r["step"]) for r in got.rows]
+    assert len(keys) == len(set(keys))
+    assert all(isinstance(r["value"], float) for r in got.rows)
+    for r in got.rows:
+        assert r["name"].startswith("runner.") == (r["source"] == "resources"), r
+    assert {n for n, s in keys if s is None} >= {"runner.wall_seconds", "runner.cpu_seconds"}
+    # A workload's own wall_seconds is kept beside the runner's, never instead of it.
+    own = files["json"].get("wall_seconds")
+    if isinstance(own, float) and own == own:  # a real number (not NaN)
+        assert ("wall_seconds", None) in keys
+    numbers = {k: v for k, v in files["json"].items() if _is_number(v)}
+    if any(k.startswith("runner.") for k in numbers):
+        assert any("reserved namespace 'runner.'" in e for e in got.errors)
+    # Every number of the json file is stored, or named in an error.
+    for key in numbers:
+        if (key, None) not in keys:
+            assert any(repr(key) in e for e in got.errors), (key, got.errors)
+    # The rows are exactly what the store can hold, and metrics.json stays strict JSON.
+    store = ResultsStore(f"sqlite:///{work / 'r.db'}")
+    assert store.replace_metrics("d", "r", "c", got.rows) == len(got.rows)
+    json.dumps(got.rows, default=str)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.text(alphabet="abc-=,.", min_size=1, max_size=8),
+    marks=st.lists(st.sampled_from(list("+:/ _@#~*?%'\"\\")), min_size=2, max_size=6, unique=True),
+)
+def test_ids_differing_only_in_punctuation_get_different_directories(base, marks):
+    """Every id a sanitizer would map to one string still gets its own path component."""
+    from accelmatrix import settings as am_settings
+
+    ids = [f"{base}{m}x" for m in marks] + [f"{base}_x"]
+    names = [am_settings.safe_name(i) for i in ids]
+    assert len(set(names)) == len(set(ids)), dict(zip(ids, names, strict=True))
+    assert all("/" not in n and n not in (".", "..") for n in names)

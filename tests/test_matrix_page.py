@@ -127,7 +127,7 @@ def test_grid_cells_colours_and_links(store: ResultsStore) -> None:
     }
     docs = {cid: c["links"].get("docs") for cid, c in dom.cells.items()}
     assert docs.pop("model=a,config=x") == (
-        f"{APP}/suites/demo/files/scheduled__2026-11-20T02_00_00_00_00/"
+        f"{APP}/suites/demo/files/scheduled__2026-11-20T02_00_00_00_00~79e57e5b764c/"
         "model%3Da%2Cconfig%3Dx/data_docs/index.html"
     )
     assert set(docs.values()) == {None}

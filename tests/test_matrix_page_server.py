@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from needs import missing
 
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.testing import AirflowStack
@@ -150,9 +151,10 @@ def _browser(tmp_path: Path):  # noqa: ANN202 - selenium is optional
     from selenium.webdriver.chrome.service import Service
 
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
-        pytest.skip(
+        missing(
+            "browser",
             "headless Chromium tests need Debian's chromium and chromium-driver: "
-            "apt-get install -y chromium chromium-driver"
+            "apt-get install -y chromium chromium-driver",
         )
     opts = webdriver.ChromeOptions()
     for arg in (

@@ -361,7 +361,9 @@ def test_diagnostics_are_capped_per_source(tmp_path: Path) -> None:
     assert "jsonl:m.jsonl: 480 more problem(s) omitted" in got.diagnostics
 
 
-def test_same_metric_from_two_sources_is_reported_once(tmp_path: Path) -> None:
+def test_same_metric_from_two_sources_is_one_error_and_the_first_is_kept(tmp_path: Path) -> None:
+    """The store holds one value per (name, step): the second source's values would be
+    lost, so they are an error naming both sources, never a crash of the store."""
     (tmp_path / "m.jsonl").write_text('{"step": 0, "loss": 1}\n{"step": 1, "loss": 0.5}\n')
     log = tmp_path / "w.log"
     log.write_text("loss: 1\nloss: 0.5\n")
@@ -373,8 +375,15 @@ def test_same_metric_from_two_sources_is_reported_once(tmp_path: Path) -> None:
         tmp_path,
         log,
     )
-    assert got.diagnostics == [
-        "metric 'loss' comes from both jsonl:m.jsonl and log_regex:loss (2 values)"
+    assert got.diagnostics == []
+    assert got.errors == [
+        "metric 'loss' comes from both jsonl:m.jsonl and log_regex:loss at step 0 (and 1 "
+        "more value(s)): kept the first value, dropped the other(s); one (name, step) must "
+        "have one value"
+    ]
+    assert [(r["step"], r["source"]) for r in got.rows] == [
+        (0, "jsonl:m.jsonl"),
+        (1, "jsonl:m.jsonl"),
     ]
 
 
@@ -410,4 +419,11 @@ def test_write_train_metrics_without_data_keeps_nan(tmp_path: Path) -> None:
     rows = [{"name": "loss", "value": math.nan, "step": 3, "unit": None, "source": "x"}]
     written = write_train_metrics(rows, tmp_path / "t.json")
     assert written["step_execution_time"] is None and written["model"] is None
-    assert math.isnan(json.loads((tmp_path / "t.json").read_text())["final_loss"])
+    assert math.isnan(written["final_loss"])
+    # Strict JSON on disk (bare NaN refused), and the json source reads it back as NaN.
+    text = (tmp_path / "t.json").read_text()
+    assert (
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c}"))["final_loss"] == "NaN"
+    )
+    got = collect([{"type": "json", "path": "t.json"}], tmp_path)
+    assert math.isnan(got.values("final_loss")[0])

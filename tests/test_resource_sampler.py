@@ -54,9 +54,12 @@ def test_runner_samples_cpu_and_memory_of_the_process_group(tmp_path: Path):
 
     rows = resource_rows(log_dir / "resources.jsonl")
     names = {r["name"] for r in rows}
-    assert names == {"cpu_percent", "rss_mb", "procs", "cpu_seconds", "peak_rss_mb", "wall_seconds"}
-    assert [r["step"] for r in rows if r["name"] == "peak_rss_mb"] == [None]
-    rss = [r for r in rows if r["name"] == "rss_mb"]
+    assert names == {
+        f"runner.{n}"
+        for n in ("cpu_percent", "rss_mb", "procs", "cpu_seconds", "peak_rss_mb", "wall_seconds")
+    }
+    assert [r["step"] for r in rows if r["name"] == "runner.peak_rss_mb"] == [None]
+    rss = [r for r in rows if r["name"] == "runner.rss_mb"]
     assert rss[0]["unit"] == "MB" and rss[0]["source"] == "resources"
     assert [r["step"] for r in rss] == list(range(len(samples)))
 
@@ -73,10 +76,10 @@ def test_resource_rows_tolerate_garbage_and_absence(tmp_path: Path):
     )
     rows = resource_rows(p)
     assert [(r["name"], r["step"], r["value"]) for r in rows] == [
-        ("cpu_percent", 0, 50.0),
-        ("rss_mb", 0, 10.0),
-        ("procs", 0, 1.0),
-        ("gpu_util_percent", 1, 91.5),
+        ("runner.cpu_percent", 0, 50.0),
+        ("runner.rss_mb", 0, 10.0),
+        ("runner.procs", 0, 1.0),
+        ("runner.gpu_util_percent", 1, 91.5),
     ]
 
 
@@ -90,7 +93,8 @@ def test_a_workload_shorter_than_the_interval_still_gets_totals(tmp_path: Path):
         start_new_session=True,
     )
     rows = {r["name"]: r["value"] for r in resource_rows(log_dir / "resources.jsonl")}
-    assert rows["peak_rss_mb"] > 1 and rows["cpu_seconds"] > 0 and rows["wall_seconds"] < 5
+    assert rows["runner.peak_rss_mb"] > 1 and rows["runner.cpu_seconds"] > 0
+    assert rows["runner.wall_seconds"] < 5
 
 
 def test_sampling_can_be_disabled(tmp_path: Path):

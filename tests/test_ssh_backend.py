@@ -107,7 +107,9 @@ def test_provision_is_idempotent_and_labelled(accel_home, spec, monkeypatch):
     r1 = b.provision(_ctx(accel_home))
     r2 = b.provision(_ctx(accel_home))
     assert r1 == r2  # a retry finds the same resource
-    assert r1["work_dir"].startswith(spec["work_root"] + "/d/manual__2026-01-01T00_00_00_00_00/")
+    assert r1["work_dir"].startswith(
+        spec["work_root"] + "/d/manual__2026-01-01T00_00_00_00_00~1e8dc70c2b69/"
+    )
     assert Path(r1["work_dir"], "resource.json").is_file()
     labels = r1["labels"]
     assert labels["managed-by"] == "accelmatrix" and labels["cell"] == "model=a"

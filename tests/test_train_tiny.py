@@ -72,9 +72,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     return done
 
 
+def _strict(text: str) -> dict:
+    """Parse as strict JSON: bare NaN/Infinity (Python's json default) is refused."""
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"not strict JSON: bare {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def losses(out_dir: Path) -> list[float]:
     lines = (out_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line)["loss"] for line in lines]
+    return [float(_strict(line)["loss"]) for line in lines]  # float("NaN") for a diverged one
 
 
 def test_default_run_succeeds_and_writes_its_files(runs: dict[str, Run]) -> None:
@@ -147,6 +156,9 @@ def test_diverge_mode_makes_the_loss_explode(runs: dict[str, Run]) -> None:
     assert "hidden=512" in run.stdout  # --model wide
     values = losses(run.out)
     assert math.isnan(values[-1]) or values[-1] > values[0]
+    # The files stay strict JSON even with a NaN loss, and the collector reads it as NaN.
+    summary = _strict((run.out / "train_metrics.json").read_text())
+    assert summary["final_loss"] == "NaN" or math.isfinite(summary["final_loss"])
 
 
 def test_light_profiler_writes_the_same_kind_of_trace(runs: dict[str, Run]) -> None:

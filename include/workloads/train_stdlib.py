@@ -43,6 +43,18 @@ def make_data(n: int, d: int, rng: random.Random) -> tuple[list[list[float]], li
     return xs, ys
 
 
+def strict_json(obj: dict) -> str:
+    """JSON any parser accepts: NaN/inf become the strings "NaN"/"Infinity" (read back as
+    numbers by accelmatrix's metric sources), never bare NaN."""
+
+    def fix(v: object) -> object:
+        if isinstance(v, float) and not math.isfinite(v):
+            return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+        return v
+
+    return json.dumps({k: fix(v) for k, v in obj.items()}, allow_nan=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rng = random.Random(args.seed)
@@ -71,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"step {step} loss: {loss:.6f} step_time: {dt:.4f}s samples/s: {rate:.1f}",
                 flush=True,
             )
-            metrics.write(json.dumps({"step": step, "loss": loss, "step_time": dt}) + "\n")
+            metrics.write(strict_json({"step": step, "loss": loss, "step_time": dt}) + "\n")
     summary = {"steps": args.steps, "train_runtime": time.perf_counter() - t_start, "loss": loss}
-    (args.out_dir / "summary.json").write_text(json.dumps(summary))
+    (args.out_dir / "summary.json").write_text(strict_json(summary))
     print("Finished training run", flush=True)
     return 0
 

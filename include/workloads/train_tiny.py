@@ -241,6 +241,18 @@ class DataParallel:
         self.dist.destroy_process_group()
 
 
+def strict_json(obj: dict) -> str:
+    """JSON any parser accepts: a diverged loss (NaN, inf) is written as the string "NaN" /
+    "Infinity" (which accelmatrix's metric sources read as numbers), never as bare NaN."""
+
+    def fix(v: object) -> object:
+        if isinstance(v, float) and not math.isfinite(v):
+            return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+        return v
+
+    return json.dumps({k: fix(v) for k, v in obj.items()}, allow_nan=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -362,7 +374,7 @@ def train(args: argparse.Namespace, out_dir: Path, rank: int, dp: DataParallel |
                 "step_time_s": step_time,
                 "samples_per_s": samples_per_s,
             }
-            jsonl.write(json.dumps(record) + "\n")
+            jsonl.write(strict_json(record) + "\n")
             jsonl.flush()
             prof.step()
     train_runtime = time.perf_counter() - t_start
@@ -379,7 +391,7 @@ def train(args: argparse.Namespace, out_dir: Path, rank: int, dp: DataParallel |
         "steps": args.steps,
         "world_size": world,
     }
-    (out_dir / "train_metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "train_metrics.json").write_text(strict_json(summary) + "\n")
     print("Finished training run", flush=True)
     return 0
 

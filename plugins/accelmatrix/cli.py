@@ -8,7 +8,6 @@ pools     print the Airflow pools the suites need; --apply creates them via the 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -18,15 +17,31 @@ from accelmatrix import settings
 
 
 def _paths(args: argparse.Namespace) -> list[Path]:
-    if args.files:
-        return [Path(f) for f in args.files]
-    return sorted(settings.suites_dir().glob("*.yaml"))
+    """The suite files named on the command line; a folder stands for its suite files."""
+    from accelmatrix.spec.loader import suite_files
+
+    if not args.files:
+        return suite_files(settings.suites_dir())
+    out: list[Path] = []
+    for f in map(Path, args.files):
+        out += suite_files(f) if f.is_dir() else [f]
+    return out
+
+
+def _no_files(args: argparse.Namespace) -> bool:
+    """Nothing to check is a mistake (a wrong folder, a wrong suffix), not a success."""
+    where = ", ".join(args.files) if args.files else str(settings.suites_dir())
+    print(f"no suite files (*.yaml, *.yml) in {where}", file=sys.stderr)
+    return True
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from accelmatrix.spec.loader import load_suites
 
-    good, bad = load_suites(_paths(args))
+    paths = _paths(args)
+    if not paths and _no_files(args):
+        return 1
+    good, bad = load_suites(paths)
     for path in good:
         print(f"ok       {path}")
     for err in bad.values():
@@ -36,18 +51,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from accelmatrix.plan import expand
+    from accelmatrix.plan import PlanError, expand
     from accelmatrix.spec.loader import load_suites, suite_id
+    from accelmatrix.spec.params import ParamsError, parse_params
 
-    good, bad = load_suites(_paths(args))
-    params = json.loads(args.params) if args.params else {}
+    paths = _paths(args)
+    if not paths and _no_files(args):
+        return 1
+    good, bad = load_suites(paths)
+    failed = bool(bad)
     for path, suite in good.items():
-        plan = expand(suite, suite_id(path), params=params, only=args.cells or None)
+        try:
+            # Checked like the trigger form: unknown names and out-of-range values refused.
+            params = parse_params(args.params, suite, f"{path}: --params")
+            plan = expand(suite, suite_id(path), params=params, only=args.cells or None)
+        except (ParamsError, PlanError) as e:
+            print(f"INVALID  {e}", file=sys.stderr)
+            failed = True
+            continue
         print(plan.table())
         print()
     for err in bad.values():
         print(f"INVALID  {err}", file=sys.stderr)
-    return 1 if bad else 0
+    return 1 if failed else 0
 
 
 def cmd_pools(args: argparse.Namespace) -> int:
@@ -89,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = ap.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="validate suite files")
-    v.add_argument("files", nargs="*", help="suite YAML files (default: every suite)")
+    v.add_argument(
+        "files", nargs="*", help="suite YAML files or folders of them (default: every suite)"
+    )
     v.set_defaults(func=cmd_validate)
     p = sub.add_parser("plan", help="print the run plan")
     p.add_argument("files", nargs="*")

@@ -39,6 +39,7 @@ from accelmatrix.operators.provision import ProvisionOperator
 from accelmatrix.operators.run import RunWorkloadOperator
 from accelmatrix.operators.steps import CollectOperator, SetupOperator, TeardownOperator
 from accelmatrix.spec.errors import SuiteError
+from accelmatrix.spec.files import suite_files, suite_id
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,7 @@ def build_invalid_dag(path: Path, error: SuiteError) -> DAG:
     Raising would turn the whole DAG file into an import error and take every other suite
     down with it; this keeps the other suites working and the problem in plain sight.
     """
-    dag_id = path.stem  # accelmatrix.spec.loader.suite_id
+    dag_id = suite_id(path)
     problems = "\n".join(f"- {p}" for p in error.problems)
     with DAG(
         dag_id=dag_id if _valid_dag_id(dag_id) else INVALID_SUITE_DAG_ID,
@@ -265,13 +266,16 @@ def build_dags(suites_dir: Path | str | None = None) -> dict[str, DAG]:
     root = Path(suites_dir) if suites_dir else settings.suites_dir()
     wanted = get_parsing_context().dag_id
     dags: dict[str, DAG] = {}
-    for path in sorted(root.glob("*.yaml")):
-        if wanted and wanted != INVALID_SUITE_DAG_ID and path.stem != wanted:
+    files: dict[str, Path] = {}
+    for path in suite_files(root):
+        if wanted and wanted != INVALID_SUITE_DAG_ID and suite_id(path) != wanted:
             continue
         try:
+            if (other := files.setdefault(suite_id(path), path)) != path:
+                raise SuiteError(path, [f"DAG id {suite_id(path)!r} is also the suite {other}"])
             dag = build_dag(path, use_cache=bool(wanted))
         except SuiteError as e:
             log.error("%s", e)
             dag = build_invalid_dag(path, e)
-        dags[dag.dag_id] = dag
+        dags.setdefault(dag.dag_id, dag)
     return dags

@@ -17,23 +17,39 @@ import time
 from accelmatrix import settings
 
 
-def run_suite(name: str, conf: dict | None = None):
-    """Run one suite with dag.test(); return (dag_run_state, run_id)."""
+def run_suite(suite: str, conf: dict | None = None):
+    """Run one suite (a name or a file path) with dag.test(); return (dag_run_state, run_id)."""
     from accelmatrix.dag_factory import build_dag
+    from accelmatrix.spec.loader import resolve_suite
 
-    path = settings.suites_dir() / f"{name}.yaml"
-    dag = build_dag(path)
+    dag = build_dag(resolve_suite(suite, settings.suites_dir()))
     dr = dag.test(run_conf=conf or None)
     return str(dr.state), dr.run_id
+
+
+def _checked(suites: list[str], conf: str | None) -> list[tuple[str, str, dict | None]]:
+    """(dag id, file, params) of every suite asked for, each loaded and its params checked like
+    the trigger form checks them, before anything runs; raises SuiteError or ParamsError
+    (a message for the user, not a traceback)."""
+    from accelmatrix.spec.loader import load_suite, resolve_suite, suite_id
+    from accelmatrix.spec.params import parse_params
+
+    out = []
+    for arg in suites:
+        path = resolve_suite(arg, settings.suites_dir())
+        suite = load_suite(path)
+        params = parse_params(conf, suite, f"{path}: --conf") or None
+        out.append((suite_id(path), str(path), params))
+    return out
 
 
 def local_suites() -> list[str]:
     """Suites whose selected machines are all `local`: what runs on a fresh machine."""
     from accelmatrix.dag_factory import used_machines
-    from accelmatrix.spec.loader import load_suite, suite_id
+    from accelmatrix.spec.loader import load_suite, suite_files, suite_id
 
     names = []
-    for path in sorted(settings.suites_dir().glob("*.yaml")):
+    for path in suite_files(settings.suites_dir()):
         suite = load_suite(path)
         if all(suite.machines[m].backend == "local" for m in used_machines(suite)):
             names.append(suite_id(path))
@@ -45,11 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "suites",
         nargs="*",
-        help="suite names; default: every suite whose cells all run on the local backend",
+        help="suite names or files (like validate and plan take); default: every suite whose "
+        "cells all run on the local backend",
     )
     ap.add_argument("--conf", default=None, help="JSON params for the run")
     args = ap.parse_args(argv)
-    import json
+    from accelmatrix.spec.loader import SuiteError
+    from accelmatrix.spec.params import ParamsError
+
+    try:
+        runs = _checked(args.suites or local_suites(), args.conf)
+    except (SuiteError, ParamsError) as e:
+        print(f"INVALID  {e}", file=sys.stderr)
+        return 2
 
     logging.basicConfig(level=logging.INFO)
     from accelmatrix.results.store import ResultsStore
@@ -58,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     summaries = []
     timings = []
-    for name in args.suites or local_suites():
+    for name, path, conf in runs:
         t0 = time.monotonic()
-        state, run_id = run_suite(name, json.loads(args.conf) if args.conf else None)
+        state, run_id = run_suite(path, conf)
         timings.append((name, state, time.monotonic() - t0))
         cells = store.get_cells(name, run_id)
         planned = [c for c in cells if c["state"] != "excluded"]

@@ -182,9 +182,9 @@ def machines_from_suites(suites_dir: Path | str) -> tuple[dict[str, dict[str, An
     """Distinct machine specs of every valid suite, by :func:`machine_key`; and the broken
     suite files (whose machines cannot be known, so their resources wait for their TTL
     to be judged when the file is fixed or by another suite sharing the machine)."""
-    from accelmatrix.spec.loader import load_suites
+    from accelmatrix.spec.loader import load_suites, suite_files
 
-    good, bad = load_suites(sorted(Path(suites_dir).glob("*.yaml")))
+    good, bad = load_suites(suite_files(suites_dir))
     machines: dict[str, dict[str, Any]] = {}
     for suite in good.values():
         for m in suite.machines.values():

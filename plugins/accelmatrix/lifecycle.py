@@ -86,6 +86,8 @@ EARLIER_FAILURES = (
     "run_failed",
     "preflight_failed",
     "cancelled",  # stopped from outside (accelmatrix.stopped)
+    "collect_failed",  # the collect step crashed or lost metrics: the checks saw too little
+    "evaluation_failed",  # the checks could not run at all (record_evaluation_error)
 )
 
 
@@ -112,7 +114,8 @@ def plan_run(
     if only == ["*"]:
         only = None
     plan = expand(suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date)
-    log.info("%s", plan.table())
+    for line in plan.table().splitlines():  # one record per line: readable in the task log
+        log.info("%s", line)
     if plan.runtime_version:
         log.info("runtime version under test: %s", plan.runtime_version)
     from accelmatrix.pricing import hourly_price
@@ -380,8 +383,55 @@ def record_run_outcome(
 
 
 # -- collect ------------------------------------------------------------------------------
+class CollectFailed(AirflowFailException):
+    """Metrics were read but could not all be kept (reserved name, duplicate): the suite or
+    the workload must change, so Airflow must not retry."""
+
+
 def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
-    """Copy artifacts and turn the declared metric sources into long-form metric rows."""
+    """Copy artifacts and turn the declared metric sources into long-form metric rows.
+
+    A crash here must not leave the cell looking healthy: evaluate still runs after it (its
+    trigger rule) and would judge whatever happened to be on disk. So any failure records
+    the cell as ``collect_failed`` with the error, which record_evaluation keeps.
+    """
+    try:
+        result, errors = _collect(cell, resource, ref)
+    except Exception as e:
+        record_collect_failure(cell, ref, f"{type(e).__name__}: {e}")
+        raise
+    if errors:
+        message = "; ".join(errors)
+        record_collect_failure(cell, ref, message)
+        raise CollectFailed(f"cell {cell['id']}: collect failed: {message}"[:4000])
+    prior = results_store().get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    if prior.get("state") == "collect_failed":  # an earlier attempt crashed, this one worked
+        results_store().upsert_cell(
+            ref.dag_id, ref.run_id, cell["id"], state="collected", message=""
+        )
+    return result
+
+
+def record_collect_failure(cell: dict[str, Any], ref: RunRef, error: str) -> None:
+    """State ``collect_failed``, message "collect failed: <error>"; a more specific earlier
+    failure (a timeout, a failed setup) keeps its state and gets the error appended."""
+    _record_step_failure(cell, ref, "collect_failed", f"collect failed: {error}")
+
+
+def _record_step_failure(cell: dict[str, Any], ref: RunRef, state: str, message: str) -> None:
+    log.error("cell %s: %s", cell["id"], message)
+    store = results_store()
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    if prior.get("state") in EARLIER_FAILURES and prior.get("state") != state:
+        state = prior["state"]
+        if prior.get("message"):
+            message = f"{prior['message']}; {message}"
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=state, message=message[:4000])
+
+
+def _collect(
+    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef
+) -> tuple[dict[str, Any], list[str]]:
     from pydantic import TypeAdapter
 
     from accelmatrix.metrics.sources import MetricSource, collect_metrics, write_train_metrics
@@ -406,10 +456,15 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
 
     adapter = TypeAdapter(MetricSource)
     sources = [adapter.validate_python(s) for s in cell["workload"]["metrics"]]
-    collected = collect_metrics(sources, files_dir=files_dir, log_path=art / "output.log")
     from accelmatrix.metrics.resources import FILE, resource_rows
 
-    collected.rows.extend(resource_rows(art / FILE))  # sampled by the runner while it ran
+    # The runner's samples (namespace runner.) go through the same duplicate check.
+    collected = collect_metrics(
+        sources,
+        files_dir=files_dir,
+        log_path=art / "output.log",
+        extra_rows=resource_rows(art / FILE),
+    )
     for d in collected.diagnostics:
         log.warning("metrics: %s", d)
     (art / "metrics.json").write_text(json.dumps(collected.rows, default=_json_default))
@@ -418,11 +473,13 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     )
     store = results_store()
     store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
+    log.info("stored %d metric value(s)", len(collected.rows))
     return {
         "artifacts": len(copied),
         "metrics": len(collected.rows),
         "diagnostics": collected.diagnostics,
-    }
+        "errors": collected.errors,
+    }, collected.errors
 
 
 def _json_default(o: Any) -> Any:
@@ -527,18 +584,10 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
 
 
 def record_evaluation_error(cell: dict[str, Any], ref: RunRef, error: str) -> None:
-    """The cell's evaluation could not run: the cell did not pass (state
-    ``evaluation_failed``), keeping a more specific earlier failure if it has one."""
-    store = results_store()
-    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
-    message = f"evaluation could not run: {error}"[:2000]
-    if prior.get("state") in EARLIER_FAILURES:
-        state = prior["state"]
-        message = f"{prior.get('message') or state}; {message}"[:2000]
-    else:
-        state = "evaluation_failed"
-    log.error("cell %s: %s", cell["id"], message)
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=state, message=message)
+    """The checks could not run (Great Expectations crashed, the trigger failed): the cell
+    gets ``evaluation_failed`` and "evaluation could not run: <error>", never a stale state
+    that could pass. Called by the evaluate task and trigger; idempotent."""
+    _record_step_failure(cell, ref, "evaluation_failed", f"evaluation could not run: {error}")
 
 
 # -- teardown -----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ processes all agree without importing Airflow's configuration machinery.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -52,10 +53,23 @@ def results_url() -> str:
     return os.environ.get("ACCELMATRIX_RESULTS_URL", f"sqlite:///{home() / 'results.db'}")
 
 
+MAX_NAME = 120  # path components stay far below the usual 255-byte limit
+
+
 def safe_name(text: str) -> str:
-    """A path component from a run or cell id (`=` and `,` are fine; `/`, `:` and `+` are not)."""
-    out = "".join(c if c.isalnum() or c in "=,._-" else "_" for c in text)
-    return out.strip(".") or "_"
+    """A path component from a dag, run or cell id, one-to-one: two ids never share it.
+
+    `=` , `,` `.` `_` `-` and letters/digits are kept; anything else (`/`, `:`, `+`, ...)
+    becomes `_`. Since that alone would map `torch-2.13+cpu` and `torch-2.13_cpu` to one
+    directory (two cells sharing a work dir, logs and Data Docs), an id that had to change,
+    or is too long, gets `~` and a hash of the exact id appended. `~` never appears in an
+    unchanged name, so a changed id cannot collide with an unchanged one either.
+    """
+    out = "".join(c if c.isalnum() or c in "=,._-" else "_" for c in text).strip(".") or "_"
+    if out == text and len(out) <= MAX_NAME:
+        return out
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{out[:MAX_NAME]}~{digest}"
 
 
 def cell_artifacts_dir(dag_id: str, run_id: str, cell_id: str) -> Path:

@@ -115,7 +115,7 @@ class LocalBackend(Backend):
             return json.loads(record_path.read_text())
         created = not work_dir.exists()
         try:
-            work_dir.mkdir(parents=True, exist_ok=True)
+            _make_work_dir(work_dir)
             ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
             now = time.time()
             resource = {
@@ -367,6 +367,7 @@ class LocalBackend(Backend):
             if svc.get("pgid") and _pgid_alive(svc["pgid"]):
                 kill_process_group(svc["pgid"])
         shutil.rmtree(resource["work_dir"], ignore_errors=True)
+        _remove_empty_parents(Path(resource["work_dir"]))
 
     def list_managed(self) -> list[ManagedResource]:
         out = []
@@ -438,3 +439,26 @@ def _fault(point: str) -> None:
     """Fault injection for the reliability tests: ACCELMATRIX_FAULT=provision fails here."""
     if os.environ.get("ACCELMATRIX_FAULT") == point:
         raise RuntimeError(f"injected fault at {point} (ACCELMATRIX_FAULT={point})")
+
+
+def _remove_empty_parents(work_dir: Path) -> None:
+    """Remove the cell's run and dag folders under the work root once they are empty, so a
+    finished run leaves no `work/<dag>/<run>/` behind. Never the work root itself; a folder
+    another cell still uses is not empty and stays (rmdir refuses)."""
+    root = settings.work_root().resolve()
+    for parent in (work_dir.parent, work_dir.parent.parent):
+        try:
+            if parent.resolve() == root or not parent.resolve().is_relative_to(root):
+                return
+            parent.rmdir()
+        except OSError:
+            return
+
+
+def _make_work_dir(work_dir: Path) -> None:
+    """mkdir -p, once more if a finishing cell of the same run removed the (then empty) run
+    folder between the two mkdirs (_remove_empty_parents)."""
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    except FileNotFoundError:
+        work_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ store, the CLI) can import these types without paying for the heavy imports.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,13 +40,16 @@ class CheckVerdict:
     perf: dict | None = None
 
 
-# Column caps keep one verdict per line in the Airflow log; full text follows the table.
+# Column widths keep the table readable in the Airflow log. A longer value wraps onto more
+# lines of its row instead of being cut: an expected range or an observed value cut with
+# "..." hid exactly the part on-call needed.
 _WIDTHS = {"check": 44, "expected": 46, "observed": 40}
 
 
-def _cell(text: str, width: int) -> str:
-    text = " ".join(text.split())  # one line per row, whatever the observed text holds
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _cell(text: str, width: int) -> list[str]:
+    """The lines of one table cell: the whole value, wrapped at ``width``."""
+    text = " ".join(text.split())  # newlines in an observed value must not break the table
+    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
 
 
 @dataclass
@@ -58,16 +62,18 @@ class EvaluationReport:
     seconds: float
 
     def format_table(self) -> str:
-        """A fixed-width table for the task log, then the full message of each failure."""
-        rows = [
-            (
-                "WARN" if v.warning else "PASS" if v.passed else "FAIL",
+        """A fixed-width table for the task log (long values wrap within their column), then
+        the full message of each failure."""
+        rows: list[tuple[str, ...]] = []
+        for v in self.verdicts:
+            cells = [
+                ["WARN" if v.warning else "PASS" if v.passed else "FAIL"],
                 _cell(v.name, _WIDTHS["check"]),
                 _cell(v.expected, _WIDTHS["expected"]),
                 _cell(v.observed, _WIDTHS["observed"]),
-            )
-            for v in self.verdicts
-        ]
+            ]
+            height = max(map(len, cells))
+            rows += [tuple(c[i] if i < len(c) else "" for c in cells) for i in range(height)]
         header = ("RESULT", "CHECK", "EXPECTED", "OBSERVED")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
 

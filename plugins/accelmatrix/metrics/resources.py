@@ -2,10 +2,15 @@
 
 Every local (and SSH) workload is supervised by backends/local_runner.py, which samples its
 process group while it runs. Collecting those samples needs no suite YAML: each cell's
-metrics table gets the series `cpu_percent`, `rss_mb` and `procs` (and `gpu_util_percent`,
-`gpu_mem_mb` where a GPU was sampled) and the scalars `cpu_seconds`, `peak_rss_mb` and
-`wall_seconds` of the finished workload, so a check such as
-`{type: metric_between, metric: peak_rss_mb, max: 2048}` can bound them.
+metrics table gets the series `runner.cpu_percent`, `runner.rss_mb` and `runner.procs` (and
+`runner.gpu_util_percent`, `runner.gpu_mem_mb` where a GPU was sampled) and the scalars
+`runner.cpu_seconds`, `runner.peak_rss_mb` and `runner.wall_seconds` of the finished
+workload, so a check such as `{type: metric_between, metric: runner.peak_rss_mb, max: 2048}`
+can bound them.
+
+They live in the `runner.` namespace, which no metric source may use (refused when the suite
+loads, and at collect time for keys read from a workload's files): a workload that reports
+its own `wall_seconds` must not collide with the sampler's, or one of the two would be lost.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 FILE = "resources.jsonl"
+NAMESPACE = "runner."  # reserved: see the module docstring
 UNITS = {
     "cpu_percent": "%",
     "rss_mb": "MB",
@@ -25,6 +31,11 @@ UNITS = {
 }
 # The runner's last line, from the kernel's accounting once the workload exited.
 FINAL_UNITS = {"cpu_seconds": "s", "peak_rss_mb": "MB", "wall_seconds": "s"}
+
+
+def reserved_names() -> list[str]:
+    """Every metric name the runner may emit (for messages and the README)."""
+    return [NAMESPACE + n for n in (*UNITS, *FINAL_UNITS)]
 
 
 def resource_rows(path: Path) -> list[dict[str, Any]]:
@@ -53,7 +64,7 @@ def resource_rows(path: Path) -> list[dict[str, Any]]:
                 if math.isfinite(value):
                     rows.append(
                         {
-                            "name": name,
+                            "name": NAMESPACE + name,
                             "value": float(value),
                             "step": obj["step"],
                             "unit": unit,
@@ -65,7 +76,13 @@ def resource_rows(path: Path) -> list[dict[str, Any]]:
 
 def _scalars(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {"name": name, "value": float(v), "step": None, "unit": unit, "source": "resources"}
+        {
+            "name": NAMESPACE + name,
+            "value": float(v),
+            "step": None,
+            "unit": unit,
+            "source": "resources",
+        }
         for name, unit in FINAL_UNITS.items()
         if isinstance(v := obj.get(name), int | float)
         and not isinstance(v, bool)

@@ -13,6 +13,12 @@ Two rules shape the collector:
   a metric that could not be read is simply absent (the evaluation layer reports a check
   on an absent metric as "missing").
 * Non-finite values are kept (NaN, inf): a loss that became NaN is a finding, not noise.
+  Strict-JSON writers may spell them as the strings "NaN", "Infinity", "-Infinity".
+
+What would lose or mix data is an *error* (``CollectedMetrics.errors``), not a diagnostic:
+a name in the runner's reserved ``runner.`` namespace, or a (metric, step) produced twice
+(within one source or by two). The first value is kept, the others are named in the error,
+and the caller stores what is valid and fails the cell's collect step.
 
 Import-light on purpose (no pandas): the suite models are imported at DAG parse time.
 """
@@ -39,6 +45,8 @@ from pydantic import (
 from accelmatrix.metrics.profiler import TraceError, step_events, step_time_from_trace
 
 METRIC_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_./:-]*$"
+RESERVED_PREFIX = "runner."  # the runner's samples (accelmatrix.metrics.resources)
+MAX_NAME_LEN = 250  # the results store's limit on metric names (results.schema.NAME_LEN)
 PREFIX_RE = r"^[A-Za-z0-9_./:-]*$"
 MAX_DIAGNOSTICS_PER_SOURCE = 20  # a 1 GB log of garbage must not become a 1 GB report
 
@@ -90,7 +98,7 @@ class JsonSource(_Source):
 
     type: Literal["json"]
     path: RelativePath = Field(description="file relative to the collected files dir")
-    prefix: str = Field("", pattern=PREFIX_RE)
+    prefix: Annotated[str, AfterValidator(_not_reserved)] = Field("", pattern=PREFIX_RE)
     units: dict[str, str] = Field(default_factory=dict, description="unit per key in the file")
 
     @property
@@ -121,7 +129,9 @@ class LogRegexSource(_Source):
     """
 
     type: Literal["log_regex"]
-    name: str = Field(pattern=METRIC_NAME_RE, max_length=128)
+    name: Annotated[str, AfterValidator(_not_reserved)] = Field(
+        pattern=METRIC_NAME_RE, max_length=128
+    )
     pattern: str = Field(min_length=1)
     series: bool = False
     unit: str | None = None
@@ -145,6 +155,17 @@ class LogRegexSource(_Source):
         return f"log_regex:{self.name}"
 
 
+def _not_reserved(value: str, info: ValidationInfo) -> str:
+    """A source's metric names must not enter the namespace of the runner's samples."""
+    if value.startswith(RESERVED_PREFIX):
+        raise ValueError(
+            f"{info.field_name} {value!r} starts with {RESERVED_PREFIX!r}, the namespace of "
+            "the metrics the runner samples (runner.cpu_percent, runner.wall_seconds, ...); "
+            "choose another name"
+        )
+    return value
+
+
 def _check_glob(value: str) -> str:
     # Python 3.11's Path.glob raises on '**' mixed into a component ('a**', '**.json').
     for part in value.split("/"):
@@ -165,7 +186,9 @@ class ProfilerTraceSource(_Source):
 
     type: Literal["profiler_trace"]
     glob: Annotated[RelativePath, AfterValidator(_check_glob)] = "**/*.pt.trace.json"
-    name: str = Field("step_time", pattern=METRIC_NAME_RE, max_length=128)
+    name: Annotated[str, AfterValidator(_not_reserved)] = Field(
+        "step_time", pattern=METRIC_NAME_RE, max_length=128
+    )
 
     @property
     def label(self) -> str:
@@ -203,6 +226,9 @@ class CollectedMetrics:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     diagnostics: list[str] = field(default_factory=list)
+    # Values that were read but could not be kept (reserved name, duplicate): the cell's
+    # collect fails with these, after the valid rows are stored.
+    errors: list[str] = field(default_factory=list)
 
     def values(self, name: str) -> list[float]:
         """All values of one metric in collection order (convenience for callers/tests)."""
@@ -217,6 +243,18 @@ class _Sink:
         self._count = 0
 
     def row(self, name: str, value: float, step: int | None, unit: str | None) -> None:
+        if not name.strip() or len(name) > MAX_NAME_LEN:
+            self.out.errors.append(
+                f"{self.label}: metric name {name[:60]!r} is empty or longer than "
+                f"{MAX_NAME_LEN} characters; not stored"
+            )
+            return
+        if name.startswith(RESERVED_PREFIX):
+            self.out.errors.append(
+                f"{self.label}: metric {name!r} uses the reserved namespace {RESERVED_PREFIX!r} "
+                "of the runner's samples; not stored (rename it in the workload)"
+            )
+            return
         self.out.rows.append(
             {"name": name, "value": value, "step": step, "unit": unit, "source": self.label}
         )
@@ -236,9 +274,17 @@ class _Sink:
 
 
 def collect_metrics(
-    sources: list[MetricSource], *, files_dir: Path, log_path: Path | None
+    sources: list[MetricSource],
+    *,
+    files_dir: Path,
+    log_path: Path | None,
+    extra_rows: list[dict[str, Any]] | None = None,
 ) -> CollectedMetrics:
-    """Read every source; never raises for missing or malformed data (see module doc)."""
+    """Read every source; never raises for missing or malformed data (see module doc).
+
+    ``extra_rows`` (the runner's samples) join the rows before the duplicate check, so the
+    rows returned are exactly what the results store can hold.
+    """
     files_dir = Path(files_dir)
     out = CollectedMetrics()
     for source in sources:
@@ -261,18 +307,25 @@ def collect_metrics(
         except Exception as e:  # noqa: BLE001 - the contract is "never raises on bad data"
             sink.problem(f"unexpected error while reading: {type(e).__name__}: {e}")
         sink.close()
-    _report_duplicates(out)
+    out.rows.extend(extra_rows or [])
+    _drop_duplicates(out)
     return out
 
 
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
 def _number(value: Any) -> float | None:
-    """JSON numbers only (bool is an int in Python, but ``true`` is not a metric)."""
+    """JSON numbers only (bool is an int in Python, but ``true`` is not a metric), plus the
+    strings strict-JSON writers use for non-finite values ("NaN", "Infinity")."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
         return float(value)
-    except OverflowError:  # an int too large for a float
-        return math.copysign(math.inf, value)
+    except OverflowError:  # an int too large for a float (copysign would overflow too)
+        return math.inf if value > 0 else -math.inf
 
 
 def _open_file(files_dir: Path, rel: str, sink: _Sink) -> Path | None:
@@ -431,21 +484,31 @@ def _collect_trace(source: ProfilerTraceSource, files_dir: Path, sink: _Sink) ->
     sink.row(source.name, result.step_time, None, "s")
 
 
-def _report_duplicates(out: CollectedMetrics) -> None:
-    """Say (once per metric and pair of sources) when two sources produce the same metric.
+def _drop_duplicates(out: CollectedMetrics) -> None:
+    """Keep the first row of each (metric, step); every other one becomes an error.
 
-    Not an error: a consumer picks one, but the suite author probably did not mean it.
+    The results store keys metrics by (name, step), so a second value can only replace or
+    lose the first: either way a number would vanish without a word. One error per metric
+    and pair of sources, naming both and how many values were dropped.
     """
-    first_source: dict[tuple[str, int | None], str] = {}
-    clashes: dict[tuple[str, str, str], int] = {}
+    first: dict[tuple[str, int | None], dict[str, Any]] = {}
+    clashes: dict[tuple[str, str, str], list[int | None]] = {}
+    kept = []
     for r in out.rows:
-        first = first_source.setdefault((r["name"], r["step"]), r["source"])
-        if first != r["source"]:
-            key = (r["name"], first, r["source"])
-            clashes[key] = clashes.get(key, 0) + 1
-    for (name, a, b), n in clashes.items():
-        what = "1 value" if n == 1 else f"{n} values"
-        out.diagnostics.append(f"metric {name!r} comes from both {a} and {b} ({what})")
+        seen = first.setdefault((r["name"], r["step"]), r)
+        if seen is r:
+            kept.append(r)
+        else:
+            clashes.setdefault((r["name"], seen["source"], r["source"]), []).append(r["step"])
+    out.rows[:] = kept
+    for (name, a, b), steps in clashes.items():
+        where = "as a scalar" if steps[0] is None else f"at step {steps[0]}"
+        more = f" (and {len(steps) - 1} more value(s))" if len(steps) > 1 else ""
+        origin = f"twice in {a}" if a == b else f"from both {a} and {b}"
+        out.errors.append(
+            f"metric {name!r} comes {origin} {where}{more}: kept the first value, dropped "
+            "the other(s); one (name, step) must have one value"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,9 +527,11 @@ def write_train_metrics(
     ``{"model", "train_runtime", "step_execution_time", "mfu", "final_loss", ...extra}``:
     step_execution_time is the profiler step time (never a log-line time), final_loss the
     last point of the loss series. Keys of ``extra`` win, so a caller can set model or
-    override a value. NaN stays NaN (Python's json reads it back) because a diverged run
-    must not look like a missing one. Written atomically: readers never see half a file.
-    Returns the written dict.
+    override a value. A NaN loss stays NaN because a diverged run must not look like a
+    missing one (null): it is written as the string "NaN" ("Infinity", "-Infinity"), which
+    keeps the file strict JSON for any reader, and which the json metric source reads back
+    as a number. Written atomically: readers never see half a file. Returns the summary
+    (with float NaN).
     """
     summary: dict[str, Any] = {
         "model": None,
@@ -481,9 +546,16 @@ def write_train_metrics(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    strict = {k: _strict_number(v) for k, v in summary.items()}
+    tmp.write_text(json.dumps(strict, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return summary
+
+
+def _strict_number(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return next(k for k, x in _NON_FINITE.items() if x == v or (x != x and v != v))
+    return v
 
 
 def _scalar(rows: list[dict[str, Any]], name: str) -> float | None:

@@ -16,9 +16,18 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from accelmatrix.spec.errors import SuiteError
+from accelmatrix.spec.files import SUITE_SUFFIXES, suite_files, suite_id
 from accelmatrix.spec.suite import Suite
 
-__all__ = ["SuiteError", "load_suite", "load_suites", "suite_id"]
+__all__ = [
+    "SUITE_SUFFIXES",
+    "SuiteError",
+    "load_suite",
+    "load_suites",
+    "resolve_suite",
+    "suite_files",
+    "suite_id",
+]
 
 MAX_FILE_BYTES = 1_000_000
 
@@ -43,9 +52,23 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def suite_id(path: Path | str) -> str:
-    """The DAG id of a suite file: its name without the extension."""
-    return Path(path).stem
+def resolve_suite(arg: str | Path, suites_dir: Path | str) -> Path:
+    """A suite given as a path (``include/suites/x.yaml``) or a name (``x``) -> its file.
+
+    Raises SuiteError naming the suites there are when a name matches none.
+    """
+    path = Path(arg)
+    if path.suffix in SUITE_SUFFIXES or len(path.parts) > 1 or path.exists():
+        return path
+    for suffix in SUITE_SUFFIXES:
+        candidate = Path(suites_dir) / f"{arg}{suffix}"
+        if candidate.is_file():
+            return candidate
+    names = ", ".join(suite_id(p) for p in suite_files(suites_dir)) or "none"
+    raise SuiteError(
+        Path(suites_dir) / f"{arg}.yaml",
+        [f"no suite named {str(arg)!r} in {suites_dir} (suites: {names}); or give a file path"],
+    )
 
 
 def read_yaml(path: Path | str) -> Any:
@@ -102,7 +125,10 @@ def format_validation_error(e: ValidationError) -> list[str]:
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            loc = f"{loc}.backend" if loc else "backend"
+            # The field that picks the union member: `type` for checks and metric sources,
+            # `backend` for machines (pydantic quotes it in the error's context).
+            tag = str((err.get("ctx") or {}).get("discriminator", "backend")).strip("'\"")
+            loc = f"{loc}.{tag}" if loc else tag
         if err["type"] == "extra_forbidden":
             allowed = _allowed_fields(Suite, err["loc"][:-1])
             msg = f"unknown field {err['loc'][-1]!r}"
@@ -110,7 +136,11 @@ def format_validation_error(e: ValidationError) -> list[str]:
                 msg += f" (allowed: {', '.join(allowed)})"
         elif err["type"] == "missing":
             msg = "required field is missing"
-        elif "input" in err and err["type"] not in ("value_error", "assertion_error"):
+        elif "input" in err and err["type"] not in (
+            "value_error",
+            "assertion_error",
+            "union_tag_invalid",  # the message already quotes the tag
+        ):
             shown = repr(err["input"])
             if len(shown) > 80:
                 shown = shown[:77] + "..."
@@ -122,27 +152,47 @@ def format_validation_error(e: ValidationError) -> list[str]:
 
 def _loc(parts: tuple[Any, ...]) -> str:
     s = ""
-    for p in parts:
+    for i, p in enumerate(parts):
+        # A tag follows the union's own place: a list index (checks[1]) or a machine name.
+        tag_place = i > 0 and (
+            isinstance(parts[i - 1], int) or parts[i - 2 : i - 1] == ("machines",)
+        )
         if isinstance(p, int):
             s += f"[{p}]"
-        elif isinstance(p, str) and (p.startswith("function-") or "[" in p or p in _UNION_TAGS):
+        elif isinstance(p, str) and (
+            p.startswith("function-") or "[" in p or (p in _UNION_TAGS and tag_place)
+        ):
             continue  # pydantic's internal union/validator markers say nothing to a user
         else:
             s += ("." if s else "") + str(p)
     return s
 
 
-_UNION_TAGS = {
-    "str",
-    "int",
-    "float",
-    "bool",
-    "list[...]",
-    "dict[str,...]",
-    "local",
-    "ssh",
-    "tpu-vm",
-}
+def _tags_of(union: Any) -> set[str]:
+    """The literal tag values (`type`/`backend`) of a discriminated union's members."""
+    out: set[str] = set()
+    for member in typing.get_args(typing.get_args(union)[0]):
+        for key in ("type", "backend"):
+            f = getattr(member, "model_fields", {}).get(key)
+            if f is not None:
+                out.update(a for a in typing.get_args(f.annotation) if isinstance(a, str))
+    return out
+
+
+def _union_tags() -> set[str]:
+    """Loc parts pydantic adds for unions: built-in markers and every discriminator tag (a
+    check's `loss_decreasing`, a source's `log_regex`, a machine's `tpu-vm`), so that the
+    path reads `workload.metrics[2].name`, not `workload.metrics[2].log_regex.name`."""
+    from accelmatrix.metrics.sources import MetricSource
+    from accelmatrix.spec.checks import Check
+    from accelmatrix.spec.preflight import PreflightCheck
+    from accelmatrix.spec.suite import Machine
+
+    builtin = {"str", "int", "float", "bool", "list[...]", "dict[str,...]"}
+    return builtin.union(*(_tags_of(u) for u in (Check, MetricSource, PreflightCheck, Machine)))
+
+
+_UNION_TAGS = _union_tags()
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -200,7 +250,14 @@ def load_suites(paths: Iterable[Path | str]) -> tuple[dict[str, Suite], dict[str
     """Load many suites; one broken file never stops the others."""
     good: dict[str, Suite] = {}
     bad: dict[str, SuiteError] = {}
+    ids: dict[str, Path] = {}
     for p in sorted(Path(x) for x in paths):
+        first = ids.setdefault(suite_id(p), p)
+        if first != p:  # x.yaml and x.yml would be two DAGs with one id
+            bad[str(p)] = SuiteError(
+                p, [f"DAG id {suite_id(p)!r} is already taken by {first}: rename one of them"]
+            )
+            continue
         try:
             good[str(p)] = load_suite(p)
         except SuiteError as e:

@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -128,9 +129,26 @@ class Workload(Model):
 
     @field_validator("run", "setup", mode="before")
     @classmethod
-    def _argv_scalars_to_str(cls, v: Any) -> Any:
+    def _argv_scalars_to_str(cls, v: Any, info: ValidationInfo) -> Any:
         # YAML turns `--steps, 20` into an int; an argv element is a string, so convert
         # scalars but refuse mappings/lists/null that would be a mistake.
+        if isinstance(v, str) or (
+            info.field_name == "setup"
+            and isinstance(v, list)
+            and any(isinstance(x, str) for x in v)
+        ):
+            # A command line written as one string would need a shell to split it.
+            form = (
+                '[["${python}", "-m", "pip", "install", "-r", "requirements.txt"]] (a list of '
+                "commands, each an argv list)"
+                if info.field_name == "setup"
+                else '["${python}", "train.py", "--steps", "${params.steps}"]'
+            )
+            raise ValueError(
+                f"must be an argv list, one element per argument, e.g. {form}; got {v!r} "
+                "(no shell ever splits a command line here)"
+            )
+
         def conv(argv: Any) -> Any:
             if not isinstance(argv, list):
                 return argv
@@ -185,6 +203,25 @@ class ExcludeRule(Model):
 
     match: dict[str, str | list[str]] = Field(min_length=1)
     reason: str = Field(min_length=1)
+
+    @field_validator("match", mode="before")
+    @classmethod
+    def _values_as_labels(cls, v: Any) -> Any:
+        """`seq: 32` must match the integer axis value 32 the way `seq: "32"` does: cells are
+        matched by the axis value's label, so numbers and booleans become that label."""
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for axis, want in v.items():
+            items = want if isinstance(want, list) else [want]
+            if not items or not all(isinstance(w, str | int | float | bool) for w in items):
+                raise ValueError(
+                    f"{axis}: must be an axis value (a string or number, globs allowed) or a "
+                    f"list of them, got {want!r}"
+                )
+            labels = [w if isinstance(w, str) else _label(w) for w in items]
+            out[axis] = labels if isinstance(want, list) else labels[0]
+        return out
 
 
 class QuarantineRule(Model):

@@ -27,8 +27,12 @@ log = logging.getLogger(__name__)
 KINDS = ("passed", "failed", "infra", "quarantined", "flaky", "excluded", "pending")
 # States of a cell still on its way (not a verdict yet).
 PENDING_STATES = frozenset(
-    {"planned", "provisioning", "provisioned", "setup", "running", "ran", "exited"}
+    {"planned", "provisioning", "provisioned", "setup", "running", "ran", "exited", "collected"}
 )
+# A step of the cell's life crashed (lifecycle.collect, record_evaluation_error): shown as
+# failed like any other non-passed state, with the step in the state and the error in the
+# message.
+STEP_FAILED_STATES = frozenset({"collect_failed", "evaluation_failed"})
 # Series verdicts, most urgent first: the order trend charts pick series to draw in.
 STATUS_PRIORITY = ("regression", "flaky", "suspicious", "ok", "insufficient_data")
 DEFAULT_WINDOW_DAYS = 30
@@ -404,12 +408,11 @@ def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:
     the history when the file has since broken. Any problem just leaves the lines out.
     """
     from accelmatrix.evaluation.bounds import BoundsError, load_bounds
-    from accelmatrix.spec.loader import read_yaml
+    from accelmatrix.spec.loader import read_yaml, resolve_suite
 
     out: dict[str, tuple[float | None, float | None]] = {}
-    path = settings.suites_dir() / f"{dag_id}.yaml"
     try:
-        raw = read_yaml(path)
+        raw = read_yaml(resolve_suite(dag_id, settings.suites_dir()))
     except Exception:  # noqa: BLE001 - a missing or broken suite only loses the lines
         return out
     checks = raw.get("checks") if isinstance(raw, dict) else None

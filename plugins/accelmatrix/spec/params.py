@@ -1,0 +1,89 @@
+"""Param values given outside the trigger form (``plan --params``, ``demo --conf``), checked
+the way the form checks them.
+
+Airflow validates a triggered run's params against each Param's JSON schema; the CLI used
+to take any JSON and plan with it, so a value below a param's minimum or a misspelt param
+name produced a plan no real run could have. One schema per param, built here, serves both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from accelmatrix.spec.suite import ParamSpec, Suite
+
+# Not a suite param, but every suite DAG has it (dag_factory._params).
+CELLS_SCHEMA = {"type": "array", "items": {"type": "string"}}
+
+
+class ParamsError(ValueError):
+    """Param values a run would refuse; one line per problem, naming the param."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{source}: invalid params\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def param_schema(p: ParamSpec) -> dict[str, Any]:
+    """The JSON schema of one param, as the trigger form's Param gets it."""
+    schema: dict[str, Any] = {"type": p.type}
+    for key in ("enum", "minimum", "maximum", "pattern"):
+        value = getattr(p, key)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # "less than the minimum of 8", not "of 8.0"
+        if value is not None:
+            schema[key] = value
+    return schema
+
+
+def parse_params(text: str | None, suite: Suite, source: str) -> dict[str, Any]:
+    """``text`` (a JSON object) checked against ``suite``'s params; raises ParamsError."""
+    if not text:
+        return {}
+    try:
+        values = json.loads(text)
+    except ValueError as e:
+        problem = f'not JSON: {e} (expected an object like {{"steps": 20}})'
+        raise ParamsError(source, [problem]) from None
+    if not isinstance(values, dict):
+        raise ParamsError(source, [f"expected a JSON object of param values, got {values!r}"])
+    check_params(suite, values, source)
+    return values
+
+
+def check_params(suite: Suite, values: dict[str, Any], source: str) -> None:
+    """Every name must be a param of the suite (or ``cells``) and every value must fit it."""
+    import jsonschema
+
+    allowed = [*suite.params, "cells"]
+    problems = []
+    for name, value in values.items():
+        if name == "cells":
+            schema = CELLS_SCHEMA
+        elif name in suite.params:
+            schema = param_schema(suite.params[name])
+        else:
+            problems.append(f"{name}: not a param of this suite (params: {', '.join(allowed)})")
+            continue
+        try:
+            jsonschema.validate(value, schema)
+        except jsonschema.ValidationError as e:
+            problems.append(f"{name}: {e.message} (allowed: {_describe(schema)})")
+    if problems:
+        raise ParamsError(source, problems)
+
+
+def _describe(schema: dict[str, Any]) -> str:
+    parts = [schema["type"]]
+    if "enum" in schema:
+        parts.append("one of " + ", ".join(map(repr, schema["enum"])))
+    if "minimum" in schema:
+        parts.append(f">= {schema['minimum']:g}")
+    if "maximum" in schema:
+        parts.append(f"<= {schema['maximum']:g}")
+    if "pattern" in schema:
+        parts.append(f"matching {schema['pattern']!r}")
+    if "items" in schema:
+        parts[0] = "array of strings"
+    return ", ".join(parts)
