@@ -16,8 +16,9 @@ Graph of every suite DAG:
   with red cells. It is a teardown task (without setup) with ``on_failure_fail_dagrun``,
   after every cell's teardown, so it also runs when a person marks the run failed.
 
-Parse-time cost: the dag-processor validates each suite (pydantic + PyYAML); a task process
-builds its one DAG from the cached DagShape and imports no spec model (dag_shape.py).
+Parse-time cost: a suite is validated (pydantic + PyYAML) when its file or our code changed;
+otherwise its DAG is built from the cached DagShape with no spec model imported, and a task
+process builds only its own DAG (dag_shape.py).
 Everything heavy (pandas, Great Expectations, SQLAlchemy, torch) is imported inside tasks.
 """
 
@@ -170,10 +171,10 @@ def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
     return cell_group.expand(cell=cells)
 
 
-def build_dag(path: Path | str, *, use_cache: bool = False) -> DAG:
+def build_dag(path: Path | str, *, use_cache: bool = True) -> DAG:
     """The DAG of one suite file. Raises SuiteError when the file is invalid.
 
-    ``use_cache``: build from a cached DagShape when it matches the file (task processes).
+    ``use_cache``: build from the cached DagShape when it matches the file and the code.
     """
     path = Path(path)
     shape = load_shape(path, use_cache=use_cache)
@@ -273,7 +274,7 @@ def build_dags(suites_dir: Path | str | None = None) -> dict[str, DAG]:
         try:
             if (other := files.setdefault(suite_id(path), path)) != path:
                 raise SuiteError(path, [f"DAG id {suite_id(path)!r} is also the suite {other}"])
-            dag = build_dag(path, use_cache=bool(wanted))
+            dag = build_dag(path)
         except SuiteError as e:
             log.error("%s", e)
             dag = build_invalid_dag(path, e)

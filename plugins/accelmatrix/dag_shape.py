@@ -5,14 +5,19 @@ the suite YAML there means importing every pydantic model of the spec (~0.1 s of
 task here, the largest part of what an accelmatrix task cost beyond a plain Airflow task:
 6 task starts per cell). The DAG itself needs only a few facts of the suite: its schedule,
 params, machines and pools, timeouts. The dag-processor, which validates the suite anyway,
-writes those facts to ``$ACCELMATRIX_HOME/cache/dag-shapes/`` keyed by the file's content
-hash and this module's SHAPE_VERSION; a task process (Airflow's parsing context names its
-DAG) reads them back and never imports the spec. A missing or stale entry (another host, a
-changed file, a new accelmatrix) falls back to validating the file: never wrong, only slower.
+writes those facts to ``$ACCELMATRIX_HOME/cache/dag-shapes-v*/`` keyed by the file's content
+hash and a fingerprint of the code that validates and shapes it (the spec package, plan.py,
+this module). Validation is a pure function of those two (it reads no other file), so a
+later parse of the same file by the same code reads the entry back and never imports the
+spec: every task process, and the dag-processor when it re-parses for task callbacks (Airflow
+sends one for every task a trigger ends). A missing entry (another host, a changed file or
+code, an invalid suite, which is never cached) means validating the file: never wrong, only
+slower.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -109,14 +114,14 @@ def _default_cell_ids(suite: Any, dag_id: str) -> list[str]:
         return []
 
 
-def load_shape(path: Path, *, use_cache: bool) -> DagShape:
+def load_shape(path: Path, *, use_cache: bool = True) -> DagShape:
     """The shape of the suite file at ``path``; raises SuiteError when it is invalid.
 
-    ``use_cache``: read a cached shape if one matches the file's content (task processes);
-    otherwise validate the file and refresh the cache (the dag-processor).
+    ``use_cache``: read a cached shape if one matches the file's content and the code;
+    otherwise (or with False) validate the file and refresh the cache.
     """
-    data = path.read_bytes()
-    entry = _cache_dir() / f"{path.stem}-{hashlib.sha256(data).hexdigest()[:20]}.json"
+    key = hashlib.sha256(path.read_bytes() + _code_fingerprint().encode()).hexdigest()[:24]
+    entry = _cache_dir() / f"{path.stem}-{key}.json"
     if use_cache:
         try:
             return DagShape.from_json(entry.read_text())
@@ -127,6 +132,18 @@ def load_shape(path: Path, *, use_cache: bool) -> DagShape:
     shape = DagShape.from_suite(load_suite(path), suite_id(path))
     _write(entry, shape)
     return shape
+
+
+@functools.cache
+def _code_fingerprint() -> str:
+    """Size and mtime of every source file that decides a shape (a stat per file)."""
+    pkg = Path(__file__).parent
+    files = sorted((pkg / "spec").glob("*.py")) + [pkg / "plan.py", Path(__file__)]
+    parts = []
+    for f in files:
+        st = f.stat()
+        parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return ";".join(parts)
 
 
 def _cache_dir() -> Path:
