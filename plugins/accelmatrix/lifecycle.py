@@ -91,6 +91,10 @@ EARLIER_FAILURES = (
 )
 
 
+# Cell states before the workload started: evaluated in one of these, the cell never ran.
+NEVER_RAN = ("planned", "provisioning", "provisioned", "setup")
+
+
 class CellFailed(AirflowFailException):
     """A cell (or the run) failed its checks: deterministic, so Airflow must not retry."""
 
@@ -556,6 +560,15 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
     prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
     # A specific earlier failure (setup, timeout, infrastructure) says more than "failed".
     earlier = prior.get("state") if prior.get("state") in EARLIER_FAILURES else None
+    if prior.get("state") in NEVER_RAN:
+        # Its machine never got to run the workload (Airflow failed or skipped the provision
+        # or setup task without a word to the store): an infrastructure failure, not checks
+        # failing on outputs that never existed.
+        earlier = "infra_failed"
+        prior = {
+            "message": f"the workload never ran: the cell stopped at {prior['state']!r} "
+            "(its provision or setup task did not finish)"
+        }
     if result["passed"] and earlier is None:
         state = "passed"
     else:
