@@ -127,8 +127,22 @@ def create_app() -> FastAPI:
     ) -> HTMLResponse:
         require(user, dag_id)
         ui_base, app_base = _bases(request)
+        from accelmatrix.ui.airflow_facts import run_facts
+
+        store = results_store()
+        shown = run_id or next((r["run_id"] for r in store.get_runs(dag_id, limit=1)), None)
+        tries, stop = run_facts(dag_id, shown) if shown else ({}, None)
         try:
-            view = model.load_run_view(results_store(), dag_id, run_id or None)
+            view = model.load_run_view(
+                store,
+                dag_id,
+                run_id or None,
+                # The workload's last log line is task-log content: only for those who may
+                # read the task logs anyway.
+                log_tails=allowed(user, dag_id, DagAccessEntity.TASK_LOGS),
+                tries=tries,
+                stopped_by=stop.line() if stop else None,
+            )
         except ValueError as e:  # an over-long or empty id
             raise HTTPException(status_code=404, detail=str(e)) from None
         if view is None:

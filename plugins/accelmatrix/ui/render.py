@@ -27,7 +27,9 @@ table.grid td.cell{border:1px solid #cbd5e0;padding:3px 5px;min-width:72px;verti
 td.cell .st{display:block;font-weight:600}td.cell .links a{margin-right:6px;font-size:11px}
 .k-passed{background:#c6f6d5}.k-failed{background:#feb2b2}.k-infra{background:#fbd38d}
 .k-quarantined{background:#d6bcfa}.k-flaky{background:#faf089}.k-excluded{background:#e2e8f0;color:#718096}
-.k-pending{background:#bee3f8}.k-none{background:#fff}
+.k-pending{background:#bee3f8}.k-cancelled{background:#cbd5e0}
+td.cell .why{display:block;font-size:11px;max-width:260px;white-space:normal;color:#2d3748}
+td.cell .attempt{display:block;font-size:10px;color:#4a5568}.k-none{background:#fff}
 .badge{display:inline-block;font-size:10px;padding:0 4px;margin:1px 2px 1px 0;border-radius:3px;
 background:#2d3748;color:#fff}.b-regression{background:#c53030}.b-flaky{background:#b7791f}
 .b-suspicious{background:#718096}.b-quarantined{background:#6b46c1}
