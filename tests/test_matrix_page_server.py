@@ -137,10 +137,17 @@ def test_every_route_requires_airflow_authentication(site: Site) -> None:
             r = c.get(bad, headers=bearer)
             assert r.status_code == 404, (bad, r.status_code)
         assert c.get("/accelmatrix/suites/no_such_suite", headers=bearer).status_code == 404
-    # The plugin is registered with its navigation entry.
+    # The plugin is registered with its navigation entry: a React app (no sandboxed iframe).
     plugins = site.stack.api("GET", "plugins")["plugins"]
     (mine,) = [p for p in plugins if p["name"] == "accelmatrix"]
-    assert mine["external_views"][0]["href"] == "/accelmatrix/"
+    assert mine["external_views"] == []
+    (view,) = mine["react_apps"]
+    assert view["url_route"] == "accelmatrix" and view["destination"] == "nav"
+    # Its script is the one public route: code only, no data.
+    with httpx.Client(base_url=site.base, timeout=30) as c:
+        r = c.get("/" + view["bundle_url"])
+        assert r.status_code == 200 and "javascript" in r.headers["content-type"]
+        assert "globalThis.AirflowPlugin" in r.text and "data-cell-id" not in r.text
 
 
 def _browser(tmp_path: Path):  # noqa: ANN202 - selenium is optional
@@ -194,6 +201,7 @@ COLOURS = {
     "quarantined": "rgba(214, 188, 250, 1)",
     "flaky": "rgba(250, 240, 137, 1)",
     "excluded": "rgba(226, 232, 240, 1)",
+    "cancelled": "rgba(203, 213, 224, 1)",
 }
 
 
@@ -213,18 +221,12 @@ def test_chromium_logs_in_and_sees_the_matrix(site: Site, tmp_path: Path) -> Non
         driver.find_element(By.NAME, "password").send_keys(site.password())
         driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         _wait(lambda: any(c["name"] == "_token" for c in driver.get_cookies()))
-        nav = _wait(lambda: driver.find_element(By.XPATH, "//*[normalize-space()='Test matrix']"))
-        nav.click()
-        frame = _wait(lambda: driver.find_element(By.CSS_SELECTOR, "iframe[src$='/accelmatrix/']"))
-        driver.switch_to.frame(frame)
-        link = _wait(lambda: driver.find_element(By.LINK_TEXT, "demo"))
-        link.click()
-        _wait(lambda: len(driver.find_elements(By.CSS_SELECTOR, "td.cell")) == 6)
-        driver.switch_to.default_content()
+        _open_from_navigation(driver, site)
+        _wait(lambda: len(_shadow(driver).find_elements(By.CSS_SELECTOR, "td.cell")) == 6)
         in_ui = tmp_path / "matrix-in-airflow-ui.png"
         driver.save_screenshot(str(in_ui))
 
-        # The page on its own, as the iframe shows it, for the DOM assertions.
+        # The page on its own, opened directly, for the DOM assertions.
         driver.set_window_size(1400, 1400)
         driver.get(f"{site.base}/accelmatrix/suites/demo")
         cells = _wait(lambda: driver.find_elements(By.CSS_SELECTOR, "td.cell"))
@@ -245,7 +247,7 @@ def test_chromium_logs_in_and_sees_the_matrix(site: Site, tmp_path: Path) -> Non
             "model=b,config=z": "flaky",
         }
         log = driver.find_element(By.CSS_SELECTOR, "td[data-cell-id='model=a,config=y'] a.log")
-        assert log.get_attribute("href").endswith("/tasks/cpu.run/mapped/1")
+        assert log.get_attribute("href").endswith("/tasks/cpu.evaluate/mapped/1")
         assert len(driver.find_elements(By.CSS_SELECTOR, "svg.trend")) == 2
         assert len(driver.find_elements(By.CSS_SELECTOR, "circle.violation")) == 5
         assert driver.find_element(By.CSS_SELECTOR, "g.s-regression").get_attribute(
@@ -257,5 +259,95 @@ def test_chromium_logs_in_and_sees_the_matrix(site: Site, tmp_path: Path) -> Non
         assert "Data Docs of model=a,config=x" in driver.find_element(By.TAG_NAME, "h1").text
         for png in (in_ui, page):
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    finally:
+        driver.quit()
+
+
+def _shadow(driver):  # noqa: ANN001, ANN202
+    """The matrix page as the navigation entry's view shows it (its shadow root)."""
+    from selenium.webdriver.common.by import By
+
+    host = driver.find_element(By.CSS_SELECTOR, "#accelmatrix-view[data-state=ready]")
+    return host.shadow_root
+
+
+def _login(driver, site: Site) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{site.base}/auth/login?next={quote(site.base + '/', safe='')}")
+    _wait(lambda: driver.find_element(By.NAME, "username")).send_keys("admin")
+    driver.find_element(By.NAME, "password").send_keys(site.password())
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    _wait(lambda: any(c["name"] == "_token" for c in driver.get_cookies()))
+
+
+def _open_from_navigation(driver, site: Site, suite: str = "demo") -> None:  # noqa: ANN001
+    """Airflow's home page, its "Test matrix" navigation entry, then the suite's link."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{site.base}/")
+    nav = _wait(lambda: driver.find_element(By.XPATH, "//*[normalize-space()='Test matrix']"))
+    nav.click()
+    _wait(lambda: driver.current_url == f"{site.base}/plugin/accelmatrix")
+    # Shown in Airflow's own document: no iframe, so nothing sandboxes the links.
+    assert not driver.find_elements(By.TAG_NAME, "iframe")
+    link = _wait(
+        lambda: _shadow(driver).find_element(By.CSS_SELECTOR, f"tr[data-dag-id='{suite}'] a")
+    )
+    link.click()
+    _wait(lambda: driver.current_url == f"{site.base}/plugin/accelmatrix/suites/{suite}")
+
+
+def test_every_link_works_from_the_navigation_entry(site: Site, tmp_path: Path) -> None:
+    """Item 1: opened from Airflow's navigation, the log, Data Docs, run and page links all
+    go where they point (they did nothing in Airflow 3.3.2's sandboxed plugin iframe)."""
+    driver = _browser(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    run_q = quote(site.run_ids[-1], safe="")
+    try:
+        _login(driver, site)
+        _open_from_navigation(driver, site)
+        page = _wait(lambda: _shadow(driver))
+        # The failed cell's cause is on the grid, and its log link opens the evaluate task.
+        cell = page.find_element(By.CSS_SELECTOR, "td[data-cell-id='model=a,config=y']")
+        assert "final_loss" in cell.find_element(By.CSS_SELECTOR, ".why").text
+        cell.find_element(By.CSS_SELECTOR, "a.log").click()
+        want = f"{site.base}/dags/demo/runs/{run_q}/tasks/cpu.evaluate/mapped/1"
+        _wait(lambda: driver.current_url == want)
+        _wait(lambda: not driver.find_elements(By.ID, "accelmatrix-view"))  # Airflow's page now
+
+        # Back to the matrix (its URL is in the browser history), then the run link.
+        driver.back()
+        _wait(lambda: driver.current_url == f"{site.base}/plugin/accelmatrix/suites/demo")
+        _wait(lambda: _shadow(driver).find_element(By.CSS_SELECTOR, "a.run-link")).click()
+        _wait(lambda: driver.current_url == f"{site.base}/dags/demo/runs/{run_q}")
+
+        # The run picker (a form) stays inside the view.
+        driver.back()
+        page = _wait(lambda: _shadow(driver))
+        old = site.run_ids[0]
+        Select(page.find_element(By.CSS_SELECTOR, "select[name=run_id]")).select_by_value(old)
+        page.find_element(By.CSS_SELECTOR, "form.picker button").click()
+        _wait(lambda: driver.current_url.endswith(f"/suites/demo?run_id={quote(old, safe='')}"))
+        assert "/plugin/accelmatrix/" in driver.current_url
+
+        def selected() -> str:
+            opt = _shadow(driver).find_element(By.CSS_SELECTOR, "option[selected]")
+            return opt.get_attribute("value")
+
+        _wait(lambda: selected() == old)
+
+        # Data Docs open in a new tab (their own sandboxed origin) and render.
+        driver.back()
+        _wait(lambda: selected() == site.run_ids[-1])
+        before = set(driver.window_handles)
+        _shadow(driver).find_element(By.CSS_SELECTOR, "a.docs").click()
+        new = _wait(lambda: set(driver.window_handles) - before)
+        driver.switch_to.window(new.pop())
+        h1 = _wait(lambda: driver.find_element(By.TAG_NAME, "h1"))
+        assert "Data Docs of model=a,config=x" in h1.text
+        assert "/accelmatrix/suites/demo/files/" in driver.current_url
     finally:
         driver.quit()

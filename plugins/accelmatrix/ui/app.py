@@ -12,6 +12,7 @@ manager is initialised: importing this module pulls in FastAPI and Airflow's API
 
 import logging
 import threading
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -49,11 +50,25 @@ def results_store() -> ResultsStore:
         return _store
 
 
+# The page's own view in Airflow's UI (the plugin's react_apps entry, url_route below):
+# the view fetches pages with this header, and their links then lead back into the view.
+VIEW_ROUTE = "/plugin/accelmatrix"
+EMBED_HEADER = "x-accelmatrix-embed"
+STATIC = Path(__file__).with_name("static")
+
+
 def _bases(request: Request) -> tuple[str, str]:
     """(Airflow UI base, this app's base) from where the api-server mounted the app."""
     app_base = request.scope.get("root_path", "").rstrip("/")
     ui_base = app_base[: -len(URL_PREFIX)] if app_base.endswith(URL_PREFIX) else ""
     return ui_base, app_base
+
+
+def _page_base(request: Request) -> str:
+    """Where links to other matrix pages point: into Airflow's UI when the page is shown by
+    the navigation entry's view, else to this app (the page opened on its own)."""
+    ui_base, app_base = _bases(request)
+    return ui_base + VIEW_ROUTE if request.headers.get(EMBED_HEADER) == "1" else app_base
 
 
 def create_app() -> FastAPI:
@@ -88,7 +103,19 @@ def create_app() -> FastAPI:
                 "X-Content-Type-Options": "nosniff",
                 "Cache-Control": "no-store",
                 "Referrer-Policy": "same-origin",
+                "Vary": "X-Accelmatrix-Embed",
             },
+        )
+
+    @app.get("/static/matrix-view.js")
+    def view_script() -> FileResponse:
+        """The navigation entry's React view (see static/matrix-view.js). The one route
+        without authentication: Airflow's UI imports it as a module, and it holds no data,
+        only code that fetches the (authenticated) pages with the user's own cookie."""
+        return FileResponse(
+            STATIC / "matrix-view.js",
+            media_type="text/javascript",
+            headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -110,13 +137,12 @@ def create_app() -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, user: User) -> HTMLResponse:
-        _, app_base = _bases(request)
         suites = [
             s
             for s in model.list_suites(results_store())
             if allowed(user, s.dag_id, DagAccessEntity.RUN)
         ]
-        return html(render.suites_page(suites, app_base))
+        return html(render.suites_page(suites, _page_base(request)))
 
     @app.get("/suites/{dag_id}", response_class=HTMLResponse)
     def suite(
@@ -148,7 +174,9 @@ def create_app() -> FastAPI:
         if view is None:
             what = f"run {run_id!r} of {dag_id!r}" if run_id else f"any run of {dag_id!r}"
             raise HTTPException(status_code=404, detail=f"no results recorded for {what}")
-        return html(render.run_page(view, ui_base=ui_base, app_base=app_base))
+        return html(
+            render.run_page(view, ui_base=ui_base, app_base=app_base, page_base=_page_base(request))
+        )
 
     @app.get("/suites/{dag_id}/files/{path:path}")
     def data_docs(dag_id: str, path: str, user: User) -> FileResponse:

@@ -15,7 +15,8 @@ from accelmatrix.ui.model import RunView, SuiteSummary, run_time
 from accelmatrix.ui.trend import render_trend
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1a202c}
+body,:host{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1a202c}
+body{margin:16px}.am-body{padding:16px;color-scheme:light}
 h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:20px 0 8px}
 a{color:#1e5bb8}nav.crumbs{margin-bottom:8px;font-size:13px}
 table.suites td,table.suites th{padding:4px 10px;text-align:left;border-bottom:1px solid #e2e8f0}
@@ -85,26 +86,29 @@ def suites_page(suites: list[SuiteSummary], app_base: str) -> str:
     return page("accelmatrix suites", f"<h1>accelmatrix: test suites</h1>{table}")
 
 
-def _picker(view: RunView, app_base: str) -> str:
+def _picker(view: RunView, page_base: str) -> str:
     options = []
     for r in view.runs:
         sel = " selected" if r["run_id"] == view.run["run_id"] else ""
         label = f"{r['run_id']} ({r.get('state') or '-'}, {_when(run_time(r))})"
         options.append(f'<option value="{esc(r["run_id"])}"{sel}>{esc(label)}</option>')
     return (
-        f'<form class="picker" method="get" action="{esc(app_base)}/suites/{esc(q(view.dag_id))}">'
+        f'<form class="picker" method="get" action="{esc(page_base)}/suites/{esc(q(view.dag_id))}">'
         f'<label>run <select name="run_id">{"".join(options)}</select></label> '
         '<button type="submit">show</button>'
         + (
             ""
             if view.is_latest
-            else f' <a href="{esc(app_base)}/suites/{esc(q(view.dag_id))}">latest</a>'
+            else f' <a href="{esc(page_base)}/suites/{esc(q(view.dag_id))}">latest</a>'
         )
         + "</form>"
     )
 
 
-def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
+def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | None = None) -> str:
+    """``app_base``: this app (Data Docs files); ``page_base``: where links to the other
+    matrix pages go (the app, or the navigation entry's view inside Airflow's UI)."""
+    page_base = app_base if page_base is None else page_base
     run = view.run
     run_link = f"{ui_base}/dags/{q(view.dag_id)}/runs/{q(run['run_id'])}"
     meta = [
@@ -115,7 +119,7 @@ def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
     for key in ("runtime_version", "git_ref"):
         if run.get(key):
             meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
-    meta.append(f'<a href="{esc(run_link)}" target="_top">run in Airflow</a>')
+    meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
     grid = render_grid(
         view.cells,
         view.axes,
@@ -139,8 +143,8 @@ def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
         else '<h2>Trends</h2><p class="meta">No perf check has judged this suite in the window.</p>'
     )
     body = (
-        f'<nav class="crumbs"><a href="{esc(app_base)}/">suites</a> / {esc(view.dag_id)}</nav>'
-        f"<h1>{esc(view.dag_id)}</h1>{_picker(view, app_base)}"
+        f'<nav class="crumbs"><a href="{esc(page_base)}/">suites</a> / {esc(view.dag_id)}</nav>'
+        f"<h1>{esc(view.dag_id)}</h1>{_picker(view, page_base)}"
         f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
         f"{render_legend(view.counts)}{grid}{trends}"
     )
