@@ -371,7 +371,8 @@ def test_plugin_module_is_cheap_to_import() -> None:
         "assert added == ['accelmatrix', 'accelmatrix.ui', 'accelmatrix.ui.asgi', "
         "'accelmatrix_plugin'], added; "
         "(a,) = p.AccelmatrixPlugin.fastapi_apps; assert a['url_prefix'] == '/accelmatrix'; "
-        "(v,) = p.AccelmatrixPlugin.external_views; assert v['href'] == '/accelmatrix/'"
+        "(v,) = p.AccelmatrixPlugin.react_apps; assert v['url_route'] == 'accelmatrix'; "
+        "assert v['bundle_url'] == 'accelmatrix/static/matrix-view.js'"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     r = subprocess.run(  # noqa: S603
@@ -530,3 +531,56 @@ def test_chart_axes_span_their_data() -> None:
     svg = render_trend(one, "t1")
     labels = re.findall(r'y="248" text-anchor="[a-z]+">([^<]+)</text>', svg)
     assert labels == [f"{pts[0].time:%Y-%m-%d %H:%M}"]
+
+
+def test_history_marks_flaky_new_and_broken_cells(store: ResultsStore) -> None:
+    """Item 4: cells x the last runs; each square links to that run's cell; a flaky, a
+    newly failing and a broken cell are marked and listed first; infra failures and
+    cancellations are no verdicts (they neither flip nor break a cell)."""
+    from accelmatrix.ui import history
+
+    seqs = {
+        "c=steady": "PPPPPP",
+        "c=flaky": "PFPPFP",
+        "c=new": "PPPPPF",
+        "c=broken": "PPPFFF",
+        "c=infra": "PPIPCP",  # infra, cancelled: no flips
+    }
+    state = {"P": "passed", "F": "failed", "I": "infra_failed", "C": "cancelled"}
+    run_ids = []
+    for day in range(6):
+        when = END - timedelta(days=5 - day)
+        run_id = f"scheduled__{when:%Y-%m-%dT%H:%M:%S}+00:00"
+        cells = [
+            PlantedCell(cid, {"c": cid[2:]}, index=i, state=state[seq[day]])
+            for i, (cid, seq) in enumerate(seqs.items())
+        ]
+        plant_run(store, "demo", run_id, cells, logical_date=when, started_at=when)
+        run_ids.append(run_id)
+    view = history.load_history(store, "demo", 30)
+    assert [r["run_id"] for r in view.runs] == run_ids  # oldest first
+    marks = {r.cell_id: r.marks for r in view.rows}
+    assert marks == {
+        "c=steady": [],
+        "c=flaky": ["flaky"],
+        "c=new": ["new"],
+        "c=broken": ["broken"],
+        "c=infra": [],
+    }
+    assert [r.cell_id for r in view.rows][:3] == ["c=new", "c=broken", "c=flaky"]
+    (broken,) = [r for r in view.rows if r.cell_id == "c=broken"]
+    assert broken.since == run_ids[3]
+    dom = Dom(render.history_page(view, page_base=APP, n_runs=30))
+    squares = [a for t, a in dom.tags if t == "td" and "h" in a.get("class", "").split()]
+    assert len(squares) == 5 * 6
+    links = [a["href"] for t, a in dom.tags if t == "a" and "#cell-" in a.get("href", "")]
+    assert links[0] == (
+        f"{APP}/suites/demo?run_id={run_ids[0].replace(':', '%3A').replace('+', '%2B')}"
+        "#cell-c%3Dnew"
+    )
+    # The link's fragment names the cell on that run's page.
+    _, run_dom = _page(store, run_ids[0])
+    assert any(a.get("id") == "cell-c=new" for t, a in run_dom.tags if t == "td")
+    # Only the last 2 runs: the flaky cell flipped once there, not flaky.
+    short = history.load_history(store, "demo", 2)
+    assert len(short.runs) == 2 and "flaky" not in {m for r in short.rows for m in r.marks}

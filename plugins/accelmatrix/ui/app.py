@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.ui import files, model, render
+from accelmatrix.ui import files, history, model, render
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +177,20 @@ def create_app() -> FastAPI:
         return html(
             render.run_page(view, ui_base=ui_base, app_base=app_base, page_base=_page_base(request))
         )
+
+    @app.get("/suites/{dag_id}/history", response_class=HTMLResponse)
+    def suite_history(
+        request: Request, dag_id: str, user: User, runs: int = history.DEFAULT_RUNS
+    ) -> HTMLResponse:
+        require(user, dag_id)
+        n = max(1, min(runs, history.MAX_RUNS))
+        try:
+            view = history.load_history(results_store(), dag_id, n)
+        except ValueError as e:  # an over-long or empty id
+            raise HTTPException(status_code=404, detail=str(e)) from None
+        if view is None:
+            raise HTTPException(status_code=404, detail=f"no results recorded for {dag_id!r}")
+        return html(render.history_page(view, page_base=_page_base(request), n_runs=n))
 
     @app.get("/suites/{dag_id}/files/{path:path}")
     def data_docs(dag_id: str, path: str, user: User) -> FileResponse:

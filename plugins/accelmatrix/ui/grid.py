@@ -163,7 +163,8 @@ def render_cell(cell: CellView, ui_base: str, app_base: str, dag_id: str, run_id
         when = f" {cell.attempt_at:%m-%d %H:%M}" if cell.attempt_at else ""
         attempt = f'<span class="attempt">attempt {cell.attempt}{esc(when)}</span>'
     return (
-        f'<td class="cell k-{cell.kind}" data-cell-id="{esc(cell.cell_id)}" '
+        f'<td class="cell k-{cell.kind}" id="{esc("cell-" + cell.cell_id)}" '
+        f'data-cell-id="{esc(cell.cell_id)}" '
         f'data-kind="{cell.kind}" data-state="{esc(cell.state)}" '
         f'title="{esc(chr(10).join(title))}">'
         f'<span class="st">{esc(state)}</span>{badges}{attempt}{cause}'

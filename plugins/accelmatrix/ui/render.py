@@ -10,11 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from accelmatrix.ui import history
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_time
 from accelmatrix.ui.trend import render_trend
 
-CSS = """
+CSS = (
+    """
 body,:host{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1a202c}
 body{margin:16px}.am-body{padding:16px;color-scheme:light}
 h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:20px 0 8px}
@@ -51,6 +53,9 @@ ul.series-legend{list-style:none;padding:0;font-size:12px;columns:2;max-width:76
 ul.series-legend .s-regression .status{color:#c53030;font-weight:700}
 ul.series-legend .s-flaky .status{color:#b7791f;font-weight:700}
 """.strip()
+    + "\n"
+    + history.CSS
+)
 
 
 def page(title: str, body: str) -> str:
@@ -75,11 +80,13 @@ def suites_page(suites: list[SuiteSummary], app_base: str) -> str:
             f'{esc(q(s.dag_id))}">{esc(s.dag_id)}</a></td>'
             f"<td>{esc(latest.get('state') or '-')}</td>"
             f"<td>{esc(_when(latest.get('started_at')))}</td>"
-            f"<td>{esc(_when(latest.get('logical_date')))}</td><td>{s.runs}</td></tr>"
+            f"<td>{esc(_when(latest.get('logical_date')))}</td><td>{s.runs}</td>"
+            f'<td><a class="history" href="{esc(app_base)}/suites/{esc(q(s.dag_id))}/history">'
+            "history</a></td></tr>"
         )
     table = (
         '<table class="suites"><tr><th>suite</th><th>latest run</th><th>started</th>'
-        "<th>logical date</th><th>runs</th></tr>" + "".join(rows) + "</table>"
+        "<th>logical date</th><th>runs</th><th></th></tr>" + "".join(rows) + "</table>"
         if rows
         else "<p>No runs recorded yet: trigger a suite and its results appear here.</p>"
     )
@@ -143,7 +150,9 @@ def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | Non
         else '<h2>Trends</h2><p class="meta">No perf check has judged this suite in the window.</p>'
     )
     body = (
-        f'<nav class="crumbs"><a href="{esc(page_base)}/">suites</a> / {esc(view.dag_id)}</nav>'
+        f'<nav class="crumbs"><a href="{esc(page_base)}/">suites</a> / {esc(view.dag_id)} '
+        f'(<a class="history" href="{esc(page_base)}/suites/{esc(q(view.dag_id))}/history">'
+        "history of the last runs</a>)</nav>"
         f"<h1>{esc(view.dag_id)}</h1>{_picker(view, page_base)}"
         f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
         f"{render_legend(view.counts)}{grid}{trends}"
@@ -154,3 +163,8 @@ def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | Non
 def message_page(title: str, text: str, link: tuple[str, str] | None = None) -> str:
     extra = f' <a href="{esc(link[0])}" target="_top">{esc(link[1])}</a>' if link else ""
     return page(title, f"<h1>{esc(title)}</h1><p>{esc(text)}{extra}</p>")
+
+
+def history_page(view: history.HistoryView, *, page_base: str, n_runs: int) -> str:
+    body = history.render_history(view, page_base=page_base, n_runs=n_runs)
+    return page(f"{view.dag_id} history", body)

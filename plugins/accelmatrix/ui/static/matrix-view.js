@@ -91,7 +91,7 @@ function MatrixView() {
         body.className = "am-body";
         body.append(...Array.from(doc.body.childNodes).map((n) => document.importNode(n, true)));
         root.replaceChildren(...(style ? [document.importNode(style, true)] : []), body);
-        if (location.hash) root.getElementById(location.hash.slice(1))?.scrollIntoView();
+        if (location.hash) root.getElementById(decodeURIComponent(location.hash.slice(1)))?.scrollIntoView();
         el.dataset.state = "ready";
         el.dataset.src = src;
       })
