@@ -571,16 +571,14 @@ def test_history_marks_flaky_new_and_broken_cells(store: ResultsStore) -> None:
     (broken,) = [r for r in view.rows if r.cell_id == "c=broken"]
     assert broken.since == run_ids[3]
     dom = Dom(render.history_page(view, page_base=APP, n_runs=30))
-    squares = [a for t, a in dom.tags if t == "td" and "h" in a.get("class", "").split()]
+    squares = [a for t, a in dom.tags if t == "a" and a.get("class", "").startswith("k-")]
     assert len(squares) == 5 * 6
-    links = [a["href"] for t, a in dom.tags if t == "a" and "#cell-" in a.get("href", "")]
-    assert links[0] == (
-        f"{APP}/suites/demo?run_id={run_ids[0].replace(':', '%3A').replace('+', '%2B')}"
-        "#cell-c%3Dnew"
-    )
-    # The link's fragment names the cell on that run's page.
+    # c=new (plan index 2) in the oldest run: the run's page at that cell.
+    assert squares[0]["href"] == (f"{APP}/suites/demo?run_id={run_ids[0].replace('+', '%2B')}#c2")
+    assert [a["class"] for a in squares[:6]] == ["k-passed"] * 5 + ["k-failed"]
     _, run_dom = _page(store, run_ids[0])
-    assert any(a.get("id") == "cell-c=new" for t, a in run_dom.tags if t == "td")
+    (anchored,) = [a for t, a in run_dom.tags if t == "td" and a.get("id") == "c2"]
+    assert anchored["data-cell-id"] == "c=new"
     # Only the last 2 runs: the flaky cell flipped once there, not flaky.
     short = history.load_history(store, "demo", 2)
     assert len(short.runs) == 2 and "flaky" not in {m for r in short.rows for m in r.marks}

@@ -61,6 +61,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     try:
         store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
         run_ids = plant_demo(store)
+        _plant_history_and_stopped(store)
         store.close()
     finally:
         for k, v in saved.items():
@@ -74,6 +75,38 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     )
     with stack:
         yield Site(stack, run_ids, docs)
+
+
+HISTORY = {  # suite "hist": verdicts over 6 nightly runs, oldest first
+    "c=steady": "PPPPPP",
+    "c=flaky": "PFPPFP",
+    "c=new": "PPPPPF",
+}
+
+
+def _plant_history_and_stopped(store: ResultsStore) -> None:
+    """Suite ``hist`` (a flaky and a newly failing cell) and suite ``stopped`` (a run marked
+    failed: a cancelled cell, one whose workload ended just after the stop, one failed)."""
+    from datetime import timedelta
+
+    from accelmatrix.testing.matrix_results import END, PlantedCell, plant_run
+
+    state = {"P": "passed", "F": "failed"}
+    for day in range(6):
+        when = END - timedelta(days=5 - day)
+        cells = [
+            PlantedCell(cid, {"c": cid[2:]}, index=i, state=state[seq[day]])
+            for i, (cid, seq) in enumerate(HISTORY.items())
+        ]
+        run_id = f"scheduled__{when:%Y-%m-%dT%H:%M:%S}+00:00"
+        plant_run(store, "hist", run_id, cells, logical_date=when, started_at=when)
+    cut = "run task marked failed/success or cleared from outside (REST/UI), or its run deleted"
+    cells = [
+        PlantedCell("m=a", {"m": "a"}, index=0, state="cancelled", message=cut),
+        PlantedCell("m=b", {"m": "b"}, index=1, state="ran"),
+        PlantedCell("m=c", {"m": "c"}, index=2, state="failed", failed_checks=("x",)),
+    ]
+    plant_run(store, "stopped", "manual__1", cells, logical_date=None, started_at=END)
 
 
 def _forged_token() -> str:
@@ -349,5 +382,60 @@ def test_every_link_works_from_the_navigation_entry(site: Site, tmp_path: Path) 
         h1 = _wait(lambda: driver.find_element(By.TAG_NAME, "h1"))
         assert "Data Docs of model=a,config=x" in h1.text
         assert "/accelmatrix/suites/demo/files/" in driver.current_url
+    finally:
+        driver.quit()
+
+
+def test_history_and_a_cancelled_run_in_chromium(site: Site, tmp_path: Path) -> None:
+    """Items 3 and 4 as a person sees them: the history view from the navigation entry
+    marks the flaky and the newly failing cell and its squares open that run's cell; a run
+    marked failed shows its cancelled cells grey, counted apart, none in progress."""
+    driver = _browser(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        _login(driver, site)
+        driver.get(f"{site.base}/")
+        nav = _wait(lambda: driver.find_element(By.XPATH, "//*[normalize-space()='Test matrix']"))
+        nav.click()
+        _wait(
+            lambda: _shadow(driver).find_element(
+                By.CSS_SELECTOR, "tr[data-dag-id='hist'] a.history"
+            )
+        ).click()
+        _wait(lambda: driver.current_url == f"{site.base}/plugin/accelmatrix/suites/hist/history")
+        rows = _wait(lambda: _shadow(driver).find_elements(By.CSS_SELECTOR, "#history tbody tr"))
+        marks = {r.get_attribute("data-cell-id"): r.get_attribute("data-marks") for r in rows}
+        assert marks == {"c=new": "new", "c=flaky": "flaky", "c=steady": ""}
+        flaky = _shadow(driver).find_element(By.CSS_SELECTOR, "tr[data-cell-id='c=flaky']")
+        squares = flaky.find_elements(By.CSS_SELECTOR, "td.sq a")
+        colours = [a.value_of_css_property("background-color") for a in squares]
+        want = ["passed", "failed", "passed", "passed", "failed", "passed"]
+        assert colours == [COLOURS[k] for k in want]
+        assert squares[0].size["width"] >= 12 and squares[0].size["height"] >= 12
+        driver.save_screenshot(str(tmp_path / "history.png"))
+        squares[1].click()  # the flaky cell's first failure
+        _wait(lambda: "/plugin/accelmatrix/suites/hist?run_id=" in driver.current_url)
+        assert driver.current_url.endswith("#c1")
+        cell = _wait(lambda: _shadow(driver).find_element(By.CSS_SELECTOR, "td#c1"))
+        assert cell.get_attribute("data-cell-id") == "c=flaky"
+        assert cell.get_attribute("data-kind") == "failed"
+
+        driver.get(f"{site.base}/plugin/accelmatrix/suites/stopped")
+        page = _wait(lambda: _shadow(driver))
+        cells = _wait(lambda: page.find_elements(By.CSS_SELECTOR, "td.cell"))
+        kinds = {td.get_attribute("data-cell-id"): td.get_attribute("data-kind") for td in cells}
+        assert kinds == {"m=a": "cancelled", "m=b": "cancelled", "m=c": "failed"}
+        for td in cells:
+            assert (
+                td.value_of_css_property("background-color")
+                == COLOURS[kinds[td.get_attribute("data-cell-id")]]
+            )
+        assert page.find_element(By.CSS_SELECTOR, "b[data-count=cancelled]").text == "2"
+        assert page.find_element(By.CSS_SELECTOR, "b[data-count=failed]").text == "1"
+        assert page.find_element(By.CSS_SELECTOR, "b[data-count=pending]").text == "0"
+        b = page.find_element(By.CSS_SELECTOR, "td[data-cell-id='m=b']")
+        assert b.find_element(By.CSS_SELECTOR, ".st").text == "no verdict (ran)"
+        driver.save_screenshot(str(tmp_path / "stopped.png"))
     finally:
         driver.quit()

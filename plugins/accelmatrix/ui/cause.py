@@ -54,10 +54,13 @@ class FailedCheck:
     name: str
     expected: str
     observed: str
+    message: str = ""
 
     def line(self) -> str:
         said = [f"expected {self.expected}"] if self.expected else []
         said += [f"observed {self.observed}"] if self.observed else []
+        if not said and self.message:
+            said = [self.message]
         return clip(f"{self.name}: {', '.join(said)}" if said else self.name)
 
 
@@ -121,7 +124,8 @@ def check_rows(rows: list[dict[str, Any]]) -> dict[str, list[FailedCheck]]:
             FailedCheck(
                 name=str(c.get("check_name") or ""),
                 expected=clip(c.get("expected") or "", 60),
-                observed=clip(c.get("observed") or c.get("message") or "", 60),
+                observed=clip(c.get("observed") or "", 60),
+                message=clip(c.get("message") or "", 100),
             )
         )
     return out

@@ -158,12 +158,14 @@ def render_cell(cell: CellView, ui_base: str, app_base: str, dag_id: str, run_id
     if cell.kind == "cancelled" and cell.state != "cancelled":
         state = f"no verdict ({cell.state})"
     cause = "".join(f'<span class="why">{esc(line)}</span>' for line in cell.cause)
+    # The history view links here as #c<plan index> (short: it has 30,000 such links).
+    anchor = f' id="c{cell.cell_index}"' if cell.cell_index is not None else ""
     attempt = ""
     if cell.attempt > 1:
         when = f" {cell.attempt_at:%m-%d %H:%M}" if cell.attempt_at else ""
         attempt = f'<span class="attempt">attempt {cell.attempt}{esc(when)}</span>'
     return (
-        f'<td class="cell k-{cell.kind}" id="{esc("cell-" + cell.cell_id)}" '
+        f'<td class="cell k-{cell.kind}"{anchor} '
         f'data-cell-id="{esc(cell.cell_id)}" '
         f'data-kind="{cell.kind}" data-state="{esc(cell.state)}" '
         f'title="{esc(chr(10).join(title))}">'

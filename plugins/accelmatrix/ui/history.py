@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from sqlalchemy import select
 
@@ -30,7 +31,7 @@ MAX_RUNS = 100
 MARKS = ("new", "broken", "regression", "flaky")
 MARK_TEXT = {
     "new": "newly failing",
-    "broken": "failing since",
+    "broken": "broken since",
     "regression": "perf regression",
     "flaky": "flaky",
 }
@@ -43,7 +44,8 @@ VERDICT = {"passed": "pass", "flaky": "pass", "quarantined": None, "failed": "fa
 class Row:
     cell_id: str
     order: tuple[int, str]
-    squares: list[tuple[str, str] | None]  # per run, oldest first: (kind, state) or absent
+    # per run, oldest first: (kind, state, plan index in that run) or None (not in it)
+    squares: list[tuple[str, str, int | None] | None]
     marks: list[str] = field(default_factory=list)
     since: str | None = None  # run id where a "broken" streak began
     order_run: int = -1  # the run whose plan index ``order`` comes from
@@ -81,7 +83,7 @@ def load_history(
                 row = rows[cid] = Row(cid, (1 << 30, cid), [None] * len(runs))
             state = state or "planned"
             kind = cell_kind(state, bool(quarantined), False, finished=finished[i])
-            row.squares[i] = (kind, state)
+            row.squares[i] = (kind, state, index)
             if index is not None and i >= row.order_run:  # the latest plan's order wins
                 row.order, row.order_run = (index, cid), i
     regressions = {
@@ -119,16 +121,18 @@ def _mark(row: Row, runs: list[dict[str, Any]], perf_regression: bool) -> None:
 
 
 def render_history(view: HistoryView, *, page_base: str, n_runs: int) -> str:
+    """Compact on purpose: 30,720 squares at 1,024 x 30, so a square is one <a> (no table
+    cell around it), its link names the run without needless escapes and the cell by its
+    plan index (``#c<index>``, the anchor the run page gives each cell)."""
     suite = f"{page_base}/suites/{q(view.dag_id)}"
-    run_links = [f"{suite}?run_id={q(r['run_id'])}" for r in view.runs]
+    run_links = [f"{suite}?run_id={quote(r['run_id'], safe=':')}" for r in view.runs]
     heads = "".join(
-        f'<th class="run" title="{esc(r["run_id"])} ({esc(r.get("state") or "-")})">'
-        f'<a href="{esc(link)}">{esc(_short(r))}</a></th>'
+        f'<a class="run" href="{esc(link)}" title="{esc(r["run_id"])} '
+        f'({esc(r.get("state") or "-")})">{esc(_short(r))}</a>'
         for r, link in zip(view.runs, run_links, strict=True)
     )
     body = []
     for row in view.rows:
-        anchor = esc(q(f"cell-{row.cell_id}"))
         marks = "".join(
             f'<span class="badge b-{m}" title="{esc(MARK_TEXT[m])}'
             + (f" {esc(row.since)}" if m == "broken" and row.since else "")
@@ -138,16 +142,16 @@ def render_history(view: HistoryView, *, page_base: str, n_runs: int) -> str:
         squares = []
         for sq, link in zip(row.squares, run_links, strict=True):
             if sq is None:
-                squares.append('<td class="h k-none"></td>')
+                squares.append("<i></i>")
                 continue
-            kind, state = sq
+            kind, state, index = sq
             tip = "" if kind == "passed" else f' title="{esc(state)}"'
-            squares.append(f'<td class="h k-{kind}"{tip}><a href="{esc(link)}#{anchor}"></a></td>')
+            frag = f"#c{index}" if index is not None else ""
+            squares.append(f'<a class="k-{kind}"{tip} href="{esc(link)}{frag}"></a>')
         body.append(
             f'<tr data-cell-id="{esc(row.cell_id)}" data-marks="{" ".join(row.marks)}">'
             f'<th class="row" scope="row">{esc(row.cell_id)}</th><td class="marks">{marks}</td>'
-            + "".join(squares)
-            + "</tr>"
+            f'<td class="sq">{"".join(squares)}</td></tr>'
         )
     counts = ", ".join(f"{n} {MARK_TEXT[m].replace(' since', '')}" for m, n in view.counts.items())
     legend = "".join(
@@ -165,7 +169,7 @@ def render_history(view: HistoryView, *, page_base: str, n_runs: int) -> str:
         f"Show the last{others} runs.</p>"
         f'<ul class="legend">{legend}</ul>'
         f'<div class="gridwrap"><table class="history" id="history"><thead><tr>'
-        f'<th class="corner">cell</th><th>marks</th>{heads}</tr></thead>'
+        f'<th class="corner">cell</th><th>marks</th><th class="sq">{heads}</th></tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
     )
 
@@ -178,10 +182,10 @@ def _short(run: dict[str, Any]) -> str:
 CSS = """
 table.history{border-collapse:collapse;font-size:11px}
 table.history th{background:#edf2f7;padding:2px 4px;border:1px solid #cbd5e0;white-space:nowrap}
-table.history th.run{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:400}
 table.history th.row{text-align:left;position:sticky;left:0;z-index:1}
-table.history td.h{width:14px;height:14px;padding:0;border:1px solid #fff}
-table.history td.h a{display:block;width:14px;height:14px}
+table.history .sq{display:flex;padding:0 2px;border:0}
+table.history .sq>*{flex:0 0 14px;width:14px;height:14px;margin:1px;display:block}
+table.history a.run{writing-mode:vertical-rl;transform:rotate(180deg);height:auto;font-weight:400}
 table.history td.marks{white-space:nowrap}
 .b-new{background:#c53030}.b-broken{background:#9b2c2c}
 """.strip()

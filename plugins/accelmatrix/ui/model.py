@@ -86,6 +86,7 @@ class CellView:
     map_index: int | None  # index of the cell in its machine's mapped task group
     data_docs: str | None  # posix path relative to the suite's artifacts dir
     failed_checks: list[str] = field(default_factory=list)
+    cell_index: int | None = None  # index in the run's plan (None: excluded)
     cause: list[str] = field(default_factory=list)  # why it did not pass, <= 2 lines
     step: str | None = None  # the task whose log shows the cause (log link target)
     attempt: int = 1  # > 1: the cell was cleared and re-ran
@@ -285,6 +286,7 @@ def _cell_views(
             message=message,
             machine=r.get("machine"),
             map_index=rank.get(cid) if state != "excluded" else None,
+            cell_index=r.get("cell_index"),
             data_docs=_relative_to(r.get("data_docs"), docs_root),
             failed_checks=[c.name for c in checks],
             series=sorted(cell_series),
