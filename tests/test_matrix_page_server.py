@@ -183,7 +183,7 @@ def test_every_route_requires_airflow_authentication(site: Site) -> None:
         assert "globalThis.AirflowPlugin" in r.text and "data-cell-id" not in r.text
 
 
-def _browser(tmp_path: Path):  # noqa: ANN202 - selenium is optional
+def _browser(tmp_path: Path, *, offline: bool = False):  # noqa: ANN202 - selenium is optional
     webdriver = pytest.importorskip(
         "selenium.webdriver", reason="selenium not installed (requirements-dev.txt)"
     )
@@ -208,6 +208,8 @@ def _browser(tmp_path: Path):  # noqa: ANN202 - selenium is optional
         "--window-size=1400,900",
     ):
         opts.add_argument(arg)
+    if offline:  # an air-gapped machine: no name resolves but this one's
+        opts.add_argument("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
     opts.binary_location = CHROMIUM
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
@@ -437,5 +439,69 @@ def test_history_and_a_cancelled_run_in_chromium(site: Site, tmp_path: Path) -> 
         b = page.find_element(By.CSS_SELECTOR, "td[data-cell-id='m=b']")
         assert b.find_element(By.CSS_SELECTOR, ".st").text == "no verdict (ran)"
         driver.save_screenshot(str(tmp_path / "stopped.png"))
+    finally:
+        driver.quit()
+
+
+def test_data_docs_render_with_no_network(site: Site, tmp_path: Path) -> None:
+    """Item 5: real Great Expectations Data Docs of a cell, served by the page and opened
+    in Chromium whose resolver reaches nothing but this machine: the index shows every
+    expectation, no generated page names an http(s) script or stylesheet, and the browser
+    requested nothing from elsewhere."""
+    from accelmatrix.evaluation import evaluate_cell
+    from accelmatrix.evaluation.offline_docs import external_refs
+    from accelmatrix.evaluation.report import CellOutputs
+    from accelmatrix.spec.checks import parse_checks
+
+    rel = "offline_run/model=a,config=x/data_docs"
+    docs = site.stack.accel_home / "artifacts" / "demo" / rel
+    art = tmp_path / "art"
+    (art / "files").mkdir(parents=True)
+    (art / "output.log").write_text("step 1\nFinished training run\n")
+    outputs = CellOutputs(
+        files_dir=art / "files",
+        log_path=art / "output.log",
+        status={"exit_code": 0, "timed_out": False},
+        metrics=[{"name": "loss", "step": i, "value": v} for i, v in enumerate((2.0, 1.0))],
+    )
+    checks = [
+        {"type": "exit_status", "expected": 0},
+        {"type": "log_contains", "pattern": "Finished training run"},
+        {"type": "metric_between", "name": "final loss below 1.5", "metric": "loss", "max": 0.5},
+    ]
+    report = evaluate_cell(
+        parse_checks(checks),
+        outputs,
+        include_dir=tmp_path,
+        data_docs_dir=docs,
+        suite_name="demo.model=a,config=x",
+    )
+    assert report.data_docs_index == docs / "index.html"
+    generated = list(docs.rglob("*.html"))
+    assert len(generated) >= 3
+    for page in generated:
+        assert external_refs(page.read_text()) == [], page
+
+    driver = _browser(tmp_path, offline=True)
+    from selenium.webdriver.common.by import By
+
+    try:
+        _login(driver, site)
+        driver.get(f"{site.base}/accelmatrix/suites/demo/files/{quote(rel)}/index.html")
+        rows = _wait(
+            lambda: driver.find_elements(
+                By.CSS_SELECTOR, "#expectations tr.pass, #expectations tr.fail"
+            )
+        )
+        assert len(rows) >= 3 and all(r.is_displayed() for r in rows)  # >= 1 per check
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#expectations tr.fail")) == 1
+        assert "final loss below 1.5" in driver.find_element(By.ID, "expectations").text
+        # GE's own validation page, linked from the index, renders its tables too.
+        driver.find_element(By.CSS_SELECTOR, "a[href^='validations/']").click()
+        _wait(lambda: driver.find_elements(By.TAG_NAME, "table"))
+        loaded = driver.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)"
+        )
+        assert all(u.startswith(site.base) for u in loaded), loaded
     finally:
         driver.quit()
