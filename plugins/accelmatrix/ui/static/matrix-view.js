@@ -77,6 +77,7 @@ function MatrixView() {
     root.addEventListener("click", onClick);
     root.addEventListener("submit", onSubmit);
     let live = true;
+    const started = performance.now();
     el.dataset.state = "loading";
     fetch(src, {
       credentials: "same-origin",
@@ -94,6 +95,7 @@ function MatrixView() {
         if (location.hash) root.getElementById(decodeURIComponent(location.hash.slice(1)))?.scrollIntoView();
         el.dataset.state = "ready";
         el.dataset.src = src;
+        el.dataset.ms = String(Math.round(performance.now() - started)); // fetch to shown
       })
       .catch((err) => {
         if (!live) return;
