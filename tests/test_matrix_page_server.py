@@ -423,6 +423,17 @@ def test_history_and_a_cancelled_run_in_chromium(site: Site, tmp_path: Path) -> 
         assert cell.get_attribute("data-cell-id") == "c=flaky"
         assert cell.get_attribute("data-kind") == "failed"
 
+        # "Mark run as failed" as the UI sends it. The run exists only in the results store
+        # here (no scheduler), so Airflow answers 404, but its audit log has already
+        # committed who asked (action_logging commits before the endpoint runs): the page
+        # reads that entry to say who stopped the run and when.
+        with httpx.Client(base_url=site.base, timeout=30) as c:
+            r = c.patch(
+                "/api/v2/dags/stopped/dagRuns/manual__1",
+                json={"state": "failed"},
+                headers={"Authorization": f"Bearer {site.token}"},
+            )
+            assert r.status_code == 404, r.text
         driver.get(f"{site.base}/plugin/accelmatrix/suites/stopped")
         page = _wait(lambda: _shadow(driver))
         cells = _wait(lambda: page.find_elements(By.CSS_SELECTOR, "td.cell"))
@@ -436,6 +447,10 @@ def test_history_and_a_cancelled_run_in_chromium(site: Site, tmp_path: Path) -> 
         assert page.find_element(By.CSS_SELECTOR, "b[data-count=cancelled]").text == "2"
         assert page.find_element(By.CSS_SELECTOR, "b[data-count=failed]").text == "1"
         assert page.find_element(By.CSS_SELECTOR, "b[data-count=pending]").text == "0"
+        a = page.find_element(By.CSS_SELECTOR, "td[data-cell-id='m=a'] .why")
+        assert (
+            a.text.startswith("stopped by admin at ") and "patch_dag_run (state=failed)" in a.text
+        )
         b = page.find_element(By.CSS_SELECTOR, "td[data-cell-id='m=b']")
         assert b.find_element(By.CSS_SELECTOR, ".st").text == "no verdict (ran)"
         driver.save_screenshot(str(tmp_path / "stopped.png"))
