@@ -143,6 +143,15 @@ def test_every_route_requires_airflow_authentication(site: Site) -> None:
                 assert r.status_code in (401, 403), (route, what, r.status_code, r.text[:200])
                 assert "data-cell-id" not in r.text and "Data Docs of" not in r.text
 
+        # Inside the navigation entry's view, logging in leads back to the view.
+        r = c.get(
+            "/accelmatrix/suites/demo?run_id=x",
+            headers={"Accept": "text/html", "X-Accelmatrix-Embed": "1"},
+        )
+        assert r.status_code == 401 and "Not logged in" in r.text
+        back = quote(f"{site.base}/plugin/accelmatrix/suites/demo?run_id=x", safe="")
+        assert f"/auth/login?next={back}" in r.text
+
         bearer = {"Authorization": f"Bearer {site.token}"}
         r = c.get("/accelmatrix/", headers=bearer)
         assert r.status_code == 200 and 'data-dag-id="demo"' in r.text

@@ -123,10 +123,14 @@ def create_app() -> FastAPI:
         # Browsers get a page with a way forward; API clients the usual JSON.
         if "text/html" not in request.headers.get("accept", ""):
             return await http_exception_handler(request, exc)
-        ui_base, _ = _bases(request)
+        ui_base, app_base = _bases(request)
         link = None
         if exc.status_code == 401:
-            link = (f"{ui_base}/auth/login?next={quote(str(request.url), safe='')}", "log in")
+            back = request.url
+            if request.headers.get(EMBED_HEADER) == "1":  # back to the view, not the bare page
+                inner = request.url.path[len(app_base) :] if app_base else request.url.path
+                back = request.url.replace(path=f"{ui_base}{VIEW_ROUTE}{inner}")
+            link = (f"{ui_base}/auth/login?next={quote(str(back), safe='')}", "log in")
         title = {401: "Not logged in", 403: "Forbidden", 404: "Not found"}.get(
             exc.status_code, "Error"
         )
