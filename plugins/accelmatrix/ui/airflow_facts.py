@@ -61,21 +61,24 @@ def run_facts(dag_id: str, run_id: str) -> tuple[Tries, StopEvent | None]:
                     )
                 )
             }
-            row = session.execute(
+            events = session.execute(
                 select(Log.owner, Log.dttm, Log.event, Log.extra)
                 .where(Log.dag_id == dag_id, Log.run_id == run_id, Log.event.in_(STOP_EVENTS))
                 .order_by(Log.dttm.desc())
-                .limit(1)
-            ).first()
+                .limit(50)
+            ).all()
     except Exception:  # noqa: BLE001 - facts are extras; the page stands without them
         log.warning(
             "matrix page: Airflow facts of %s/%s not readable", dag_id, run_id, exc_info=True
         )
         return {}, None
-    stop = None
-    if row is not None:
-        stop = StopEvent(row[0] or "unknown", row[1], row[2], _detail(row[3]))
-    return tries, stop
+    for owner, when, event, extra in events:
+        detail = _detail(extra)
+        # A PATCH that only edits a note is no stop: it must set a state.
+        if event.startswith(("patch_", "bulk_")) and "state=" not in detail:
+            continue
+        return tries, StopEvent(owner or "unknown", when, event, detail)
+    return tries, None
 
 
 def _detail(extra: str | None) -> str:
