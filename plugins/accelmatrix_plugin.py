@@ -4,7 +4,8 @@ Airflow loads every ``*.py`` of the plugins folder that ``.airflowignore`` does 
 (the ``accelmatrix/`` package is excluded: it is imported, not scanned). This file is
 imported by every component, so it imports only the lazy ASGI wrapper; the page's app is
 built by the api-server on its first request. The app is mounted at ``/accelmatrix`` and
-shown inside the UI (an iframe) at ``/plugin/accelmatrix``, a top-level navigation entry.
+shown inside the UI at ``/plugin/accelmatrix`` (a top-level navigation entry) by a small
+React app that renders the app's pages in Airflow's own document, not in an iframe.
 Authentication: see accelmatrix/ui/app.py (plugin apps are not protected by Airflow itself).
 """
 
@@ -20,10 +21,15 @@ URL_PREFIX = "/accelmatrix"
 class AccelmatrixPlugin(AirflowPlugin):
     name = "accelmatrix"
     fastapi_apps = [{"app": _matrix_app, "url_prefix": URL_PREFIX, "name": "accelmatrix matrix"}]
-    external_views = [
+    # A React app, not an external view: Airflow 3.3.2 shows external views in an iframe
+    # sandboxed without allow-top-navigation or allow-popups, where the page's log, Data
+    # Docs and run links did nothing. A React app is rendered in Airflow's own page; ours
+    # fetches the server-rendered page (accelmatrix/ui/static/matrix-view.js). Relative
+    # bundle URL: Airflow resolves it against the UI's base URL.
+    react_apps = [
         {
             "name": "Test matrix",
-            "href": f"{URL_PREFIX}/",
+            "bundle_url": f"{URL_PREFIX.lstrip('/')}/static/matrix-view.js",
             "destination": "nav",
             "url_route": "accelmatrix",
             "nav_top_level": True,

@@ -49,13 +49,21 @@ class Dom(HTMLParser):
             self.cells[self._cell]["links"][a["class"]] = a["href"]  # type: ignore[index]
         elif tag == "span" and self._cell is not None and "badge" in a.get("class", ""):
             self.cells[self._cell]["badges"].append(a["class"].split("b-")[1])  # type: ignore[union-attr]
+        if tag == "span" and self._cell is not None and a.get("class") in ("st", "why", "attempt"):
+            self._span = a["class"]
+        if tag == "a" and self._cell is not None:
+            self.cells[self._cell].setdefault("steps", {})[a["class"]] = a.get("data-step")  # type: ignore[union-attr]
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "td":
             self._cell = None
+        if tag == "span":
+            self._span = None
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
+        if self._cell is not None and getattr(self, "_span", None):
+            self.cells[self._cell].setdefault(self._span, []).append(data)  # type: ignore[union-attr]
 
     def find(self, tag: str, **attrs: str) -> list[dict[str, str]]:
         return [
@@ -119,7 +127,8 @@ def test_grid_cells_colours_and_links(store: ResultsStore) -> None:
     logs = {cid: c["links"].get("log") for cid, c in dom.cells.items()}
     assert logs == {
         "model=a,config=x": f"{UI}/dags/demo/runs/{q}/tasks/cpu.run/mapped/0",
-        "model=a,config=y": f"{UI}/dags/demo/runs/{q}/tasks/cpu.run/mapped/1",
+        # failed checks: the verdict table is in the evaluate task's log
+        "model=a,config=y": f"{UI}/dags/demo/runs/{q}/tasks/cpu.evaluate/mapped/1",
         "model=a,config=z": f"{UI}/dags/demo/runs/{q}/tasks/cpu.run/mapped/2",
         "model=b,config=x": f"{UI}/dags/demo/runs/{q}/tasks/gpu.run/mapped/0",
         "model=b,config=y": None,
@@ -143,6 +152,7 @@ def test_grid_cells_colours_and_links(store: ResultsStore) -> None:
         "passed": 1,
         "failed": 1,
         "infra": 1,
+        "cancelled": 0,
         "quarantined": 1,
         "flaky": 1,
         "excluded": 1,
@@ -361,7 +371,8 @@ def test_plugin_module_is_cheap_to_import() -> None:
         "assert added == ['accelmatrix', 'accelmatrix.ui', 'accelmatrix.ui.asgi', "
         "'accelmatrix_plugin'], added; "
         "(a,) = p.AccelmatrixPlugin.fastapi_apps; assert a['url_prefix'] == '/accelmatrix'; "
-        "(v,) = p.AccelmatrixPlugin.external_views; assert v['href'] == '/accelmatrix/'"
+        "(v,) = p.AccelmatrixPlugin.react_apps; assert v['url_route'] == 'accelmatrix'; "
+        "assert v['bundle_url'] == 'accelmatrix/static/matrix-view.js'"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     r = subprocess.run(  # noqa: S603
@@ -391,3 +402,183 @@ def test_rerun_of_a_logical_date_replaces_its_point_and_runs_are_newest_first(
     assert [(p.time, p.value) for p in points] == [(day, 1.05), (END, 0.95)]
     # Outside the window: nothing.
     assert model._history(store, "demo", END - timedelta(days=60), END - timedelta(days=31)) == {}
+
+
+def test_each_failure_shows_its_cause_and_links_the_failing_task(
+    store: ResultsStore, env: Path
+) -> None:
+    """The why on the grid (issue 13 item 2): one or two lines per non-passing cell and a
+    log link to the step that failed, for every failure state, new and unknown ones too."""
+    when = END
+    run_id = "manual__2026-11-20T02:00:00+00:00"
+    specs = [
+        ("checks", "failed", "", [("final_loss", "loss <= 1.5", "2.31")], "evaluate"),
+        ("setup", "setup_failed", "setup command exited 1: pip install x", [], "setup"),
+        ("exit", "run_failed", "workload exited with 3, expected 0 (exit 3)", [], "run"),
+        ("timeout", "timed_out", "workload timed out after 300 s and was killed", [], "run"),
+        ("hung", "hung", "workload printed nothing for 600 s; it was killed", [], "run"),
+        ("prov", "infra_failed", "provision failed: stockout in us-central2-b", [], "provision"),
+        ("node", "infra_failed", "infrastructure failure: node preempted", [], "run"),
+        ("collect", "collect_failed", "collect failed: scp: connection reset", [], "collect"),
+        ("judge", "evaluation_failed", "evaluation failed: KeyError 'loss'", [], "evaluate"),
+        ("novel", "frobnicated", "the frobnicator broke", [], "run"),
+    ]
+    cells = []
+    for i, (name, state, message, checks, _) in enumerate(specs):
+        axes = {"case": name}
+        cells.append(
+            PlantedCell(
+                cell_id(axes),
+                axes,
+                index=i,
+                state=state,
+                message=message,
+                failed_checks=tuple(checks),
+                exit_code=3 if name == "exit" else None,
+            )
+        )
+    plant_run(store, "demo", run_id, cells, logical_date=None, started_at=when)
+    log = env / "artifacts" / "demo" / "manual__2026-11-20T02_00_00_00_00" / "case=exit"
+    log.mkdir(parents=True)
+    (log / "output.log").write_text("step 1\nTraceback ...\nRuntimeError: CUDA OOM\n\n")
+
+    view = model.load_run_view(store, "demo", log_tails=True)
+    dom = Dom(render.run_page(view, ui_base=UI, app_base=APP))
+    why = {cid: " | ".join(c.get("why", [])) for cid, c in dom.cells.items()}
+    assert why["case=checks"] == "final_loss: expected loss <= 1.5, observed 2.31"
+    assert why["case=setup"] == "setup command exited 1: pip install x"
+    assert why["case=exit"] == (
+        "workload exited with 3, expected 0 (exit 3) | last log line: RuntimeError: CUDA OOM"
+    )
+    assert why["case=prov"] == "provision failed: stockout in us-central2-b"
+    assert why["case=novel"] == "the frobnicator broke"
+    for i, (name, state, _, _, step) in enumerate(specs):
+        c = dom.cells[f"case={name}"]
+        assert c["steps"]["log"] == step, name
+        assert c["links"]["log"].endswith(f"/tasks/cpu.{step}/mapped/{i}"), name
+        assert c["kind"] == ("infra" if state == "infra_failed" else "failed"), name
+    # Without log access the workload's output stays out of the page.
+    quiet = model.load_run_view(store, "demo")
+    (exit_cell,) = [c for c in quiet.cells if c.cell_id == "case=exit"]
+    assert exit_cell.cause == ["workload exited with 3, expected 0 (exit 3)"]
+
+
+def test_cancelled_run_own_colour_no_progress_and_attempts(store: ResultsStore) -> None:
+    """After "Mark run as failed": cancelled cells are not failures, a finished run has
+    nothing in progress, and a cleared cell shows its attempt and time (item 3)."""
+    run_id = "manual__2026-11-20T02:00:00+00:00"
+    cut = "run task marked failed/success or cleared from outside (REST/UI), or its run deleted"
+    cells = [
+        PlantedCell("m=a", {"m": "a"}, index=0, state="cancelled", message=cut),
+        PlantedCell("m=b", {"m": "b"}, index=1, state="ran"),  # ended just after the stop
+        PlantedCell("m=c", {"m": "c"}, index=2, state="passed", attempt=2),
+        PlantedCell("m=d", {"m": "d"}, index=3, state="failed", failed_checks=("x",)),
+    ]
+    plant_run(store, "demo", run_id, cells, logical_date=None, started_at=END, state="failed")
+    view = model.load_run_view(
+        store,
+        "demo",
+        stopped_by="stopped by admin at 2026-11-20 02:03 UTC: patch_dag_run (state=failed)",
+        tries={("cpu.run", 3): (3, END + timedelta(minutes=9))},
+    )
+    dom = Dom(render.run_page(view, ui_base=UI, app_base=APP))
+    kinds = {cid: c["kind"] for cid, c in dom.cells.items()}
+    assert kinds == {"m=a": "cancelled", "m=b": "cancelled", "m=c": "passed", "m=d": "failed"}
+    assert view.counts["cancelled"] == 2 and view.counts["failed"] == 1
+    assert view.counts["pending"] == 0
+    assert dom.cells["m=b"]["st"] == ["no verdict (ran)"]
+    assert dom.cells["m=a"]["why"][0].startswith("stopped by admin at 2026-11-20 02:03")
+    assert dom.cells["m=c"]["attempt"] == ["attempt 2 11-20 02:00"]  # store: its last write
+    assert dom.cells["m=d"]["attempt"] == ["attempt 3 11-20 02:09"]  # from Airflow's tries
+    legend = [a["data-count"] for a in dom.find("b") if "data-count" in a]
+    assert "cancelled" in legend
+    # The same cell in a run still going is in progress, not cancelled.
+    plant_run(store, "demo", run_id, cells[1:2], logical_date=None, started_at=END, state="running")
+    with store._writing() as conn:  # noqa: SLF001 - a run that has not finished
+        from accelmatrix.results import schema
+
+        conn.execute(schema.runs.update().values(finished_at=None))
+    live = model.load_run_view(store, "demo")
+    assert [c.kind for c in live.cells] == ["pending"] and live.cells[0].cause == []
+
+
+def test_chart_axes_span_their_data() -> None:
+    """Item 6: millisecond step times against a file's 0.54 s upper bound are drawn on a
+    millisecond axis, and one run's chart has no invented +-12 h time span."""
+    import re
+
+    from accelmatrix.ui.trend import render_trend
+
+    pts = [
+        model.Point(END - timedelta(days=3 - i), v, 0.001, 0.009)
+        for i, v in enumerate((0.002, 0.004, 0.008))
+    ]
+    band = [(p.time, p.lower, p.upper) for p in pts]
+    trend = model.Trend("b", "step_time", [model.Series("m=a", "ok", pts)], band, (0.0, 0.54))
+
+    def y_ticks(svg: str) -> list[float]:
+        return [float(v) for v in re.findall(r'text-anchor="end">([-0-9.e]+)</text>', svg)]
+
+    svg = render_trend(trend, "t")
+    ys = y_ticks(svg)
+    assert ys and min(ys) < 0.002 and 0.008 < max(ys) < 0.0105, ys
+    assert 'class="current upper"' not in svg  # 0.54 is off this axis: not drawn
+    # Points spread over the plot's height rather than sitting on one line.
+    cys = [float(v) for v in re.findall(r'<circle[^>]* cy="([0-9.]+)"', svg)]
+    assert max(cys) - min(cys) > 100
+
+    one = model.Trend("b", "step_time", [model.Series("m=a", "ok", pts[:1])], band[:1], None)
+    svg = render_trend(one, "t1")
+    labels = re.findall(r'y="248" text-anchor="[a-z]+">([^<]+)</text>', svg)
+    assert labels == [f"{pts[0].time:%Y-%m-%d %H:%M}"]
+
+
+def test_history_marks_flaky_new_and_broken_cells(store: ResultsStore) -> None:
+    """Item 4: cells x the last runs; each square links to that run's cell; a flaky, a
+    newly failing and a broken cell are marked and listed first; infra failures and
+    cancellations are no verdicts (they neither flip nor break a cell)."""
+    from accelmatrix.ui import history
+
+    seqs = {
+        "c=steady": "PPPPPP",
+        "c=flaky": "PFPPFP",
+        "c=new": "PPPPPF",
+        "c=broken": "PPPFFF",
+        "c=infra": "PPIPCP",  # infra, cancelled: no flips
+    }
+    state = {"P": "passed", "F": "failed", "I": "infra_failed", "C": "cancelled"}
+    run_ids = []
+    for day in range(6):
+        when = END - timedelta(days=5 - day)
+        run_id = f"scheduled__{when:%Y-%m-%dT%H:%M:%S}+00:00"
+        cells = [
+            PlantedCell(cid, {"c": cid[2:]}, index=i, state=state[seq[day]])
+            for i, (cid, seq) in enumerate(seqs.items())
+        ]
+        plant_run(store, "demo", run_id, cells, logical_date=when, started_at=when)
+        run_ids.append(run_id)
+    view = history.load_history(store, "demo", 30)
+    assert [r["run_id"] for r in view.runs] == run_ids  # oldest first
+    marks = {r.cell_id: r.marks for r in view.rows}
+    assert marks == {
+        "c=steady": [],
+        "c=flaky": ["flaky"],
+        "c=new": ["new"],
+        "c=broken": ["broken"],
+        "c=infra": [],
+    }
+    assert [r.cell_id for r in view.rows][:3] == ["c=new", "c=broken", "c=flaky"]
+    (broken,) = [r for r in view.rows if r.cell_id == "c=broken"]
+    assert broken.since == run_ids[3]
+    dom = Dom(render.history_page(view, page_base=APP, n_runs=30))
+    squares = [a for t, a in dom.tags if t == "a" and a.get("class", "").startswith("k-")]
+    assert len(squares) == 5 * 6
+    # c=new (plan index 2) in the oldest run: the run's page at that cell.
+    assert squares[0]["href"] == (f"{APP}/suites/demo?run_id={run_ids[0].replace('+', '%2B')}#c2")
+    assert [a["class"] for a in squares[:6]] == ["k-passed"] * 5 + ["k-failed"]
+    _, run_dom = _page(store, run_ids[0])
+    (anchored,) = [a for t, a in run_dom.tags if t == "td" and a.get("id") == "c2"]
+    assert anchored["data-cell-id"] == "c=new"
+    # Only the last 2 runs: the flaky cell flipped once there, not flaky.
+    short = history.load_history(store, "demo", 2)
+    assert len(short.runs) == 2 and "flaky" not in {m for r in short.rows for m in r.marks}

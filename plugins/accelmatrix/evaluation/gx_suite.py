@@ -188,15 +188,19 @@ def run_suite(
 
     index = None
     if data_docs_dir is not None:
-        index = _build_docs(ctx, data_docs_dir)
+        index = _build_docs(ctx, data_docs_dir, result, name)
     return SuiteRun(by_check, index)
 
 
-def _build_docs(ctx: Any, data_docs_dir: Path) -> Path | None:
-    """Best effort: the verdicts stand without Data Docs, so a rendering error only warns."""
+def _build_docs(ctx: Any, data_docs_dir: Path, result: Any, suite_name: str) -> Path | None:
+    """Best effort: the verdicts stand without Data Docs, so a rendering error only warns.
+    The site is then made to render with no network (see offline_docs)."""
+    from accelmatrix.evaluation.offline_docs import make_offline
+
     try:
         data_docs_dir.mkdir(parents=True, exist_ok=True)
         ctx.build_data_docs(site_names=[DOCS_SITE])
+        make_offline(data_docs_dir, result, suite_name)
     except Exception:
         log.warning("building Data Docs in %s failed", data_docs_dir, exc_info=True)
         return None

@@ -54,7 +54,10 @@ class PlantedCell:
     benchmark: str | None = None
     lower: float | None = None
     upper: float | None = None
-    failed_checks: Sequence[str] = field(default_factory=tuple)
+    # A name, or (name, expected, observed) as the evaluate step stores them.
+    failed_checks: Sequence[str | tuple[str, str, str]] = field(default_factory=tuple)
+    attempt: int = 1
+    exit_code: int | None = None
 
 
 def cell_id(axes: dict[str, str]) -> str:
@@ -102,7 +105,8 @@ def plant_run(
                 "excluded_reason": c.excluded_reason,
                 "state": c.state,
                 "message": c.message,
-                "attempt": 1,
+                "attempt": c.attempt,
+                "exit_code": c.exit_code,
                 "data_docs": c.data_docs,
                 "updated_at": started_at,
             }
@@ -135,10 +139,13 @@ def plant_run(
                         "value": c.step_time,
                         "lower_bound": c.lower,
                         "upper_bound": c.upper,
+                        "expected": f"step time within [{c.lower}, {c.upper}] s",
+                        "observed": f"{c.step_time:.4g} s",
                         "message": "" if inside else "step time out of bounds",
                     }
                 )
-        for name in c.failed_checks:
+        for check in c.failed_checks:
+            name, expected, observed = check if isinstance(check, tuple) else (check, None, None)
             check_rows.append(
                 {
                     **key,
@@ -146,6 +153,8 @@ def plant_run(
                     "check_name": name,
                     "check_type": "log_contains",
                     "passed": False,
+                    "expected": expected,
+                    "observed": observed,
                     "message": f"{name} failed",
                     # executemany needs every row to carry the same keys
                     "benchmark": None,

@@ -12,6 +12,7 @@ manager is initialised: importing this module pulls in FastAPI and Airflow's API
 
 import logging
 import threading
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.ui import files, model, render
+from accelmatrix.ui import files, history, model, render
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +50,25 @@ def results_store() -> ResultsStore:
         return _store
 
 
+# The page's own view in Airflow's UI (the plugin's react_apps entry, url_route below):
+# the view fetches pages with this header, and their links then lead back into the view.
+VIEW_ROUTE = "/plugin/accelmatrix"
+EMBED_HEADER = "x-accelmatrix-embed"
+STATIC = Path(__file__).with_name("static")
+
+
 def _bases(request: Request) -> tuple[str, str]:
     """(Airflow UI base, this app's base) from where the api-server mounted the app."""
     app_base = request.scope.get("root_path", "").rstrip("/")
     ui_base = app_base[: -len(URL_PREFIX)] if app_base.endswith(URL_PREFIX) else ""
     return ui_base, app_base
+
+
+def _page_base(request: Request) -> str:
+    """Where links to other matrix pages point: into Airflow's UI when the page is shown by
+    the navigation entry's view, else to this app (the page opened on its own)."""
+    ui_base, app_base = _bases(request)
+    return ui_base + VIEW_ROUTE if request.headers.get(EMBED_HEADER) == "1" else app_base
 
 
 def create_app() -> FastAPI:
@@ -88,7 +103,19 @@ def create_app() -> FastAPI:
                 "X-Content-Type-Options": "nosniff",
                 "Cache-Control": "no-store",
                 "Referrer-Policy": "same-origin",
+                "Vary": "X-Accelmatrix-Embed",
             },
+        )
+
+    @app.get("/static/matrix-view.js")
+    def view_script() -> FileResponse:
+        """The navigation entry's React view (see static/matrix-view.js). The one route
+        without authentication: Airflow's UI imports it as a module, and it holds no data,
+        only code that fetches the (authenticated) pages with the user's own cookie."""
+        return FileResponse(
+            STATIC / "matrix-view.js",
+            media_type="text/javascript",
+            headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -96,10 +123,14 @@ def create_app() -> FastAPI:
         # Browsers get a page with a way forward; API clients the usual JSON.
         if "text/html" not in request.headers.get("accept", ""):
             return await http_exception_handler(request, exc)
-        ui_base, _ = _bases(request)
+        ui_base, app_base = _bases(request)
         link = None
         if exc.status_code == 401:
-            link = (f"{ui_base}/auth/login?next={quote(str(request.url), safe='')}", "log in")
+            back = request.url
+            if request.headers.get(EMBED_HEADER) == "1":  # back to the view, not the bare page
+                inner = request.url.path[len(app_base) :] if app_base else request.url.path
+                back = request.url.replace(path=f"{ui_base}{VIEW_ROUTE}{inner}")
+            link = (f"{ui_base}/auth/login?next={quote(str(back), safe='')}", "log in")
         title = {401: "Not logged in", 403: "Forbidden", 404: "Not found"}.get(
             exc.status_code, "Error"
         )
@@ -110,13 +141,12 @@ def create_app() -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, user: User) -> HTMLResponse:
-        _, app_base = _bases(request)
         suites = [
             s
             for s in model.list_suites(results_store())
             if allowed(user, s.dag_id, DagAccessEntity.RUN)
         ]
-        return html(render.suites_page(suites, app_base))
+        return html(render.suites_page(suites, _page_base(request)))
 
     @app.get("/suites/{dag_id}", response_class=HTMLResponse)
     def suite(
@@ -127,14 +157,44 @@ def create_app() -> FastAPI:
     ) -> HTMLResponse:
         require(user, dag_id)
         ui_base, app_base = _bases(request)
+        from accelmatrix.ui.airflow_facts import run_facts
+
+        store = results_store()
+        shown = run_id or next((r["run_id"] for r in store.get_runs(dag_id, limit=1)), None)
+        tries, stop = run_facts(dag_id, shown) if shown else ({}, None)
         try:
-            view = model.load_run_view(results_store(), dag_id, run_id or None)
+            view = model.load_run_view(
+                store,
+                dag_id,
+                run_id or None,
+                # The workload's last log line is task-log content: only for those who may
+                # read the task logs anyway.
+                log_tails=allowed(user, dag_id, DagAccessEntity.TASK_LOGS),
+                tries=tries,
+                stopped_by=stop.line() if stop else None,
+            )
         except ValueError as e:  # an over-long or empty id
             raise HTTPException(status_code=404, detail=str(e)) from None
         if view is None:
             what = f"run {run_id!r} of {dag_id!r}" if run_id else f"any run of {dag_id!r}"
             raise HTTPException(status_code=404, detail=f"no results recorded for {what}")
-        return html(render.run_page(view, ui_base=ui_base, app_base=app_base))
+        return html(
+            render.run_page(view, ui_base=ui_base, app_base=app_base, page_base=_page_base(request))
+        )
+
+    @app.get("/suites/{dag_id}/history", response_class=HTMLResponse)
+    def suite_history(
+        request: Request, dag_id: str, user: User, runs: int = history.DEFAULT_RUNS
+    ) -> HTMLResponse:
+        require(user, dag_id)
+        n = max(1, min(runs, history.MAX_RUNS))
+        try:
+            view = history.load_history(results_store(), dag_id, n)
+        except ValueError as e:  # an over-long or empty id
+            raise HTTPException(status_code=404, detail=str(e)) from None
+        if view is None:
+            raise HTTPException(status_code=404, detail=f"no results recorded for {dag_id!r}")
+        return html(render.history_page(view, page_base=_page_base(request), n_runs=n))
 
     @app.get("/suites/{dag_id}/files/{path:path}")
     def data_docs(dag_id: str, path: str, user: User) -> FileResponse:

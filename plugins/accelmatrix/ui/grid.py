@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from html import escape
 from urllib.parse import quote
 
+from accelmatrix.ui.cause import RUN_LEVEL_STEPS
 from accelmatrix.ui.model import KINDS, CellView
 
 LABELS = {
     "passed": "passed",
     "failed": "failed",
     "infra": "infrastructure failure",
+    "cancelled": "cancelled",
     "quarantined": "quarantined",
     "flaky": "flaky",
     "excluded": "excluded",
@@ -109,14 +111,17 @@ def _header_rows(grid: Grid) -> list[str]:
 
 
 def log_url(ui_base: str, dag_id: str, run_id: str, cell: CellView) -> str | None:
-    """The cell's run-task log in the Airflow 3.3 UI (a mapped instance's page opens on its
-    log): /dags/{dag}/runs/{run}/tasks/{machine}.run/mapped/{index}."""
+    """The log of the cell's task that failed (``cell.step``; ``run`` for a cell without a
+    failure) in the Airflow 3.3 UI, whose task-instance page opens on its log:
+    /dags/{dag}/runs/{run}/tasks/{machine}.{step}/mapped/{index}, or .../tasks/{step} for a
+    run-level task (preflight)."""
+    step = cell.step or "run"
+    run = f"{ui_base}/dags/{q(dag_id)}/runs/{q(run_id)}/tasks"
+    if step in RUN_LEVEL_STEPS:
+        return f"{run}/{q(step)}"
     if cell.map_index is None or not cell.machine:
         return None
-    return (
-        f"{ui_base}/dags/{q(dag_id)}/runs/{q(run_id)}/tasks/{q(cell.machine + '.run')}"
-        f"/mapped/{cell.map_index}"
-    )
+    return f"{run}/{q(cell.machine + '.' + step)}/mapped/{cell.map_index}"
 
 
 def docs_url(app_base: str, dag_id: str, cell: CellView) -> str | None:
@@ -139,18 +144,32 @@ def render_cell(cell: CellView, ui_base: str, app_base: str, dag_id: str, run_id
     links = []
     log = log_url(ui_base, dag_id, run_id, cell)
     if log:
-        links.append(f'<a class="log" href="{esc(log)}" target="_top">log</a>')
+        step = cell.step or "run"
+        links.append(
+            f'<a class="log" href="{esc(log)}" data-step="{esc(step)}" '
+            f'title="log of the {esc(step)} task">log</a>'
+        )
     docs = docs_url(app_base, dag_id, cell)
     if docs:
-        links.append(f'<a class="docs" href="{esc(docs)}" target="_blank">docs</a>')
+        links.append(f'<a class="docs" href="{esc(docs)}" target="_blank" rel="noopener">docs</a>')
     marks = (["quarantined"] if cell.quarantined else []) + cell.badges
     badges = "".join(f'<span class="badge b-{b}">{esc(b)}</span>' for b in marks)
     state = cell.state if cell.kind != "infra" else "infra failed"
+    if cell.kind == "cancelled" and cell.state != "cancelled":
+        state = f"no verdict ({cell.state})"
+    cause = "".join(f'<span class="why">{esc(line)}</span>' for line in cell.cause)
+    # The history view links here as #c<plan index> (short: it has 30,000 such links).
+    anchor = f' id="c{cell.cell_index}"' if cell.cell_index is not None else ""
+    attempt = ""
+    if cell.attempt > 1:
+        when = f" {cell.attempt_at:%m-%d %H:%M}" if cell.attempt_at else ""
+        attempt = f'<span class="attempt">attempt {cell.attempt}{esc(when)}</span>'
     return (
-        f'<td class="cell k-{cell.kind}" data-cell-id="{esc(cell.cell_id)}" '
+        f'<td class="cell k-{cell.kind}"{anchor} '
+        f'data-cell-id="{esc(cell.cell_id)}" '
         f'data-kind="{cell.kind}" data-state="{esc(cell.state)}" '
         f'title="{esc(chr(10).join(title))}">'
-        f'<span class="st">{esc(state)}</span>{badges}'
+        f'<span class="st">{esc(state)}</span>{badges}{attempt}{cause}'
         f'<span class="links">{" ".join(links)}</span></td>'
     )
 

@@ -17,6 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
+from accelmatrix.ui.cause import (
+    WORKLOAD_STATES,
+    FailedCheck,
+    cause_lines,
+    check_rows,
+    failing_step,
+    last_log_line,
+)
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -24,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # What a cell's colour says, in the order the legend lists them.
-KINDS = ("passed", "failed", "infra", "quarantined", "flaky", "excluded", "pending")
+KINDS = ("passed", "failed", "infra", "cancelled", "quarantined", "flaky", "excluded", "pending")
 # States of a cell still on its way (not a verdict yet).
 PENDING_STATES = frozenset(
     {"planned", "provisioning", "provisioned", "setup", "running", "ran", "exited", "collected"}
@@ -40,18 +48,31 @@ DEFAULT_MAX_SERIES = 8
 RUN_PICKER_LIMIT = 100
 
 
-def cell_kind(state: str, quarantined: bool, flaky: bool) -> str:
+# Run states after which nothing of the run is in progress any more.
+FINISHED_RUN_STATES = frozenset({"passed", "failed", "over_budget", "success", "cancelled"})
+
+
+def run_finished(run: dict[str, Any]) -> bool:
+    return run.get("finished_at") is not None or (run.get("state") in FINISHED_RUN_STATES)
+
+
+def cell_kind(state: str, quarantined: bool, flaky: bool, *, finished: bool = False) -> str:
     """The colour class of a cell: excluded and quarantined first (they never fail a run),
-    then infrastructure failure, any other failure, and flaky only for a cell that passed
-    (a failure in this run says more than the history does)."""
+    then infrastructure failure, cancelled (stopped from outside: not a test verdict, its
+    own colour), any other failure, and flaky only for a cell that passed (a failure in
+    this run says more than the history does). In a finished run nothing is in progress: a
+    cell still in an in-flight state never got its verdict and is shown as cancelled.
+    Any other state (one this page does not know yet) is a failure."""
     if state == "excluded":
         return "excluded"
     if quarantined:
         return "quarantined"
     if state == "infra_failed":
         return "infra"
+    if state == "cancelled":
+        return "cancelled"
     if state in PENDING_STATES:
-        return "pending"
+        return "cancelled" if finished else "pending"
     if state == "passed":
         return "flaky" if flaky else "passed"
     return "failed"
@@ -69,6 +90,11 @@ class CellView:
     map_index: int | None  # index of the cell in its machine's mapped task group
     data_docs: str | None  # posix path relative to the suite's artifacts dir
     failed_checks: list[str] = field(default_factory=list)
+    cell_index: int | None = None  # index in the run's plan (None: excluded)
+    cause: list[str] = field(default_factory=list)  # why it did not pass, <= 2 lines
+    step: str | None = None  # the task whose log shows the cause (log link target)
+    attempt: int = 1  # > 1: the cell was cleared and re-ran
+    attempt_at: datetime | None = None  # when that attempt ran (or last wrote the cell)
     # (benchmark, metric, status) of every perf series of the cell.
     series: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -164,8 +190,16 @@ def load_run_view(
     *,
     window_days: int = DEFAULT_WINDOW_DAYS,
     max_series: int = DEFAULT_MAX_SERIES,
+    log_tails: bool = False,
+    tries: dict[tuple[str, int], tuple[int, datetime | None]] | None = None,
+    stopped_by: str | None = None,
 ) -> RunView | None:
-    """The page of one run (the latest when ``run_id`` is None); None if there is none."""
+    """The page of one run (the latest when ``run_id`` is None); None if there is none.
+
+    ``log_tails``: read each failed workload's last log line (only for users who may read
+    task logs). ``tries``: (task_id, map_index) -> (try_number, start) of the run's task
+    instances from Airflow's database, so a cleared and re-run cell shows its attempt.
+    ``stopped_by``: who stopped the run and when (Airflow's audit log), for cancelled cells."""
     runs = store.get_runs(dag_id, limit=RUN_PICKER_LIMIT)
     if not runs:
         return None
@@ -189,11 +223,18 @@ def load_run_view(
         by_cell.setdefault(cell_id, []).append((bench, metric, status))
 
     rows = store.get_cells(dag_id, run["run_id"])
-    failed: dict[str, list[str]] = {}
-    for c in store.get_checks(dag_id, run["run_id"]):
-        if not c["passed"]:
-            failed.setdefault(c["cell_id"], []).append(c["check_name"])
-    cells = _cell_views(dag_id, rows, failed, by_cell)
+    failed = check_rows(store.get_checks(dag_id, run["run_id"]))
+    cells = _cell_views(
+        dag_id,
+        rows,
+        failed,
+        by_cell,
+        run_id=run["run_id"],
+        finished=run_finished(run),
+        log_tails=log_tails,
+        tries=tries,
+        stopped_by=stopped_by,
+    )
     trends = _trends(dag_id, hist, verdicts, max_series)
     return RunView(
         dag_id=dag_id,
@@ -212,8 +253,14 @@ def load_run_view(
 def _cell_views(
     dag_id: str,
     rows: list[dict[str, Any]],
-    failed: dict[str, list[str]],
+    failed: dict[str, list[FailedCheck]],
     series: dict[str, list[tuple[str, str, str]]],
+    *,
+    run_id: str = "",
+    finished: bool = False,
+    log_tails: bool = False,
+    tries: dict[tuple[str, int], tuple[int, datetime | None]] | None = None,
+    stopped_by: str | None = None,
 ) -> list[CellView]:
     # The run task of a cell is `<machine>.run` mapped over the machine's cells in plan
     # order (dag_factory): its map index is the cell's rank among them.
@@ -231,21 +278,43 @@ def _cell_views(
         state = r.get("state") or "planned"
         cell_series = series.get(cid, [])
         flaky = any(s == "flaky" for _, _, s in cell_series)
-        out.append(
-            CellView(
-                cell_id=cid,
-                axes={str(k): str(v) for k, v in (r.get("axes") or {}).items()},
-                state=state,
-                kind=cell_kind(state, bool(r.get("quarantined")), flaky),
-                quarantined=bool(r.get("quarantined")),
-                message=r.get("message") or r.get("excluded_reason") or "",
-                machine=r.get("machine"),
-                map_index=rank.get(cid) if state != "excluded" else None,
-                data_docs=_relative_to(r.get("data_docs"), docs_root),
-                failed_checks=failed.get(cid, []),
-                series=sorted(cell_series),
-            )
+        kind = cell_kind(state, bool(r.get("quarantined")), flaky, finished=finished)
+        message = r.get("message") or r.get("excluded_reason") or ""
+        checks = failed.get(cid, [])
+        view = CellView(
+            cell_id=cid,
+            axes={str(k): str(v) for k, v in (r.get("axes") or {}).items()},
+            state=state,
+            kind=kind,
+            quarantined=bool(r.get("quarantined")),
+            message=message,
+            machine=r.get("machine"),
+            map_index=rank.get(cid) if state != "excluded" else None,
+            cell_index=r.get("cell_index"),
+            data_docs=_relative_to(r.get("data_docs"), docs_root),
+            failed_checks=[c.name for c in checks],
+            series=sorted(cell_series),
+            attempt=max(1, int(r.get("attempt") or 1)),
+            attempt_at=r.get("run_started_at") or r.get("updated_at"),
         )
+        if state not in ("passed", "excluded") and (kind != "pending"):
+            if state in PENDING_STATES:  # a finished run: it never got a verdict
+                view.cause = [f"no verdict: the run ended while this cell was {state}"]
+                view.step = "run"
+            else:
+                line = None
+                if log_tails and state in WORKLOAD_STATES:
+                    log = settings.cell_artifacts_dir(dag_id, run_id, cid) / "output.log"
+                    line = last_log_line(log)
+                view.cause = cause_lines(state, message, checks, r.get("exit_code"), line)
+                view.step = failing_step(state, message)
+            if kind == "cancelled" and stopped_by:
+                view.cause = [stopped_by, *view.cause][:2]
+        if tries and view.machine and view.map_index is not None:
+            got = tries.get((f"{view.machine}.run", view.map_index))
+            if got and got[0] > view.attempt:
+                view.attempt, view.attempt_at = got[0], got[1] or view.attempt_at
+        out.append(view)
     return out
 
 

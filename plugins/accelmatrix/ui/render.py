@@ -10,12 +10,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from accelmatrix.ui import history
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_time
 from accelmatrix.ui.trend import render_trend
 
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1a202c}
+CSS = (
+    """
+body,:host{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1a202c}
+body{margin:16px}.am-body{padding:16px;color-scheme:light}
 h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:20px 0 8px}
 a{color:#1e5bb8}nav.crumbs{margin-bottom:8px;font-size:13px}
 table.suites td,table.suites th{padding:4px 10px;text-align:left;border-bottom:1px solid #e2e8f0}
@@ -27,7 +30,9 @@ table.grid td.cell{border:1px solid #cbd5e0;padding:3px 5px;min-width:72px;verti
 td.cell .st{display:block;font-weight:600}td.cell .links a{margin-right:6px;font-size:11px}
 .k-passed{background:#c6f6d5}.k-failed{background:#feb2b2}.k-infra{background:#fbd38d}
 .k-quarantined{background:#d6bcfa}.k-flaky{background:#faf089}.k-excluded{background:#e2e8f0;color:#718096}
-.k-pending{background:#bee3f8}.k-none{background:#fff}
+.k-pending{background:#bee3f8}.k-cancelled{background:#cbd5e0}
+td.cell .why{display:block;font-size:11px;max-width:260px;white-space:normal;color:#2d3748}
+td.cell .attempt{display:block;font-size:10px;color:#4a5568}.k-none{background:#fff}
 .badge{display:inline-block;font-size:10px;padding:0 4px;margin:1px 2px 1px 0;border-radius:3px;
 background:#2d3748;color:#fff}.b-regression{background:#c53030}.b-flaky{background:#b7791f}
 .b-suspicious{background:#718096}.b-quarantined{background:#6b46c1}
@@ -48,6 +53,9 @@ ul.series-legend{list-style:none;padding:0;font-size:12px;columns:2;max-width:76
 ul.series-legend .s-regression .status{color:#c53030;font-weight:700}
 ul.series-legend .s-flaky .status{color:#b7791f;font-weight:700}
 """.strip()
+    + "\n"
+    + history.CSS
+)
 
 
 def page(title: str, body: str) -> str:
@@ -72,37 +80,42 @@ def suites_page(suites: list[SuiteSummary], app_base: str) -> str:
             f'{esc(q(s.dag_id))}">{esc(s.dag_id)}</a></td>'
             f"<td>{esc(latest.get('state') or '-')}</td>"
             f"<td>{esc(_when(latest.get('started_at')))}</td>"
-            f"<td>{esc(_when(latest.get('logical_date')))}</td><td>{s.runs}</td></tr>"
+            f"<td>{esc(_when(latest.get('logical_date')))}</td><td>{s.runs}</td>"
+            f'<td><a class="history" href="{esc(app_base)}/suites/{esc(q(s.dag_id))}/history">'
+            "history</a></td></tr>"
         )
     table = (
         '<table class="suites"><tr><th>suite</th><th>latest run</th><th>started</th>'
-        "<th>logical date</th><th>runs</th></tr>" + "".join(rows) + "</table>"
+        "<th>logical date</th><th>runs</th><th></th></tr>" + "".join(rows) + "</table>"
         if rows
         else "<p>No runs recorded yet: trigger a suite and its results appear here.</p>"
     )
     return page("accelmatrix suites", f"<h1>accelmatrix: test suites</h1>{table}")
 
 
-def _picker(view: RunView, app_base: str) -> str:
+def _picker(view: RunView, page_base: str) -> str:
     options = []
     for r in view.runs:
         sel = " selected" if r["run_id"] == view.run["run_id"] else ""
         label = f"{r['run_id']} ({r.get('state') or '-'}, {_when(run_time(r))})"
         options.append(f'<option value="{esc(r["run_id"])}"{sel}>{esc(label)}</option>')
     return (
-        f'<form class="picker" method="get" action="{esc(app_base)}/suites/{esc(q(view.dag_id))}">'
+        f'<form class="picker" method="get" action="{esc(page_base)}/suites/{esc(q(view.dag_id))}">'
         f'<label>run <select name="run_id">{"".join(options)}</select></label> '
         '<button type="submit">show</button>'
         + (
             ""
             if view.is_latest
-            else f' <a href="{esc(app_base)}/suites/{esc(q(view.dag_id))}">latest</a>'
+            else f' <a href="{esc(page_base)}/suites/{esc(q(view.dag_id))}">latest</a>'
         )
         + "</form>"
     )
 
 
-def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
+def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | None = None) -> str:
+    """``app_base``: this app (Data Docs files); ``page_base``: where links to the other
+    matrix pages go (the app, or the navigation entry's view inside Airflow's UI)."""
+    page_base = app_base if page_base is None else page_base
     run = view.run
     run_link = f"{ui_base}/dags/{q(view.dag_id)}/runs/{q(run['run_id'])}"
     meta = [
@@ -113,7 +126,7 @@ def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
     for key in ("runtime_version", "git_ref"):
         if run.get(key):
             meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
-    meta.append(f'<a href="{esc(run_link)}" target="_top">run in Airflow</a>')
+    meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
     grid = render_grid(
         view.cells,
         view.axes,
@@ -137,8 +150,10 @@ def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
         else '<h2>Trends</h2><p class="meta">No perf check has judged this suite in the window.</p>'
     )
     body = (
-        f'<nav class="crumbs"><a href="{esc(app_base)}/">suites</a> / {esc(view.dag_id)}</nav>'
-        f"<h1>{esc(view.dag_id)}</h1>{_picker(view, app_base)}"
+        f'<nav class="crumbs"><a href="{esc(page_base)}/">suites</a> / {esc(view.dag_id)} '
+        f'(<a class="history" href="{esc(page_base)}/suites/{esc(q(view.dag_id))}/history">'
+        "history of the last runs</a>)</nav>"
+        f"<h1>{esc(view.dag_id)}</h1>{_picker(view, page_base)}"
         f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
         f"{render_legend(view.counts)}{grid}{trends}"
     )
@@ -148,3 +163,8 @@ def run_page(view: RunView, *, ui_base: str, app_base: str) -> str:
 def message_page(title: str, text: str, link: tuple[str, str] | None = None) -> str:
     extra = f' <a href="{esc(link[0])}" target="_top">{esc(link[1])}</a>' if link else ""
     return page(title, f"<h1>{esc(title)}</h1><p>{esc(text)}{extra}</p>")
+
+
+def history_page(view: history.HistoryView, *, page_base: str, n_runs: int) -> str:
+    body = history.render_history(view, page_base=page_base, n_runs=n_runs)
+    return page(f"{view.dag_id} history", body)

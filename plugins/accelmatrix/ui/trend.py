@@ -54,18 +54,21 @@ def render_trend(trend: Trend, chart_id: str) -> str:
     if not times:
         return ""
     cur_lo, cur_hi = trend.current or (None, None)
+    # The y-axis spans the points and the band they were judged against; today's bounds
+    # lines are drawn only where they fall inside (a file's generous upper bound must not
+    # squash milliseconds onto the zero line).
     ys = _finite(
         [p.value for p in points]
         + [lo for _, lo, _ in trend.band]
         + [hi for _, _, hi in trend.band]
-        + [cur_lo, cur_hi]
-    )
+    ) or _finite([cur_lo, cur_hi])
     y0, y1 = (min(ys), max(ys)) if ys else (0.0, 1.0)
     pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
     y0, y1 = max(0.0, y0 - pad) if y0 >= 0 else y0 - pad, y1 + pad
     t0, t1 = min(times).timestamp(), max(times).timestamp()
-    if t1 <= t0:
-        t0, t1 = t0 - 43200, t1 + 43200
+    single = t1 <= t0
+    if single:  # one run: the point in the middle, one tick, no invented time span
+        t0, t1 = t0 - 60, t1 + 60
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def x(t: datetime) -> float:
@@ -90,10 +93,14 @@ def render_trend(trend: Trend, chart_id: str) -> str:
         )
     span = t1 - t0
     fmt = "%Y-%m-%d" if span > 2 * 86400 else "%m-%d %H:%M"
-    for i in range(5):
+    ticks = [(min(times), "middle")] if single else []
+    for i in range(0 if single else 5):
         t = datetime.fromtimestamp(t0 + span * i / 4, tz=min(times).tzinfo)
+        ticks.append((t, "start" if i == 0 else "end" if i == 4 else "middle"))
+    if single:
+        fmt = "%Y-%m-%d %H:%M"
+    for t, anchor in ticks:
         xx = x(t)
-        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
         parts.append(
             f'<text class="tick" x="{xx:.1f}" y="{H - 12}" text-anchor="{anchor}">'
             f"{esc(t.strftime(fmt))}</text>"

@@ -1,0 +1,121 @@
+// The "Test matrix" navigation entry: Airflow 3.3.2 shows this React app inside its own
+// page (no iframe), so every link on the matrix page works as a link of Airflow's UI.
+//
+// Why not an iframe: Airflow 3.3.2 shows plugin `external_views` in an iframe sandboxed with
+// "allow-scripts allow-same-origin allow-forms allow-downloads", which blocks top-level
+// navigation and popups: the log, Data Docs and "run in Airflow" links did nothing there.
+//
+// What it does: fetches the server-rendered page (/accelmatrix/<path>, the same HTML the
+// app serves directly, with links pointing back into this view), strips anything active
+// from it (defence in depth: the server escapes everything and sends no script), and shows
+// it in a shadow root so its CSS and Airflow's do not mix. Links to Airflow's own pages
+// and to other matrix pages navigate inside Airflow's router; Data Docs open in a new tab
+// (their own sandboxed origin). Uses the React and React Router that Airflow's UI exposes
+// on globalThis for plugins; no build step, nothing loaded from elsewhere.
+const React = globalThis.React;
+const { useLocation, useNavigate } = globalThis.ReactRouterDOM;
+const ROUTE = "/plugin/accelmatrix";
+const DROP = "script,iframe,frame,object,embed,base,meta,link,noscript,template";
+
+function routerBase() {
+  return new URL(document.baseURI).pathname.replace(/\/$/u, "");
+}
+
+function sanitize(doc) {
+  doc.querySelectorAll(DROP).forEach((el) => el.remove());
+  doc.querySelectorAll("*").forEach((el) => {
+    for (const attr of Array.from(el.attributes)) {
+      const name = attr.name.toLowerCase();
+      const value = attr.value.trim().toLowerCase();
+      if (name.startsWith("on") || name === "srcdoc") el.removeAttribute(attr.name);
+      else if (/^(href|src|action|formaction|xlink:href)$/u.test(name) && value.startsWith("javascript:"))
+        el.removeAttribute(attr.name);
+    }
+  });
+  return doc;
+}
+
+function routerPath(url) {
+  // An Airflow UI route (same origin, under the UI's base, not a plugin app's own URL).
+  const base = routerBase();
+  if (url.origin !== window.location.origin || !url.pathname.startsWith(`${base}/`)) return null;
+  const path = url.pathname.slice(base.length);
+  if (/^\/(accelmatrix|api|auth|static|ui)(\/|$)/u.test(path)) return null;
+  return `${path}${url.search}${url.hash}`;
+}
+
+function MatrixView() {
+  const location = useLocation();
+  const navigate = useNavigate();
+  const host = React.useRef(null);
+  const sub = location.pathname.startsWith(ROUTE) ? location.pathname.slice(ROUTE.length) : "";
+  const src = new URL(`accelmatrix${sub || "/"}${location.search}`, document.baseURI).href;
+
+  React.useEffect(() => {
+    const el = host.current;
+    const root = el.shadowRoot || el.attachShadow({ mode: "open" });
+    const follow = (event, url) => {
+      const path = routerPath(url);
+      if (path === null) return;
+      event.preventDefault();
+      navigate(path);
+    };
+    const onClick = (event) => {
+      if (event.defaultPrevented || event.button !== 0) return;
+      if (event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+      const a = event.composedPath().find((n) => n instanceof Element && n.matches("a[href]"));
+      if (!a || (a.target && a.target !== "_self")) return;
+      follow(event, new URL(a.getAttribute("href"), document.baseURI));
+    };
+    const onSubmit = (event) => {
+      const form = event.target;
+      if (!(form instanceof HTMLFormElement) || form.method.toLowerCase() !== "get") return;
+      const url = new URL(form.getAttribute("action") || "", document.baseURI);
+      url.search = new URLSearchParams(new FormData(form)).toString();
+      follow(event, url);
+    };
+    root.addEventListener("click", onClick);
+    root.addEventListener("submit", onSubmit);
+    let live = true;
+    const started = performance.now();
+    el.dataset.state = "loading";
+    fetch(src, {
+      credentials: "same-origin",
+      headers: { Accept: "text/html", "X-Accelmatrix-Embed": "1" },
+    })
+      .then((r) => r.text())
+      .then((text) => {
+        if (!live) return;
+        const doc = sanitize(new DOMParser().parseFromString(text, "text/html"));
+        const style = doc.querySelector("style");
+        const body = document.createElement("div");
+        body.className = "am-body";
+        body.append(...Array.from(doc.body.childNodes).map((n) => document.importNode(n, true)));
+        root.replaceChildren(...(style ? [document.importNode(style, true)] : []), body);
+        if (location.hash) root.getElementById(decodeURIComponent(location.hash.slice(1)))?.scrollIntoView();
+        el.dataset.state = "ready";
+        el.dataset.src = src;
+        el.dataset.ms = String(Math.round(performance.now() - started)); // fetch to shown
+      })
+      .catch((err) => {
+        if (!live) return;
+        const p = document.createElement("p");
+        p.textContent = `The matrix page could not be loaded: ${err}`;
+        root.replaceChildren(p);
+        el.dataset.state = "error";
+      });
+    return () => {
+      live = false;
+      root.removeEventListener("click", onClick);
+      root.removeEventListener("submit", onSubmit);
+    };
+  }, [src]);
+
+  return React.createElement("div", {
+    ref: host,
+    id: "accelmatrix-view",
+    style: { height: "100%", overflow: "auto", background: "#fff" },
+  });
+}
+
+globalThis.AirflowPlugin = MatrixView;
