@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from accelmatrix import settings
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.testing.matrix_results import (
     END,
@@ -438,7 +439,7 @@ def test_each_failure_shows_its_cause_and_links_the_failing_task(
             )
         )
     plant_run(store, "demo", run_id, cells, logical_date=None, started_at=when)
-    log = env / "artifacts" / "demo" / "manual__2026-11-20T02_00_00_00_00" / "case=exit"
+    log = settings.cell_artifacts_dir("demo", run_id, "case=exit")
     log.mkdir(parents=True)
     (log / "output.log").write_text("step 1\nTraceback ...\nRuntimeError: CUDA OOM\n\n")
 
