@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Load: a 256-cell suite with a no-op workload under LocalExecutor and under CeleryExecutor.
+"""Load: a 256-cell suite with a no-op workload beside a bare DAG of the same shape, under
+LocalExecutor and under CeleryExecutor.
 
 One suite, ``load_n256``: one machine (``local``), two axes of 16 values each (256 cells,
 6 mapped tasks per cell plus plan and gate: 1,538 task instances), workload
@@ -8,7 +9,10 @@ One suite, ``load_n256``: one machine (``local``), two axes of 16 values each (2
 fresh PostgreSQL cluster (Airflow's metadata DB and accelmatrix's results store, both
 PostgreSQL for both executors, so the comparison isolates the executor; SQLite at this
 size spends its time in lock waits, see bench_lifecycle.py), and for Celery a Redis broker
-and two ``airflow celery worker`` processes, as docker-compose.yaml deploys them.
+and two ``airflow celery worker`` processes, as docker-compose.yaml deploys them. On the
+same stack, first the bare DAG of the same shape (bench_lifecycle.BARE: plan, six empty mapped
+tasks per cell with a teardown, gate), then the suite: the ratio of their wall times is
+accelmatrix's own cost at this size.
 
 Printed per executor: wall time (the run's start to end as the REST API reports it, and
 trigger to end as this script sees it), CPU seconds of the scheduler's main process and of
@@ -17,7 +21,8 @@ and in total (PSS, sampled every 2 s), the task instance count and final states,
 many failures Airflow's defer/resume race explains. Prints figures; it is not a test.
 
     .venv/bin/python bench/bench_load.py [--executors local celery] [--side 16]
-        [--parallelism 8] [--celery-concurrency 4] [--timeout 3600] [--keep]
+        [--parallelism 8] [--celery-concurrency 4] [--timeout 3600] [--keep] [--no-bare]
+        [--env AIRFLOW__SECTION__KEY=value ...]
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_lifecycle import BARE, cell_figures, one_run  # noqa: E402
 
 from accelmatrix.testing import AirflowStack, Usage  # noqa: E402
 from accelmatrix.testing.services import (  # noqa: E402
@@ -88,6 +97,7 @@ def write_inputs(base: Path, side: int) -> tuple[Path, Path, str]:
     dag_id = f"load_n{n}"
     values = ", ".join(f"v{i}" for i in range(side))
     (suites / f"{dag_id}.yaml").write_text(SUITE.format(n=n, side=side, values=values, pool=POOL))
+    (dags / f"bare_n{n}.py").write_text(BARE.format(n=n, seconds=0))
     return dags, suites, dag_id
 
 
@@ -111,7 +121,10 @@ def run_once(
             parallelism=args.parallelism,
             executor=executor,
             database_url=pg.url("airflow"),
-            env_extra={"ACCELMATRIX_RESULTS_URL": pg.url("accelmatrix")},
+            env_extra={
+                "ACCELMATRIX_RESULTS_URL": pg.url("accelmatrix"),
+                **dict(kv.split("=", 1) for kv in args.env),
+            },
             # Reading PSS of ~20 processes is not free: sample sparingly.
             sample_interval=2.0,
             **kwargs,
@@ -128,15 +141,20 @@ def run_once(
             )
             stack.create_pool(POOL, side_n(args), include_deferred=True)
             stack.wait_for_dag(dag_id, timeout=300)
+            bare = None
+            if not args.no_bare:
+                stack.wait_for_dag(f"bare_n{side_n(args)}", timeout=300)
+                bare = one_run(stack, f"bare_n{side_n(args)}", args.timeout)
+                log(f"{executor}: bare DAG {bare['state']} in {bare['wall']:.1f} s")
             t0 = time.monotonic()
-            with stack.measure() as usage:
-                run_id = stack.trigger(dag_id)
-                state = stack.wait_for_run(dag_id, run_id, timeout=args.timeout, poll=2.0)
+            r = one_run(stack, dag_id, args.timeout)
             trigger_to_end = time.monotonic() - t0
+            usage, state, run_id = r["usage"], r["state"], r["run_id"]
             run = stack.get_run(dag_id, run_id)
             tis = stack.task_instances(dag_id, run_id)
             raced = stack.stale_success_failures()
             cells = results_cells(pg.url("accelmatrix"), dag_id, run_id)
+            figures = cell_figures(pg.url("accelmatrix"), dag_id, run_id)
         log(f"{executor}: stopped in {stack.stop_seconds:.1f} s; SIGKILL: {stack.killed or '-'}")
         if stack.leftovers:
             log(f"{executor}: LEFTOVER processes {stack.leftovers}")
@@ -160,6 +178,9 @@ def run_once(
         "hosts": hosts,
         "cells": cells,
         "usage": usage,
+        "bare": bare,
+        "held_minus_workload": figures.get("held_minus_workload") or [],
+        "kind_cpu": r["kind_cpu"],
     }
 
 
@@ -201,6 +222,27 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(f"  task instances                {r['tis']:8d}  {r['ti_states']}")
         print(f"  failed / by defer race        {r['failed']:8d}  / {r['failed_by_race']}")
         print(f"  results store cells           {r['cells']}")
+        hmw = sorted(r["held_minus_workload"])
+        if hmw:
+            print(
+                f"  held minus workload, median   {hmw[len(hmw) // 2]:8.1f} s (max {hmw[-1]:.1f})"
+            )
+        n = side_n(args)
+        print(f"  scheduler CPU per cell        {u.scheduler_cpu_seconds / n:8.2f} s")
+        if r["kind_cpu"]:
+            print(
+                "  CPU per task kind, median     "
+                + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["kind_cpu"].items()))
+            )
+        b = r.get("bare")
+        if b:
+            bu: Usage = b["usage"]
+            print(
+                f"  bare DAG, same stack: {b['state']}, wall {b['wall']:.1f} s, "
+                f"{b['failed']} failed TIs, scheduler CPU {bu.scheduler_cpu_seconds:.1f} s "
+                f"({bu.scheduler_cpu_seconds / n:.2f} per cell), all CPU {bu.total_cpu_seconds:.1f} s"
+            )
+            print(f"  RATIO accelmatrix / bare      {r['wall'] / b['wall']:8.2f}")
         if r["hosts"]:
             print(f"  task hostnames                {r['hosts']}")
 
@@ -219,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--celery-concurrency", type=int, default=4, help="slots per worker")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds for the run")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare DAG beside it")
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for every Airflow component, e.g. AIRFLOW__SCHEDULER__...=...",
+    )
     args = ap.parse_args(argv)
     # SIGTERM (and SIGINT, which a background job ignores) unwinds the context managers, so
     # the stack, PostgreSQL and Redis are stopped instead of orphaned.
