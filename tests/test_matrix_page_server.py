@@ -22,6 +22,7 @@ import httpx
 import pytest
 from needs import missing
 
+from accelmatrix import settings
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.testing import AirflowStack
 from accelmatrix.testing.matrix_results import plant_demo
@@ -70,10 +71,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    docs = (
-        f"/accelmatrix/suites/demo/files/{run_ids[-1].replace(':', '_').replace('+', '_')}/"
-        "model%3Da%2Cconfig%3Dx/data_docs/index.html"
+    # The cell's folders as settings names them (a hash suffix where characters changed).
+    run_dir, cell_dir = (
+        quote(settings.safe_name(x), safe="") for x in (run_ids[-1], "model=a,config=x")
     )
+    docs = f"/accelmatrix/suites/demo/files/{run_dir}/{cell_dir}/data_docs/index.html"
     with stack:
         yield Site(stack, run_ids, docs)
 

@@ -159,6 +159,7 @@ class RunWorkloadOperator(CellOperator):
                 log_offset=offset,
                 hang_detection=cell["workload"].get("hang_detection"),
                 started_at=time.time() - self.inline_wait,
+                deferred_at=time.time(),
                 cell=cell,
                 dag_id=ref.dag_id,
                 run_id=ref.run_id,

@@ -19,9 +19,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
 from accelmatrix.triggers.ending import end_event, warm_great_expectations
+
+# See WorkloadTrigger._settle_before_resume.
+RESUME_SETTLE_SECONDS = 10.0
 
 
 class WorkloadTrigger(BaseTrigger):
@@ -39,6 +42,7 @@ class WorkloadTrigger(BaseTrigger):
         run_id: str | None = None,
         end_task: bool = False,
         test_failure_ends_task: bool = False,
+        deferred_at: float | None = None,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -53,6 +57,7 @@ class WorkloadTrigger(BaseTrigger):
         self.run_id = run_id
         self.end_task = end_task
         self.test_failure_ends_task = test_failure_ends_task
+        self.deferred_at = deferred_at if deferred_at is not None else time.time()
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -70,6 +75,7 @@ class WorkloadTrigger(BaseTrigger):
                 "run_id": self.run_id,
                 "end_task": self.end_task,
                 "test_failure_ends_task": self.test_failure_ends_task,
+                "deferred_at": self.deferred_at,
             },
         )
 
@@ -107,7 +113,10 @@ class WorkloadTrigger(BaseTrigger):
                 event["log_offset"] = offset
                 event["handle"] = self.handle
                 outcome = await self._record(event)
-                yield self._event(event, outcome)
+                ending = self._event(event, outcome)
+                if not isinstance(ending, BaseTaskEndEvent):
+                    await self._settle_before_resume()
+                yield ending
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -135,6 +144,18 @@ class WorkloadTrigger(BaseTrigger):
             )
         except Exception:
             self.log.exception("could not stop the workload of %s", self.cell.get("id"))
+
+    async def _settle_before_resume(self) -> None:
+        """Resume the task no sooner than RESUME_SETTLE_SECONDS after it deferred.
+
+        Airflow 3.3.2 fails a resumed try when the scheduler learns of the deferring
+        worker's exit only after the resume was queued (the defer/resume race). Only a cell
+        that failed its workload resumes (ending.py); giving the scheduler time to process
+        that exit first costs such a cell a few seconds and keeps its task at one try.
+        """
+        wait = self.deferred_at + RESUME_SETTLE_SECONDS - time.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     def _event(self, event: dict[str, Any], outcome: tuple[str, str] | None) -> TriggerEvent:
         """What ends the wait: the task's end (see ending.py), or a resume of the task."""
