@@ -46,7 +46,6 @@ from sqlalchemy import (
     delete,
     event,
     insert,
-    inspect,
     or_,
     select,
     text,
@@ -56,7 +55,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import StaticPool
 
-from accelmatrix.results import schema
+from accelmatrix.results import migrate, schema
 from accelmatrix.results.schema import (
     CELL_FIELDS,
     CHECK_ROW_FIELDS,
@@ -301,18 +300,20 @@ class ResultsStore:
     # ------------------------------------------------------------------------------- schema
 
     def ensure_schema(self) -> None:
-        """Create missing tables and indexes; safe to call from many processes at once.
+        """Migrate the database to the newest schema; safe to call from many processes.
 
-        It never alters an existing table: if a database predates a column this version
-        needs, it raises with the missing columns instead of failing later on some write.
+        Alembic (accelmatrix.results.migrate) runs inside this store's own write
+        transaction and schema lock, so the first opener of a fresh or older database
+        migrates it while the others wait, then find it at head. A database from before
+        Alembic is adopted by the initial revision (missing tables created, missing
+        nullable columns added); one lacking a NOT NULL column is refused with the list.
         """
         attempts = 1 if self.dialect in ("sqlite", "postgresql") else _GENERIC_ATTEMPTS
         for attempt in range(attempts):
             try:
                 with self._writing() as conn:
                     self._lock(conn, _SCHEMA_LOCK_NAME)
-                    schema.metadata.create_all(conn, checkfirst=True)
-                    self._verify_columns(conn)
+                    migrate.upgrade(conn)
                 break
             except DBAPIError:
                 # Generic dialects: another process created a table between our existence
@@ -324,41 +325,6 @@ class ResultsStore:
     def _ensure_ready(self) -> None:
         if not self._schema_ready:
             self.ensure_schema()
-
-    @staticmethod
-    def _verify_columns(conn: Connection) -> None:
-        """Add missing nullable columns; raise for any other missing column.
-
-        Schema changes are additive: a newer accelmatrix adds nullable columns (e.g.
-        ``runs.runtime_version``), which an older database gets with ``ALTER TABLE ... ADD
-        COLUMN`` here, in the schema transaction. A table that also lacks a NOT NULL column
-        predates anything this store can migrate, so nothing is altered and the error lists
-        every missing column.
-        """
-        from sqlalchemy.schema import CreateColumn
-
-        insp = inspect(conn)
-        problems = []
-        for table in schema.metadata.sorted_tables:
-            have = {c["name"] for c in insp.get_columns(table.name)}
-            missing = [c for c in table.columns if c.name not in have]
-            if not missing:
-                continue
-            if all(c.nullable and not c.primary_key for c in missing):
-                for col in missing:
-                    ddl = CreateColumn(col).compile(dialect=conn.dialect)
-                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
-                for index in table.indexes:  # e.g. ix_checks_benchmark on the new column
-                    index.create(conn, checkfirst=True)
-                continue
-            problems.append(f"{table.name}: {', '.join(c.name for c in missing)}")
-        if problems:
-            raise RuntimeError(
-                "the results database was created by an older accelmatrix and lacks columns ("
-                + "; ".join(problems)
-                + "): migrate it (ALTER TABLE ... ADD COLUMN) or point ACCELMATRIX_RESULTS_URL"
-                " at a new database"
-            )
 
     # ----------------------------------------------------------------------------- validation
 
