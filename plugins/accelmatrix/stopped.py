@@ -35,12 +35,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from accelmatrix.cell_state import IN_FLIGHT, CellState
+
 log = logging.getLogger(__name__)
 
-STOPPED = "cancelled"
-# Cell states written before a step learned its outcome: a cell still in one of these once
-# its tasks are over was cut short (or its worker died) and never got a verdict.
-IN_FLIGHT = frozenset({"planned", "provisioning", "provisioned", "setup", "running"})
+STOPPED = CellState.CANCELLED
+# IN_FLIGHT (from accelmatrix.cell_state): a cell still in one of these once its tasks are
+# over was cut short (or its worker died) and never got a verdict.
+__all__ = ["IN_FLIGHT", "STOPPED", "describe", "owner_states", "settle_cell"]
 
 
 def describe(states: dict[str, str | None]) -> str:
@@ -65,7 +67,7 @@ def settle_cell(store: Any, dag_id: str, run_id: str, cell_id: str, message: str
     from accelmatrix.lifecycle import utcnow
 
     fields: dict[str, Any] = {"state": STOPPED, "message": message[:2000]}
-    if row.get("state") == "running":
+    if row.get("state") == CellState.RUNNING:
         fields["run_ended_at"] = utcnow()
     store.upsert_cell(dag_id, run_id, cell_id, **fields)
     return True

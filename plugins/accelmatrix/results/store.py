@@ -32,6 +32,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -393,6 +394,8 @@ class ResultsStore:
             elif isinstance(ctype, String):
                 if isinstance(v, os.PathLike):
                     v = os.fspath(v)  # data_docs is a path; Path objects are the natural input
+                if isinstance(v, Enum):
+                    v = v.value  # CellState / RunState: store the plain string, as always
                 if not isinstance(v, str):
                     raise bad
                 if ctype.length is not None and len(v) > ctype.length:
