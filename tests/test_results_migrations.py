@@ -53,6 +53,8 @@ def test_database_of_c367b2a_is_upgraded_with_its_rows_intact(tmp_path: Path) ->
         conn.executescript(DUMP.read_text())
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "alembic_version" not in tables and "runs" in tables
+    with sqlite3.connect(db) as conn:  # c367b2a had no alerts.issues (revision 0002)
+        assert "issues" not in {r[1] for r in conn.execute("PRAGMA table_info(alerts)")}
 
     store = ResultsStore(f"sqlite:///{db}")
     store.ensure_schema()
@@ -94,6 +96,7 @@ def test_database_of_c367b2a_is_upgraded_with_its_rows_intact(tmp_path: Path) ->
     assert store.get_series_status(DAG)[0]["last_logical_date"] == T0
     alert = store.get_alert(DAG, "model=tiny-wide")
     assert (alert["status"], alert["recurrences"]) == ("open", 2)
+    assert alert["issues"] is None  # 0002's column, added to the old row as NULL
     (reaped,) = store.get_reaped()
     assert reaped["labels"] == {"accelmatrix-dag": "nightly_perf"}
 

@@ -847,7 +847,7 @@ def _history_and_alerts(
             )
         sinks = suite.notify.alerts if suite.notify else []
         if sinks and events:
-            alerts.deliver(sinks, events)
+            alerts.deliver(sinks, events, store)
     except Exception:  # noqa: BLE001 - same: alerts are advisory
         log.exception("alerts of %s not updated", ref.dag_id)
 
