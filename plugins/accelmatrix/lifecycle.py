@@ -9,7 +9,6 @@ overwrites its own row instead of adding one.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -27,27 +26,14 @@ from accelmatrix.backends.base import CellContext, get_backend
 from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState, RunState
 from accelmatrix.spec.templating import render_tree
 
+# The per-process store lives in accelmatrix.store_access; the name stays importable here.
+from accelmatrix.store_access import results_store  # noqa: F401
+
 log = logging.getLogger(__name__)
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def results_store():
-    """One store (one engine, one schema check) per results URL per process.
-
-    Every step writes several times; building an engine and re-checking the schema under
-    a write lock for each write would put that on every task's hot path.
-    """
-    return _store_for(settings.results_url())
-
-
-@functools.cache
-def _store_for(url: str):
-    from accelmatrix.results.store import ResultsStore
-
-    return ResultsStore(url)
 
 
 @dataclass
@@ -200,7 +186,7 @@ def _cell_context(cell: dict[str, Any], ref: RunRef) -> CellContext:
 
 def owner_labels(ref: RunRef) -> dict[str, str]:
     """Labels naming the task instances that own a cell's resource (read by the janitor)."""
-    from accelmatrix.janitor import OWNER_GROUP_LABEL, OWNER_INDEX_LABEL
+    from accelmatrix.airflow_state import OWNER_GROUP_LABEL, OWNER_INDEX_LABEL
 
     if ref.task_group is None or ref.map_index is None:
         return {}
