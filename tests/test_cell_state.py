@@ -38,6 +38,8 @@ def test_every_state_literal_the_steps_write_is_a_member() -> None:
     for path in PLUGIN.rglob("*.py"):
         if path.parts[-2] in ("backends", "testing"):  # runner/node states, not cell states
             continue
+        if path.name == "notifiers.py":  # GitHub issue states (open/closed)
+            continue
         for m in re.finditer(r"\bstate=\"([a-z_]+)\"", path.read_text()):
             written.setdefault(m.group(1), path.name)
     assert {s: f for s, f in written.items() if s not in known} == {}
