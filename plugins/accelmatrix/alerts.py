@@ -118,15 +118,18 @@ def update_alerts(
     return events
 
 
-def deliver(sinks: list[Any], events: list[dict[str, Any]]) -> int:
-    """Send every event to every sink; failures are logged (an alert never fails a run)."""
+def deliver(sinks: list[Any], events: list[dict[str, Any]], store: Any = None) -> int:
+    """Send every event to every sink; failures are logged (an alert never fails a run).
+
+    ``store``: where a GitHub sink with a repo keeps the alert's issue number (so the
+    resolution closes that issue); without it each event stands alone."""
     from accelmatrix import notify
 
     sent = 0
     for ev in events:
         for sink in sinks:
             try:
-                notify.send_alert(sink, ev)
+                notify.send_alert(sink, ev, store)
                 sent += 1
             except Exception as e:  # noqa: BLE001 - the verdict stands whatever a sink does
                 log.error(

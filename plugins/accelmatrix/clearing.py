@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accelmatrix.janitor import FINISHED_TI_STATES, OwnerLookup, SdkOwnerLookup
+from accelmatrix.airflow_state import FINISHED_TI_STATES, OwnerLookup, SdkOwnerLookup
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ overwrites its own row instead of adding one.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -24,29 +23,17 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix import settings
 from accelmatrix.backends.base import CellContext, get_backend
+from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState, RunState
 from accelmatrix.spec.templating import render_tree
+
+# The per-process store lives in accelmatrix.store_access; the name stays importable here.
+from accelmatrix.store_access import results_store  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def results_store():
-    """One store (one engine, one schema check) per results URL per process.
-
-    Every step writes several times; building an engine and re-checking the schema under
-    a write lock for each write would put that on every task's hot path.
-    """
-    return _store_for(settings.results_url())
-
-
-@functools.cache
-def _store_for(url: str):
-    from accelmatrix.results.store import ResultsStore
-
-    return ResultsStore(url)
 
 
 @dataclass
@@ -78,21 +65,8 @@ class RunRef:
         )
 
 
-EARLIER_FAILURES = (
-    "setup_failed",
-    "timed_out",
-    "hung",
-    "infra_failed",
-    "run_failed",
-    "preflight_failed",
-    "cancelled",  # stopped from outside (accelmatrix.stopped)
-    "collect_failed",  # the collect step crashed or lost metrics: the checks saw too little
-    "evaluation_failed",  # the checks could not run at all (record_evaluation_error)
-)
-
-
-# Cell states before the workload started: evaluated in one of these, the cell never ran.
-NEVER_RAN = ("planned", "provisioning", "provisioned", "setup")
+# The cell state groups (EARLIER_FAILURES, NEVER_RAN) live in accelmatrix.cell_state, the
+# one list of states; the names are kept here for callers of lifecycle.
 
 
 class CellFailed(AirflowFailException):
@@ -147,7 +121,7 @@ def plan_run(
     removed = store.reset_run(ref.dag_id, ref.run_id)
     if removed:
         log.info("re-run: replaced %d row(s) of the previous attempt of this run", removed)
-    store.upsert_run(ref.dag_id, ref.run_id, state="running", finished_at=None, **run_fields)
+    store.upsert_run(ref.dag_id, ref.run_id, state=RunState.RUNNING, finished_at=None, **run_fields)
     for cell in plan.cells:
         store.upsert_cell(
             ref.dag_id,
@@ -158,7 +132,7 @@ def plan_run(
             machine=cell.machine,
             backend=cell.backend,
             quarantined=cell.quarantined,
-            state="planned",
+            state=CellState.PLANNED,
         )
     for ex in plan.excluded:
         store.upsert_cell(
@@ -166,7 +140,7 @@ def plan_run(
             ref.run_id,
             ex.id,
             axes=ex.axes,
-            state="excluded",
+            state=CellState.EXCLUDED,
             excluded_reason=ex.reason,
         )
     return [c.to_dict() for c in plan.cells]
@@ -189,7 +163,7 @@ def _check_budget(suite, plan, params, ref: RunRef, run_fields: dict[str, Any]) 
         )
     except BudgetExceeded as e:
         results_store().upsert_run(
-            ref.dag_id, ref.run_id, state="over_budget", finished_at=utcnow(), **run_fields
+            ref.dag_id, ref.run_id, state=RunState.OVER_BUDGET, finished_at=utcnow(), **run_fields
         )
         raise PlanRejected(str(e)) from None
     log.info("estimated cost %.4f USD within the budget of %.2f USD (%s)", estimate, limit, source)
@@ -212,7 +186,7 @@ def _cell_context(cell: dict[str, Any], ref: RunRef) -> CellContext:
 
 def owner_labels(ref: RunRef) -> dict[str, str]:
     """Labels naming the task instances that own a cell's resource (read by the janitor)."""
-    from accelmatrix.janitor import OWNER_GROUP_LABEL, OWNER_INDEX_LABEL
+    from accelmatrix.airflow_state import OWNER_GROUP_LABEL, OWNER_INDEX_LABEL
 
     if ref.task_group is None or ref.map_index is None:
         return {}
@@ -223,7 +197,11 @@ def begin_provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     """Start provisioning: the resource, or a pending record to wait on (see ProvisionOperator)."""
     store = results_store()
     store.upsert_cell(
-        ref.dag_id, ref.run_id, cell["id"], state="provisioning", provision_started_at=utcnow()
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        state=CellState.PROVISIONING,
+        provision_started_at=utcnow(),
     )
     backend = get_backend(cell["machine_spec"])
     try:
@@ -268,7 +246,7 @@ def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str
         reason,
     )
     results_store().upsert_cell(
-        dag_id, run_id, cell_id, state="infra_failed", message=f"provision failed: {reason}"
+        dag_id, run_id, cell_id, state=CellState.INFRA_FAILED, message=f"provision failed: {reason}"
     )
 
 
@@ -276,7 +254,7 @@ def _provisioned(
     cell: dict[str, Any], ref: RunRef, kind: str, resource: dict[str, Any]
 ) -> dict[str, Any]:
     results_store().upsert_cell(
-        ref.dag_id, ref.run_id, cell["id"], state="provisioned", provisioned_at=utcnow()
+        ref.dag_id, ref.run_id, cell["id"], state=CellState.PROVISIONED, provisioned_at=utcnow()
     )
     log.info("provisioned %s resource %s", kind, resource["name"])
     return resource
@@ -289,11 +267,11 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
     store = results_store()
     if not wl["setup"] and not wl.get("services"):
         log.info("no setup commands")
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup")
+        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=CellState.SETUP)
         return
     backend = get_backend(cell["machine_spec"])
     variables = backend.variables(resource)
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup")
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=CellState.SETUP)
     try:
         backend.setup(
             resource,
@@ -310,14 +288,16 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
                 lambda line: log.info("%s", line),
             )
     except SetupFailed as e:
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="setup_failed", message=str(e))
+        store.upsert_cell(
+            ref.dag_id, ref.run_id, cell["id"], state=CellState.SETUP_FAILED, message=str(e)
+        )
         raise
     except InfrastructureError as e:  # the machine failed during setup, not the commands
         store.upsert_cell(
             ref.dag_id,
             ref.run_id,
             cell["id"],
-            state="infra_failed",
+            state=CellState.INFRA_FAILED,
             message=f"infrastructure failure during setup: {e}",
         )
         raise
@@ -352,17 +332,17 @@ def record_run_outcome(
         (int(c.get("expected", 0)) for c in cell["checks"] if c.get("type") == "exit_status"), 0
     )
     if status == "timeout":
-        state = "timed_out"
+        state = CellState.TIMED_OUT
         msg = f"workload timed out after {cell['workload']['timeout']} s and was killed"
     elif status == "hung":
-        state, msg = "hung", f"workload {event.get('detail')}; it was killed"
+        state, msg = CellState.HUNG, f"workload {event.get('detail')}; it was killed"
     elif status == "infra_failed":
-        state, msg = "infra_failed", f"infrastructure failure: {event.get('detail')}"
+        state, msg = CellState.INFRA_FAILED, f"infrastructure failure: {event.get('detail')}"
     elif exit_code != expected:
-        state = "run_failed"
+        state = CellState.RUN_FAILED
         msg = f"workload exited with {exit_code}, expected {expected} ({event.get('detail')})"
     else:
-        state, msg = "ran", f"workload exited {exit_code} as expected"
+        state, msg = CellState.RAN, f"workload exited {exit_code} as expected"
     store = results_store()
     row = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
     from accelmatrix.stopped import STOPPED
@@ -381,7 +361,7 @@ def record_run_outcome(
         run_ended_at=utcnow(),
         exit_code=exit_code,
         state=state,
-        message="" if state == "ran" else msg,
+        message="" if state == CellState.RAN else msg,
     )
     return state, msg
 
@@ -409,9 +389,11 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
         record_collect_failure(cell, ref, message)
         raise CollectFailed(f"cell {cell['id']}: collect failed: {message}"[:4000])
     prior = results_store().get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
-    if prior.get("state") == "collect_failed":  # an earlier attempt crashed, this one worked
+    if (
+        prior.get("state") == CellState.COLLECT_FAILED
+    ):  # an earlier attempt crashed, this one worked
         results_store().upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], state="collected", message=""
+            ref.dag_id, ref.run_id, cell["id"], state=CellState.COLLECTED, message=""
         )
     return result
 
@@ -419,7 +401,7 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
 def record_collect_failure(cell: dict[str, Any], ref: RunRef, error: str) -> None:
     """State ``collect_failed``, message "collect failed: <error>"; a more specific earlier
     failure (a timeout, a failed setup) keeps its state and gets the error appended."""
-    _record_step_failure(cell, ref, "collect_failed", f"collect failed: {error}")
+    _record_step_failure(cell, ref, CellState.COLLECT_FAILED, f"collect failed: {error}")
 
 
 def _record_step_failure(cell: dict[str, Any], ref: RunRef, state: str, message: str) -> None:
@@ -564,19 +546,19 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
         # Its machine never got to run the workload (Airflow failed or skipped the provision
         # or setup task without a word to the store): an infrastructure failure, not checks
         # failing on outputs that never existed.
-        earlier = "infra_failed"
+        earlier = CellState.INFRA_FAILED
         prior = {
             "message": f"the workload never ran: the cell stopped at {prior['state']!r} "
             "(its provision or setup task did not finish)"
         }
     if result["passed"] and earlier is None:
-        state = "passed"
+        state = CellState.PASSED
     else:
-        state = earlier or "failed"
+        state = earlier or CellState.FAILED
     message = "; ".join(f"{v['check_name']}: {v['message']}" for v in failed)[:2000]
     for w in result.get("warnings") or []:
         log.warning("cell %s: %s", cell["id"], w)
-    if state == "passed" and result.get("warnings"):
+    if state == CellState.PASSED and result.get("warnings"):
         message = "; ".join(result["warnings"])[:2000]  # passed, with warnings
     if earlier and prior.get("message"):
         message = f"{prior['message']}; {message}"
@@ -588,7 +570,7 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
         message=message,
         data_docs=result["data_docs"],
     )
-    if state != "passed":
+    if state != CellState.PASSED:
         raise CellFailed(
             f"cell {cell['id']} {state}: {len(failed)} of {len(result['verdicts'])} check(s) "
             "failed" + (": " + ", ".join(v["check_name"] for v in failed) if failed else "")
@@ -600,7 +582,9 @@ def record_evaluation_error(cell: dict[str, Any], ref: RunRef, error: str) -> No
     """The checks could not run (Great Expectations crashed, the trigger failed): the cell
     gets ``evaluation_failed`` and "evaluation could not run: <error>", never a stale state
     that could pass. Called by the evaluate task and trigger; idempotent."""
-    _record_step_failure(cell, ref, "evaluation_failed", f"evaluation could not run: {error}")
+    _record_step_failure(
+        cell, ref, CellState.EVALUATION_FAILED, f"evaluation could not run: {error}"
+    )
 
 
 # -- teardown -----------------------------------------------------------------------------
@@ -677,7 +661,7 @@ def gate(
     failed, quarantined_failed, passed = [], [], []
     for c in planned:
         state = (rows.get(c["id"]) or {}).get("state", "missing")
-        if state == "passed":
+        if state == CellState.PASSED:
             passed.append(c["id"])
         elif c["quarantined"]:
             quarantined_failed.append((c["id"], state))
@@ -689,7 +673,10 @@ def gate(
         "quarantined_failed": [f"{i} ({s})" for i, s in quarantined_failed],
     }
     store.upsert_run(
-        ref.dag_id, ref.run_id, state="failed" if failed else "passed", finished_at=utcnow()
+        ref.dag_id,
+        ref.run_id,
+        state=RunState.FAILED if failed else RunState.PASSED,
+        finished_at=utcnow(),
     )
     from accelmatrix.report_html import write_run_index
 
@@ -846,7 +833,7 @@ def _history_and_alerts(
             )
         sinks = suite.notify.alerts if suite.notify else []
         if sinks and events:
-            alerts.deliver(sinks, events)
+            alerts.deliver(sinks, events, store)
     except Exception:  # noqa: BLE001 - same: alerts are advisory
         log.exception("alerts of %s not updated", ref.dag_id)
 
@@ -886,7 +873,7 @@ def _notify(
     payload = notify.build_payload(
         dag_id=ref.dag_id,
         run_id=ref.run_id,
-        state="failed" if failed else "passed",
+        state=RunState.FAILED if failed else RunState.PASSED,
         failed_cells=failed_cells,
         git_ref=run.get("git_ref"),
         cost=cost,

@@ -6,7 +6,9 @@ failed checks, and the failed tests by name (read from the cells' JUnit reports)
 reader knows what broke without opening anything. Sent once per run, by the gate.
 
 The target comes from an Airflow connection (see spec/notify.py), the run link from Airflow's
-``[api] base_url``. Plain ``urllib``: no shell, no extra dependency.
+``[api] base_url``. Delivery goes through Airflow notifiers (accelmatrix.notifiers: the http
+provider's HttpHook with retries, the github provider for issues). ``post_json`` stays a
+one-shot ``urllib`` POST for callers that hold a URL rather than a connection.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
+from accelmatrix.notifiers import GithubIssueNotifier, HttpJsonNotifier, NotifyError
 from accelmatrix.spec.notify import WebhookNotify
 
 log = logging.getLogger(__name__)
@@ -27,8 +30,7 @@ __all__ = ["NotifyError", "build_payload", "post_json", "run_url", "send_webhook
 MAX_TESTS_PER_CELL = 50
 
 
-class NotifyError(RuntimeError):
-    """The webhook could not be reached or refused the notification."""
+# NotifyError is defined with the notifiers (which raise it) and re-exported here.
 
 
 def run_url(dag_id: str, run_id: str, base_url: str | None = None) -> str:
@@ -122,10 +124,13 @@ def build_payload(
 
 
 def send_webhook(spec: WebhookNotify, payload: dict[str, Any]) -> int:
-    url, headers = webhook_target(spec.conn_id)
-    status = post_json(url, payload, headers, spec.timeout_seconds)
-    log.info("notified webhook %s (HTTP %s)", spec.conn_id, status)
-    return status
+    """POST the run summary through the connection, retrying 5xx/429/unreachable."""
+    notifier = HttpJsonNotifier(
+        http_conn_id=spec.conn_id, payload=payload, timeout=spec.timeout_seconds
+    )
+    notifier.notify({})
+    log.info("notified webhook %s (HTTP %s)", spec.conn_id, notifier.status)
+    return int(notifier.status or 0)
 
 
 # -- per-cell alerts (accelmatrix.alerts decides when; these say what) ---------------------
@@ -173,8 +178,8 @@ def slack_payload(alert: dict[str, Any]) -> dict[str, Any]:
 
 
 def github_payload(alert: dict[str, Any], labels: list[str]) -> dict[str, Any]:
-    """GitHub "create an issue" body. A resolution is sent as its own (labelled) issue
-    body too: closing the original needs its number, which a webhook sink does not keep."""
+    """GitHub "create an issue" body, for a github sink without ``repo`` (each event POSTed
+    as a new issue). A sink with ``repo`` keeps one issue per alert (send_github_issue)."""
     title, body = alert_text(alert)
     return {
         "title": title[:256],
@@ -183,16 +188,71 @@ def github_payload(alert: dict[str, Any], labels: list[str]) -> dict[str, Any]:
     }
 
 
-def send_alert(sink: Any, alert: dict[str, Any]) -> int:
-    """POST one alert event to one sink (spec.notify.AlertSink) in its format."""
-    url, headers = webhook_target(sink.conn_id)
+def issue_key(sink: Any) -> str:
+    """Key of a sink's issue in ``alerts.issues``."""
+    return f"{sink.conn_id}:{sink.repo}"
+
+
+def send_github_issue(sink: Any, alert: dict[str, Any], store: Any = None) -> int | None:
+    """Keep the alert's one issue in ``sink.repo`` in step; returns its number.
+
+    opened: a new issue (a re-opened alert gets a new one; the old stays closed);
+    recurred (escalated to a regression): a comment on the open issue; resolved: a comment,
+    then the issue is closed, never a new issue. The number lives in the alert's row
+    (``alerts.issues``), so the gate of a later run finds it.
+    """
+    title, body = alert_text(alert)
+    body = body.replace("*", "**")
+    row = store.get_alert(alert["dag_id"], alert["cell_id"]) if store is not None else None
+    issues = dict((row or {}).get("issues") or {})
+    key = issue_key(sink)
+    number = None if alert["event"] == "opened" else issues.get(key)
+    if number is None and alert["event"] == "resolved":
+        log.info("alert %s resolved: no issue of %s to close", alert["cell_id"], key)
+        return None
+    notifier = GithubIssueNotifier(
+        github_conn_id=sink.conn_id,
+        repo=sink.repo,
+        title=title[:256],
+        body=body,
+        labels=[*sink.labels, alert["kind"]],
+        issue_number=number,
+        close=alert["event"] == "resolved",
+    )
+    notifier.notify({})
+    if store is not None and notifier.issue_number != number:
+        issues[key] = notifier.issue_number
+        store.upsert_alert(alert["dag_id"], alert["cell_id"], issues=issues)
+    log.info(
+        "alert %s %s: issue %s#%s",
+        alert["cell_id"],
+        alert["event"],
+        sink.repo,
+        notifier.issue_number,
+    )
+    return notifier.issue_number
+
+
+def send_alert(sink: Any, alert: dict[str, Any], store: Any = None) -> int:
+    """Deliver one alert event to one sink (spec.notify.AlertSink) in its format."""
+    if sink.format == "github" and sink.repo:
+        send_github_issue(sink, alert, store)
+        return 200
+    headers: dict[str, str] = {}
     if sink.format == "github":
         payload = github_payload(alert, list(sink.labels))
-        headers = {**headers, "Accept": "application/vnd.github+json"}
+        headers["Accept"] = "application/vnd.github+json"
     else:
         payload = slack_payload(alert)
-    status = post_json(url, payload, headers, sink.timeout_seconds)
-    log.info(
-        "alert %s %s sent to %s (HTTP %s)", alert["cell_id"], alert["event"], sink.conn_id, status
+    notifier = HttpJsonNotifier(
+        http_conn_id=sink.conn_id, payload=payload, headers=headers, timeout=sink.timeout_seconds
     )
-    return status
+    notifier.notify({})
+    log.info(
+        "alert %s %s sent to %s (HTTP %s)",
+        alert["cell_id"],
+        alert["event"],
+        sink.conn_id,
+        notifier.status,
+    )
+    return int(notifier.status or 0)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix import settings
+from accelmatrix.cell_state import CellState
 from accelmatrix.spec.preflight import (
     CommandPreflight,
     ConnectionPreflight,
@@ -220,6 +221,6 @@ def preflight_step(
     message = f"not run: preflight failed: {report.summary()}"[:2000]
     for cell in planned:
         store.upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], state="preflight_failed", message=message
+            ref.dag_id, ref.run_id, cell["id"], state=CellState.PREFLIGHT_FAILED, message=message
         )
     raise CellFailed(report.table())

@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
+
+from accelmatrix.cell_state import IN_FLIGHT, CellState
 
 log = logging.getLogger(__name__)
 
-STOPPED = "cancelled"
-# Cell states written before a step learned its outcome: a cell still in one of these once
-# its tasks are over was cut short (or its worker died) and never got a verdict.
-IN_FLIGHT = frozenset({"planned", "provisioning", "provisioned", "setup", "running"})
+STOPPED = CellState.CANCELLED
+# IN_FLIGHT (from accelmatrix.cell_state): a cell still in one of these once its tasks are
+# over was cut short (or its worker died) and never got a verdict.
+__all__ = ["IN_FLIGHT", "STOPPED", "describe", "owner_states", "settle_cell"]
 
 
 def describe(states: dict[str, str | None]) -> str:
@@ -62,11 +65,9 @@ def settle_cell(store: Any, dag_id: str, run_id: str, cell_id: str, message: str
     row = store.get_cell(dag_id, run_id, cell_id)
     if row is None or row.get("state") not in IN_FLIGHT:
         return False
-    from accelmatrix.lifecycle import utcnow
-
     fields: dict[str, Any] = {"state": STOPPED, "message": message[:2000]}
-    if row.get("state") == "running":
-        fields["run_ended_at"] = utcnow()
+    if row.get("state") == CellState.RUNNING:
+        fields["run_ended_at"] = datetime.now(UTC)
     store.upsert_cell(dag_id, run_id, cell_id, **fields)
     return True
 
@@ -74,7 +75,7 @@ def settle_cell(store: Any, dag_id: str, run_id: str, cell_id: str, message: str
 def owner_states(dag_id: str, run_id: str, task_group: str, map_index: int) -> dict[str, Any]:
     """State of each task of one cell through the Task SDK (inside a task or trigger);
     empty when they cannot be read (under ``dag.test()`` some calls are missing)."""
-    from accelmatrix.janitor import SdkOwnerLookup
+    from accelmatrix.airflow_state import SdkOwnerLookup
 
     try:
         return SdkOwnerLookup().cell_states(dag_id, run_id, task_group, map_index)
@@ -99,7 +100,7 @@ def stop_workload(
     (blocking from a thread, or ``asend``) did not answer from inside on_kill on 3.3.2.
     """
     from accelmatrix.backends.base import get_backend
-    from accelmatrix.lifecycle import results_store
+    from accelmatrix.store_access import results_store
 
     why = "run task marked failed/success or cleared from outside (REST/UI), or its run deleted"
     say(f"{cell['id']}: {why}; cancelling the workload {_handle_name(handle)}")

@@ -244,9 +244,9 @@ def maintenance_classify(*, now: datetime | None = None) -> dict[str, dict[str, 
     with its own ``regression:`` rules when its suite file still exists (defaults if not)."""
     from accelmatrix import settings
     from accelmatrix.history.series import classify_suite, rules_of
-    from accelmatrix.lifecycle import results_store
     from accelmatrix.spec.loader import SuiteError, load_suite
     from accelmatrix.spec.suite import RegressionRules
+    from accelmatrix.store_access import results_store
 
     store = results_store()
     out: dict[str, dict[str, int]] = {}

@@ -74,7 +74,7 @@ def history(
     import pandas as pd
 
     if store is None:
-        from accelmatrix.lifecycle import results_store
+        from accelmatrix.store_access import results_store
 
         store = results_store()
     raw = store.history_rows(

@@ -19,14 +19,15 @@ exception parsed from gcloud's ``ERROR: (gcloud.<command>) ...`` line:
 
 Quota, stockout and timeout errors are also ``InfrastructureError`` (the machine failed us).
 
-Credentials. Production: ``GoogleBaseHook(gcp_conn_id).provide_authorized_gcloud()`` from
-apache-airflow-providers-google; it points ``CLOUDSDK_CONFIG`` at a temporary directory,
-activates the connection's key (``gcloud auth activate-service-account``, or the ADC refresh
-token) and sets ``core/project``, all through ``os.environ``, which the gcloud children
-inherit. Enter :meth:`TpuVmHook.authorized` once around a sequence of calls to pay that
-(a few gcloud runs) once; a call outside it authorizes for itself. Tests and other
-environments that configure gcloud themselves pass ``env=`` (merged over ``os.environ``) or
-set ``ACCELMATRIX_GCLOUD_AUTH=env``: then no Airflow connection is looked up at all.
+Credentials. Every gcloud run gets its credentials and configuration through its own
+subprocess environment (``env=``), never through ``os.environ``: a triggerer runs many cells'
+triggers as threads of one process, and a process-wide variable would hand one cell's
+credentials to another's gcloud. Production: the hook's Airflow GCP connection is read with
+the google provider's ``GoogleBaseHook`` and authorized once per hook into a private gcloud
+configuration (:mod:`accelmatrix.hooks.gcloud_env`, which says why not
+``provide_authorized_gcloud()``). Tests and other environments that configure gcloud
+themselves pass ``env=`` (merged over ``os.environ``) or set ``ACCELMATRIX_GCLOUD_AUTH=env``:
+then no Airflow connection is looked up at all.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -49,17 +51,11 @@ from accelmatrix.backends.tpu_names import (
     is_valid_label_value,
     is_valid_name,
 )
+from accelmatrix.hooks.gcloud_env import GcloudAuth, inherited_env
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 600.0
-# gcloud settings that hold in every environment: never prompt, never check for updates.
-BASE_ENV = {
-    "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-    "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "true",
-}
-# Variables of our own (venv) Python that must not leak into gcloud's bundled Python.
-DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
 AUTH_MODE_ENV = "ACCELMATRIX_GCLOUD_AUTH"
 ZONE_RE = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
 VALUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
@@ -246,8 +242,8 @@ class TpuVmHook:
         self.gcloud = gcloud or shutil.which("gcloud") or "gcloud"
         self.timeout = timeout
         self.calls: list[dict[str, Any]] = []  # (command, seconds, returncode) per gcloud run
-        self._auth_depth = 0
-        self._auth_stack: contextlib.ExitStack | None = None
+        self._auth: GcloudAuth | None = None
+        self._auth_lock = threading.Lock()
 
     # -- credentials -------------------------------------------------------------------------
     @property
@@ -256,42 +252,50 @@ class TpuVmHook:
 
     @contextlib.contextmanager
     def authorized(self) -> Iterator[TpuVmHook]:
-        """Run the enclosed calls with the connection's credentials (re-entrant)."""
-        if self._auth_depth == 0 and self.uses_airflow_connection:
-            from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+        """Authorize now (once per hook) and run the enclosed calls with it.
 
-            from accelmatrix.masking import mask_connection
+        Kept as a context for the callers that group calls with it; the authorization
+        outlives it (until :meth:`close`), so no call in or out of it authorizes again.
+        """
+        self._child_env()
+        yield self
 
-            mask_connection(self.gcp_conn_id)
-            stack = contextlib.ExitStack()
-            base = GoogleBaseHook(gcp_conn_id=self.gcp_conn_id)
-            if self.project_id is None:
-                self.project_id = base.project_id
-            stack.enter_context(base.provide_authorized_gcloud())
-            self._auth_stack = stack
-        self._auth_depth += 1
-        try:
-            yield self
-        finally:
-            self._auth_depth -= 1
-            if self._auth_depth == 0 and self._auth_stack is not None:
-                stack, self._auth_stack = self._auth_stack, None
-                stack.close()
+    def close(self) -> None:
+        """Remove the hook's private gcloud configuration, if it made one."""
+        if self._auth is not None:
+            self._auth.close()
+
+    @property
+    def authentications(self) -> int:
+        """How often this hook authorized gcloud (0 or 1)."""
+        return self._auth.authentications if self._auth is not None else 0
+
+    def _child_env(self) -> dict[str, str]:
+        """The environment of one gcloud child: a new dict per call, os.environ untouched."""
+        if not self.uses_airflow_connection:
+            env = inherited_env()
+            env.update(self.env or {})
+            return env
+        with self._auth_lock:
+            if self._auth is None:
+                self._auth = GcloudAuth(
+                    self.gcp_conn_id, gcloud=self.gcloud, project_id=self.project_id
+                )
+        env = self._auth.env()
+        if self.project_id is None:
+            self.project_id = self._auth.project_id
+        return env
 
     # -- running gcloud ----------------------------------------------------------------------
     def run(self, args: list[str], *, timeout: float | None = None) -> Any:
         """``gcloud ARGS --format=json --quiet``; the parsed stdout (None when empty)."""
-        with self.authorized():
-            return self._run(args, timeout=timeout)
+        return self._run(args, timeout=timeout)
 
     def _run(self, args: list[str], *, timeout: float | None) -> Any:
+        env = self._child_env()
         argv = [self.gcloud, *args, "--format=json", "--quiet"]
         if self.project_id:
             argv.append(f"--project={self.project_id}")
-        env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
-        env.update(BASE_ENV)
-        if self.env:
-            env.update(self.env)
         command = " ".join(a for a in args if not a.startswith("-"))
         limit = self.timeout if timeout is None else timeout
         t0 = time.monotonic()

@@ -38,6 +38,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
+from accelmatrix.cell_state import CellState
+
 # Airflow caps dag_id/run_id at 250 characters; cell ids join every axis label, so they get
 # more room. Lengths are enforced in Python too (see store.py) so an over-long id fails the
 # same way on SQLite, which ignores VARCHAR lengths, as on PostgreSQL, which does not.
@@ -182,7 +184,7 @@ cells = Table(
     Column("backend", String(LABEL_LEN), nullable=True),
     Column("quarantined", Boolean, nullable=False, default=False),
     Column("excluded_reason", Text, nullable=True),
-    Column("state", String(LABEL_LEN), nullable=False, default="planned"),
+    Column("state", String(LABEL_LEN), nullable=False, default=CellState.PLANNED.value),
     Column("message", Text, nullable=False, default=""),
     Column("attempt", Integer, nullable=False, default=0),
     Column("exit_code", Integer, nullable=True),
@@ -276,6 +278,9 @@ alerts = Table(
     Column("last_state", String(LABEL_LEN), nullable=True),
     Column("message", Text, nullable=False, default=""),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
+    # GitHub issues of this alert, {"<conn_id>:<owner>/<repo>": number}: so a recurrence
+    # comments on and a resolution closes the issue the opening created (notify.py).
+    Column("issues", JsonText, nullable=True),
     PrimaryKeyConstraint("dag_id", "cell_id", name="pk_alerts"),
 )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 __all__ = ["AlertSink", "Notify", "WebhookNotify"]
 
@@ -47,8 +47,19 @@ class AlertSink(BaseModel):
 
     conn_id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Airflow HTTP connection id")
     format: Literal["slack", "github"] = "slack"
+    # github only: with a repo the alert is ONE issue of OWNER/REPO managed through the
+    # github provider (conn_id is then a GitHub connection: token as password, host for
+    # GitHub Enterprise); a recurrence comments on it and a resolution closes it. Without,
+    # each event is POSTed to the HTTP connection's issues endpoint (a new issue each).
+    repo: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
     timeout_seconds: PositiveInt = 10
     labels: list[str] = Field(default_factory=lambda: ["accelmatrix"])
+
+    @model_validator(mode="after")
+    def _repo_only_for_github(self) -> AlertSink:
+        if self.repo and self.format != "github":
+            raise ValueError("repo is for format: github only")
+        return self
 
 
 class Notify(BaseModel):

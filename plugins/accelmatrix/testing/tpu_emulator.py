@@ -44,6 +44,7 @@ Modelling choices worth knowing:
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import json
 import os
@@ -583,14 +584,29 @@ class TpuEmulator:
 
     # -- API ---------------------------------------------------------------------------------
     def handle(
-        self, method: str, path: str, query: dict[str, str], body: Any
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        body: Any,
+        authorization: str | None = None,
     ) -> tuple[int, dict[str, Any]]:
-        """Route one request; returns (HTTP status, JSON body). Thread safe."""
+        """Route one request; returns (HTTP status, JSON body). Thread safe.
+
+        ``authorization`` (the request's header) is logged with it: tests read which
+        credentials each call carried."""
         with self._lock:
             if path.startswith("/_emulator/"):
                 return self._control(method, path, body)
             self._log.append(
-                {"method": method, "path": path, "query": query, "body": body, "time": time.time()}
+                {
+                    "method": method,
+                    "path": path,
+                    "query": query,
+                    "body": body,
+                    "time": time.time(),
+                    "authorization": authorization,
+                }
             )
             try:
                 self._tick()
@@ -807,6 +823,38 @@ class TpuEmulator:
         return 404, ApiError(404, "NOT_FOUND", f"No emulator endpoint {method} {path}").body()
 
 
+# OAuth 2.0 token endpoint of the emulator: a service account key whose ``token_uri`` is
+# ``<emulator url>token`` gets its access tokens here, so gcloud's real service-account
+# flow (activate-service-account, then a signed JWT exchanged for a token) runs offline.
+TOKEN_PATH = "/token"
+
+
+def access_token_for(client_email: str) -> str:
+    """The access token the emulator issues to a service account: names it, so a test can
+    tell from a logged Authorization header whose credentials a call used."""
+    return f"emulator-token-for-{client_email}"
+
+
+def token_grant(raw: bytes) -> tuple[int, dict[str, Any]]:
+    """Answer a JWT-bearer grant (RFC 7523) with a token for the assertion's issuer.
+
+    The signature is not checked: the emulator proves which key gcloud used, not that the
+    key is genuine.
+    """
+    form = {k: v[-1] for k, v in parse_qs(raw.decode()).items()}
+    try:
+        payload = form["assertion"].split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        issuer = str(claims["iss"])
+    except (KeyError, IndexError, ValueError) as e:
+        return 400, {"error": "invalid_grant", "error_description": f"bad assertion: {e}"}
+    return 200, {
+        "access_token": access_token_for(issuer),
+        "expires_in": 3600,
+        "token_type": "Bearer",
+    }
+
+
 def _make_handler(emu: TpuEmulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: gcloud reuses its connection
@@ -816,6 +864,9 @@ def _make_handler(emu: TpuEmulator) -> type[BaseHTTPRequestHandler]:
             query = {k: v[-1] for k, v in parse_qs(split.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if split.path == TOKEN_PATH:
+                self._send(*token_grant(raw))
+                return
             body: Any = None
             if raw:
                 try:
@@ -823,7 +874,13 @@ def _make_handler(emu: TpuEmulator) -> type[BaseHTTPRequestHandler]:
                 except ValueError:
                     self._send(400, ApiError(400, "INVALID_ARGUMENT", "body is not JSON").body())
                     return
-            status, out = emu.handle(self.command, unquote(split.path), query, body)
+            status, out = emu.handle(
+                self.command,
+                unquote(split.path),
+                query,
+                body,
+                authorization=self.headers.get("Authorization"),
+            )
             self._send(status, out)
 
         def _send(self, status: int, out: dict[str, Any]) -> None:

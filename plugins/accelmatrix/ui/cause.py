@@ -16,29 +16,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelmatrix.cell_state import WORKLOAD_FAILED, CellState
+
 # Where each failure shows up in Airflow: the task (step of the cell's mapped group, or a
 # run-level task) whose log holds the cause.
 STEP_OF_STATE = {
-    "setup_failed": "setup",
-    "run_failed": "run",
-    "timed_out": "run",
-    "hung": "run",
-    "failed": "evaluate",  # the checks: the verdict table is in the evaluate log
-    "collect_failed": "collect",
-    "evaluation_failed": "evaluate",
-    "cancelled": "run",
-    "preflight_failed": "preflight",
+    CellState.SETUP_FAILED: "setup",
+    CellState.RUN_FAILED: "run",
+    CellState.TIMED_OUT: "run",
+    CellState.HUNG: "run",
+    CellState.FAILED: "evaluate",  # the checks: the verdict table is in the evaluate log
+    CellState.COLLECT_FAILED: "collect",
+    CellState.EVALUATION_FAILED: "evaluate",
+    CellState.CANCELLED: "run",
+    CellState.PREFLIGHT_FAILED: "preflight",
 }
 RUN_LEVEL_STEPS = frozenset({"preflight", "plan", "gate"})
 # States whose cause is the workload's own exit: its last log line says most.
-WORKLOAD_STATES = frozenset({"run_failed", "timed_out", "hung"})
+WORKLOAD_STATES = WORKLOAD_FAILED
 MAX_LINE = 160
 TAIL_BYTES = 4096
 
 
 def failing_step(state: str, message: str) -> str:
     """The task whose log explains ``state`` (``run`` for anything unknown: the workload)."""
-    if state == "infra_failed":
+    if state == CellState.INFRA_FAILED:
         # record_provision_failure writes "provision failed: ...", setup's infrastructure
         # error "... during setup", the workload trigger "infrastructure failure: ...".
         if message.startswith("provision failed"):
@@ -93,7 +95,7 @@ def cause_lines(
     log_line: str | None,
 ) -> list[str]:
     """At most two lines saying why; empty for a passed, excluded or unfinished cell."""
-    if state in ("passed", "excluded"):
+    if state in (CellState.PASSED, CellState.EXCLUDED):
         return []
     if checks:
         lines = [c.line() for c in checks[:2]]

@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix import settings
+from accelmatrix import cell_state, settings
+from accelmatrix.cell_state import CellState, RunState
 from accelmatrix.ui.cause import (
     WORKLOAD_STATES,
     FailedCheck,
@@ -34,13 +35,11 @@ log = logging.getLogger(__name__)
 # What a cell's colour says, in the order the legend lists them.
 KINDS = ("passed", "failed", "infra", "cancelled", "quarantined", "flaky", "excluded", "pending")
 # States of a cell still on its way (not a verdict yet).
-PENDING_STATES = frozenset(
-    {"planned", "provisioning", "provisioned", "setup", "running", "ran", "exited", "collected"}
-)
+PENDING_STATES = cell_state.PENDING
 # A step of the cell's life crashed (lifecycle.collect, record_evaluation_error): shown as
 # failed like any other non-passed state, with the step in the state and the error in the
 # message.
-STEP_FAILED_STATES = frozenset({"collect_failed", "evaluation_failed"})
+STEP_FAILED_STATES = cell_state.STEP_FAILED
 # Series verdicts, most urgent first: the order trend charts pick series to draw in.
 STATUS_PRIORITY = ("regression", "flaky", "suspicious", "ok", "insufficient_data")
 DEFAULT_WINDOW_DAYS = 30
@@ -49,7 +48,10 @@ RUN_PICKER_LIMIT = 100
 
 
 # Run states after which nothing of the run is in progress any more.
-FINISHED_RUN_STATES = frozenset({"passed", "failed", "over_budget", "success", "cancelled"})
+# ("success" and "cancelled": values older accelmatrix versions wrote.)
+FINISHED_RUN_STATES = frozenset(
+    {RunState.PASSED, RunState.FAILED, RunState.OVER_BUDGET, "success", "cancelled"}
+)
 
 
 def run_finished(run: dict[str, Any]) -> bool:
@@ -63,17 +65,17 @@ def cell_kind(state: str, quarantined: bool, flaky: bool, *, finished: bool = Fa
     this run says more than the history does). In a finished run nothing is in progress: a
     cell still in an in-flight state never got its verdict and is shown as cancelled.
     Any other state (one this page does not know yet) is a failure."""
-    if state == "excluded":
+    if state == CellState.EXCLUDED:
         return "excluded"
     if quarantined:
         return "quarantined"
-    if state == "infra_failed":
+    if state == CellState.INFRA_FAILED:
         return "infra"
-    if state == "cancelled":
+    if state == CellState.CANCELLED:
         return "cancelled"
     if state in PENDING_STATES:
         return "cancelled" if finished else "pending"
-    if state == "passed":
+    if state == CellState.PASSED:
         return "flaky" if flaky else "passed"
     return "failed"
 
@@ -275,7 +277,7 @@ def _cell_views(
     out = []
     for r in rows:
         cid = r["cell_id"]
-        state = r.get("state") or "planned"
+        state = r.get("state") or CellState.PLANNED
         cell_series = series.get(cid, [])
         flaky = any(s == "flaky" for _, _, s in cell_series)
         kind = cell_kind(state, bool(r.get("quarantined")), flaky, finished=finished)
@@ -289,7 +291,7 @@ def _cell_views(
             quarantined=bool(r.get("quarantined")),
             message=message,
             machine=r.get("machine"),
-            map_index=rank.get(cid) if state != "excluded" else None,
+            map_index=rank.get(cid) if state != CellState.EXCLUDED else None,
             cell_index=r.get("cell_index"),
             data_docs=_relative_to(r.get("data_docs"), docs_root),
             failed_checks=[c.name for c in checks],
@@ -297,7 +299,7 @@ def _cell_views(
             attempt=max(1, int(r.get("attempt") or 1)),
             attempt_at=r.get("run_started_at") or r.get("updated_at"),
         )
-        if state not in ("passed", "excluded") and (kind != "pending"):
+        if state not in (CellState.PASSED, CellState.EXCLUDED) and (kind != "pending"):
             if state in PENDING_STATES:  # a finished run: it never got a verdict
                 view.cause = [f"no verdict: the run ended while this cell was {state}"]
                 view.step = "run"

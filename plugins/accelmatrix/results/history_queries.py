@@ -1,0 +1,142 @@
+"""The cross-run reads perf history and the trend charts are built from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Table,
+    and_,
+    or_,
+    select,
+)
+
+from accelmatrix.results import schema
+from accelmatrix.results.core import StoreCore
+from accelmatrix.results.schema import (
+    SCALAR_STEP,
+    cells,
+    checks,
+    metrics,
+    runs,
+)
+
+
+class HistoryQueries(StoreCore):
+    """Reads over many runs of a suite, for accelmatrix.history and the matrix page."""
+
+    # ------------------------------------------------------------------------------- history
+
+    def history_rows(
+        self,
+        *,
+        dag_id: str | None = None,
+        suite: str | None = None,
+        metric: str | None = None,
+        benchmark: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The raw rows perf history is built from (see accelmatrix.history.frame).
+
+        ``{"runs": [...], "cells": [...], "metrics": [...], "checks": [...]}`` restricted
+        to runs of ``dag_id``/``suite`` whose logical date is in [since, until], metric rows
+        named ``metric`` (default: every metric a perf check judged) and perf check rows
+        (those with a ``metric``), optionally of one ``benchmark``. Four indexed queries rather than one wide join: each table is read
+        once and pandas does the join.
+        """
+        since_ = schema.to_utc(since)
+        until_ = schema.to_utc(until)
+        run_q = select(runs)
+        if dag_id is not None:
+            run_q = run_q.where(runs.c.dag_id == dag_id)
+        if suite is not None:
+            run_q = run_q.where(runs.c.suite == suite)
+        # A run without a logical date (a manual Airflow 3 run) is placed by its start.
+        undated = runs.c.logical_date.is_(None)
+        if since_ is not None:
+            run_q = run_q.where(
+                or_(runs.c.logical_date >= since_, and_(undated, runs.c.started_at >= since_))
+            )
+        if until_ is not None:
+            run_q = run_q.where(
+                or_(runs.c.logical_date <= until_, and_(undated, runs.c.started_at <= until_))
+            )
+        with self._reading() as conn:
+            run_rows = [dict(r._mapping) for r in conn.execute(run_q)]
+            dags = sorted({r["dag_id"] for r in run_rows})
+            run_ids = {(r["dag_id"], r["run_id"]) for r in run_rows}
+
+            def rows_of(table: Table, *extra: Any) -> list[dict[str, Any]]:
+                if not dags:
+                    return []
+                q = select(table).where(table.c.dag_id.in_(dags), *extra)
+                return [
+                    m
+                    for m in (dict(r._mapping) for r in conn.execute(q))
+                    if (m["dag_id"], m["run_id"]) in run_ids
+                ]
+
+            cell_rows = rows_of(cells)
+            check_filter = [checks.c.metric.is_not(None)]
+            if metric:
+                check_filter.append(checks.c.metric == metric)
+            if benchmark:
+                check_filter.append(checks.c.benchmark == benchmark)
+            check_rows = rows_of(checks, *check_filter)
+            # Without ``metric``: only metrics some perf check judged, not every loss curve.
+            names = [metric] if metric else sorted({c["metric"] for c in check_rows})
+            metric_rows = rows_of(metrics, metrics.c.name.in_(names)) if names else []
+        for r in metric_rows:
+            if r["step"] == SCALAR_STEP:
+                r["step"] = None
+        return {"runs": run_rows, "cells": cell_rows, "metrics": metric_rows, "checks": check_rows}
+
+    def perf_points(
+        self, dag_id: str, *, since: Any = None, until: Any = None
+    ) -> list[dict[str, Any]]:
+        """Every perf check verdict of the DAG's runs whose time is in [since, until]: run_id,
+        cell_id, benchmark, metric, value (what the check judged), lower_bound, upper_bound,
+        and the run's logical_date, started_at and created_at.
+
+        One narrow indexed join, for the matrix page's trend charts: the full
+        ``history_rows`` (every cell column of every run) is ~10x more to read for a
+        1,024-cell suite. A run without a logical date is placed by its start.
+        """
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        since_, until_ = schema.to_utc(since), schema.to_utc(until)
+        q = (
+            select(
+                checks.c.run_id,
+                checks.c.cell_id,
+                checks.c.benchmark,
+                checks.c.metric,
+                checks.c.value,
+                checks.c.lower_bound,
+                checks.c.upper_bound,
+                runs.c.logical_date,
+                runs.c.started_at,
+                runs.c.created_at,
+            )
+            .select_from(
+                checks.join(
+                    runs, and_(runs.c.dag_id == checks.c.dag_id, runs.c.run_id == checks.c.run_id)
+                )
+            )
+            .where(
+                checks.c.dag_id == dag_id,
+                checks.c.metric.is_not(None),
+                checks.c.benchmark.is_not(None),
+            )
+        )
+        undated = runs.c.logical_date.is_(None)
+        if since_ is not None:
+            q = q.where(
+                or_(runs.c.logical_date >= since_, and_(undated, runs.c.started_at >= since_))
+            )
+        if until_ is not None:
+            q = q.where(
+                or_(runs.c.logical_date <= until_, and_(undated, runs.c.started_at <= until_))
+            )
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]

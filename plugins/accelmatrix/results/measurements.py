@@ -1,0 +1,202 @@
+"""Metrics and check verdicts of a cell: replaced as a whole set per cell, read as rows or
+as pandas frames."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    Table,
+    and_,
+    delete,
+    insert,
+    select,
+)
+from sqlalchemy.engine import Connection
+
+from accelmatrix.results.core import StoreCore
+from accelmatrix.results.schema import (
+    CHECK_ROW_FIELDS,
+    METRIC_ROW_FIELDS,
+    SCALAR_STEP,
+    checks,
+    metrics,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+
+class MeasurementStore(StoreCore):
+    """Rows of ``metrics`` and ``checks``."""
+
+    # ------------------------------------------------------------------------------ replaces
+
+    def _replace(
+        self, table: Table, key: dict[str, str], rows: list[dict[str, Any]], lock_name: str
+    ) -> int:
+        where = and_(*(table.c[k] == v for k, v in key.items()))
+
+        def tx(conn: Connection) -> int:
+            self._lock(conn, lock_name, *key.values())
+            conn.execute(delete(table).where(where))
+            if rows:
+                conn.execute(insert(table), rows)
+            return len(rows)
+
+        return self._write(tx)
+
+    def replace_metrics(
+        self, dag_id: str, run_id: str, cell_id: str, rows: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Make ``rows`` the cell's complete set of metrics, atomically; returns their count.
+
+        Row keys: ``name``, ``value`` (float; NaN/inf kept; None stored as NaN), ``step``
+        (int >= 0, or None/absent for a scalar), ``unit`` and ``source`` (optional).
+        Replacing rather than merging means a retry that measured fewer metrics leaves no
+        stale values from the failed attempt behind.
+        """
+        key = self._key(dag_id, run_id, cell_id)
+        prepared: list[dict[str, Any]] = []
+        seen: dict[tuple[str, int], int] = {}
+        for i, row in enumerate(rows):
+            self._reject_unknown(f"metric (row {i})", row, METRIC_ROW_FIELDS)
+            if "name" not in row or "value" not in row:
+                raise ValueError(f"metric row {i} needs 'name' and 'value': {dict(row)!r}")
+            step = row.get("step")
+            if step is None:
+                step = SCALAR_STEP
+            else:
+                try:
+                    step = operator.index(step)
+                except TypeError:
+                    raise ValueError(f"metric row {i}: step must be an int, got {step!r}") from None
+                if step < 0:
+                    raise ValueError(
+                        f"metric row {i}: step must be >= 0 ({SCALAR_STEP} is reserved for "
+                        "scalars; pass step=None)"
+                    )
+            value = row["value"]
+            try:
+                value = math.nan if value is None else float(value)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"metric {row['name']!r} (row {i}): value {value!r} is not a number"
+                ) from None
+            fields = self._coerce(
+                metrics,
+                {"name": row["name"], "unit": row.get("unit"), "source": row.get("source")},
+            )
+            if not fields["name"]:
+                raise ValueError(f"metric row {i}: name must be a non-empty string")
+            ident = (fields["name"], step)
+            if ident in seen:
+                raise ValueError(
+                    f"metric {ident[0]!r} step {row.get('step')!r} appears twice "
+                    f"(rows {seen[ident]} and {i})"
+                )
+            seen[ident] = i
+            prepared.append({**key, **fields, "step": step, "value": value})
+        return self._replace(metrics, key, prepared, "metrics")
+
+    def replace_checks(
+        self, dag_id: str, run_id: str, cell_id: str, verdicts: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Make ``verdicts`` the cell's complete set of check results, atomically.
+
+        Keys: ``check_name``, ``passed`` (required), ``check_type``, ``expected``,
+        ``observed``, ``message``. Non-string expected/observed values are stored as JSON
+        text so a threshold like 0.5 or a dict of bounds stays readable and parseable.
+        """
+        import json
+
+        key = self._key(dag_id, run_id, cell_id)
+        prepared: list[dict[str, Any]] = []
+        seen: dict[str, int] = {}
+        for i, v in enumerate(verdicts):
+            self._reject_unknown(f"check (row {i})", v, CHECK_ROW_FIELDS)
+            if "check_name" not in v or "passed" not in v:
+                raise ValueError(f"check row {i} needs 'check_name' and 'passed': {dict(v)!r}")
+            row = {c: v.get(c) for c in CHECK_ROW_FIELDS}
+            if row["check_type"] is None:
+                row["check_type"] = ""
+            for c in ("expected", "observed", "message"):
+                if row[c] is not None and not isinstance(row[c], str):
+                    row[c] = json.dumps(row[c], sort_keys=True, default=str)
+            row = self._coerce(checks, row)
+            if not row["check_name"]:
+                raise ValueError(f"check row {i}: check_name must be a non-empty string")
+            if row["check_name"] in seen:
+                raise ValueError(
+                    f"check {row['check_name']!r} appears twice (rows {seen[row['check_name']]}"
+                    f" and {i})"
+                )
+            seen[row["check_name"]] = i
+            prepared.append({**key, **row})
+        return self._replace(checks, key, prepared, "checks")
+
+    def get_metrics(
+        self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Metric rows as dicts, ``step`` None for scalars (the sentinel never leaks out)."""
+        rows = self._filtered(
+            metrics,
+            ("dag_id", "run_id", "cell_id", "name", "step"),
+            dag_id=dag_id,
+            run_id=run_id,
+            cell_id=cell_id,
+        )
+        for r in rows:
+            if r["step"] == SCALAR_STEP:
+                r["step"] = None
+        return rows
+
+    def get_checks(
+        self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._filtered(
+            checks,
+            ("dag_id", "run_id", "cell_id", "check_name"),
+            dag_id=dag_id,
+            run_id=run_id,
+            cell_id=cell_id,
+        )
+
+    def has_perf_checks(self, dag_id: str) -> bool:
+        """Whether any run of ``dag_id`` has a bounded perf verdict (a series to classify).
+
+        One indexed lookup: the gate asks it before importing pandas for the classification.
+        """
+        q = (
+            select(checks.c.dag_id)
+            .where(checks.c.dag_id == dag_id, checks.c.benchmark.is_not(None))
+            .limit(1)
+        )
+        with self._reading() as conn:
+            return conn.execute(q).first() is not None
+
+    def metrics_frame(
+        self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
+    ) -> pd.DataFrame:
+        """Long-form metrics; ``step`` is a nullable Int64 column, <NA> for scalars."""
+        import pandas as pd
+
+        cols = ["dag_id", "run_id", "cell_id", "name", "step", "value", "unit", "source"]
+        rows = self.get_metrics(dag_id, run_id, cell_id)
+        df = pd.DataFrame.from_records(rows, columns=cols)
+        df["step"] = pd.array([r["step"] for r in rows], dtype="Int64")
+        df["value"] = df["value"].astype("float64")
+        return df
+
+    def checks_frame(
+        self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
+    ) -> pd.DataFrame:
+        import pandas as pd
+
+        cols = [c.name for c in checks.columns]
+        df = pd.DataFrame.from_records(self.get_checks(dag_id, run_id, cell_id), columns=cols)
+        df["passed"] = df["passed"].astype(bool)
+        return df

@@ -1,0 +1,56 @@
+"""Bring a results database to the newest schema with Alembic, on a connection the caller
+holds.
+
+The store calls :func:`upgrade` once per process, inside its schema transaction and lock
+(``ResultsStore.ensure_schema``), so many task processes opening a fresh database at once
+run the migrations one after the other and every later one finds the database at head.
+Alembic is configured in code (no ini file is needed at run time): the scripts live in
+``accelmatrix/results/migrations`` and ship with the package.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+SCRIPT_LOCATION = Path(__file__).resolve().parent / "migrations"
+
+
+def config(connection: Connection | None = None) -> Config:
+    """Alembic's config for our scripts; ``connection`` is migrated instead of a new one."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(SCRIPT_LOCATION))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+@functools.cache
+def head() -> str:
+    """The newest revision of the scripts (read once per process)."""
+    rev = ScriptDirectory.from_config(config()).get_current_head()
+    assert rev is not None, "the migrations folder has no revision"
+    return rev
+
+
+def current(connection: Connection) -> str | None:
+    """The revision the database is at; None for an empty or pre-Alembic database."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(connection: Connection) -> bool:
+    """Upgrade to head on ``connection`` (its open transaction); True when anything ran.
+
+    The revision check first: a database already at head (every open but the first) costs
+    one SELECT, not loading and running Alembic's environment.
+    """
+    if current(connection) == head():
+        return False
+    command.upgrade(config(connection), "head")
+    return True

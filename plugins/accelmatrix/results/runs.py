@@ -1,0 +1,200 @@
+"""Runs and cells: the keyed upserts every step reports through, their reads, the
+per-run reset, and the janitor's ``reaped`` log."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import (
+    Table,
+    and_,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection
+
+from accelmatrix.results import schema
+from accelmatrix.results.core import StoreCore
+from accelmatrix.results.schema import (
+    CELL_FIELDS,
+    RUN_FIELDS,
+    cells,
+    checks,
+    metrics,
+    runs,
+    utcnow,
+)
+
+
+class RunCellStore(StoreCore):
+    """Rows of ``runs``, ``cells`` and ``reaped``."""
+
+    # ------------------------------------------------------------------------------- upserts
+
+    def _upsert(self, table: Table, key: dict[str, str], fields: dict[str, Any]) -> None:
+        now = utcnow()
+        values = {**key, **fields, "updated_at": now}
+        set_cols = [*fields, "updated_at"]
+        dialect = self.dialect
+
+        if dialect in ("sqlite", "postgresql"):
+            if dialect == "sqlite":
+                from sqlalchemy.dialects.sqlite import insert as dialect_insert
+            else:
+                from sqlalchemy.dialects.postgresql import insert as dialect_insert
+            stmt = dialect_insert(table).values(values)
+            # Only the fields the caller gave are overwritten: a partial update keeps the rest.
+            stmt = stmt.on_conflict_do_update(
+                index_elements=list(key), set_={c: stmt.excluded[c] for c in set_cols}
+            )
+            self._write(lambda conn: conn.execute(stmt))
+            return
+
+        where = and_(*(table.c[k] == v for k, v in key.items()))
+
+        def generic(conn: Connection) -> None:
+            res = conn.execute(update(table).where(where).values({c: values[c] for c in set_cols}))
+            if res.rowcount == 0:
+                conn.execute(insert(table).values(values))
+
+        self._write(generic)
+
+    def upsert_run(self, dag_id: str, run_id: str, **fields: Any) -> None:
+        """Insert the run or update only the given fields; ``created_at`` is set once."""
+        self._reject_unknown("run", fields, RUN_FIELDS)
+        self._upsert(runs, self._key(dag_id, run_id), self._coerce(runs, fields))
+
+    def upsert_cell(self, dag_id: str, run_id: str, cell_id: str, **fields: Any) -> None:
+        """Insert the cell or update only the given fields (unspecified columns keep their
+        values), so each task can report just what it learned."""
+        self._reject_unknown("cell", fields, CELL_FIELDS)
+        self._upsert(cells, self._key(dag_id, run_id, cell_id), self._coerce(cells, fields))
+
+    def record_reaped(
+        self,
+        *,
+        backend: str,
+        name: str,
+        labels: Mapping[str, str],
+        reason: str,
+        dry_run: bool,
+        dag_id: str | None = None,
+        run_id: str | None = None,
+        cell_id: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Append one janitor decision to ``reaped`` (see accelmatrix.janitor)."""
+        row = {
+            "backend": backend,
+            "name": name,
+            "labels": dict(labels),
+            "dag_id": dag_id[: schema.ID_LEN] if dag_id else None,
+            "run_id": run_id[: schema.ID_LEN] if run_id else None,
+            "cell_id": cell_id[: schema.CELL_ID_LEN] if cell_id else None,
+            "reason": reason,
+            "dry_run": bool(dry_run),
+            "error": error,
+            "at": schema.utcnow(),
+        }
+        self._write(lambda conn: conn.execute(insert(schema.reaped).values(row)))
+
+    def get_reaped(self, *, backend: str | None = None) -> list[dict[str, Any]]:
+        """Janitor decisions, oldest first (optionally of one backend)."""
+        t = schema.reaped
+        query = select(t).order_by(t.c.id)
+        if backend is not None:
+            query = query.where(t.c.backend == backend)
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(query).all()]
+
+    def reset_run(self, dag_id: str, run_id: str) -> int:
+        """Delete the run's cells, metrics and checks (not its run row); returns rows deleted.
+
+        Called by ``plan`` when a run is planned again (the whole run cleared, or a backfill
+        re-processing a logical date that keeps its run_id): the re-run replaces its rows
+        instead of leaving cells, metrics or verdicts of the previous attempt behind.
+        """
+        key = self._key(dag_id, run_id)
+
+        def tx(conn: Connection) -> int:
+            self._lock(conn, "reset", *key.values())
+            n = 0
+            for table in (metrics, checks, cells):
+                n += conn.execute(
+                    delete(table).where(
+                        table.c.dag_id == key["dag_id"], table.c.run_id == key["run_id"]
+                    )
+                ).rowcount
+            return n
+
+        return self._write(tx)
+
+    def suite_dag_ids(self) -> list[str]:
+        """Every DAG id with a run in the store."""
+        with self._reading() as conn:
+            return sorted(r[0] for r in conn.execute(select(runs.c.dag_id).distinct()))
+
+    def latest_logical_date(self, dag_id: str) -> Any:
+        """The newest logical date among the DAG's runs (None if none has one)."""
+        from sqlalchemy import func
+
+        with self._reading() as conn:
+            value = conn.execute(
+                select(func.max(runs.c.logical_date)).where(runs.c.dag_id == dag_id)
+            ).scalar()
+        return schema.UtcDateTime().process_result_value(value, self._get_engine().dialect)
+
+    @staticmethod
+    def _cell_sort_key(c: Mapping[str, Any]) -> tuple[bool, int, str]:
+        idx = c.get("cell_index")
+        return (idx is None, idx if idx is not None else 0, c["cell_id"])
+
+    def get_run(self, dag_id: str, run_id: str) -> dict[str, Any] | None:
+        """The run's row as a dict (params decoded, timestamps aware UTC), or None."""
+        key = self._key(dag_id, run_id)
+        with self._reading() as conn:
+            row = conn.execute(
+                select(runs).where(runs.c.dag_id == key["dag_id"], runs.c.run_id == key["run_id"])
+            ).first()
+        return dict(row._mapping) if row is not None else None
+
+    def get_runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The DAG's runs, newest first (by start, then creation): the matrix page's run
+        picker and its "latest run"."""
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        stmt = (
+            select(runs)
+            .where(runs.c.dag_id == dag_id)
+            .order_by(
+                runs.c.started_at.is_(None),
+                runs.c.started_at.desc(),
+                runs.c.created_at.desc(),
+                runs.c.run_id.desc(),
+            )
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
+    def get_cells(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every cell of the run, in plan order (cell_index, then cell_id)."""
+        key = self._key(dag_id, run_id)
+        with self._reading() as conn:
+            rows = conn.execute(
+                select(cells).where(
+                    cells.c.dag_id == key["dag_id"], cells.c.run_id == key["run_id"]
+                )
+            ).all()
+        return sorted((dict(r._mapping) for r in rows), key=self._cell_sort_key)
+
+    def get_cell(self, dag_id: str, run_id: str, cell_id: str) -> dict[str, Any] | None:
+        key = self._key(dag_id, run_id, cell_id)
+        with self._reading() as conn:
+            row = conn.execute(
+                select(cells).where(*(cells.c[k] == v for k, v in key.items()))
+            ).first()
+        return dict(row._mapping) if row is not None else None
