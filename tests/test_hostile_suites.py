@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from accelmatrix.spec.loader import SuiteError, load_suite
@@ -375,6 +375,9 @@ def _dump(obj: Any) -> str:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(files=METRIC_FILES)
+# Found by this test: steps the results store's 64-bit integer column cannot hold.
+@example(files={"json": {}, "jsonl": [{"loss": 0.0, "step": 2**63}], "resources": []})
+@example(files={"json": {}, "jsonl": [{"loss": 0.0, "step": -1}], "resources": []})
 def test_hostile_metric_files_never_crash_collect_and_lose_nothing_silently(tmp_path, files):
     """Whatever a workload writes, collecting never raises, the rows fit the results store
     (one value per (name, step), every value a float), the runner's namespace holds only the

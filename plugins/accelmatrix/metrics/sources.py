@@ -45,6 +45,8 @@ from pydantic import (
 from accelmatrix.metrics.profiler import TraceError, step_events, step_time_from_trace
 
 METRIC_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_./:-]*$"
+# The largest step the results store's integer column holds (signed 64-bit).
+MAX_STEP = 2**63 - 1
 RESERVED_PREFIX = "runner."  # the runner's samples (accelmatrix.metrics.resources)
 MAX_NAME_LEN = 250  # the results store's limit on metric names (results.schema.NAME_LEN)
 PREFIX_RE = r"^[A-Za-z0-9_./:-]*$"
@@ -253,6 +255,12 @@ class _Sink:
             self.out.errors.append(
                 f"{self.label}: metric {name!r} uses the reserved namespace {RESERVED_PREFIX!r} "
                 "of the runner's samples; not stored (rename it in the workload)"
+            )
+            return
+        if step is not None and not 0 <= step <= MAX_STEP:
+            self.out.errors.append(
+                f"{self.label}: metric {name!r} step {step} is outside 0..{MAX_STEP} "
+                "(a 64-bit integer the results store can hold); not stored"
             )
             return
         self.out.rows.append(
