@@ -173,8 +173,8 @@ def machine_key(spec: dict[str, Any]) -> str:
         return f"ssh:{spec.get('ssh_conn_id')}:{spec.get('work_root')}"
     if kind == "tpu-vm":
         return f"tpu-vm:{spec.get('gcp_conn_id')}:{spec.get('project')}:{spec.get('zone')}"
-    if kind == "k8s-job":
-        return f"k8s-job:{spec.get('kubernetes_conn_id')}:{spec.get('namespace')}"
+    if kind in ("k8s-job", "k8s-jobset"):
+        return f"{kind}:{spec.get('kubernetes_conn_id')}:{spec.get('namespace')}"
     return str(kind)
 
 

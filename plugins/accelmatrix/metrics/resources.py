@@ -30,7 +30,14 @@ UNITS = {
     "gpu_mem_mb": "MB",
 }
 # The runner's last line, from the kernel's accounting once the workload exited.
-FINAL_UNITS = {"cpu_seconds": "s", "peak_rss_mb": "MB", "wall_seconds": "s"}
+FINAL_UNITS = {
+    "cpu_seconds": "s",
+    "peak_rss_mb": "MB",
+    "wall_seconds": "s",
+    # Multi-pod cells (k8s-jobset): written by the backend, which is the runner there.
+    "all_pods_running_s": "s",
+    "rendezvous_s": "s",
+}
 
 
 def reserved_names() -> list[str]:
