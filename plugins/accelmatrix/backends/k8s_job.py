@@ -516,6 +516,12 @@ class KubernetesJobBackend(Backend):
         except ApiException as e:
             if e.status in (400, 404):
                 return None
+            if e.status == 403:
+                raise BackendError(
+                    f"cannot read the log of pod {ns}/{pod}: 403 {api_message(e)}. The Role "
+                    "bound to the connection's identity needs verb `get` on resource "
+                    "`pods/log` (see the minimal Role in docs/backends-kubernetes.md)"
+                ) from None
             raise
         return resp.data
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine
 logger = logging.getLogger(__name__)
 
 TAIL_LINES = 20
+SPOOL_SECONDS = 10.0  # how often poll saves every pod's log while the group runs
+_spooled: dict[str, float] = {}
+_spool_lock = threading.Lock()
 CREATING_TIMEOUT_SECONDS = 600.0
 
 
@@ -415,6 +419,22 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
                     "ttlSecondsAfterFinished passed)"
                 )
             status = self._classify(clients, handle, js)
+            now = time.monotonic()
+            with _spool_lock:
+                due = now - _spooled.get(key, 0.0) >= SPOOL_SECONDS
+                if due or status.done:
+                    _spooled[key] = now
+            if due and not status.done:
+                # Pods the cluster deletes (a restart, a failed group's peers) take their
+                # logs with them: keep a recent copy of every pod's log meanwhile.
+                self._snapshot_group(
+                    clients,
+                    handle["namespace"],
+                    handle["job_name"],
+                    handle["artifacts_dir"],
+                    js,
+                    None,
+                )
             if status.done:
                 self._snapshot_group(
                     clients,
@@ -445,6 +465,8 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             if leader is None:
                 return [], offset
             data = self._read_log(clients, handle["namespace"], leader.metadata.name, CONTAINER)
+        except BackendError:  # a missing permission: say so, no retry will fix it
+            raise
         except Exception as e:  # the next call retries; poll decides about failures
             logger.warning("cannot read the log of %s: %s", handle.get("job_name"), e)
             return [], offset
@@ -518,6 +540,14 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
                     "disruption": k8s_pods.disruption(pod),
                 }
             )
+        try:  # pods deleted since the last snapshot (a restart) keep their last record
+            prior = json.loads((art / "status.json").read_text())
+        except (OSError, ValueError):
+            prior = {}
+        if prior.get("jobset") == name:
+            seen = {i["name"] for i in infos}
+            infos = [i for i in prior.get("pods") or [] if i.get("name") not in seen] + infos
+            infos.sort(key=lambda i: (i.get("attempt", 0), i.get("job_index", 0), i.get("rank", 0)))
         lead = next(
             (i for i in infos if leader is not None and i["name"] == leader.metadata.name), infos[0]
         )
@@ -527,10 +557,6 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             exit_code = None if verdict.infrastructure_failure else verdict.exit_code
             reason = verdict.detail
         else:  # collect/teardown after poll judged the group: keep its verdict
-            try:
-                prior = json.loads((art / "status.json").read_text())
-            except (OSError, ValueError):
-                prior = {}
             if prior.get("verdict") and prior.get("jobset") == name:
                 exit_code, reason, judged = prior.get("exit_code"), prior.get("reason"), True
         started = js and k8s_pods.epoch(js["metadata"].get("creationTimestamp"))

@@ -195,7 +195,7 @@ def pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tu
             term = (cs.get("state") or {}).get("terminated")
             if term is None or (codes.get("containerName") not in (None, cs["name"])):
                 continue
-            inside = term["exitCode"] in codes.get("values") or []
+            inside = term["exitCode"] in (codes.get("values") or [])
             if inside == (codes.get("operator") == "In"):
                 return action, (
                     f"Container {cs['name']} for pod {name} failed with exit code "

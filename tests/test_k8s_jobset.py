@@ -1,0 +1,333 @@
+"""KubernetesJobSetBackend against the API emulator's JobSet controller, through the real client.
+
+Each pod is a real local process (the fake kubelet); the leader's address reaches it over
+loopback only because the emulator resolves the JobSet's hostnames once its headless Service
+exists, so a test that rendezvouses proves the Service, the hostnames and the env together.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accelmatrix.backends.base import BackendError, CellContext
+from accelmatrix.hooks import k8s as k8s_hook
+from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine
+from accelmatrix.testing.k8s_emulator import Cluster
+
+CONN_ID = "accelmatrix_test_jobset"
+NS = "train"
+
+# Rank 0 listens on MASTER_ADDR:MASTER_PORT, rank 1 connects and says hello: a rendezvous
+# through the leader's JobSet hostname, with nothing but the standard library.
+RENDEZVOUS = """
+import os, socket, sys, time
+rank, addr, port = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+print(f"rank {rank} of {os.environ['WORLD_SIZE']} host {os.environ['HOSTNAME']}", flush=True)
+if rank == 0:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port)); s.listen()
+    conn, _ = s.accept()
+    print("leader got:", conn.recv(100).decode(), flush=True)
+else:
+    for _ in range(100):
+        try:
+            c = socket.create_connection((addr, port)); break
+        except OSError:
+            time.sleep(0.1)
+    c.sendall(f"hello from rank {rank}".encode())
+    print("worker sent hello", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("k8s")
+    volume = root / "volume"
+    volume.mkdir()
+    with Cluster(root, ("default", NS), volumes={"accel-work": volume}, grace_seconds=1) as c:
+        c.volume = volume
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in c.emulator.airflow_conn_env(CONN_ID, NS).items():
+                mp.setenv(key, value)
+            k8s_hook.forget()
+            yield c
+            k8s_hook.forget()
+
+
+@pytest.fixture(autouse=True)
+def _reset(cluster):
+    cluster.jobsets.kueue_mode = "admit"
+    cluster.emulator.forbidden.clear()
+    yield
+    cluster.emulator.forbidden.clear()
+
+
+def backend(cluster, **kw):
+    from accelmatrix.backends.k8s_jobset import KubernetesJobSetBackend
+
+    spec = {
+        "backend": "k8s-jobset",
+        "kubernetes_conn_id": CONN_ID,
+        "image": "python:3.11-slim",
+        "python": sys.executable,
+        "scheduling_timeout_seconds": 30,
+        **kw,
+    }
+    return KubernetesJobSetBackend(KubernetesJobSetMachine.model_validate(spec).model_dump())
+
+
+def ctx(tmp_path: Path, cell: str, dag: str = "jobset_tests") -> CellContext:
+    return CellContext(dag, "manual__2026-01-01T00:00:00+00:00", cell, tmp_path / cell)
+
+
+def wait(b, handle, timeout: float = 30.0, until=lambda st: st.done):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = b.poll(handle)
+        if until(st):
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"not reached in {timeout}s: {st}")
+
+
+def left(cluster, name: str) -> dict:
+    """Every object of the cell still on the cluster, by kind (empty: nothing left)."""
+    state = cluster.emulator.state()
+    found = {kind: [k for k in objs if name in k] for kind, objs in state.items()}
+    found["jobsets"] = [n for (_, n) in cluster.jobsets.jobsets if name in n]
+    found["workloads"] = [
+        n
+        for (_, n), w in cluster.jobsets.workloads.items()
+        if w["metadata"]["ownerReferences"][0]["name"] == name
+    ]
+    return {k: v for k, v in found.items() if v}
+
+
+def running_pods(cluster, name: str) -> list[str]:
+    with cluster.emulator.lock:
+        return [
+            n
+            for (_, n), p in cluster.emulator.pods.items()
+            if name in n and p["status"]["phase"] == "Running"
+        ]
+
+
+def test_manifest_has_the_group_parts(cluster, tmp_path):
+    b = backend(cluster, num_nodes=4, max_restarts=3, kueue={"queue_name": "ml"})
+    r = b.provision(ctx(tmp_path, "m"))
+    body = b.workload_jobset(r, ["python", "-c", "pass"], {"A": "1"})
+    name = r["job_name"]
+    spec = body["spec"]
+    assert body["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert spec["network"] == {
+        "enableDNSHostnames": True,
+        "subdomain": name,
+        "publishNotReadyAddresses": True,
+    }
+    assert spec["failurePolicy"]["maxRestarts"] == 3
+    assert spec["failurePolicy"]["rules"][0]["action"] == "FailJobSet"
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["workers"]}
+    assert spec["suspend"] is True and body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    job = spec["replicatedJobs"][0]["template"]["spec"]
+    assert job["completions"] == job["parallelism"] == 4 and job["backoffLimit"] == 0
+    rules = job["podFailurePolicy"]["rules"]
+    assert rules[0]["onPodConditions"][0]["type"] == "DisruptionTarget"  # before exit codes
+    env = {e["name"]: e for e in job["template"]["spec"]["containers"][0]["env"]}
+    assert env["MASTER_ADDR"]["value"] == f"{name}-workers-0-0.{name}"
+    assert env["WORLD_SIZE"]["value"] == env["JAX_NUM_PROCESSES"]["value"] == "4"
+    assert env["JAX_COORDINATOR_ADDRESS"]["value"] == f"{name}-workers-0-0.{name}:1234"
+    assert "job-completion-index" in env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert len(f"{name}-workers-0-3") <= 63
+
+
+def test_two_pods_rendezvous_at_the_leader_hostname(cluster, tmp_path):
+    b = backend(cluster)
+    r = b.provision(ctx(tmp_path, "rdv"))
+    name = r["job_name"]
+    h = b.submit(r, [sys.executable, "-c", RENDEZVOUS], {})
+    lines, offset, deadline = [], 0, time.monotonic() + 30
+    while time.monotonic() < deadline and not any("leader got" in x for x in lines):
+        new, offset = b.read_logs(h, offset)
+        lines += new
+        time.sleep(0.1)
+    assert "leader got: hello from rank 1" in lines, lines
+    assert lines[0] == f"rank 0 of 2 host {name}-workers-0-0"  # the JobSet hostname
+    st = wait(b, h)
+    assert st.done and st.exit_code == 0 and not st.infrastructure_failure, st
+    art = Path(r["artifacts_dir"])
+    logs = {p.name: p.read_text() for p in (art / "pods").iterdir()}
+    assert len(logs) == 2
+    assert any("worker sent hello" in t for t in logs.values())  # the non-leader's log too
+    assert "leader got" in (art / "output.log").read_text()
+    status = json.loads((art / "status.json").read_text())
+    assert status["exit_code"] == 0 and [p["rank"] for p in status["pods"]] == [0, 1]
+    timing = json.loads((art / "resources.jsonl").read_text().splitlines()[-1])
+    assert 0 <= timing["rendezvous_s"] <= timing["all_pods_running_s"] < 30
+    svc = cluster.emulator.state()["services"][f"{NS}/{name}"]
+    assert svc["spec"]["clusterIP"] == "None"
+    b.teardown(r)
+    assert left(cluster, name) == {}
+
+
+def test_two_jobsets_with_the_same_port_do_not_collide(cluster, tmp_path):
+    b = backend(cluster)
+    handles = []
+    for cell in ("p1", "p2"):
+        r = b.provision(ctx(tmp_path, cell))
+        handles.append((r, b.submit(r, [sys.executable, "-c", RENDEZVOUS], {})))
+    for r, h in handles:
+        assert wait(b, h).exit_code == 0
+        b.teardown(r)
+
+
+def test_one_pod_failing_fails_the_group_at_once_and_names_the_pod(cluster, tmp_path):
+    b = backend(cluster, num_nodes=3, max_restarts=2)
+    r = b.provision(ctx(tmp_path, "crash"))
+    name = r["job_name"]
+    code = (
+        "import os, sys, time\nrank = int(os.environ['RANK'])\n"
+        "print(f'rank {rank} up', flush=True)\n"
+        "if rank == 1:\n    time.sleep(1); print('loss exploded', flush=True); sys.exit(3)\n"
+        "time.sleep(3600)"
+    )
+    h = b.submit(r, [sys.executable, "-c", code], {})
+    wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 3 or st.done)
+    st = wait(b, h)
+    assert st.exit_code == 3 and not st.infrastructure_failure, st
+    assert f"pod {name}-workers-0-1-" in st.detail and "exited with 3" in st.detail
+    assert "loss exploded" in st.detail  # the last lines of the failing pod
+    js = cluster.jobsets.jobsets[(NS, name)]
+    assert js["status"]["restarts"] == 0  # a workload exit is not retried
+    assert running_pods(cluster, name) == []  # its peers were stopped
+    art = Path(r["artifacts_dir"])
+    assert json.loads((art / "status.json").read_text())["exit_code"] == 3
+    b.teardown(r)
+    assert json.loads((art / "status.json").read_text())["exit_code"] == 3  # kept
+    assert left(cluster, name) == {}
+
+
+def test_a_disrupted_pod_restarts_the_group_then_it_succeeds(cluster, tmp_path):
+    b = backend(cluster, max_restarts=1)
+    r = b.provision(ctx(tmp_path, "disrupt"))
+    name = r["job_name"]
+    marker = tmp_path / "restarted"
+    code = (
+        "import os, pathlib, time\nm = pathlib.Path(os.environ['MARKER'])\n"
+        "if os.environ['RANK'] == '0' and not m.exists():\n"
+        "    m.touch(); print('first attempt', flush=True); time.sleep(3600)\n"
+        "print('second attempt done', flush=True)\n"
+    )
+    h = b.submit(r, [sys.executable, "-c", code], {"MARKER": str(marker)})
+    wait(b, h, until=lambda st: bool(running_pods(cluster, f"{name}-workers-0-0")))
+    (leader,) = running_pods(cluster, f"{name}-workers-0-0")
+    cluster.kubelet.disrupt(NS, leader)
+    st = wait(b, h)
+    assert st.exit_code == 0 and not st.infrastructure_failure, st
+    assert cluster.jobsets.jobsets[(NS, name)]["status"]["restarts"] == 1
+    art = Path(r["artifacts_dir"])
+    pods = json.loads((art / "status.json").read_text())["pods"]
+    assert {p["attempt"] for p in pods if p["rank"] == 0} >= {1}
+    assert (art / "output.log").read_text() == "second attempt done\n"
+    b.teardown(r)
+    assert left(cluster, name) == {}
+
+
+def test_disruption_past_max_restarts_is_infrastructure_not_the_exit_code(cluster, tmp_path):
+    b = backend(cluster, max_restarts=0)
+    r = b.provision(ctx(tmp_path, "disrupt0"))
+    name = r["job_name"]
+    h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
+    wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
+    cluster.kubelet.disrupt(NS, running_pods(cluster, f"{name}-workers-0-1")[0])
+    st = wait(b, h)
+    assert st.infrastructure_failure and st.exit_code is None, st
+    assert "ReachedMaxRestarts" in st.detail and "Preemption" in st.detail
+    pods = json.loads((Path(r["artifacts_dir"]) / "status.json").read_text())["pods"]
+    (hit,) = [p for p in pods if p["rank"] == 1]
+    assert hit["exit_code"] == 143 and "PreemptionByScheduler" in hit["disruption"]  # SIGTERM
+    b.teardown(r)
+    assert left(cluster, name) == {}
+
+
+def test_unschedulable_pods_are_infrastructure_with_the_scheduler_reason(cluster, tmp_path):
+    b = backend(cluster, image="fault/unschedulable", scheduling_timeout_seconds=1)
+    r = b.provision(ctx(tmp_path, "unsched"))
+    h = b.submit(r, [sys.executable, "-c", "pass"], {})
+    st = wait(b, h)
+    assert st.infrastructure_failure and "Insufficient nvidia.com/gpu" in st.detail, st
+    b.teardown(r)
+    assert left(cluster, r["job_name"]) == {}
+
+
+def test_kueue_not_admitted_in_time_is_a_capacity_failure(cluster, tmp_path):
+    cluster.jobsets.kueue_mode = "hold"
+    b = backend(
+        cluster,
+        kueue={"queue_name": "team-a", "priority_class": "batch", "admission_timeout_seconds": 2},
+    )
+    r = b.provision(ctx(tmp_path, "held"))
+    name = r["job_name"]
+    h = b.submit(r, [sys.executable, "-c", "print('never')"], {})
+    st = b.poll(h)
+    assert not st.done and "waiting for Kueue admission" in st.detail, st
+    labels = cluster.jobsets.jobsets[(NS, name)]["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert labels["kueue.x-k8s.io/priority-class"] == "batch"
+    st = wait(b, h, timeout=15)
+    assert st.infrastructure_failure and "not admitted by Kueue" in st.detail, st
+    assert "team-a" in st.detail and "insufficient unused quota" in st.detail
+    assert "pods" not in left(cluster, name)  # a suspended JobSet ran nothing
+    b.teardown(r)
+    assert left(cluster, name) == {}
+
+
+def test_kueue_eviction_mid_run_is_infrastructure(cluster, tmp_path):
+    b = backend(cluster, kueue={"queue_name": "team-a"})
+    r = b.provision(ctx(tmp_path, "evicted"))
+    name = r["job_name"]
+    h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
+    wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
+    cluster.jobsets.evict(NS, name)
+    st = wait(b, h)
+    assert st.infrastructure_failure and "evicted by Kueue" in st.detail, st
+    assert "Preempted" in st.detail
+    deadline = time.monotonic() + 10
+    while running_pods(cluster, name) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running_pods(cluster, name) == []
+    b.teardown(r)
+    assert left(cluster, name) == {}
+
+
+def test_names_fit_every_derived_hostname(cluster, tmp_path):
+    b = backend(cluster, num_nodes=1000)
+    c = ctx(tmp_path, "model=" + "x" * 200, dag="d" * 200)
+    r = b.provision(c)
+    assert len(f"{r['job_name']}-workers-0-999") <= 63
+    # The emulator refuses what the JobSet webhook refuses.
+    from accelmatrix.hooks import jobset as api
+
+    body = b.workload_jobset(r, ["true"], {})
+    body["metadata"]["name"] = "a" * 60
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as e:
+        api.create_jobset(b._clients(r), NS, body)
+    assert e.value.status == 422 and "63 characters" in e.value.body
+
+
+def test_a_role_without_pods_log_is_named_and_teardown_still_deletes(cluster, tmp_path):
+    b = backend(cluster)
+    r = b.provision(ctx(tmp_path, "rbac"))
+    name = r["job_name"]
+    cluster.emulator.forbidden.add(("get", "pods/log"))
+    h = b.submit(r, [sys.executable, "-c", "print('hi')"], {})
+    with pytest.raises(BackendError, match=r"`get` on resource `pods/log`"):
+        wait(b, h)
+    b.teardown(r)
+    assert left(cluster, name) == {}
