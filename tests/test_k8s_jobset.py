@@ -331,3 +331,36 @@ def test_a_role_without_pods_log_is_named_and_teardown_still_deletes(cluster, tm
         wait(b, h)
     b.teardown(r)
     assert left(cluster, name) == {}
+
+
+def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, cluster):
+    from accelmatrix import janitor
+    from accelmatrix.results.store import ResultsStore
+
+    b = backend(cluster)
+    sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
+    orphan_ctx = CellContext("jobset_janitor", "gone_run", "model=old", accel_home / "a", -60)
+    orphan = b.provision(orphan_ctx)
+    h = b.submit(orphan, sleep, {})
+    wait(b, h, until=lambda st: len(running_pods(cluster, orphan["job_name"])) == 2)
+    fresh = b.provision(CellContext("jobset_janitor", "gone_run", "model=new", accel_home / "b"))
+    b.submit(fresh, sleep, {})
+    try:
+        (entry,) = [e for e in b.list_managed() if e.name == orphan["name"]]
+        assert entry.detail["identity"]["cell_id"] == "model=old"
+        assert entry.detail["services"] == [orphan["job_name"]]
+        assert len(entry.detail["pods"]) == 2
+        machines = {janitor.machine_key(b.machine_spec): b.machine_spec}
+        store = ResultsStore.from_settings()
+        report = janitor.sweep(machines, janitor.DbOwnerLookup(), dry_run=False, store=store)
+        assert [d.resource.name for d in report.reaped] == [orphan["name"]], report.table()
+        assert left(cluster, orphan["job_name"]) == {}
+        assert left(cluster, fresh["job_name"])  # within its TTL: kept
+        (row,) = store.get_reaped(backend="k8s-jobset")
+        assert row["cell_id"] == "model=old"
+        for pod in entry.detail["pods"]:
+            assert f"Pod {NS}/{pod}" in row["reason"]
+        assert f"Service {NS}/{orphan['job_name']}" in row["reason"]
+        assert f"JobSet {NS}/{orphan['job_name']} uid=" in row["reason"]
+    finally:
+        b.teardown(fresh)

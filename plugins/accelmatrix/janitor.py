@@ -366,11 +366,13 @@ def _reap(backend: Any, d: Decision, *, dry_run: bool, store: Any, say: Callable
     say(f"{verb} {res.backend} {res.name}: {d.reason}" + (f" ({d.error})" if d.error else ""))
     if store is not None:
         ident = d.identity or {}
+        children = (res.detail or {}).get("children") or []
         store.record_reaped(
             backend=res.backend,
             name=res.name,
             labels=res.labels,
-            reason=d.reason,
+            # A group resource (a JobSet) names every object it held, exactly.
+            reason=d.reason + (f"; objects: {', '.join(children)}" if children else ""),
             dry_run=dry_run,
             dag_id=ident.get("dag_id"),
             run_id=ident.get("run_id"),

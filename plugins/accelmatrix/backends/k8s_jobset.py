@@ -682,6 +682,13 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             )
             entry.detail["pods"] = sorted(p.metadata.name for p in pods.items)
             entry.detail["services"] = self._services(clients, ns, name)
+            # Exact ids of everything the cell holds, for the janitor's record of the reap.
+            entry.detail["children"] = (
+                [f"JobSet {ns}/{name} uid={meta.get('uid')}"]
+                + [f"Job {ns}/{j}" for j in sorted(entry.detail.get("jobs") or [])]
+                + [f"Pod {ns}/{p}" for p in entry.detail["pods"]]
+                + [f"Service {ns}/{s}" for s in entry.detail["services"]]
+            )
         return list(entries.values())
 
     @staticmethod
