@@ -173,7 +173,7 @@ def machine_key(spec: dict[str, Any]) -> str:
         return f"ssh:{spec.get('ssh_conn_id')}:{spec.get('work_root')}"
     if kind == "tpu-vm":
         return f"tpu-vm:{spec.get('gcp_conn_id')}:{spec.get('project')}:{spec.get('zone')}"
-    if kind in ("k8s-job", "k8s-jobset"):
+    if kind in ("k8s-job", "k8s-jobset", "gke-tpu"):
         return f"{kind}:{spec.get('kubernetes_conn_id')}:{spec.get('namespace')}"
     return str(kind)
 

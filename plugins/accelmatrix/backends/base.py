@@ -185,6 +185,7 @@ _REGISTRY: dict[str, str] = {
     "tpu-vm": "accelmatrix.backends.tpu_vm:TpuVmBackend",
     "k8s-job": "accelmatrix.backends.k8s_job:KubernetesJobBackend",
     "k8s-jobset": "accelmatrix.backends.k8s_jobset:KubernetesJobSetBackend",
+    "gke-tpu": "accelmatrix.backends.gke_tpu:GkeTpuBackend",
 }
 
 
