@@ -364,3 +364,13 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
         assert f"JobSet {NS}/{orphan['job_name']} uid=" in row["reason"]
     finally:
         b.teardown(fresh)
+
+
+def test_a_pod_stuck_in_container_creating_fails_the_group_as_infrastructure(cluster, tmp_path):
+    b = backend(cluster, image="fault/stuck-creating", container_creating_timeout_seconds=1)
+    r = b.provision(ctx(tmp_path, "stuck"))
+    h = b.submit(r, [sys.executable, "-c", "pass"], {})
+    st = wait(b, h)
+    assert st.infrastructure_failure and "stuck in ContainerCreating" in st.detail, st
+    b.teardown(r)
+    assert left(cluster, r["job_name"]) == {}

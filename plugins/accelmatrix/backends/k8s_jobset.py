@@ -70,7 +70,6 @@ TAIL_LINES = 20
 SPOOL_SECONDS = 10.0  # how often poll saves every pod's log while the group runs
 _spooled: dict[str, float] = {}
 _spool_lock = threading.Lock()
-CREATING_TIMEOUT_SECONDS = 600.0
 
 
 def _index(pod: Any) -> tuple[int, int]:
@@ -193,6 +192,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             "job_name": name,
             "artifacts_dir": resource["artifacts_dir"],
             "scheduling_timeout": float(self.machine.scheduling_timeout_seconds),
+            "creating_timeout": float(self.machine.container_creating_timeout_seconds),
             "admission_timeout": (
                 float(self.machine.kueue.admission_timeout_seconds) if self.machine.kueue else None
             ),
@@ -343,7 +343,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
                 pod,
                 now=now,
                 scheduling_timeout=float(handle["scheduling_timeout"]),
-                creating_timeout=CREATING_TIMEOUT_SECONDS,
+                creating_timeout=float(handle.get("creating_timeout") or 600),
             )
             if problem and not k8s_pods.disruption(pod):
                 return self._infra(problem)

@@ -144,6 +144,11 @@ class KubernetesJobMachine(BaseModel):
     scheduling_timeout_seconds: PositiveInt = Field(
         600, description="a pod Pending (unschedulable) this long is an infrastructure failure"
     )
+    container_creating_timeout_seconds: PositiveInt = Field(
+        600,
+        description="a scheduled pod whose container stays in ContainerCreating this long (a "
+        "volume that does not attach, a missing secret) is an infrastructure failure",
+    )
     resources: Any = Field(
         default=None,
         description="accelmatrix.spec.suite.Resources for cost/scheduling views; "

@@ -36,12 +36,19 @@ Fault injection, by image name (prefix match, so a tag may follow):
   ``Unschedulable``, message ``0/3 nodes are available: 3 Insufficient nvidia.com/gpu.``
 * ``fault/bad-image``: scheduled, then the container waits with ``ErrImagePull`` and, after
   ``pull_backoff`` seconds, ``ImagePullBackOff``.
+* ``fault/stuck-creating``: scheduled, then the container waits in ``ContainerCreating``
+  for ever (a volume that never attaches).
+* ``FakeKubelet.disrupt(namespace, pod)``: preemption/drain: ``DisruptionTarget`` condition,
+  SIGTERM, SIGKILL after ``grace_seconds``; exit code 143 or 137, pod ``Failed``.
+* ``KubernetesEmulator.forbidden``: (verb, resource) pairs answered 403 (a Role without them).
 * ``FakeKubelet.evict(namespace, pod)`` (or ``POST .../pods/<name>/eviction``): the process is
   killed and the pod ends ``Failed`` with reason ``Evicted``.
 * Deleting a running pod kills its process; the Job counts it as failed.
 
+JobSets, Services and a small Kueue come from ``testing/jobset_controller.py`` (see there).
+
 Not modelled: watches, resourceVersion conflicts, patch/update, multiple regular containers
-(only the first runs), pod readiness, RBAC (any bearer token is accepted).
+(only the first runs), pod readiness, authentication (any bearer token is accepted).
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ LABEL_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 UNSCHEDULABLE_MESSAGE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 BAD_IMAGE_PREFIX = "fault/bad-image"
 UNSCHEDULABLE_PREFIX = "fault/unschedulable"
+STUCK_PREFIX = "fault/stuck-creating"
 JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
 UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
@@ -1081,6 +1089,8 @@ class FakeKubelet:
             initContainerStatuses=[self._waiting(c, "PodInitializing") for c in inits] or None,
             containerStatuses=waiting,
         )
+        if any(i.startswith(STUCK_PREFIX) for i in images):
+            return  # a volume that never attaches: ContainerCreating for ever
         bad = next((i for i in images if i.startswith(BAD_IMAGE_PREFIX)), None)
         if bad:
             message = (
