@@ -374,3 +374,20 @@ def test_a_pod_stuck_in_container_creating_fails_the_group_as_infrastructure(clu
     assert st.infrastructure_failure and "stuck in ContainerCreating" in st.detail, st
     b.teardown(r)
     assert left(cluster, r["job_name"]) == {}
+
+
+def test_cluster_validation_workload_runs_one_worker_per_pod(cluster, tmp_path):
+    """ddp_validation.py on the JobSet machine: the launcher's env makes each pod one worker."""
+    script = Path(__file__).resolve().parents[1] / "include/workloads/cluster/ddp_validation.py"
+    b = backend(cluster, scheduling_timeout_seconds=60)
+    r = b.provision(ctx(tmp_path, "hyperpod"))
+    argv = [sys.executable, str(script), "--mode", "quick", "--quick-seconds", "3"]
+    h = b.submit(r, argv + ["--out-dir", "/workspace/out"], {})
+    st = wait(b, h, timeout=120)
+    assert st.exit_code == 0, st
+    art = Path(r["artifacts_dir"])
+    leader = (art / "output.log").read_text()
+    assert "job: worker 0 of 2" in leader and "Finished training run" in leader
+    assert any("job: worker 1 of 2" in p.read_text() for p in (art / "pods").iterdir())
+    b.teardown(r)
+    assert left(cluster, r["job_name"]) == {}
