@@ -345,7 +345,17 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
     wait(b, h, until=lambda st: len(running_pods(cluster, orphan["job_name"])) == 2)
     fresh = b.provision(CellContext("jobset_janitor", "gone_run", "model=new", accel_home / "b"))
     b.submit(fresh, sleep, {})
+    from accelmatrix.backends.k8s_job import KubernetesJobBackend
+
+    single = KubernetesJobBackend(
+        {"backend": "k8s-job", "kubernetes_conn_id": CONN_ID, "image": "x", "python": "python"}
+    )
+    job_cell = single.provision(CellContext("jobset_janitor", "gone_run", "single", accel_home))
+    single.submit(job_cell, sleep, {})
     try:
+        # Each kind lists only its own cells, though they share the namespace and labels.
+        assert job_cell["name"] not in {e.name for e in b.list_managed()}
+        assert {e.name for e in single.list_managed()} == {job_cell["name"]}
         (entry,) = [e for e in b.list_managed() if e.name == orphan["name"]]
         assert entry.detail["identity"]["cell_id"] == "model=old"
         assert entry.detail["services"] == [orphan["job_name"]]
@@ -364,6 +374,7 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
         assert f"JobSet {NS}/{orphan['job_name']} uid=" in row["reason"]
     finally:
         b.teardown(fresh)
+        single.teardown(job_cell)
 
 
 def test_a_pod_stuck_in_container_creating_fails_the_group_as_infrastructure(cluster, tmp_path):

@@ -100,6 +100,7 @@ TEARDOWN_KEYS = (
     "local_work_dir",
 )
 JOB_LABEL = "accelmatrix.io/job"
+KIND_LABEL = "accelmatrix.io/backend"  # set by other Kubernetes kinds (k8s-jobset, gke-tpu)
 ROLE_LABEL = "accelmatrix.io/role"
 UID_LABEL = "batch.kubernetes.io/controller-uid"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
@@ -796,6 +797,10 @@ class KubernetesJobBackend(Backend):
         for job in jobs.items:
             labels = dict(job.metadata.labels or {})
             if labels.get("managed-by") != MANAGED_BY:
+                continue
+            # Another Kubernetes machine kind's cell (a JobSet's child and setup Jobs) is
+            # that backend's to judge: reaping its Jobs here would fight its controller.
+            if labels.get(KIND_LABEL, "k8s-job") != self.kind:
                 continue
             annotations = dict(job.metadata.annotations or {})
             cell_job = labels.get(JOB_LABEL) or job.metadata.name

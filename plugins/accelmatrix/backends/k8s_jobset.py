@@ -56,6 +56,7 @@ from accelmatrix.backends.jobset_manifest import (
 )
 from accelmatrix.backends.k8s_job import (
     JOB_LABEL,
+    KIND_LABEL,
     ROTATED,
     KubernetesJobBackend,
 )
@@ -134,6 +135,8 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             raise InfrastructureError(f"Kubernetes API error: {e.status} {api_message(e)}") from e
         name = self.jobset_name(ctx)
         record.update(job_name=name, name=f"{ns}/{name}", backend=self.kind)
+        # Marks the JobSet, its child Jobs, pods and the setup Job as this kind's (janitor).
+        record["labels"][KIND_LABEL] = self.kind
         return record
 
     # -- the JobSet --------------------------------------------------------------------------
@@ -638,7 +641,8 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         for e in entries.values():
             e.backend = self.kind
             e.detail["resource"]["backend"] = self.kind
-        for js in jobset_api.list_jobsets(clients, ns, f"managed-by={MANAGED_BY}"):
+        selector = f"managed-by={MANAGED_BY},{KIND_LABEL}={self.kind}"
+        for js in jobset_api.list_jobsets(clients, ns, selector):
             meta = js["metadata"]
             labels = dict(meta.get("labels") or {})
             name = meta["name"]
