@@ -223,10 +223,16 @@ def test_a_disrupted_pod_restarts_the_group_then_it_succeeds(cluster, tmp_path):
         "print('second attempt done', flush=True)\n"
     )
     h = b.submit(r, [sys.executable, "-c", code], {"MARKER": str(marker)})
-    wait(b, h, until=lambda st: bool(running_pods(cluster, f"{name}-workers-0-0")))
+    lines, offset = [], 0
+    while "first attempt" not in lines:
+        new, offset = b.read_logs(h, offset)
+        lines += new
+        time.sleep(0.05)
     (leader,) = running_pods(cluster, f"{name}-workers-0-0")
     cluster.kubelet.disrupt(NS, leader)
     st = wait(b, h)
+    new, offset = b.read_logs(h, offset)  # the live log follows the new leader
+    assert new[0].startswith("--- leader pod") and new[1:] == ["second attempt done"], new
     assert st.exit_code == 0 and not st.infrastructure_failure, st
     assert cluster.jobsets.jobsets[(NS, name)]["status"]["restarts"] == 1
     art = Path(r["artifacts_dir"])
@@ -300,6 +306,11 @@ def test_kueue_eviction_mid_run_is_infrastructure(cluster, tmp_path):
     while running_pods(cluster, name) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running_pods(cluster, name) == []
+    # The run step's retry submits again: the evicted JobSet is replaced, queued, admitted.
+    h2 = b.submit(r, [sys.executable, "-c", "print('second try')"], {})
+    assert not h2["reattached"] and h2["uid"] != h["uid"]
+    assert wait(b, h2).exit_code == 0
+    assert (Path(r["artifacts_dir"]) / "output.log").read_text() == "second try\n"
     b.teardown(r)
     assert left(cluster, name) == {}
 

@@ -14,7 +14,8 @@ differs where a group of pods differs from one:
   with the scheduler's reason; a JobSet failed by a workload exit = a test failure named by
   the *first* pod that failed (pod, exit code, its last log lines); a JobSet that used up
   its restarts on disruptions = an infrastructure failure.
-* **read_logs** follows the leader (pod 0 of job 0) of the current restart attempt.
+* **read_logs** follows the leader (pod 0 of job 0) of the current restart attempt; after a
+  restart it starts again at the new leader's first line.
 * **collect** saves every pod's log (``pods/<pod>.log``), the leader's as ``output.log``,
   ``status.json`` with every pod's state, and the group's timing (seconds from the JobSet's
   start until all pods ran, and the spread of the pods' start times, i.e. how long the
@@ -68,6 +69,7 @@ from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine
 logger = logging.getLogger(__name__)
 
 TAIL_LINES = 20
+OFFSET_BITS = 40  # read_logs: byte offsets below, the restart attempt above (see there)
 SPOOL_SECONDS = 10.0  # how often poll saves every pod's log while the group runs
 _spooled: dict[str, float] = {}
 _spool_lock = threading.Lock()
@@ -473,14 +475,25 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         except Exception as e:  # the next call retries; poll decides about failures
             logger.warning("cannot read the log of %s: %s", handle.get("job_name"), e)
             return [], offset
-        if not data or len(data) <= offset:
-            return [], offset
-        chunk = data[offset:]
+        # Offsets are opaque to callers (passed back untouched): the bits above OFFSET_BITS
+        # carry the restart attempt the byte offset belongs to, so a new leader after a
+        # restart is read from its first byte, not from the old leader's offset.
+        attempt = _attempt(leader.metadata.labels)
+        seen_attempt, pos = divmod(offset, 1 << OFFSET_BITS)
+        header: list[str] = []
+        if attempt != seen_attempt:
+            header = [f"--- leader pod {leader.metadata.name} (restart {attempt}) ---"]
+            pos = 0
+        base = attempt << OFFSET_BITS
+        if not data or len(data) <= pos:
+            return header, base + pos
+        chunk = data[pos:]
         end = chunk.rfind(b"\n")
         if end < 0:
-            return [], offset
+            return header, base + pos
         chunk = chunk[: end + 1]
-        return chunk.decode("utf-8", errors="replace").splitlines(), offset + len(chunk)
+        lines = chunk.decode("utf-8", errors="replace").splitlines()
+        return header + lines, base + pos + len(chunk)
 
     def cancel(self, handle: dict[str, Any]) -> None:
         clients = self._clients(handle)
