@@ -85,6 +85,7 @@ def test_the_jobset_is_the_one_xpk_makes_for_the_same_request(cluster, tmp_path)
     assert env["JAX_NUM_PROCESSES"]["value"] == "8"
     assert "CUDA_VISIBLE_DEVICES" not in env and "nvidia.com/gpu" not in str(pod)
     assert len(f"{name}-slice-job-1-3") <= 63
+    assert b.machine.resources.chips == 32 and b.machine.resources.gpus is None
 
 
 @pytest.mark.parametrize(

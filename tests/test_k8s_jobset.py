@@ -8,6 +8,9 @@ exists, so a test that rendezvouses proves the Service, the hostnames and the en
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -413,3 +416,35 @@ def test_cluster_validation_workload_runs_one_worker_per_pod(cluster, tmp_path):
     assert any("job: worker 1 of 2" in p.read_text() for p in (art / "pods").iterdir())
     b.teardown(r)
     assert left(cluster, r["job_name"]) == {}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_real_kubectl_sees_the_jobset_its_hostnames_and_headless_service(cluster, tmp_path):
+    b = backend(cluster)
+    r = b.provision(ctx(tmp_path, "kubectl"))
+    name = r["job_name"]
+    h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(30)"], {})
+    wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
+    env = {**os.environ, "KUBECONFIG": str(cluster.emulator.write_kubeconfig(tmp_path / "kc"))}
+
+    def kubectl(*args: str) -> str:
+        p = subprocess.run(  # noqa: S603 (argv list)
+            [shutil.which("kubectl"), "-n", NS, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    assert kubectl("get", "jobsets", "-o", "name").split() == [f"jobset.jobset.x-k8s.io/{name}"]
+    hosts = kubectl(
+        "get", "pods", "-l", f"jobset.sigs.k8s.io/jobset-name={name}",
+        "-o", "jsonpath={range .items[*]}{.spec.hostname}.{.spec.subdomain} {end}",
+    ).split()  # fmt: skip
+    assert hosts == [f"{name}-workers-0-0.{name}", f"{name}-workers-0-1.{name}"]
+    assert kubectl("get", "svc", name, "-o", "jsonpath={.spec.clusterIP}") == "None"
+    b.cancel(h)
+    b.teardown(r)
+    assert left(cluster, name) == {}

@@ -67,6 +67,11 @@ class GkeTpuMachine(KubernetesJobSetMachine):
             vms = _vms(data)
             if vms is not None:
                 data = {**data, "num_nodes": vms}
+                if data.get("resources") is None:  # cost and scheduling views count chips
+                    chips = math.prod(int(x) for x in data["topology"].split("x"))
+                    slices = data.get("num_slices", 1)
+                    if isinstance(slices, int) and slices > 0:
+                        data["resources"] = {"chips": chips * slices}
         return data
 
     @model_validator(mode="after")
