@@ -448,3 +448,33 @@ def test_real_kubectl_sees_the_jobset_its_hostnames_and_headless_service(cluster
     b.cancel(h)
     b.teardown(r)
     assert left(cluster, name) == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"kueue": {"queue_name": "Team A"}}, "machines.big.kueue.queue_name"),
+        ({"kueue": {"queue": "a"}}, "machines.big.kueue.queue"),
+        ({"rendezvous_port": 1234}, "both 1234"),
+        ({"token": "abc"}, "a k8s-jobset machine takes no cluster endpoint"),
+        ({"num_nodes": 0}, "machines.big.num_nodes"),
+    ],
+)
+def test_bad_jobset_machines_get_one_clear_error(tmp_path, change, needle):
+    import yaml
+
+    from accelmatrix.spec.loader import SuiteError, load_suite
+
+    spec = {"backend": "k8s-jobset", "image": "x", **change}
+    suite = {
+        "description": "d",
+        "machines": {"big": spec},
+        "machine": "big",
+        "workload": {"run": ["python", "-c", "pass"]},
+    }
+    path = tmp_path / "bad_jobset.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises(SuiteError) as e:
+        load_suite(path)
+    text = str(e.value) + "\n".join(e.value.problems)
+    assert str(path) in text and needle in text, text

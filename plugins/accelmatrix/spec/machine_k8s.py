@@ -172,7 +172,8 @@ class KubernetesJobMachine(BaseModel):
             found = sorted(k for k in data if isinstance(k, str) and k in _CREDENTIAL_KEYS)
             if found:
                 raise ValueError(
-                    f"{', '.join(found)}: a k8s-job machine takes no cluster endpoint or "
+                    f"{', '.join(found)}: a {data.get('backend', 'k8s-job')} machine takes no "
+                    "cluster endpoint or "
                     "credentials; put them in the Airflow connection named by "
                     "kubernetes_conn_id (extra: kube_config, kube_config_path or in_cluster)"
                 )
