@@ -110,3 +110,74 @@ def test_two_pod_ddp_cell_end_to_end(airflow_db, tmp_path, monkeypatch):
 
     assert left["jobs"] == {} and left["pods"] == {} and left["services"] == {}
     assert jobsets == {}
+
+
+SUITE_KUEUE = """
+description: a Kueue-queued JobSet evicted mid-run (emulated)
+axes:
+  mode:
+    once: {x: 1}
+retries: 1
+retry_delay_seconds: 1
+machines:
+  queued:
+    backend: k8s-jobset
+    kubernetes_conn_id: accelmatrix_dag_jobset
+    image: us-docker.pkg.dev/acme/trainer:1
+    python: @PYTHON@
+    num_nodes: 2
+    kueue: {queue_name: team-a, priority_class: batch}
+workload:
+  run: ["${python}", "-c", "import os, pathlib, time; m = pathlib.Path(os.environ['MARKER'] + os.environ['RANK']); first = not m.exists(); m.touch(); time.sleep(60 if first else 0); print('Finished training run')"]
+  env: {MARKER: "@MARKER@"}
+  timeout: 120
+checks:
+  - {type: log_contains, pattern: Finished training run}
+"""
+
+
+def test_a_kueue_eviction_mid_run_is_retried_as_infrastructure(airflow_db, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    text = SUITE_KUEUE.replace("@PYTHON@", sys.executable).replace(
+        "@MARKER@", str(tmp_path / "marker")
+    )
+    (suites / "jobset_kueue.yaml").write_text(textwrap.dedent(text))
+    monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(suites))
+    evicted: list[str] = []
+    with Cluster(tmp_path / "cluster", ("default",)) as c:
+
+        def evict_once() -> None:  # Kueue preempts the first JobSet once its pods run
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and not evicted:
+                with c.emulator.lock:
+                    running = [
+                        p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name")
+                        for p in c.emulator.pods.values()
+                        if p["status"]["phase"] == "Running"
+                    ]
+                if len(running) == 2:
+                    c.jobsets.evict("default", running[0])
+                    evicted.append(running[0])
+                time.sleep(0.1)
+
+        threading.Thread(target=evict_once, daemon=True).start()
+        for key, value in c.emulator.airflow_conn_env("accelmatrix_dag_jobset").items():
+            monkeypatch.setenv(key, value)
+        k8s_hook.forget()
+        try:
+            state, run_id, tis = run_dag("jobset_kueue")
+        finally:
+            k8s_hook.forget()
+        left = c.emulator.state()
+        jobsets = dict(c.jobsets.jobsets)
+    cell = store().get_cells("jobset_kueue", run_id)[0]
+    assert evicted, "the eviction never happened"
+    assert state == "success" and cell["state"] == "passed", cell
+    art = settings.cell_artifacts_dir("jobset_kueue", run_id, cell["cell_id"])
+    assert "Finished training run" in (art / "output.log").read_text()
+    assert list(art.glob("status.json.*")), "the evicted attempt's status was kept"
+    assert left["pods"] == {} and left["services"] == {} and jobsets == {}
