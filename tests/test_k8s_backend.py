@@ -140,14 +140,16 @@ def test_logs_stream_while_the_pod_runs(cluster, tmp_path):
 def test_argv_is_never_split_or_interpreted_by_a_shell(cluster, tmp_path):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "argv=1"))
-    args = ["a b", 'it\'s "q"', "x; touch pwned", "$HOME", "`id`"]
+    # $(VAR) and $$ are the kubelet's own expansion syntax: they must arrive literally too.
+    args = ["a b", 'it\'s "q"', "x; touch pwned", "$HOME", "`id`", "$(TRICKY)", "$(HOME)", "a$$b"]
     code = "import json, sys; print(json.dumps(sys.argv[1:]))"
     h = b.submit(r, py(code) + args, {"TRICKY": "$(touch pwned2); 'q'"})
     assert wait(b, h).exit_code == 0
     assert json.loads((Path(r["artifacts_dir"]) / "output.log").read_text()) == args
     job = state(cluster)["jobs"][r["name"]]
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][3:] == args and "args" not in container
+    assert container["command"][3:] == [a.replace("$", "$$") for a in args]
+    assert "args" not in container
     assert {"name": "TRICKY", "value": "$(touch pwned2); 'q'"} in container["env"]
     assert not any(Path(r["local_work_dir"]).glob("pwned*"))
     b.teardown(r)

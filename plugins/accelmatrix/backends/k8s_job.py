@@ -264,7 +264,10 @@ class KubernetesJobBackend(Backend):
             "name": name,
             "image": m.image,
             "imagePullPolicy": m.image_pull_policy,
-            "command": list(argv),  # exec form: no shell ever sees an argument
+            # Exec form: no shell ever sees an argument. But the kubelet itself expands
+            # `$(VAR)` in command and args from the container's env; `$$` is its escape, so
+            # every `$` is doubled and each argument reaches the process exactly as written.
+            "command": [a.replace("$", "$$") for a in argv],
             "workingDir": m.work_dir,
             "env": self._env(env),
             "resources": resources,

@@ -23,7 +23,8 @@ creates the pods (one per completion index, labels ``job-name``, ``controller-ui
 ``batch.kubernetes.io/job-completion-index``, owner reference), "pulls" the image, runs the
 init containers then the main container's ``command`` + ``args`` **as a local subprocess**
 (argv, no shell) with the container's env, streams stdout/stderr into the pod log, and
-reports pod phase, container states (``terminated.exitCode``, timestamps) and the Job's
+reports pod phase (command and args get the kubelet's ``$(VAR)`` expansion first, ``$$``
+being its escape), container states (``terminated.exitCode``, timestamps) and the Job's
 status (``active``/``succeeded``/``failed``, ``Complete``/``Failed`` conditions). Volume
 mounts are emulated the way a container runtime would: a ``persistentVolumeClaim`` whose
 claim is in ``volumes`` is that local dir (plus ``subPath``), an ``emptyDir`` is a fresh temp
@@ -210,6 +211,30 @@ def pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tu
                     f"{term['exitCode']} matching {action} rule at index {i}"
                 )
     return "Count", ""
+
+
+def expand_var_refs(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of command/args: ``$$`` is a literal ``$``, a
+    reference to an undefined variable stays as written (k8s.io/kubernetes expansion)."""
+    out, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env[name] if name in env else text[i : end + 1])
+                    i = end + 1
+                    continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def field_ref(pod: dict[str, Any], path: str) -> str | None:
@@ -1180,7 +1205,7 @@ class FakeKubelet:
                     return str(local) + s[len(mount) :]
             return s
 
-        argv = [translate(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        raw_argv = (c.get("command") or []) + (c.get("args") or [])
         with self.emu.lock:
             pod = json.loads(json.dumps(self.emu.pods.get(key) or {}))
         env = {
@@ -1197,8 +1222,12 @@ class FakeKubelet:
                 value = field_ref(pod, e["valueFrom"]["fieldRef"].get("fieldPath", ""))
                 if value is not None:
                     env[e["name"]] = value
+        # The kubelet expands $(VAR) in command/args from the container's own env.
+        declared = {e["name"]: env[e["name"]] for e in c.get("env") or [] if e["name"] in env}
         for rewrite in list(self.emu.env_rewriters):
             env = rewrite(pod, c, env)
+        declared = {k: env.get(k, v) for k, v in declared.items()}
+        argv = [translate(expand_var_refs(a, declared)) for a in raw_argv]
         cwd = translate(c.get("workingDir") or str(pod_dir))
         log_path = pod_dir / f"{c['name']}.log"
         started = now_iso()
