@@ -66,6 +66,9 @@ def test_the_jobset_is_the_one_xpk_makes_for_the_same_request(cluster, tmp_path)
     assert rj["name"] == "slice-job" and rj["replicas"] == 2
     job = rj["template"]["spec"]
     assert job["parallelism"] == job["completions"] == 4 and job["backoffLimit"] == 0
+    (exit_rule,) = [r for r in job["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert {42, 137, 143, 255} <= set(exit_rule["onExitCodes"]["values"])  # XPK's restarts
+    assert 1 not in exit_rule["onExitCodes"]["values"]
     pod = job["template"]["spec"]
     assert pod["nodeSelector"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",

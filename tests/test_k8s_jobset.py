@@ -246,6 +246,22 @@ def test_a_disrupted_pod_restarts_the_group_then_it_succeeds(cluster, tmp_path):
     assert left(cluster, name) == {}
 
 
+def test_a_restartable_exit_code_restarts_the_group(cluster, tmp_path):
+    b = backend(cluster, max_restarts=1, restart_on_exit_codes=[42])
+    r = b.provision(ctx(tmp_path, "exit42"))
+    marker = tmp_path / "asked"
+    code = (
+        "import os, pathlib, sys\nm = pathlib.Path(os.environ['MARKER'] + os.environ['RANK'])\n"
+        "if os.environ['RANK'] == '1' and not m.exists():\n    m.touch(); sys.exit(42)\n"
+        "print('done', flush=True)\n"
+    )
+    h = b.submit(r, [sys.executable, "-c", code], {"MARKER": str(marker)})
+    st = wait(b, h)
+    assert st.exit_code == 0 and not st.infrastructure_failure, st
+    assert cluster.jobsets.jobsets[(NS, r["job_name"])]["status"]["restarts"] == 1
+    b.teardown(r)
+
+
 def test_disruption_past_max_restarts_is_infrastructure_not_the_exit_code(cluster, tmp_path):
     b = backend(cluster, max_restarts=0)
     r = b.provision(ctx(tmp_path, "disrupt0"))

@@ -69,7 +69,10 @@ def rendezvous_env(
 
 
 def child_job_spec(
-    pod_template: dict[str, Any], nodes: int, active_deadline_seconds: int
+    pod_template: dict[str, Any],
+    nodes: int,
+    active_deadline_seconds: int,
+    restart_on_exit_codes: list[int] | None = None,
 ) -> dict[str, Any]:
     """The Job template of the replicated job (one Indexed Job of ``nodes`` pods)."""
     return {
@@ -91,7 +94,8 @@ def child_job_spec(
                     "onExitCodes": {
                         "containerName": CONTAINER,
                         "operator": "NotIn",
-                        "values": [0],
+                        # Codes listed here match no rule: counted, so the group restarts.
+                        "values": [0, *(restart_on_exit_codes or [])],
                     },
                 },
             ]

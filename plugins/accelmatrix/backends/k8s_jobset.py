@@ -157,7 +157,12 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         job = self._job_body(resource, name, "workload", [container], nodes=m.num_nodes)
         pod_template = job["spec"]["template"]
         self.adjust_pod_template(pod_template)
-        spec = child_job_spec(pod_template, m.num_nodes, int(resource["active_deadline_seconds"]))
+        spec = child_job_spec(
+            pod_template,
+            m.num_nodes,
+            int(resource["active_deadline_seconds"]),
+            m.restart_on_exit_codes,
+        )
         meta = job["metadata"]
         return jobset_body(
             name=name,

@@ -48,6 +48,10 @@ class GkeTpuMachine(KubernetesJobSetMachine):
     )
     topology: str = Field(description="chips per slice as AxB or AxBxC, e.g. 4x4, 2x2x2")
     num_slices: PositiveInt = Field(1, le=64, description="slices (multi-slice over DCN)")
+    restart_on_exit_codes: list[int] = Field(
+        default_factory=lambda: [42, *range(127, 256)],
+        description="as XPK: 42 and 127-255 (killed by a signal) restart the slices",
+    )
     jax_coordinator_port: int = Field(
         8476, ge=1024, le=65535, description="JAX's coordinator port on GKE TPU (its default)"
     )

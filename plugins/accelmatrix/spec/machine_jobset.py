@@ -23,7 +23,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 from accelmatrix.spec.machine_k8s import DNS_LABEL, KubernetesJobMachine
 
@@ -69,7 +76,21 @@ class KubernetesJobSetMachine(KubernetesJobMachine):
         description="restarts of the whole JobSet after an infrastructure failure (a pod "
         "evicted or preempted); a non-zero exit of the workload fails it at once",
     )
+    restart_on_exit_codes: list[int] = Field(
+        default_factory=list,
+        description="workload exit codes that restart the group like a disruption (counted "
+        "against max_restarts) instead of failing it at once, e.g. [42] for a job that asks "
+        "to be restarted",
+    )
     kueue: KueueQueue | None = None
+
+    @field_validator("restart_on_exit_codes")
+    @classmethod
+    def _codes(cls, v: list[int]) -> list[int]:
+        bad = [c for c in v if not 1 <= c <= 255]
+        if bad:
+            raise ValueError(f"exit codes {bad} out of range: allowed 1..255")
+        return sorted(set(v))
 
     @property
     def replicated_job(self) -> str:
