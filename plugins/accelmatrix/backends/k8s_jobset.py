@@ -399,9 +399,17 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         first_workload = next((f for f in failures if not k8s_pods.disruption(f[3])), None)
         if cond.get("reason") == "ReachedMaxRestarts" or first_workload is None:
             disrupted = next((k8s_pods.disruption(p) for p in pods if k8s_pods.disruption(p)), None)
+            exits = (
+                f"; pod {first_workload[3].metadata.name} exited with {first_workload[4].exit_code}"
+                " (a code listed in restart_on_exit_codes)"
+                if first_workload
+                else ""
+            )
             return self._infra(
                 f"JobSet {name} failed ({cond.get('reason')}: {cond.get('message', '')}) after "
-                f"{attempt} restart(s)" + (f"; last disruption: {disrupted}" if disrupted else "")
+                f"{attempt} restart(s)"
+                + (f"; last disruption: {disrupted}" if disrupted else "")
+                + exits
             )
         _, _, (job_i, pod_i), pod, term = first_workload
         tail = self._tail(clients, ns, pod.metadata.name)
