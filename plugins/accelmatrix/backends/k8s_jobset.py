@@ -7,7 +7,8 @@ differs where a group of pods differs from one:
 * **submit** creates the JobSet of ``jobset_manifest`` (name from the cell identity, short
   enough that every pod hostname is a DNS label). 409 reattaches, except to a JobSet that
   already ended for infrastructure reasons (then it is replaced, as a retry should).
-* **poll** reads the JobSet, its pods and (with Kueue) its Workload, and decides:
+* **poll** reads the JobSet, its pods and (with Kueue) its Workload; ``jobset_verdict``
+  decides:
   suspended and never admitted = a capacity wait, an infrastructure failure after
   ``kueue.admission_timeout_seconds``; evicted or preempted by Kueue = an infrastructure
   failure; a pod Pending past ``scheduling_timeout_seconds`` = an infrastructure failure
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix import settings
+from accelmatrix.backends import jobset_verdict as verdict
 from accelmatrix.backends import k8s_pods, tpu_names
 from accelmatrix.backends.base import (
     MANAGED_BY,
@@ -46,17 +48,13 @@ from accelmatrix.backends.base import (
     ManagedResource,
 )
 from accelmatrix.backends.jobset_manifest import (
-    COMPLETION_INDEX,
     CONTAINER,
-    JOB_INDEX_LABEL,
     JOBSET_NAME_LABEL,
-    RESTART_LABEL,
     child_job_spec,
     jobset_body,
     rendezvous_env,
 )
 from accelmatrix.backends.k8s_job import (
-    JOB_LABEL,
     KIND_LABEL,
     ROTATED,
     KubernetesJobBackend,
@@ -73,26 +71,6 @@ OFFSET_BITS = 40  # read_logs: byte offsets below, the restart attempt above (se
 SPOOL_SECONDS = 10.0  # how often poll saves every pod's log while the group runs
 _spooled: dict[str, float] = {}
 _spool_lock = threading.Lock()
-
-
-def _index(pod: Any) -> tuple[int, int]:
-    labels = pod.metadata.labels or {}
-    try:
-        return int(labels.get(JOB_INDEX_LABEL, 0)), int(labels.get(COMPLETION_INDEX, 0))
-    except ValueError:
-        return 0, 0
-
-
-def _attempt(obj_labels: dict[str, str] | None) -> int:
-    try:
-        return int((obj_labels or {}).get(RESTART_LABEL, 0))
-    except ValueError:
-        return 0
-
-
-def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return {c.get("type"): c for c in conds if c.get("status") == "True"}
 
 
 class KubernetesJobSetBackend(KubernetesJobBackend):
@@ -270,156 +248,32 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
 
     # -- inspection --------------------------------------------------------------------------
     def _group_pods(self, clients: KubeClients, ns: str, name: str) -> list[Any]:
-        pods = clients.core.list_namespaced_pod(
-            ns, label_selector=f"{JOBSET_NAME_LABEL}={name}"
-        ).items
-        return sorted(
-            pods,
-            key=lambda p: (
-                _attempt(p.metadata.labels),
-                _index(p),
-                k8s_pods.epoch(p.metadata.creation_timestamp) or 0,
-            ),
-        )
-
-    def _leader(self, pods: list[Any], attempt: int | None = None) -> Any:
-        leaders = [p for p in pods if _index(p) == (0, 0)]
-        if attempt is not None:
-            leaders = [p for p in leaders if _attempt(p.metadata.labels) == attempt] or leaders
-        return leaders[-1] if leaders else None
+        pods = clients.core.list_namespaced_pod(ns, label_selector=f"{JOBSET_NAME_LABEL}={name}")
+        return verdict.sort_pods(pods.items)
 
     def _tail(self, clients: KubeClients, ns: str, pod: str) -> list[str]:
         data = self._read_log(clients, ns, pod, CONTAINER) or b""
         return data.decode("utf-8", "replace").splitlines()[-TAIL_LINES:]
 
     def _kueue_state(self, clients: KubeClients, handle: dict[str, Any]) -> tuple[str, str]:
-        """('evicted' | 'pending' | 'admitted' | 'unknown', message) from Kueue's Workload."""
         try:
             workloads = jobset_api.list_workloads(clients, handle["namespace"], handle["uid"])
         except Exception as e:  # no Kueue API, or no permission: say so, don't guess
             return "unknown", f"cannot read Kueue Workloads: {e}"[:300]
-        for wl in workloads:
-            conds = _conditions(wl)
-            if "Evicted" in conds or "Preempted" in conds:
-                c = conds.get("Evicted") or conds["Preempted"]
-                return "evicted", f"{c.get('reason')}: {c.get('message', '')}"
-        for wl in workloads:
-            conds = _conditions(wl)
-            if "Admitted" in conds:
-                return "admitted", ""
-            pending = next(
-                (
-                    c
-                    for c in (wl.get("status") or {}).get("conditions") or []
-                    if c.get("type") == "QuotaReserved"
-                ),
-                None,
-            )
-            if pending:
-                return "pending", f"{pending.get('reason')}: {pending.get('message', '')}"
-        return "pending", "no Workload yet"
+        return verdict.kueue_state(workloads)
 
     def _classify(
         self, clients: KubeClients, handle: dict[str, Any], js: dict[str, Any]
     ) -> JobStatus:
-        ns, name = handle["namespace"], handle["job_name"]
-        now = time.time()
-        conds = _conditions(js)
-        status = js.get("status") or {}
-        attempt = int(status.get("restarts") or 0)
-        pods = self._group_pods(clients, ns, name)
-        current = [p for p in pods if _attempt(p.metadata.labels) == attempt]
-        if "Completed" in conds:
-            leader = self._leader(pods, attempt)
-            term = k8s_pods.terminated(leader, CONTAINER) if leader else None
-            code = term.exit_code if term else 0
-            return JobStatus(done=True, exit_code=code, detail=f"JobSet {name} completed")
-        if "Failed" in conds:
-            return self._failed(clients, ns, name, conds["Failed"], pods, attempt)
-        if (js.get("spec") or {}).get("suspend"):
-            created = k8s_pods.epoch(js["metadata"].get("creationTimestamp")) or now
-            state, message = self._kueue_state(clients, handle)
-            if state == "evicted":
-                return self._infra(f"JobSet {name} was evicted by Kueue ({message})")
-            limit = handle.get("admission_timeout")
-            if limit is not None and now - created > limit:
-                return self._infra(
-                    f"JobSet {name} was not admitted by Kueue (LocalQueue "
-                    f"{handle.get('queue')}) within {limit:.0f} s: {message}"
-                )
-            return JobStatus(done=False, detail=f"waiting for Kueue admission: {message}")
-        for pod in current:
-            problem = k8s_pods.pod_problem(
-                pod,
-                now=now,
-                scheduling_timeout=float(handle["scheduling_timeout"]),
-                creating_timeout=float(handle.get("creating_timeout") or 600),
-            )
-            if problem and not k8s_pods.disruption(pod):
-                return self._infra(problem)
-            # A disrupted pod: the JobSet controller restarts the group (or fails it when
-            # out of restarts, handled above); not done yet.
-        if not current:
-            created = k8s_pods.epoch(js["metadata"].get("creationTimestamp")) or now
-            if now - created > float(handle["scheduling_timeout"]):
-                return self._infra(
-                    f"JobSet {name} created no pod in {now - created:.0f} s (is the JobSet "
-                    "controller running? quota, admission webhook?)"
-                )
-            return JobStatus(done=False, detail="waiting for pods")
-        phases = ",".join(sorted({p.status.phase for p in current}))
-        extra = f" (restart {attempt})" if attempt else ""
-        return JobStatus(done=False, detail=f"{len(current)} pod(s) {phases}{extra}")
-
-    def _failed(
-        self,
-        clients: KubeClients,
-        ns: str,
-        name: str,
-        cond: dict[str, Any],
-        pods: list[Any],
-        attempt: int,
-    ) -> JobStatus:
-        """A failed JobSet: the first pod to fail names it; disruptions are infrastructure."""
-        failures = []
-        for pod in pods:
-            term = k8s_pods.terminated(pod, CONTAINER)
-            if term is None or term.exit_code == 0:
-                continue
-            failures.append(
-                (
-                    k8s_pods.epoch(term.finished_at) or 0,
-                    _attempt(pod.metadata.labels),
-                    _index(pod),
-                    pod,
-                    term,
-                )
-            )
-        failures.sort(key=lambda f: (-f[1], f[0], f[2]))  # current attempt, earliest first
-        first_workload = next((f for f in failures if not k8s_pods.disruption(f[3])), None)
-        if cond.get("reason") == "ReachedMaxRestarts" or first_workload is None:
-            disrupted = next((k8s_pods.disruption(p) for p in pods if k8s_pods.disruption(p)), None)
-            exits = (
-                f"; pod {first_workload[3].metadata.name} exited with {first_workload[4].exit_code}"
-                " (a code listed in restart_on_exit_codes)"
-                if first_workload
-                else ""
-            )
-            return self._infra(
-                f"JobSet {name} failed ({cond.get('reason')}: {cond.get('message', '')}) after "
-                f"{attempt} restart(s)"
-                + (f"; last disruption: {disrupted}" if disrupted else "")
-                + exits
-            )
-        _, _, (job_i, pod_i), pod, term = first_workload
-        tail = self._tail(clients, ns, pod.metadata.name)
-        detail = (
-            f"pod {pod.metadata.name} (job {job_i}, rank {pod_i}) exited with {term.exit_code} "
-            f"({term.reason}) first; JobSet {name} failed ({cond.get('reason')})"
+        ns = handle["namespace"]
+        return verdict.judge(
+            js,
+            self._group_pods(clients, ns, handle["job_name"]),
+            now=time.time(),
+            handle=handle,
+            kueue=lambda: self._kueue_state(clients, handle),
+            tail=lambda pod: self._tail(clients, ns, pod),
         )
-        if tail:
-            detail += "; last lines:\n" + "\n".join(tail)
-        return JobStatus(done=True, exit_code=term.exit_code, detail=detail)
 
     def poll(self, handle: dict[str, Any]) -> JobStatus:
         from kubernetes.client.exceptions import ApiException
@@ -477,7 +331,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
     def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
         clients = self._clients(handle)
         try:
-            leader = self._leader(
+            leader = verdict.leader(
                 self._group_pods(clients, handle["namespace"], handle["job_name"])
             )
             if leader is None:
@@ -491,7 +345,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         # Offsets are opaque to callers (passed back untouched): the bits above OFFSET_BITS
         # carry the restart attempt the byte offset belongs to, so a new leader after a
         # restart is read from its first byte, not from the old leader's offset.
-        attempt = _attempt(leader.metadata.labels)
+        attempt = verdict.attempt(leader.metadata.labels)
         seen_attempt, pos = divmod(offset, 1 << OFFSET_BITS)
         header: list[str] = []
         if attempt != seen_attempt:
@@ -526,7 +380,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         name: str,
         artifacts_dir: str,
         js: dict[str, Any] | None,
-        verdict: JobStatus | None,
+        outcome: JobStatus | None,
     ) -> None:
         """Every pod's log, the leader's as output.log, status.json and the group timing."""
         from kubernetes.client.exceptions import ApiException
@@ -543,7 +397,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         art = Path(artifacts_dir)
         (art / "pods").mkdir(parents=True, exist_ok=True)
         attempt = int(((js or {}).get("status") or {}).get("restarts") or 0)
-        leader = self._leader(pods, attempt)
+        leader = verdict.leader(pods, attempt)
         infos = []
         for pod in pods:
             data = self._read_log(clients, ns, pod.metadata.name, CONTAINER)
@@ -552,13 +406,13 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
                 if pod is leader:
                     _write(art / "output.log", data)
             term = k8s_pods.terminated(pod, CONTAINER)
-            job_i, pod_i = _index(pod)
+            job_i, pod_i = verdict.index(pod)
             infos.append(
                 {
                     "name": pod.metadata.name,
                     "job_index": job_i,
                     "rank": pod_i,
-                    "attempt": _attempt(pod.metadata.labels),
+                    "attempt": verdict.attempt(pod.metadata.labels),
                     "phase": pod.status.phase,
                     "node": pod.spec.node_name,
                     "created_at": k8s_pods.epoch(pod.metadata.creation_timestamp),
@@ -581,10 +435,10 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             (i for i in infos if leader is not None and i["name"] == leader.metadata.name), infos[0]
         )
         exit_code, reason = lead["exit_code"], lead["reason"]
-        judged = verdict is not None and verdict.done
+        judged = outcome is not None and outcome.done
         if judged:
-            exit_code = None if verdict.infrastructure_failure else verdict.exit_code
-            reason = verdict.detail
+            exit_code = None if outcome.infrastructure_failure else outcome.exit_code
+            reason = outcome.detail
         else:  # collect/teardown after poll judged the group: keep its verdict
             if prior.get("verdict") and prior.get("jobset") == name:
                 exit_code, reason, judged = prior.get("exit_code"), prior.get("reason"), True
@@ -736,6 +590,3 @@ def _write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.part")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-__all__ = ["JOB_LABEL", "KubernetesJobSetBackend"]
