@@ -494,3 +494,17 @@ def test_bad_jobset_machines_get_one_clear_error(tmp_path, change, needle):
         load_suite(path)
     text = str(e.value) + "\n".join(e.value.problems)
     assert str(path) in text and needle in text, text
+
+
+def test_ttl_after_finished_removes_the_finished_group(cluster, tmp_path):
+    """The backstop for a dead triggerer: the finished JobSet and everything it owns go."""
+    b = backend(cluster, ttl_seconds_after_finished=1)
+    r = b.provision(ctx(tmp_path, "ttl"))
+    h = b.submit(r, [sys.executable, "-c", "print('quick')"], {})
+    assert wait(b, h).exit_code == 0
+    deadline = time.monotonic() + 10
+    while left(cluster, r["job_name"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left(cluster, r["job_name"]) == {}
+    st = b.poll(h)  # a poll after that says what happened, as infrastructure
+    assert st.infrastructure_failure and "ttlSecondsAfterFinished" in st.detail
