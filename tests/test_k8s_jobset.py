@@ -321,6 +321,8 @@ def test_kueue_eviction_mid_run_is_infrastructure(cluster, tmp_path):
     st = wait(b, h)
     assert st.infrastructure_failure and "evicted by Kueue" in st.detail, st
     assert "Preempted" in st.detail
+    status = json.loads((Path(r["artifacts_dir"]) / "status.json").read_text())
+    assert status["exit_code"] is None and "evicted by Kueue" in status["reason"]
     deadline = time.monotonic() + 10
     while running_pods(cluster, name) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -392,9 +392,14 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
                 if e.status != 404:
                     raise
         pods = self._group_pods(clients, ns, name)
-        if not pods:
-            return
         art = Path(artifacts_dir)
+        if not pods:
+            if outcome is not None and outcome.done:  # e.g. evicted: its pods are gone
+                art.mkdir(parents=True, exist_ok=True)
+                record = {"exit_code": None, "reason": outcome.detail, "verdict": True}
+                record.update(jobset=name, pods=[], started_at=None, ended_at=None, pid=None)
+                _write(art / "status.json", json.dumps(record).encode())
+            return
         (art / "pods").mkdir(parents=True, exist_ok=True)
         attempt = int(((js or {}).get("status") or {}).get("restarts") or 0)
         leader = verdict.leader(pods, attempt)
