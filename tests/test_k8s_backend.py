@@ -140,14 +140,16 @@ def test_logs_stream_while_the_pod_runs(cluster, tmp_path):
 def test_argv_is_never_split_or_interpreted_by_a_shell(cluster, tmp_path):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "argv=1"))
-    args = ["a b", 'it\'s "q"', "x; touch pwned", "$HOME", "`id`"]
+    # $(VAR) and $$ are the kubelet's own expansion syntax: they must arrive literally too.
+    args = ["a b", 'it\'s "q"', "x; touch pwned", "$HOME", "`id`", "$(TRICKY)", "$(HOME)", "a$$b"]
     code = "import json, sys; print(json.dumps(sys.argv[1:]))"
     h = b.submit(r, py(code) + args, {"TRICKY": "$(touch pwned2); 'q'"})
     assert wait(b, h).exit_code == 0
     assert json.loads((Path(r["artifacts_dir"]) / "output.log").read_text()) == args
     job = state(cluster)["jobs"][r["name"]]
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][3:] == args and "args" not in container
+    assert container["command"][3:] == [a.replace("$", "$$") for a in args]
+    assert "args" not in container
     assert {"name": "TRICKY", "value": "$(touch pwned2); 'q'"} in container["env"]
     assert not any(Path(r["local_work_dir"]).glob("pwned*"))
     b.teardown(r)
@@ -472,3 +474,31 @@ def test_suite_accepts_a_k8s_machine(tmp_path):
         }
     )
     assert suite.machines["l4"].backend == "k8s-job" and "k8s-job" in BACKENDS
+
+
+def test_a_pod_the_cluster_stops_is_infrastructure_not_its_exit_code(cluster, tmp_path):
+    """Preemption: DisruptionTarget, SIGTERM, exit 143. Judged by the condition, not the code."""
+    b = backend(cluster)
+    r = b.provision(ctx(tmp_path, "preempted=1"))
+    h = b.submit(r, py("import time; print('up', flush=True); time.sleep(300)"), {})
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not b.read_logs(h, 0)[0]:
+        time.sleep(0.05)
+    (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r["job_name"] in k]
+    cluster.kubelet.disrupt(NS, pod)
+    st = wait(b, h)
+    assert st.infrastructure_failure and st.exit_code is None, st
+    assert "PreemptionByScheduler" in st.detail and pod in st.detail
+    terminated = state(cluster)["pods"][f"{NS}/{pod}"]["status"]["containerStatuses"][0]
+    assert terminated["state"]["terminated"]["exitCode"] == 143  # what an exit-code reading sees
+    b.teardown(r)
+
+
+def test_a_container_stuck_in_container_creating_times_out(cluster, tmp_path):
+    b = backend(cluster, image="fault/stuck-creating", container_creating_timeout_seconds=1)
+    r = b.provision(ctx(tmp_path, "stuck=1"))
+    h = b.submit(r, py("print('never')"), {})
+    st = wait(b, h)
+    assert st.infrastructure_failure and "ContainerCreating" in st.detail, st
+    b.teardown(r)
+    assert not [k for k in state(cluster)["pods"] if r["job_name"] in k]

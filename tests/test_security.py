@@ -279,6 +279,21 @@ MACHINES = {
         ["host", "token", "bearer_token", "password", "kube_config", "client_key"],
         "kubernetes_conn_id",
     ),
+    "k8s-jobset": (
+        {"backend": "k8s-jobset", "image": "python:3.11-slim"},
+        ["host", "token", "kube_config", "client_key"],
+        "kubernetes_conn_id",
+    ),
+    "gke-tpu": (
+        {
+            "backend": "gke-tpu",
+            "image": "python:3.11-slim",
+            "accelerator_type": "v6e-8",
+            "topology": "2x4",
+        },
+        ["token", "kube_config"],
+        "kubernetes_conn_id",
+    ),
 }
 
 

@@ -16,6 +16,10 @@ real training job in the ways the checks care about:
 * a data-parallel mode (``--world-size 2``): forked ranks on one host, gradients averaged
   with ``torch.distributed`` (gloo, loopback only), as a DDP job does. Rank 0 logs, writes
   the metrics and the trace; the run fails if any rank fails.
+* a multi-node mode (``--rendezvous env``): this process is ONE rank of a job whose other
+  ranks run elsewhere (the pods of a JobSet), told where to meet the torchrun way:
+  ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK`` (or ``NODE_RANK``) from the
+  environment; gloo over TCP to the leader.
 
 It is deliberately standalone (no accelmatrix import): a workload must run on a machine
 that only has torch installed.
@@ -81,6 +85,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=1,
         help="data-parallel ranks (forked processes, gloo over loopback); 1 = single process",
+    )
+    p.add_argument(
+        "--rendezvous",
+        choices=("local", "env"),
+        default="local",
+        help="local: fork --world-size ranks here; env: one rank of a multi-node job "
+        "(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK or NODE_RANK from the environment)",
+    )
+    p.add_argument(
+        "--fail-rank",
+        type=int,
+        default=None,
+        help="with --fail-mode crash/hang: only this rank fails (default: every rank)",
     )
     args = p.parse_args(argv)
     for name in ("steps", "batch_size", "profile_steps", "threads", "world_size"):
@@ -217,14 +234,11 @@ class DataParallel:
     a model this small anyway.
     """
 
-    def __init__(self, rank: int, world: int, store_path: Path) -> None:
+    def __init__(self, rank: int, world: int, init_method: str) -> None:
         import torch.distributed as dist
 
         self.dist, self.rank, self.world = dist, rank, world
-        # A file store: no port to pick and nothing listening beyond gloo's loopback pairs.
-        dist.init_process_group(
-            "gloo", init_method=f"file://{store_path}", rank=rank, world_size=world
-        )
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
 
     def average_grads(self, params: list[nn.Parameter]) -> None:
         for p in params:
@@ -258,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     out_dir: Path = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.rendezvous == "env":
+        return train_one_rank_of_many(args, out_dir)
     if args.world_size == 1:
         return train(args, out_dir, rank=0, dp=None)
     # Loopback only; gloo would otherwise pick the interface of the host name.
@@ -270,11 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         if pid == 0:  # a rank: train, then leave without running the parent's cleanup
             code = 1
             try:
-                code = train(args, out_dir, rank, DataParallel(rank, args.world_size, store))
+                dp = DataParallel(rank, args.world_size, f"file://{store}")
+                code = train(args, out_dir, rank, dp)
             finally:
                 os._exit(code)
         children.append(pid)
-    code = train(args, out_dir, 0, DataParallel(0, args.world_size, store))
+    # A file store: no port to pick and nothing listening beyond gloo's loopback pairs.
+    code = train(args, out_dir, 0, DataParallel(0, args.world_size, f"file://{store}"))
     for pid in children:
         _, status = os.waitpid(pid, 0)
         if os.waitstatus_to_exitcode(status) != 0:
@@ -282,6 +300,22 @@ def main(argv: list[str] | None = None) -> int:
             code = code or 1
     store.unlink(missing_ok=True)
     return code
+
+
+def train_one_rank_of_many(args: argparse.Namespace, out_dir: Path) -> int:
+    """One rank of a multi-node job: meet the others at MASTER_ADDR:MASTER_PORT (TCP store)."""
+    env = os.environ
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE") if not env.get(k)]
+    rank_text = env.get("RANK") or env.get("NODE_RANK")
+    if missing or rank_text is None:
+        print(f"--rendezvous env needs {missing or ['RANK or NODE_RANK']} set", file=sys.stderr)
+        return 2
+    rank, world = int(rank_text), int(env["WORLD_SIZE"])
+    address = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+    print(f"rank {rank}/{world} joining the rendezvous at {address}", flush=True)
+    dp = DataParallel(rank, world, f"tcp://{address}")
+    print(f"rank {rank}/{world} joined at {time.time():.3f}", flush=True)
+    return train(args, out_dir, rank, dp)
 
 
 def train(args: argparse.Namespace, out_dir: Path, rank: int, dp: DataParallel | None) -> int:
@@ -338,9 +372,10 @@ def train(args: argparse.Namespace, out_dir: Path, rank: int, dp: DataParallel |
         profiler as prof,
     ):
         for step in range(args.steps):
-            if step == fail_step and args.fail_mode == "crash":
+            fails = args.fail_rank is None or args.fail_rank == rank
+            if step == fail_step and args.fail_mode == "crash" and fails:
                 raise RuntimeError(f"injected failure (--fail-mode crash) at step {step}")
-            if step == fail_step and args.fail_mode == "hang":
+            if step == fail_step and args.fail_mode == "hang" and fails:
                 say(f"step {step} hanging (--fail-mode hang)", flush=True)
                 while True:  # only a timeout or a signal ends this
                     time.sleep(3600)

@@ -117,8 +117,8 @@ def machine_key(spec: dict[str, Any]) -> str:
         return f"ssh:{spec.get('ssh_conn_id')}:{spec.get('work_root')}"
     if kind == "tpu-vm":
         return f"tpu-vm:{spec.get('gcp_conn_id')}:{spec.get('project')}:{spec.get('zone')}"
-    if kind == "k8s-job":
-        return f"k8s-job:{spec.get('kubernetes_conn_id')}:{spec.get('namespace')}"
+    if kind in ("k8s-job", "k8s-jobset", "gke-tpu"):
+        return f"{kind}:{spec.get('kubernetes_conn_id')}:{spec.get('namespace')}"
     return str(kind)
 
 
@@ -308,11 +308,13 @@ def _reap(backend: Any, d: Decision, *, dry_run: bool, store: Any, say: Callable
     say(f"{verb} {res.backend} {res.name}: {d.reason}" + (f" ({d.error})" if d.error else ""))
     if store is not None:
         ident = d.identity or {}
+        children = (res.detail or {}).get("children") or []
         store.record_reaped(
             backend=res.backend,
             name=res.name,
             labels=res.labels,
-            reason=d.reason,
+            # A group resource (a JobSet) names every object it held, exactly.
+            reason=d.reason + (f"; objects: {', '.join(children)}" if children else ""),
             dry_run=dry_run,
             dag_id=ident.get("dag_id"),
             run_id=ident.get("run_id"),

@@ -14,6 +14,10 @@ a person reading the output:
 * out/job_status.json in the shape of the original's status output: {timestamp,
   job_exists, pods_info, job_status{conditions, masterAddr, masterPort}}.
 
+On a cluster (a `k8s-jobset` machine: one pod per worker) the launcher's environment decides
+instead: with MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK set, this process is worker RANK
+of WORLD_SIZE and meets the others at the leader's address; nothing is forked.
+
 `--mode quick|comprehensive` picks the training duration (the suite passes both). Failure
 modes for the tests: `hang` (worker 1 stops answering collectives), `diverge` (gradient
 ascent: the loss rises), `collective-timeout` (worker 1 is late to a collective and the
@@ -72,7 +76,9 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def worker(rank: int, args: argparse.Namespace, port: int, duration: float) -> None:
+def worker(
+    rank: int, args: argparse.Namespace, port: int, duration: float, addr: str = MASTER_ADDR
+) -> None:
     torch.set_num_threads(1)
     started = time.time()
     (args.out_dir / "pods" / f"worker-{rank}.json").write_text(
@@ -84,7 +90,7 @@ def worker(rank: int, args: argparse.Namespace, port: int, duration: float) -> N
         timeout = 3.0
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://{MASTER_ADDR}:{port}",
+        init_method=f"tcp://{addr}:{port}",
         rank=rank,
         world_size=args.workers,
         timeout=timedelta(seconds=timeout),
@@ -189,11 +195,25 @@ def job_status(args, port, procs, phase: str) -> dict:
     }
 
 
+def launched_rank() -> tuple[int, int, str, int] | None:
+    """(rank, world, master address, port) when a multi-node launcher set them, else None."""
+    env = os.environ
+    if not all(env.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")):
+        return None
+    return int(env["RANK"]), int(env["WORLD_SIZE"]), env["MASTER_ADDR"], int(env["MASTER_PORT"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     duration = args.quick_seconds if args.mode == "quick" else args.comprehensive_seconds
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "pods").mkdir(exist_ok=True)
+    launched = launched_rank()
+    if launched is not None:  # one pod of a multi-node job: this process is one worker
+        rank, args.workers, addr, port = launched
+        print(f"job: worker {rank} of {args.workers}, master {addr}:{port}", flush=True)
+        worker(rank, args, port, duration, addr)
+        return 0
     port = free_port()
     print(
         f"job: {args.workers} worker(s), mode {args.mode} ({duration:g} s), master {MASTER_ADDR}:{port}"

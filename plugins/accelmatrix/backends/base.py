@@ -184,6 +184,8 @@ _REGISTRY: dict[str, str] = {
     "ssh": "accelmatrix.backends.ssh:SshBackend",
     "tpu-vm": "accelmatrix.backends.tpu_vm:TpuVmBackend",
     "k8s-job": "accelmatrix.backends.k8s_job:KubernetesJobBackend",
+    "k8s-jobset": "accelmatrix.backends.k8s_jobset:KubernetesJobSetBackend",
+    "gke-tpu": "accelmatrix.backends.gke_tpu:GkeTpuBackend",
 }
 
 

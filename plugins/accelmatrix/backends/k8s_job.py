@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix import settings
-from accelmatrix.backends import tpu_names
+from accelmatrix.backends import k8s_pods, tpu_names
 from accelmatrix.backends.base import (
     MANAGED_BY,
     Backend,
@@ -100,13 +100,12 @@ TEARDOWN_KEYS = (
     "local_work_dir",
 )
 JOB_LABEL = "accelmatrix.io/job"
+KIND_LABEL = "accelmatrix.io/backend"  # set by other Kubernetes kinds (k8s-jobset, gke-tpu)
 ROLE_LABEL = "accelmatrix.io/role"
 UID_LABEL = "batch.kubernetes.io/controller-uid"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 GPU_TAINT = "nvidia.com/gpu"
 GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
-IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
-CONFIG_ERRORS = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
 ROTATED = ("output.log", "status.json")
 DELETE_WAIT_SECONDS = 60.0
 UNREACHABLE_GRACE_SECONDS = 120.0
@@ -265,7 +264,10 @@ class KubernetesJobBackend(Backend):
             "name": name,
             "image": m.image,
             "imagePullPolicy": m.image_pull_policy,
-            "command": list(argv),  # exec form: no shell ever sees an argument
+            # Exec form: no shell ever sees an argument. But the kubelet itself expands
+            # `$(VAR)` in command and args from the container's env; `$$` is its escape, so
+            # every `$` is doubled and each argument reaches the process exactly as written.
+            "command": [a.replace("$", "$$") for a in argv],
             "workingDir": m.work_dir,
             "env": self._env(env),
             "resources": resources,
@@ -426,35 +428,14 @@ class KubernetesJobBackend(Backend):
         conditions = {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
         now = time.time()
         for pod in pods:
-            pname = pod.metadata.name
-            if pod.status.reason == "Evicted":
-                return self._infra(f"pod {pname} was evicted: {pod.status.message}"), pods
-            statuses = (pod.status.init_container_statuses or []) + (
-                pod.status.container_statuses or []
+            problem = k8s_pods.pod_problem(
+                pod,
+                now=now,
+                scheduling_timeout=scheduling_timeout,
+                creating_timeout=float(self.machine.container_creating_timeout_seconds),
             )
-            for cs in statuses:
-                waiting = cs.state.waiting if cs.state else None
-                if waiting and waiting.reason in IMAGE_ERRORS:
-                    return self._infra(
-                        f"cannot pull image {cs.image!r} for pod {pname} "
-                        f"({waiting.reason}): {waiting.message or ''}".rstrip(": ")
-                    ), pods
-                if waiting and waiting.reason in CONFIG_ERRORS:
-                    return self._infra(
-                        f"pod {pname} container {cs.name} cannot start ({waiting.reason}): "
-                        f"{waiting.message or ''}"
-                    ), pods
-            if pod.status.phase == "Pending":
-                sched = next(
-                    (c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None
-                )
-                age = now - (_epoch(pod.metadata.creation_timestamp) or now)
-                if (sched is None or sched.status != "True") and age > scheduling_timeout:
-                    why = f"{sched.reason}: {sched.message}" if sched else "not scheduled yet"
-                    return self._infra(
-                        f"pod {pname} unschedulable for {age:.0f} s (scheduling timeout "
-                        f"{scheduling_timeout:.0f} s): {why}"
-                    ), pods
+            if problem:  # before any exit code: a pod the cluster stopped exits 143/137
+                return self._infra(problem), pods
         if "Complete" in conditions:
             term = _terminated(pods[0]) if pods else None
             code = term.exit_code if term else 0
@@ -516,6 +497,12 @@ class KubernetesJobBackend(Backend):
         except ApiException as e:
             if e.status in (400, 404):
                 return None
+            if e.status == 403:
+                raise BackendError(
+                    f"cannot read the log of pod {ns}/{pod}: 403 {api_message(e)}. The Role "
+                    "bound to the connection's identity needs verb `get` on resource "
+                    "`pods/log` (see the minimal Role in docs/backends-kubernetes.md)"
+                ) from None
             raise
         return resp.data
 
@@ -813,6 +800,10 @@ class KubernetesJobBackend(Backend):
         for job in jobs.items:
             labels = dict(job.metadata.labels or {})
             if labels.get("managed-by") != MANAGED_BY:
+                continue
+            # Another Kubernetes machine kind's cell (a JobSet's child and setup Jobs) is
+            # that backend's to judge: reaping its Jobs here would fight its controller.
+            if labels.get(KIND_LABEL, "k8s-job") != self.kind:
                 continue
             annotations = dict(job.metadata.annotations or {})
             cell_job = labels.get(JOB_LABEL) or job.metadata.name

@@ -31,6 +31,7 @@ class KubeClients:
     batch: Any  # kubernetes.client.BatchV1Api
     core: Any  # kubernetes.client.CoreV1Api
     namespace: str
+    custom: Any = None  # kubernetes.client.CustomObjectsApi (JobSets, Kueue Workloads)
 
 
 def get_clients(conn_id: str) -> KubeClients:
@@ -50,6 +51,7 @@ def get_clients(conn_id: str) -> KubeClients:
         batch=hook.batch_v1_client,
         core=hook.core_v1_client,
         namespace=hook.get_namespace() or DEFAULT_NAMESPACE,
+        custom=hook.custom_object_client,
     )
     with _lock:
         return _cache.setdefault(conn_id, clients)

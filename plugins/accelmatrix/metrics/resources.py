@@ -8,6 +8,11 @@ metrics table gets the series `runner.cpu_percent`, `runner.rss_mb` and `runner.
 workload, so a check such as `{type: metric_between, metric: runner.peak_rss_mb, max: 2048}`
 can bound them.
 
+For a multi-pod cell (``k8s-jobset``, ``gke-tpu``) there is no local runner: the backend
+writes the same file with the group's timing, ``runner.all_pods_running_s`` (JobSet
+creation until the last pod ran) and ``runner.rendezvous_s`` (spread of the pods' start
+times), so "all pods running within" and "rendezvous within" are checks like any other.
+
 They live in the `runner.` namespace, which no metric source may use (refused when the suite
 loads, and at collect time for keys read from a workload's files): a workload that reports
 its own `wall_seconds` must not collide with the sampler's, or one of the two would be lost.
@@ -30,7 +35,14 @@ UNITS = {
     "gpu_mem_mb": "MB",
 }
 # The runner's last line, from the kernel's accounting once the workload exited.
-FINAL_UNITS = {"cpu_seconds": "s", "peak_rss_mb": "MB", "wall_seconds": "s"}
+FINAL_UNITS = {
+    "cpu_seconds": "s",
+    "peak_rss_mb": "MB",
+    "wall_seconds": "s",
+    # Multi-pod cells (k8s-jobset): written by the backend, which is the runner there.
+    "all_pods_running_s": "s",
+    "rendezvous_s": "s",
+}
 
 
 def reserved_names() -> list[str]:

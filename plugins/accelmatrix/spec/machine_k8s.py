@@ -144,6 +144,11 @@ class KubernetesJobMachine(BaseModel):
     scheduling_timeout_seconds: PositiveInt = Field(
         600, description="a pod Pending (unschedulable) this long is an infrastructure failure"
     )
+    container_creating_timeout_seconds: PositiveInt = Field(
+        600,
+        description="a scheduled pod whose container stays in ContainerCreating this long (a "
+        "volume that does not attach, a missing secret) is an infrastructure failure",
+    )
     resources: Any = Field(
         default=None,
         description="accelmatrix.spec.suite.Resources for cost/scheduling views; "
@@ -167,7 +172,8 @@ class KubernetesJobMachine(BaseModel):
             found = sorted(k for k in data if isinstance(k, str) and k in _CREDENTIAL_KEYS)
             if found:
                 raise ValueError(
-                    f"{', '.join(found)}: a k8s-job machine takes no cluster endpoint or "
+                    f"{', '.join(found)}: a {data.get('backend', 'k8s-job')} machine takes no "
+                    "cluster endpoint or "
                     "credentials; put them in the Airflow connection named by "
                     "kubernetes_conn_id (extra: kube_config, kube_config_path or in_cluster)"
                 )

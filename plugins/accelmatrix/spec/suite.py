@@ -41,7 +41,7 @@ LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CELLS = 1024  # Airflow's [core] max_map_length default
-BACKENDS = ("local", "ssh", "tpu-vm", "k8s-job")
+BACKENDS = ("local", "ssh", "tpu-vm", "k8s-job", "k8s-jobset", "gke-tpu")
 RESERVED_PARAMS = ("cells",)
 
 Scalar = str | int | float | bool
@@ -80,12 +80,19 @@ class LocalMachine(Model):
     )
 
 
+from accelmatrix.spec.machine_gke_tpu import GkeTpuMachine  # noqa: E402
+from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine  # noqa: E402
 from accelmatrix.spec.machine_k8s import KubernetesJobMachine  # noqa: E402
 from accelmatrix.spec.machine_ssh import SshMachine  # noqa: E402 (after Resources)
 from accelmatrix.spec.machine_tpu import TpuVmMachine  # noqa: E402
 
 Machine = Annotated[
-    LocalMachine | SshMachine | TpuVmMachine | KubernetesJobMachine,
+    LocalMachine
+    | SshMachine
+    | TpuVmMachine
+    | KubernetesJobMachine
+    | KubernetesJobSetMachine
+    | GkeTpuMachine,
     Field(discriminator="backend"),
 ]
 

@@ -23,7 +23,8 @@ creates the pods (one per completion index, labels ``job-name``, ``controller-ui
 ``batch.kubernetes.io/job-completion-index``, owner reference), "pulls" the image, runs the
 init containers then the main container's ``command`` + ``args`` **as a local subprocess**
 (argv, no shell) with the container's env, streams stdout/stderr into the pod log, and
-reports pod phase, container states (``terminated.exitCode``, timestamps) and the Job's
+reports pod phase (command and args get the kubelet's ``$(VAR)`` expansion first, ``$$``
+being its escape), container states (``terminated.exitCode``, timestamps) and the Job's
 status (``active``/``succeeded``/``failed``, ``Complete``/``Failed`` conditions). Volume
 mounts are emulated the way a container runtime would: a ``persistentVolumeClaim`` whose
 claim is in ``volumes`` is that local dir (plus ``subPath``), an ``emptyDir`` is a fresh temp
@@ -36,12 +37,19 @@ Fault injection, by image name (prefix match, so a tag may follow):
   ``Unschedulable``, message ``0/3 nodes are available: 3 Insufficient nvidia.com/gpu.``
 * ``fault/bad-image``: scheduled, then the container waits with ``ErrImagePull`` and, after
   ``pull_backoff`` seconds, ``ImagePullBackOff``.
+* ``fault/stuck-creating``: scheduled, then the container waits in ``ContainerCreating``
+  for ever (a volume that never attaches).
+* ``FakeKubelet.disrupt(namespace, pod)``: preemption/drain: ``DisruptionTarget`` condition,
+  SIGTERM, SIGKILL after ``grace_seconds``; exit code 143 or 137, pod ``Failed``.
+* ``KubernetesEmulator.forbidden``: (verb, resource) pairs answered 403 (a Role without them).
 * ``FakeKubelet.evict(namespace, pod)`` (or ``POST .../pods/<name>/eviction``): the process is
   killed and the pod ends ``Failed`` with reason ``Evicted``.
 * Deleting a running pod kills its process; the Job counts it as failed.
 
+JobSets, Services and a small Kueue come from ``testing/jobset_controller.py`` (see there).
+
 Not modelled: watches, resourceVersion conflicts, patch/update, multiple regular containers
-(only the first runs), pod readiness, RBAC (any bearer token is accepted).
+(only the first runs), pod readiness, authentication (any bearer token is accepted).
 """
 
 from __future__ import annotations
@@ -69,10 +77,21 @@ LABEL_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 UNSCHEDULABLE_MESSAGE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 BAD_IMAGE_PREFIX = "fault/bad-image"
 UNSCHEDULABLE_PREFIX = "fault/unschedulable"
+STUCK_PREFIX = "fault/stuck-creating"
 JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
 UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def disruption_condition(reason: str, message: str) -> dict[str, Any]:
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now_iso(),
+    }
 
 
 def now_iso(t: float | None = None) -> str:
@@ -160,6 +179,81 @@ def selector_matches(selector: list[tuple[str, str, Any]], labels: dict[str, str
     return True
 
 
+def pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any]) -> tuple[str, str]:
+    """The Job's ``podFailurePolicy`` applied to one failed pod: (action, message).
+
+    Rules are tried in order and the first match wins, as in the Job controller; no match
+    (or no policy) means ``Count``.
+    """
+    name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    conditions = {
+        c["type"] for c in pod["status"].get("conditions") or [] if c.get("status") == "True"
+    }
+    for i, rule in enumerate((policy or {}).get("rules") or []):
+        action = rule.get("action", "Count")
+        for want in rule.get("onPodConditions") or []:
+            if want.get("type") in conditions:
+                return (
+                    action,
+                    f"Pod {name} has condition {want['type']} matching {action} rule at index {i}",
+                )
+        codes = rule.get("onExitCodes")
+        if not codes:
+            continue
+        for cs in pod["status"].get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated")
+            if term is None or (codes.get("containerName") not in (None, cs["name"])):
+                continue
+            inside = term["exitCode"] in (codes.get("values") or [])
+            if inside == (codes.get("operator") == "In"):
+                return action, (
+                    f"Container {cs['name']} for pod {name} failed with exit code "
+                    f"{term['exitCode']} matching {action} rule at index {i}"
+                )
+    return "Count", ""
+
+
+def expand_var_refs(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of command/args: ``$$`` is a literal ``$``, a
+    reference to an undefined variable stays as written (k8s.io/kubernetes expansion)."""
+    out, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env[name] if name in env else text[i : end + 1])
+                    i = end + 1
+                    continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def field_ref(pod: dict[str, Any], path: str) -> str | None:
+    """The downward API: the value of ``fieldRef.fieldPath`` for a pod (the common paths)."""
+    meta = pod.get("metadata") or {}
+    if m := re.fullmatch(r"metadata\.(annotations|labels)\['([^']+)'\]", path):
+        return (meta.get(m.group(1)) or {}).get(m.group(2))
+    simple = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": (pod.get("spec") or {}).get("nodeName"),
+        "spec.serviceAccountName": (pod.get("spec") or {}).get("serviceAccountName"),
+        "status.podIP": (pod.get("status") or {}).get("podIP"),
+        "status.hostIP": (pod.get("status") or {}).get("hostIP"),
+    }
+    return simple.get(path)
+
+
 class KubernetesEmulator:
     """The API server: in-memory objects behind real HTTP on 127.0.0.1."""
 
@@ -168,6 +262,16 @@ class KubernetesEmulator:
         self.namespaces = set(namespaces)
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        # Extensions (testing/jobset_controller.py): extra routes tried before the built-in
+        # ones, controllers run by the kubelet loop, env rewriters applied before a container
+        # starts (the emulated pod network).
+        self.routes: list[Any] = []
+        self.controllers: list[Any] = []
+        self.env_rewriters: list[Any] = []
+        # RBAC in its simplest form: (verb, resource) pairs the caller may not use, e.g.
+        # ("get", "pods/log"); answered 403 Forbidden the way the real API server words it.
+        self.forbidden: set[tuple[str, str]] = set()
         self.requests: list[tuple[str, str]] = []
         self._rv = 0
         self._server: ThreadingHTTPServer | None = None
@@ -340,6 +444,46 @@ class KubernetesEmulator:
             self.on_pod_removed(ns, name, reason)
         return pod
 
+    def create_service(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = (body.get("metadata") or {}).get("name") or ""
+        if not DNS_LABEL.match(name) or len(name) > 63:
+            raise ApiError(422, "Invalid", f'Service "{name}" is invalid: metadata.name')
+        with self.lock:
+            if (ns, name) in self.services:
+                raise ApiError(409, "AlreadyExists", f'services "{name}" already exists')
+            svc = json.loads(json.dumps(body))
+            svc["apiVersion"], svc["kind"] = "v1", "Service"
+            svc["metadata"].update(
+                namespace=ns,
+                uid=str(uuid.uuid4()),
+                resourceVersion=self.next_rv(),
+                creationTimestamp=now_iso(),
+            )
+            svc.setdefault("spec", {}).setdefault("clusterIP", "10.0.0.1")
+            self.services[(ns, name)] = svc
+            return svc
+
+    def delete_owned(self, ns: str, owner_uid: str) -> None:
+        """Garbage collection of the Services an object owned (its delete cascades)."""
+        with self.lock:
+            for key, svc in list(self.services.items()):
+                refs = svc["metadata"].get("ownerReferences") or []
+                if key[0] == ns and any(r.get("uid") == owner_uid for r in refs):
+                    del self.services[key]
+
+    def check_access(self, verb: str, resource: str, ns: str, name: str | None) -> None:
+        if (verb, resource) in self.forbidden:
+            group = resource.split("/")[0]
+            api_group = {"jobs": "batch", "jobsets": "jobset.x-k8s.io"}.get(group, "")
+            what = f'{group} "{name}"' if name else group
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{what} is forbidden: User "system:serviceaccount:{ns}:accelmatrix" cannot '
+                f'{verb} resource "{resource}" in API group "{api_group}" in the namespace '
+                f'"{ns}"',
+            )
+
     def public(self, obj: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in obj.items() if not k.startswith("_")}
 
@@ -350,6 +494,7 @@ class KubernetesEmulator:
                     {
                         "jobs": {f"{ns}/{n}": self.public(j) for (ns, n), j in self.jobs.items()},
                         "pods": {f"{ns}/{n}": p for (ns, n), p in self.pods.items()},
+                        "services": {f"{ns}/{n}": v for (ns, n), v in self.services.items()},
                     }
                 )
             )
@@ -365,7 +510,23 @@ _DISCOVERY = {
                 "name": "batch",
                 "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
                 "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"},
-            }
+            },
+            {
+                "name": "jobset.x-k8s.io",
+                "versions": [{"groupVersion": "jobset.x-k8s.io/v1alpha2", "version": "v1alpha2"}],
+                "preferredVersion": {
+                    "groupVersion": "jobset.x-k8s.io/v1alpha2",
+                    "version": "v1alpha2",
+                },
+            },
+            {
+                "name": "kueue.x-k8s.io",
+                "versions": [{"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"}],
+                "preferredVersion": {
+                    "groupVersion": "kueue.x-k8s.io/v1beta1",
+                    "version": "v1beta1",
+                },
+            },
         ],
     },
     "/api/v1": {
@@ -386,6 +547,14 @@ _DISCOVERY = {
                 "namespaced": True,
                 "kind": "Pod",
                 "verbs": ["get"],
+            },
+            {
+                "name": "services",
+                "singularName": "service",
+                "namespaced": True,
+                "kind": "Service",
+                "verbs": ["create", "delete", "get", "list"],
+                "shortNames": ["svc"],
             },
             {
                 "name": "namespaces",
@@ -419,12 +588,41 @@ _DISCOVERY = {
             },
         ],
     },
+    "/apis/jobset.x-k8s.io/v1alpha2": {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "jobset.x-k8s.io/v1alpha2",
+        "resources": [
+            {
+                "name": "jobsets",
+                "singularName": "jobset",
+                "namespaced": True,
+                "kind": "JobSet",
+                "verbs": ["create", "delete", "get", "list"],
+            }
+        ],
+    },
+    "/apis/kueue.x-k8s.io/v1beta1": {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "kueue.x-k8s.io/v1beta1",
+        "resources": [
+            {
+                "name": "workloads",
+                "singularName": "workload",
+                "namespaced": True,
+                "kind": "Workload",
+                "verbs": ["get", "list"],
+            }
+        ],
+    },
     "/version": {"major": "1", "minor": "32", "gitVersion": "v1.32.0-accelmatrix-emulator"},
 }
 
 _JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+)(?:/(status))?)?$")
 _PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(?:/(log|eviction|status))?)?$")
 _NAMESPACE = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+_SERVICES = re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -477,8 +675,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, method: str, path: str, q: dict[str, str]) -> tuple[int, Any]:
         emu = self.emu
+        for route in emu.routes:
+            answer = route(method, path, q, self._body)
+            if answer is not None:
+                return answer
         if method == "GET" and path in _DISCOVERY:
             return 200, _DISCOVERY[path]
+        if m := _SERVICES.match(path):
+            ns, name = m.groups()
+            if name is None and method == "GET":
+                with emu.lock:
+                    items = [v for (sns, _), v in emu.services.items() if sns == ns]
+                    return 200, self._list("ServiceList", "v1", items, q)
+            if name is None and method == "POST":
+                return 201, emu.create_service(ns, self._body())
+            if name is not None and method == "GET":
+                with emu.lock:
+                    svc = emu.services.get((ns, name))
+                if svc is None:
+                    raise ApiError(404, "NotFound", f'services "{name}" not found')
+                return 200, svc
+            if name is not None and method == "DELETE":
+                with emu.lock:
+                    svc = emu.services.pop((ns, name), None)
+                if svc is None:
+                    raise ApiError(404, "NotFound", f'services "{name}" not found')
+                return 200, svc
         if method == "GET" and path == "/apis/batch/v1/jobs":
             return 200, self._list("JobList", "batch/v1", list(emu.jobs.values()), q)
         if m := _NAMESPACE.match(path):
@@ -511,6 +733,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, emu.public(job)
         if m := _PODS.match(path):
             ns, name, sub = m.groups()
+            verb = {"GET": "get" if name else "list", "DELETE": "delete", "POST": "create"}[method]
+            if name is None and method == "DELETE":
+                verb = "deletecollection"
+            emu.check_access(verb, f"pods/{sub}" if sub else "pods", ns, name)
             if name is None and method in ("GET", "DELETE"):
                 selector = parse_selector(q.get("labelSelector"))
                 with emu.lock:
@@ -598,12 +824,14 @@ class FakeKubelet:
         volumes: dict[str, Path] | None = None,
         tick: float = 0.05,
         pull_backoff: float = 0.5,
+        grace_seconds: float = 3.0,
     ):
         self.emu = emulator
         self.root = Path(root)
         self.volumes = {k: Path(v) for k, v in (volumes or {}).items()}
         self.tick = tick
         self.pull_backoff = pull_backoff
+        self.grace_seconds = grace_seconds
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         self.removed: set[tuple[str, str]] = set()
         self._stop = threading.Event()
@@ -642,6 +870,9 @@ class FakeKubelet:
         with self.emu.lock:
             st = pod["status"]
             st.update(phase="Failed", reason="Evicted", message=message)
+            st["conditions"] = [
+                c for c in st.get("conditions") or [] if c["type"] != "DisruptionTarget"
+            ] + [disruption_condition("EvictionByEvictionAPI", "Eviction API: evicting")]
             for cs in st.get("containerStatuses") or []:
                 if "running" in cs.get("state", {}):
                     cs["state"] = {
@@ -654,6 +885,40 @@ class FakeKubelet:
                     }
             pod["metadata"]["resourceVersion"] = self.emu.next_rv()
 
+    def disrupt(
+        self,
+        ns: str,
+        name: str,
+        reason: str = "PreemptionByScheduler",
+        message: str = "Preempted in order to admit critical pod",
+    ) -> None:
+        """Stop a running pod the way the cluster does when it preempts or drains a node.
+
+        The pod gets the ``DisruptionTarget`` condition first, then its container SIGTERM,
+        and SIGKILL after ``grace_seconds``: it ends ``Failed`` with exit code 143 (it
+        stopped on SIGTERM) or 137 (it had to be killed), like a real kubelet reports it.
+        The pod stays in the API (its controller decides what to do).
+        """
+        with self.emu.lock:
+            pod = self.emu.pods.get((ns, name))
+            if pod is None:
+                return
+            st = pod["status"]
+            st["conditions"] = [
+                c for c in st.get("conditions") or [] if c["type"] != "DisruptionTarget"
+            ] + [disruption_condition(reason, message)]
+            pod["metadata"]["resourceVersion"] = self.emu.next_rv()
+            proc = self.procs.get((ns, name))
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=self.grace_seconds)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
     # -- controller loop ------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -664,6 +929,8 @@ class FakeKubelet:
             self._stop.wait(self.tick)
 
     def _reconcile(self) -> None:
+        for controller in list(self.emu.controllers):
+            controller()
         with self.emu.lock:
             jobs = list(self.emu.jobs.values())
         for job in jobs:
@@ -691,7 +958,12 @@ class FakeKubelet:
         for p in pods:
             if p["status"]["phase"] == "Failed" and not p.get("_counted"):
                 p["_counted"] = True
+                action, message = pod_failure_action(spec.get("podFailurePolicy"), p)
+                if action == "Ignore":
+                    continue
                 job["_failed_indexes"].append(p["metadata"]["name"])
+                if action == "FailJob" and "_pfp" not in job:
+                    job["_pfp"] = message
         failed = len(job["_failed_indexes"])
         succeeded = set()
         active = 0
@@ -702,7 +974,7 @@ class FakeKubelet:
                 succeeded.add(i)
             elif any(ph in ("Pending", "Running") for ph in phases):
                 active += 1
-            elif failed <= int(spec.get("backoffLimit", 6)):
+            elif failed <= int(spec.get("backoffLimit", 6)) and "_pfp" not in job:
                 self._create_pod(job, i if indexed else None)
                 active += 1
         status.update(active=active, succeeded=len(succeeded), failed=failed)
@@ -710,7 +982,9 @@ class FakeKubelet:
             status["succeeded"] = completions
         deadline = spec.get("activeDeadlineSeconds")
         reason = None
-        if failed > int(spec.get("backoffLimit", 6)):
+        if "_pfp" in job:
+            reason = ("PodFailurePolicy", job["_pfp"])
+        elif failed > int(spec.get("backoffLimit", 6)):
             reason = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
         elif deadline is not None and time.time() - job["_created"] > deadline:
             reason = ("DeadlineExceeded", "Job was active longer than specified deadline")
@@ -751,6 +1025,8 @@ class FakeKubelet:
             annotations[INDEX_ANNOTATION] = str(index)
         spec = template["spec"]
         spec.setdefault("serviceAccountName", "default")
+        if index is not None and spec.get("subdomain"):
+            spec["hostname"] = f"{job_name}-{index}"  # what the Job controller sets
         if index is not None:
             for c in spec["containers"] + (spec.get("initContainers") or []):
                 c.setdefault("env", []).append(
@@ -838,6 +1114,8 @@ class FakeKubelet:
             initContainerStatuses=[self._waiting(c, "PodInitializing") for c in inits] or None,
             containerStatuses=waiting,
         )
+        if any(i.startswith(STUCK_PREFIX) for i in images):
+            return  # a volume that never attaches: ContainerCreating for ever
         bad = next((i for i in images if i.startswith(BAD_IMAGE_PREFIX)), None)
         if bad:
             message = (
@@ -927,17 +1205,29 @@ class FakeKubelet:
                     return str(local) + s[len(mount) :]
             return s
 
-        argv = [translate(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        raw_argv = (c.get("command") or []) + (c.get("args") or [])
+        with self.emu.lock:
+            pod = json.loads(json.dumps(self.emu.pods.get(key) or {}))
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
             "HOME": str(pod_dir),
-            "HOSTNAME": key[1],
+            "HOSTNAME": (pod.get("spec") or {}).get("hostname") or key[1],
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
         }
         for e in c.get("env") or []:
             if "value" in e:
                 env[e["name"]] = translate(str(e["value"]))
+            elif "fieldRef" in (e.get("valueFrom") or {}) and pod:
+                value = field_ref(pod, e["valueFrom"]["fieldRef"].get("fieldPath", ""))
+                if value is not None:
+                    env[e["name"]] = value
+        # The kubelet expands $(VAR) in command/args from the container's own env.
+        declared = {e["name"]: env[e["name"]] for e in c.get("env") or [] if e["name"] in env}
+        for rewrite in list(self.emu.env_rewriters):
+            env = rewrite(pod, c, env)
+        declared = {k: env.get(k, v) for k, v in declared.items()}
+        argv = [translate(expand_var_refs(a, declared)) for a in raw_argv]
         cwd = translate(c.get("workingDir") or str(pod_dir))
         log_path = pod_dir / f"{c['name']}.log"
         started = now_iso()
@@ -1021,9 +1311,20 @@ class FakeKubelet:
 class Cluster:
     """Emulator + fake kubelet as one context manager (what the tests use)."""
 
-    def __init__(self, root: Path, namespaces: tuple[str, ...] = ("default",), **kubelet: Any):
+    def __init__(
+        self,
+        root: Path,
+        namespaces: tuple[str, ...] = ("default",),
+        kueue_mode: str = "admit",
+        **kubelet: Any,
+    ):
+        from accelmatrix.testing.jobset_controller import JobSetController
+
         self.root = Path(root)
         self.emulator = KubernetesEmulator(namespaces)
+        # JobSet + Kueue (testing/jobset_controller.py): `cluster.jobsets.kueue_mode`,
+        # `cluster.jobsets.evict(ns, name)`.
+        self.jobsets = JobSetController(self.emulator, kueue_mode=kueue_mode)
         self.kubelet_kwargs = kubelet
         self.kubelet: FakeKubelet | None = None
 
