@@ -18,6 +18,7 @@ value containing ``{{ ... }}`` stays text.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -71,4 +72,19 @@ class CellOperator(BaseOperator):
         resource = ti.xcom_pull(task_ids=f"{group}.provision", map_indexes=ti.map_index)
         if not resource:
             raise RuntimeError(f"no resource recorded by {group}.provision[{ti.map_index}]")
-        return resource
+        return resource_record(resource)
+
+
+def resource_record(value: Any) -> dict[str, Any]:
+    """The resource record ``provision`` returned, however Airflow handed it over.
+
+    A provision that ended in the triggerer pushed its record through
+    ``TaskSuccessEvent(xcoms=...)``; Airflow 3.3.2 stores such values JSON-encoded once more
+    than a worker's return value (``XComModel.set`` serializes what the execution API would
+    have stored as is), so readers get the JSON text. Resource records are always objects.
+    """
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, dict):
+        raise TypeError(f"a resource record must be a JSON object, got {type(value).__name__}")
+    return value

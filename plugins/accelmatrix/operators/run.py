@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from accelmatrix.operators.base import CellOperator
+from accelmatrix.operators.base import CellOperator, resource_record
 
 # Grace between the workload deadline (enforced by the trigger, which kills the workload)
 # and Airflow's deferral timeout (a backstop in case the triggerer itself is stuck).
@@ -60,7 +60,7 @@ class RunWorkloadOperator(CellOperator):
         from accelmatrix import lifecycle
         from accelmatrix.backends.base import get_backend
 
-        cell, resource = self.cell, self.resource
+        cell, resource = self.cell, resource_record(self.resource)
         ref = self.ref(context)
         backend = get_backend(cell["machine_spec"])
         if int(getattr(context["ti"], "try_number", 1) or 1) > 1:

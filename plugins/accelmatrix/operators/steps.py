@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from accelmatrix.operators.base import CellOperator
+from accelmatrix.operators.base import CellOperator, resource_record
 
 # Teardown must happen even when the cell misbehaved: retried on its own.
 TEARDOWN_RETRIES = 3
@@ -30,7 +30,7 @@ class SetupOperator(CellOperator):
     def execute(self, context: Any) -> None:
         from accelmatrix import lifecycle
 
-        lifecycle.setup(self.cell, self.resource, self.ref(context))
+        lifecycle.setup(self.cell, resource_record(self.resource), self.ref(context))
 
 
 class CollectOperator(CellOperator):
@@ -63,4 +63,4 @@ class TeardownOperator(CellOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from accelmatrix import lifecycle
 
-        return lifecycle.teardown(self.cell, self.resource, self.ref(context))
+        return lifecycle.teardown(self.cell, resource_record(self.resource), self.ref(context))
