@@ -642,7 +642,12 @@ def test_fault_matrix(env: Env, tmp_path):
     )
     leaks = settled_census(env, failed_run, grace=10)
     rows, tis = store_cells(env, failed_run), tis_by_cell(env, failed_run)
-    run_state = stack.get_run(DAG_ID, failed_run)["state"]
+    # The scheduler settles the run's state in its loop after the gate (a teardown with
+    # on_failure_fail_dagrun) ended: wait for that, do not read it the same second.
+    try:
+        run_state = stack.wait_for_run(DAG_ID, failed_run, timeout=60)
+    except TimeoutError:
+        run_state = stack.get_run(DAG_ID, failed_run)["state"]
     notes.append(
         f"run marked failed: {run_state}, gate {gate['state']}, checked "
         f"{time.monotonic() - t1:.0f} s after its trigger"
