@@ -9,11 +9,6 @@ When the machine is ready the trigger finishes provisioning and ends this task i
 resource record as its XCom (triggers/ending.py): the cell's setup starts without another
 task start in between, and nothing is lost to Airflow 3.3.2's defer/resume race.
 
-A cell of a busy run first waits for admission (accelmatrix.admission): while as many of
-its run's cells hold a machine and wait for an executor slot as the executor has slots, a
-new machine would only sit idle, so the operator defers to ProvisionTrigger before
-creating it, and the trigger provisions it once a slot is in sight.
-
 Every failure here is an infrastructure failure (retried when the suite sets retries),
 never a test failure, and leaves nothing behind: Airflow skips the teardown of a failed
 setup task, so the backend undoes its own half-made machine.
@@ -26,7 +21,6 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from accelmatrix import admission
 from accelmatrix.operators.base import CellOperator
 from accelmatrix.operators.run import InfrastructureFailure
 
@@ -48,8 +42,6 @@ class ProvisionOperator(CellOperator):
         ref = self.ref(context)
         decision = self._reprovision(context, ref)
         setup_again = decision is not None and decision.setup_again
-        if not setup_again and self.triggers_end_tasks():
-            self._wait_for_admission(ref)
         record = lifecycle.begin_provision(cell, ref)
         if not record.get("pending"):
             return self._ready(ref, record, setup_again)
@@ -68,29 +60,6 @@ class ProvisionOperator(CellOperator):
             method_name="execute_complete",
             kwargs={"pending": record},
             timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),
-        )
-
-    def _wait_for_admission(self, ref: Any) -> None:
-        """Defer to the trigger that admits, provisions and ends this task when too many
-        cells of the run already wait between steps; return when this cell may go on."""
-        from accelmatrix.triggers.provision import ProvisionTrigger
-
-        cap = admission.limit()
-        if admission.try_admit(ref.dag_id, ref.run_id, self.cell["id"], cap):
-            return
-        wait = admission.MAX_WAIT_SECONDS
-        machine_wait = float(self.cell["machine_spec"].get("provision_timeout_seconds") or 0)
-        self.log.info(
-            "%d or more cells of this run hold a machine and wait for an executor slot: "
-            "waiting up to %.0f s before creating this one",
-            cap,
-            wait,
-        )
-        self.defer(
-            trigger=ProvisionTrigger.admitting(self.cell, ref, cap, wait),
-            method_name="execute_complete",
-            kwargs={"pending": None},
-            timeout=timedelta(seconds=wait + machine_wait + DEFER_GRACE_SECONDS),
         )
 
     def _reprovision(self, context: Any, ref: Any) -> Any:

@@ -4,22 +4,18 @@ per-run reset, and the janitor's ``reaped`` log."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import (
     Table,
     and_,
     delete,
-    func,
     insert,
-    or_,
     select,
     update,
 )
 from sqlalchemy.engine import Connection
 
-from accelmatrix.cell_state import CellState
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
 from accelmatrix.results.schema import (
@@ -194,54 +190,6 @@ class RunCellStore(StoreCore):
                 )
             ).all()
         return sorted((dict(r._mapping) for r in rows), key=self._cell_sort_key)
-
-    def claim_admission(
-        self, dag_id: str, run_id: str, cell_id: str, cap: int, claim_seconds: float
-    ) -> int | None:
-        """Admit the cell when fewer than ``cap`` cells of its run are between steps, in one
-        write transaction (accelmatrix.admission): None when admitted (the cell is marked
-        provisioning, which counts it), else how many are between steps.
-
-        Between steps: holding a machine (provisioned, not torn down) and not running the
-        workload, or admitted less than ``claim_seconds`` ago and not provisioned yet (a
-        machine being created; one still pending in the cloud after that holds nothing).
-        """
-        key = self._key(dag_id, run_id, cell_id)
-        c = cells.c
-        now = utcnow()
-        since = now - timedelta(seconds=claim_seconds)
-        held = and_(
-            c.provisioned_at.is_not(None),
-            c.teardown_at.is_(None),
-            c.state != CellState.RUNNING.value,
-        )
-        claimed = and_(
-            c.provisioned_at.is_(None),
-            c.state == CellState.PROVISIONING.value,
-            c.provision_started_at >= since,
-        )
-        count_stmt = (
-            select(func.count())
-            .select_from(cells)
-            .where(c.dag_id == key["dag_id"], c.run_id == key["run_id"], or_(held, claimed))
-        )
-
-        def claim(conn: Connection) -> int | None:
-            self._lock(conn, "admission", key["dag_id"], key["run_id"])
-            count = int(conn.execute(count_stmt).scalar_one())
-            if count >= cap:
-                return count
-            fields = {"state": CellState.PROVISIONING.value, "provision_started_at": now}
-            res = conn.execute(
-                update(cells)
-                .where(*(c[k] == v for k, v in key.items()))
-                .values(**fields, updated_at=now)
-            )
-            if res.rowcount == 0:
-                conn.execute(insert(cells).values(**key, **fields, updated_at=now))
-            return None
-
-        return self._write(claim)
 
     def get_cell(self, dag_id: str, run_id: str, cell_id: str) -> dict[str, Any] | None:
         key = self._key(dag_id, run_id, cell_id)

@@ -12,10 +12,6 @@ With ``end_task`` (the provision step's usual case) the trigger also finishes a 
 machine (``lifecycle.finish_provision``) and ends the task with the resource as its XCom; a
 failure ends it failed, retried when the task has retries (an infrastructure failure). See
 accelmatrix.triggers.ending.
-
-With ``admit`` (and no ``pending`` yet) the cell first waits for admission: its machine is
-created only once fewer cells of its run wait between steps than the limit (see
-accelmatrix.admission); the trigger then starts provisioning itself and carries on as above.
 """
 
 from __future__ import annotations
@@ -27,7 +23,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
-from accelmatrix.admission import ADMISSIONS
 from accelmatrix.triggers.ending import warm_great_expectations
 
 
@@ -35,12 +30,11 @@ class ProvisionTrigger(BaseTrigger):
     def __init__(
         self,
         machine_spec: dict[str, Any],
-        pending: dict[str, Any] | None,
+        pending: dict[str, Any],
         poll_interval=15.0,
         owner: dict[str, str] | None = None,
         cell: dict[str, Any] | None = None,
         end_task: bool = False,
-        admit: dict[str, float] | None = None,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -49,7 +43,6 @@ class ProvisionTrigger(BaseTrigger):
         self.owner = owner
         self.cell = cell
         self.end_task = end_task
-        self.admit = admit  # {"limit": cells between steps, "until": epoch s}
 
     @classmethod
     def for_cell(
@@ -63,16 +56,6 @@ class ProvisionTrigger(BaseTrigger):
         trigger = cls(spec, pending, poll, owner, cell=cell, end_task=end_task and ref is not None)
         return trigger, max(0.0, float(pending["deadline"]) - time.time())
 
-    @classmethod
-    def admitting(cls, cell: dict[str, Any], ref: Any, cap: int, wait: float) -> ProvisionTrigger:
-        """The trigger that admits ``cell`` (at most ``wait`` s), provisions its machine and
-        ends the provision task with it (accelmatrix.admission)."""
-        spec = cell["machine_spec"]
-        owner = {"dag_id": ref.dag_id, "run_id": ref.run_id, "cell_id": cell["id"]}
-        poll = float(spec.get("provision_poll_seconds") or 15)
-        admit = {"limit": float(cap), "until": time.time() + wait}
-        return cls(spec, None, poll, owner, cell=cell, end_task=True, admit=admit)
-
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
@@ -83,7 +66,6 @@ class ProvisionTrigger(BaseTrigger):
                 "owner": self.owner,
                 "cell": self.cell,
                 "end_task": self.end_task,
-                "admit": self.admit,
             },
         )
 
@@ -91,12 +73,6 @@ class ProvisionTrigger(BaseTrigger):
         from accelmatrix.backends.base import ProvisionCheck, get_backend
 
         warm_great_expectations()  # the cell's evaluation comes later in this process
-        if self.pending is None:
-            ended = await self._admit_and_begin()
-            if ended is not None:
-                yield ended
-                return
-        assert self.pending is not None
         backend = get_backend(self.machine_spec)
         name = self.pending.get("name")
         started = time.monotonic()
@@ -140,41 +116,6 @@ class ProvisionTrigger(BaseTrigger):
                         )
                     return
             await asyncio.sleep(self.poll_interval)
-
-    async def _admit_and_begin(self) -> TriggerEvent | None:
-        """Wait for admission, then start provisioning: the event that ends the task (the
-        machine was ready at once, or could not be requested), or None with ``self.pending``
-        set when the machine must still be waited for."""
-        from accelmatrix.lifecycle import RunRef, begin_provision
-
-        assert self.cell is not None and self.owner is not None and self.admit is not None
-        dag_id, run_id, cell_id = self.owner["dag_id"], self.owner["run_id"], self.owner["cell_id"]
-        cap = int(self.admit["limit"])
-        started = time.monotonic()
-        if not await ADMISSIONS.wait(dag_id, run_id, cell_id, cap, float(self.admit["until"])):
-            self.log.warning(
-                "%d or more cells of this run still hold a machine while they wait for a slot "
-                "after %.0f s: provisioning anyway",
-                cap,
-                time.monotonic() - started,
-            )
-        else:
-            self.log.info(
-                "admitted after %.1f s (fewer than %d cells between steps)",
-                time.monotonic() - started,
-                cap,
-            )
-        ref = RunRef(dag_id=dag_id, run_id=run_id)
-        try:
-            record = await asyncio.to_thread(begin_provision, self.cell, ref)
-        except Exception:  # recorded as a provision failure by begin_provision
-            self.log.exception("could not provision %s", self.cell.get("id"))
-            return TaskFailedEvent()
-        if not record.get("pending"):
-            return TaskSuccessEvent(xcoms={"return_value": record})
-        self.pending = record
-        self.log.info("%s requested; waiting for it", record.get("name"))
-        return None
 
     async def _finish(self) -> TriggerEvent:
         """Finish the ready machine and end the provision task with its resource record."""
