@@ -43,8 +43,8 @@ from accelmatrix import settings
 from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import get_backend
 from accelmatrix.lifecycle import EARLIER_FAILURES
-from accelmatrix.testing import AirflowStack
-from accelmatrix.testing.fault_matrix import (
+from accelmatrix_testkit import AirflowStack
+from accelmatrix_testkit.fault_matrix import (
     FAULTS,
     RUN_MARKED_FAILED,
     Outcome,
@@ -54,7 +54,7 @@ from accelmatrix.testing.fault_matrix import (
     render_table,
     write_table,
 )
-from accelmatrix.testing.k8s_emulator import Cluster
+from accelmatrix_testkit.k8s_emulator import Cluster
 
 pytest_plugins = ["tpu_env"]
 # Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.

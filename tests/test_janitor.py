@@ -262,7 +262,7 @@ def test_tpu_orphans_reaped_through_gcloud(
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     from accelmatrix.hooks import k8s as k8s_hook
-    from accelmatrix.testing.k8s_emulator import Cluster
+    from accelmatrix_testkit.k8s_emulator import Cluster
 
     root = tmp_path_factory.mktemp("k8s")
     with Cluster(root, ("default", K8S_NS)) as c:

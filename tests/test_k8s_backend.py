@@ -1,6 +1,6 @@
 """KubernetesJobBackend against the Kubernetes API emulator, through the real client.
 
-The emulator (accelmatrix.testing.k8s_emulator) serves the API on 127.0.0.1; its fake
+The emulator (accelmatrix_testkit.k8s_emulator) serves the API on 127.0.0.1; its fake
 kubelet runs each Job's container command as a local process, so every test here drives the
 whole lifecycle: the real ``kubernetes`` client, the provider's KubernetesHook building it
 from an Airflow connection, Job and pod objects, pod logs, deletes with propagation.
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
 from accelmatrix.hooks import k8s as k8s_hook
 from accelmatrix.spec.machine_k8s import KubernetesJobMachine
-from accelmatrix.testing.k8s_emulator import Cluster
+from accelmatrix_testkit.k8s_emulator import Cluster
 
 CONN_ID = "accelmatrix_test_k8s"
 NS = "accel"

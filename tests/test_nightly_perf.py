@@ -110,7 +110,7 @@ def test_backfill_three_dates_then_rerun_one(tmp_path):
     (opened, then escalated with the trend) at a local receiver; then a re-run of the first
     date keeps its run id and replaces its rows."""
     from accelmatrix.results.store import ResultsStore
-    from accelmatrix.testing import AirflowStack
+    from accelmatrix_testkit import AirflowStack
 
     suites = tmp_path / "suites"
     suites.mkdir()

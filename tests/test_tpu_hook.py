@@ -24,7 +24,7 @@ from accelmatrix.hooks.tpu import (
     queued_resource_state,
 )
 from accelmatrix.spec.machine_tpu import TpuVmMachine
-from accelmatrix.testing.tpu_emulator import TpuEmulator
+from accelmatrix_testkit.tpu_emulator import TpuEmulator
 
 ZONE = "us-central2-b"
 Z = f"/v2/projects/p/locations/{ZONE}"
