@@ -46,6 +46,7 @@ from accelmatrix.lifecycle import EARLIER_FAILURES
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.fault_matrix import (
     FAULTS,
+    MACHINES,
     RUN_MARKED_FAILED,
     Outcome,
     details,
@@ -64,7 +65,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("fault_workload.py")
 DAG_ID = "fault_matrix"
 SSH_CONN, K8S_CONN = "accelmatrix_fault_ssh", "accelmatrix_fault_k8s"
-MACHINES = {"local": "local", "ssh": "ssh", "tpu": "tpu-vm", "k8s": "k8s-job"}
 PER_CELL = [f for f in FAULTS.values() if f]
 # Above the start skew of the four slow cells on a loaded 2-core machine (k8s starts last):
 # the first slow workload must still run when the last one starts. Idle time, not CPU.

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from test_tiered_ci import Receiver, _conn
 
-from accelmatrix.plan import expand
 from accelmatrix.spec.loader import SuiteError, load_suite
+from accelmatrix.spec.plan import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "include" / "suites" / "nightly_perf.yaml"

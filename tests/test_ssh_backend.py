@@ -25,9 +25,9 @@ from accelmatrix.backends import base
 from accelmatrix.backends import ssh as ssh_backend
 from accelmatrix.backends.base import BackendError, CellContext, SetupFailed, get_backend
 from accelmatrix.backends.local import _pid_alive
+from accelmatrix.backends.machines.ssh import SshMachine
 from accelmatrix.backends.ssh import SshBackend, expand_work_root
 from accelmatrix.hooks import ssh as ssh_hook
-from accelmatrix.spec.machine_ssh import SshMachine
 
 # tests/sshd.py: the session-wide server. Without /usr/sbin/sshd every test that needs it
 # is skipped with the reason (install openssh-server); the pure spec tests still run.

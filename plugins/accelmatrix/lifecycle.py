@@ -83,8 +83,8 @@ def plan_run(
     run_type: str | None = None,
 ) -> list[dict[str, Any]]:
     """Expand the suite for this run, log the plan, record every cell as planned/excluded."""
-    from accelmatrix.plan import expand
     from accelmatrix.spec.loader import load_suite
+    from accelmatrix.spec.plan import expand
 
     suite = load_suite(suite_path)
     user_params = {k: v for k, v in params.items() if k in suite.params}
