@@ -2,7 +2,7 @@
 """Lifecycle overhead: an accelmatrix suite of N no-op cells versus a plain Airflow DAG.
 
 Both run on ONE real Airflow (scheduler, dag-processor, triggerer, api-server; LocalExecutor;
-SQLite) started by ``accelmatrix.testing.AirflowStack``, one run at a time so they never
+SQLite) started by ``accelmatrix_testkit.AirflowStack``, one run at a time so they never
 compete. The plain DAG has the suite's shape: a plan task returning N dicts, a mapped task
 group of 6 empty tasks per cell (provision -> setup -> run -> collect -> evaluate, teardown
 as a teardown task of provision), and a final gate. The suite's cells run
@@ -43,8 +43,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
+sys.path.insert(0, str(ROOT / "tests"))  # the test kit: accelmatrix_testkit
 
-from accelmatrix.testing import AirflowStack, Usage  # noqa: E402
+from accelmatrix_testkit import AirflowStack, Usage  # noqa: E402
 
 KINDS = ("provision", "setup", "run", "collect", "evaluate", "teardown")
 POOL = "accelmatrix_bench"

@@ -5,7 +5,7 @@ LocalExecutor and under CeleryExecutor.
 One suite, ``load_n256``: one machine (``local``), two axes of 16 values each (256 cells,
 6 mapped tasks per cell plus plan and gate: 1,538 task instances), workload
 ``${python} -c pass``, one ``exit_status`` check. Each executor gets a fresh real Airflow
-(``accelmatrix.testing.AirflowStack``: scheduler, dag-processor, triggerer, api-server) on a
+(``accelmatrix_testkit.AirflowStack``: scheduler, dag-processor, triggerer, api-server) on a
 fresh PostgreSQL cluster (Airflow's metadata DB and accelmatrix's results store, both
 PostgreSQL for both executors, so the comparison isolates the executor; SQLite at this
 size spends its time in lock waits, see bench_lifecycle.py), and for Celery a Redis broker
@@ -40,13 +40,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
+sys.path.insert(0, str(ROOT / "tests"))  # the test kit: accelmatrix_testkit
 
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_lifecycle import BARE, cell_figures, one_run  # noqa: E402
 
-from accelmatrix.testing import AirflowStack, Usage  # noqa: E402
-from accelmatrix.testing.services import (  # noqa: E402
+from accelmatrix_testkit import AirflowStack, Usage  # noqa: E402
+from accelmatrix_testkit.services import (  # noqa: E402
     PostgresServer,
     RedisServer,
     ServiceUnavailable,

@@ -15,7 +15,7 @@ request); "warm" the median and max of the next ``--repeat``. The history view (
 
     python bench/bench_page.py [--days 30] [--repeat 5] [--browser]
 
-``--embedded`` starts a real api-server (accelmatrix.testing.AirflowStack), logs in through
+``--embedded`` starts a real api-server (accelmatrix_testkit.AirflowStack), logs in through
 Airflow's form in Chromium and times the history as users open it: Airflow's page at
 /plugin/accelmatrix/suites/<suite>/history until the view has fetched and shown all
 30,720 squares (Airflow's UI boot included), first and warm; ``view_*`` is the view's own
@@ -42,6 +42,7 @@ from pathlib import Path
 
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 sys.path.insert(0, str(PLUGINS))
+sys.path.insert(0, str(PLUGINS.parent / "tests"))  # the test kit: accelmatrix_testkit
 AXES = {"model": 16, "config": 8, "batch": 8}
 
 
@@ -147,8 +148,8 @@ def embedded_times(days: int, repeat: int) -> dict[str, object]:
     from urllib.parse import quote
 
     from accelmatrix.results.store import ResultsStore
-    from accelmatrix.testing import AirflowStack
-    from accelmatrix.testing.matrix_results import synthetic_suite
+    from accelmatrix_testkit import AirflowStack
+    from accelmatrix_testkit.matrix_results import synthetic_suite
 
     with tempfile.TemporaryDirectory(prefix="bench-page-ui-") as d:
         root = Path(d)
@@ -237,7 +238,7 @@ def main() -> None:
         os.environ.update(env)
         from accelmatrix.history.series import classify_suite
         from accelmatrix.results.store import ResultsStore
-        from accelmatrix.testing.matrix_results import synthetic_suite
+        from accelmatrix_testkit.matrix_results import synthetic_suite
 
         url = f"sqlite:///{d}/results.db"
         store = ResultsStore(url)

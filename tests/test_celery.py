@@ -19,8 +19,8 @@ import psutil
 import pytest
 from needs import missing
 
-from accelmatrix.testing import AirflowStack
-from accelmatrix.testing.services import PostgresServer, RedisServer, ServiceUnavailable
+from accelmatrix_testkit import AirflowStack
+from accelmatrix_testkit.services import PostgresServer, RedisServer, ServiceUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "local_smoke"

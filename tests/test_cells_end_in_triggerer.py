@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelmatrix.testing import AirflowStack
+from accelmatrix_testkit import AirflowStack
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
-from accelmatrix.testing import AirflowStack
+from accelmatrix_testkit import AirflowStack
 
 pytestmark = pytest.mark.integration
 

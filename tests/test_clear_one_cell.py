@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.clearing import pending_machine_steps
-from accelmatrix.testing import AirflowStack
+from accelmatrix_testkit import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "clear_one"

@@ -20,7 +20,7 @@ from test_dag_local import run_dag, store
 
 from accelmatrix import settings
 from accelmatrix.hooks import k8s as k8s_hook
-from accelmatrix.testing.k8s_emulator import Cluster
+from accelmatrix_testkit.k8s_emulator import Cluster
 
 pytestmark = pytest.mark.integration
 INCLUDE = Path(__file__).resolve().parents[1] / "include"

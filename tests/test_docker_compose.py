@@ -12,6 +12,10 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -703,6 +707,72 @@ def test_dockerfile_installs_the_accelmatrix_package():
     assert any(re.search(rf"pip install [^&;]*{re.escape(src_dir)}(\s|$)", r) for r in pip_runs), (
         f"no pip install of {src_dir}"
     )
+
+
+# What only tests may run: the API emulators, their controllers, the Airflow stack launcher.
+TEST_KIT = ROOT / "tests" / "accelmatrix_testkit"
+TEST_KIT_MODULES = {p.stem for p in TEST_KIT.glob("*.py") if p.stem != "__init__"}
+
+
+def _is_test_kit(name: str) -> bool:
+    """A path (in the repository or in a wheel) that belongs to the test kit."""
+    parts = Path(name).parts
+    return (
+        "accelmatrix_testkit" in parts
+        or "testing" in parts
+        or "emulator" in name
+        or (len(parts) > 1 and parts[-2] == "accelmatrix" and Path(name).stem in TEST_KIT_MODULES)
+    )
+
+
+def test_the_image_copies_no_emulator():
+    """Every file the Dockerfile copies into the image, walked on disk: none is the test kit,
+    and no Python file among them imports it."""
+    assert {"k8s_emulator", "tpu_emulator", "airflow_stack"} <= TEST_KIT_MODULES
+    shipped = []
+    for src in _copies(dockerfile_instructions()):
+        path = ROOT / src
+        shipped += [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    assert any(p.name == "k8s_job.py" for p in shipped), "the walk missed the backends"
+    kit = [str(p.relative_to(ROOT)) for p in shipped if _is_test_kit(str(p.relative_to(ROOT)))]
+    assert not kit, f"the image would contain the test kit: {kit}"
+    importers = [
+        str(p.relative_to(ROOT))
+        for p in shipped
+        if p.suffix == ".py" and "accelmatrix_testkit" in p.read_text(errors="replace")
+    ]
+    assert not importers, f"shipped code refers to the test kit: {importers}"
+
+
+def test_the_installed_package_has_no_emulator(tmp_path):
+    """Build the wheel from what the Dockerfile copies to install (pyproject.toml and
+    plugins/accelmatrix, the same layout), as its `pip install` does: no test-kit module in it."""
+    src = tmp_path / "src"
+    copies = _copies(dockerfile_instructions())
+    dest_root = Path(copies["pyproject.toml"]).parent
+    for from_, to in copies.items():
+        if not to.startswith(str(dest_root) + "/") or from_ in ("requirements.txt",):
+            continue
+        target = src / Path(to).relative_to(dest_root)
+        if (ROOT / from_).is_dir():
+            shutil.copytree(
+                ROOT / from_, target, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / from_, target)
+    out = tmp_path / "wheel"
+    subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", "-w", str(out), str(src)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = out.glob("accelmatrix-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "accelmatrix/backends/k8s_job.py" in names and "accelmatrix/ui/static" in " ".join(names)
+    kit = [n for n in names if _is_test_kit(n)]
+    assert not kit, f"the accelmatrix wheel contains the test kit: {kit}"
 
 
 def test_build_context_has_what_the_dockerfile_copies():

@@ -43,9 +43,10 @@ from accelmatrix import settings
 from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import get_backend
 from accelmatrix.lifecycle import EARLIER_FAILURES
-from accelmatrix.testing import AirflowStack
-from accelmatrix.testing.fault_matrix import (
+from accelmatrix_testkit import AirflowStack
+from accelmatrix_testkit.fault_matrix import (
     FAULTS,
+    MACHINES,
     RUN_MARKED_FAILED,
     Outcome,
     details,
@@ -54,7 +55,7 @@ from accelmatrix.testing.fault_matrix import (
     render_table,
     write_table,
 )
-from accelmatrix.testing.k8s_emulator import Cluster
+from accelmatrix_testkit.k8s_emulator import Cluster
 
 pytest_plugins = ["tpu_env"]
 # Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.
@@ -64,7 +65,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("fault_workload.py")
 DAG_ID = "fault_matrix"
 SSH_CONN, K8S_CONN = "accelmatrix_fault_ssh", "accelmatrix_fault_k8s"
-MACHINES = {"local": "local", "ssh": "ssh", "tpu": "tpu-vm", "k8s": "k8s-job"}
 PER_CELL = [f for f in FAULTS.values() if f]
 # Above the start skew of the four slow cells on a loaded 2-core machine (k8s starts last):
 # the first slow workload must still run when the last one starts. Idle time, not CPU.

@@ -21,8 +21,8 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from accelmatrix.testing import AirflowStack
-from accelmatrix.testing.tpu_emulator import TpuEmulator
+from accelmatrix_testkit import AirflowStack
+from accelmatrix_testkit.tpu_emulator import TpuEmulator
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["tpu_env"]

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from accelmatrix.backends.base import CellContext
+from accelmatrix.backends.machines.gke_tpu import GkeTpuMachine
 from accelmatrix.hooks import k8s as k8s_hook
 from accelmatrix.spec.loader import SuiteError, load_suite
-from accelmatrix.spec.machine_gke_tpu import GkeTpuMachine
-from accelmatrix.testing.k8s_emulator import Cluster
+from accelmatrix_testkit.k8s_emulator import Cluster
 
 CONN_ID = "accelmatrix_test_gke_tpu"
 

@@ -267,7 +267,7 @@ def test_duplicate_cell_ids_are_refused(tmp_path):
 @given(value=st.text(max_size=60) | NASTY)
 def test_ui_params_reach_argv_verbatim(value):
     """Any string a person types in the trigger form is one argv element, unchanged."""
-    from accelmatrix.plan import expand
+    from accelmatrix.spec.plan import expand
     from accelmatrix.spec.suite import Suite
     from accelmatrix.spec.templating import render_tree
 

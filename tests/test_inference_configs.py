@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from accelmatrix.inference.configs import normalize, parse_config
-from accelmatrix.plan import expand
 from accelmatrix.spec.loader import SuiteError, load_suite
+from accelmatrix.spec.plan import expand
 
 NATIVE_F16 = {"deployment_framework": "tgis_native", "dtype": "float16"}
 

@@ -173,9 +173,9 @@ def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, 
 
 # -- ssh --------------------------------------------------------------------------------------
 def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_path):
+    from accelmatrix.backends.machines.ssh import SshMachine
     from accelmatrix.backends.ssh import SshBackend
     from accelmatrix.hooks import ssh as ssh_hook
-    from accelmatrix.spec.machine_ssh import SshMachine
 
     spec = SshMachine(
         backend="ssh",
@@ -213,8 +213,8 @@ def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_pa
 def test_tpu_orphans_reaped_through_gcloud(
     airflow_db, accel_home, emu, gcloud_in_environ, server, tmp_path
 ):
+    from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
     from accelmatrix.backends.tpu_vm import TpuVmBackend
-    from accelmatrix.spec.machine_tpu import TpuVmMachine
 
     spec = TpuVmMachine.model_validate(
         {
@@ -262,7 +262,7 @@ def test_tpu_orphans_reaped_through_gcloud(
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     from accelmatrix.hooks import k8s as k8s_hook
-    from accelmatrix.testing.k8s_emulator import Cluster
+    from accelmatrix_testkit.k8s_emulator import Cluster
 
     root = tmp_path_factory.mktemp("k8s")
     with Cluster(root, ("default", K8S_NS)) as c:
@@ -276,8 +276,8 @@ def cluster(tmp_path_factory):
 
 def test_k8s_orphans_reaped_through_the_api(airflow_db, accel_home, cluster):
     from accelmatrix.backends.k8s_job import KubernetesJobBackend
+    from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
     from accelmatrix.hooks import k8s as k8s_hook
-    from accelmatrix.spec.machine_k8s import KubernetesJobMachine
 
     spec = KubernetesJobMachine.model_validate(
         {

@@ -1,6 +1,6 @@
 """KubernetesJobBackend against the Kubernetes API emulator, through the real client.
 
-The emulator (accelmatrix.testing.k8s_emulator) serves the API on 127.0.0.1; its fake
+The emulator (accelmatrix_testkit.k8s_emulator) serves the API on 127.0.0.1; its fake
 kubelet runs each Job's container command as a local process, so every test here drives the
 whole lifecycle: the real ``kubernetes`` client, the provider's KubernetesHook building it
 from an Airflow connection, Job and pod objects, pod logs, deletes with propagation.
@@ -20,9 +20,9 @@ import pytest
 from pydantic import ValidationError
 
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
+from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
 from accelmatrix.hooks import k8s as k8s_hook
-from accelmatrix.spec.machine_k8s import KubernetesJobMachine
-from accelmatrix.testing.k8s_emulator import Cluster
+from accelmatrix_testkit.k8s_emulator import Cluster
 
 CONN_ID = "accelmatrix_test_k8s"
 NS = "accel"
@@ -464,7 +464,8 @@ def test_machine_spec_validation_errors_are_clear():
 
 
 def test_suite_accepts_a_k8s_machine(tmp_path):
-    from accelmatrix.spec.suite import BACKENDS, Suite
+    from accelmatrix.backends.registry import KINDS
+    from accelmatrix.spec.suite import Suite
 
     suite = Suite.model_validate(
         {
@@ -473,7 +474,7 @@ def test_suite_accepts_a_k8s_machine(tmp_path):
             "workload": {"run": ["python", "train.py"]},
         }
     )
-    assert suite.machines["l4"].backend == "k8s-job" and "k8s-job" in BACKENDS
+    assert suite.machines["l4"].backend == "k8s-job" and "k8s-job" in KINDS
 
 
 def test_a_pod_the_cluster_stops_is_infrastructure_not_its_exit_code(cluster, tmp_path):

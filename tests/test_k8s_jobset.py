@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.backends.base import BackendError, CellContext
+from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 from accelmatrix.hooks import k8s as k8s_hook
-from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine
-from accelmatrix.testing.k8s_emulator import Cluster
+from accelmatrix_testkit.k8s_emulator import Cluster
 
 CONN_ID = "accelmatrix_test_jobset"
 NS = "train"

@@ -14,7 +14,8 @@ import pytest
 
 from accelmatrix import settings
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.testing.matrix_results import (
+from accelmatrix.ui import files, grid, model, render
+from accelmatrix_testkit.matrix_results import (
     END,
     PlantedCell,
     cell_id,
@@ -22,7 +23,6 @@ from accelmatrix.testing.matrix_results import (
     plant_run,
     planted_docs,
 )
-from accelmatrix.ui import files, grid, model, render
 
 ROOT = Path(__file__).resolve().parents[1]
 UI, APP = "/base", "/base/accelmatrix"

@@ -24,8 +24,8 @@ from needs import missing
 
 from accelmatrix import settings
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.testing import AirflowStack
-from accelmatrix.testing.matrix_results import plant_demo
+from accelmatrix_testkit import AirflowStack
+from accelmatrix_testkit.matrix_results import plant_demo
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +92,7 @@ def _plant_history_and_stopped(store: ResultsStore) -> None:
     failed: a cancelled cell, one whose workload ended just after the stop, one failed)."""
     from datetime import timedelta
 
-    from accelmatrix.testing.matrix_results import END, PlantedCell, plant_run
+    from accelmatrix_testkit.matrix_results import END, PlantedCell, plant_run
 
     state = {"P": "passed", "F": "failed"}
     for day in range(6):

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from test_tiered_ci import Receiver, _conn
 
-from accelmatrix.plan import expand
 from accelmatrix.spec.loader import SuiteError, load_suite
+from accelmatrix.spec.plan import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "include" / "suites" / "nightly_perf.yaml"
@@ -110,7 +110,7 @@ def test_backfill_three_dates_then_rerun_one(tmp_path):
     (opened, then escalated with the trend) at a local receiver; then a re-run of the first
     date keeps its run id and replaces its rows."""
     from accelmatrix.results.store import ResultsStore
-    from accelmatrix.testing import AirflowStack
+    from accelmatrix_testkit import AirflowStack
 
     suites = tmp_path / "suites"
     suites.mkdir()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelmatrix.plan import PlanError, expand
+from accelmatrix.spec.plan import PlanError, expand
 from accelmatrix.spec.suite import Suite
 
 

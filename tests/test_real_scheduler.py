@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelmatrix.testing import AirflowStack
+from accelmatrix_testkit import AirflowStack
 
 pytestmark = pytest.mark.integration
 

@@ -236,7 +236,7 @@ def test_hostile_values_arrive_verbatim_as_one_argv_element(echo_run):
 
 def test_a_param_holding_placeholders_is_not_expanded():
     """`${python}` inside a UI param reaches the workload as written (no second expansion)."""
-    from accelmatrix.plan import expand
+    from accelmatrix.spec.plan import expand
     from accelmatrix.spec.suite import Suite
 
     suite = Suite.model_validate(

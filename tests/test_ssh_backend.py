@@ -25,9 +25,9 @@ from accelmatrix.backends import base
 from accelmatrix.backends import ssh as ssh_backend
 from accelmatrix.backends.base import BackendError, CellContext, SetupFailed, get_backend
 from accelmatrix.backends.local import _pid_alive
+from accelmatrix.backends.machines.ssh import SshMachine
 from accelmatrix.backends.ssh import SshBackend, expand_work_root
 from accelmatrix.hooks import ssh as ssh_hook
-from accelmatrix.spec.machine_ssh import SshMachine
 
 # tests/sshd.py: the session-wide server. Without /usr/sbin/sshd every test that needs it
 # is skipped with the reason (install openssh-server); the pure spec tests still run.
@@ -122,11 +122,15 @@ def test_provision_is_idempotent_and_labelled(accel_home, spec, monkeypatch):
     assert Path(variables["include_dir"], "workloads", "train_tiny.py").is_file()
 
 
-def test_provision_failure_removes_what_it_created(accel_home, spec, monkeypatch):
+def test_provision_failure_removes_what_it_created(accel_home, spec):
     b = SshBackend(spec)
-    monkeypatch.setenv("ACCELMATRIX_FAULT", "provision")
-    with pytest.raises(RuntimeError, match="injected fault"):
-        b.provision(_ctx(accel_home))
+    # An environmental fault half way: the work dir is made, then the cell's artifacts path
+    # turns out to be taken by a file (the fault matrix blocks provision the same way).
+    ctx = _ctx(accel_home)
+    ctx.artifacts_dir.parent.mkdir(parents=True, exist_ok=True)
+    ctx.artifacts_dir.write_text("not a directory\n")
+    with pytest.raises(FileExistsError):
+        b.provision(ctx)
     assert not any(Path(spec["work_root"]).rglob("model=a"))
     assert b.list_managed() == []
 

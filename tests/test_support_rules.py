@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from accelmatrix.plan import expand
+from accelmatrix.spec.plan import expand
 from accelmatrix.spec.suite import Suite
 
 

@@ -28,10 +28,10 @@ from accelmatrix.evaluation import CellOutputs, evaluate_cell
 from accelmatrix.metrics.junit import JunitError, parse_junit
 from accelmatrix.metrics.sources import collect_metrics, parse_metric_sources
 from accelmatrix.notify import NotifyError, build_payload, post_json, run_url, webhook_target
-from accelmatrix.plan import expand
 from accelmatrix.pricing import PricingError, hourly_price
 from accelmatrix.spec.checks import parse_checks
 from accelmatrix.spec.loader import SuiteError, load_suite
+from accelmatrix.spec.plan import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 INCLUDE = ROOT / "include"

@@ -24,10 +24,10 @@ from accelmatrix.backends import ssh_keys
 from accelmatrix.backends import tpu_vm as tpu_vm_module
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
 from accelmatrix.backends.local import _pid_alive
+from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
 from accelmatrix.backends.tpu_names import node_name
 from accelmatrix.backends.tpu_vm import TpuVmBackend
 from accelmatrix.hooks.tpu import TpuVmHook
-from accelmatrix.spec.machine_tpu import TpuVmMachine
 from accelmatrix.triggers.provision import ProvisionTrigger
 
 pytest_plugins = ["tpu_env"]

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from accelmatrix.hooks.gcloud_env import CREDENTIAL_ENV
 from accelmatrix.hooks.tpu import TpuVmHook
-from accelmatrix.testing.tpu_emulator import TOKEN_PATH, TpuEmulator, access_token_for
+from accelmatrix_testkit.tpu_emulator import TOKEN_PATH, TpuEmulator, access_token_for
 
 ZONE = "us-central2-b"
 pytestmark = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")

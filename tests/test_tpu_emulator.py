@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from accelmatrix.testing.tpu_emulator import TpuEmulator, workers_for
+from accelmatrix_testkit.tpu_emulator import TpuEmulator, workers_for
 
 P = "/v2/projects/p/locations/us-central2-b"
 
@@ -240,7 +240,7 @@ def test_runs_as_a_module():
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-m", "accelmatrix.testing.tpu_emulator", "--port", str(port)],
+        [sys.executable, "-m", "accelmatrix_testkit.tpu_emulator", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from accelmatrix.backends.base import InfrastructureError, get_backend
+from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
 from accelmatrix.backends.tpu_vm import TpuVmBackend
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
@@ -23,8 +24,7 @@ from accelmatrix.hooks.tpu import (
     parse_gcloud_error,
     queued_resource_state,
 )
-from accelmatrix.spec.machine_tpu import TpuVmMachine
-from accelmatrix.testing.tpu_emulator import TpuEmulator
+from accelmatrix_testkit.tpu_emulator import TpuEmulator
 
 ZONE = "us-central2-b"
 Z = f"/v2/projects/p/locations/{ZONE}"

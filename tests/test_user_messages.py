@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from accelmatrix import cli
-from accelmatrix.plan import expand
 from accelmatrix.spec.loader import SuiteError, load_suite, resolve_suite
+from accelmatrix.spec.plan import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "include" / "suites" / "local_smoke.yaml"

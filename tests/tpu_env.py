@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from accelmatrix.hooks import ssh as ssh_hook
-from accelmatrix.testing.tpu_emulator import TpuEmulator
+from accelmatrix_testkit.tpu_emulator import TpuEmulator
 
 pytest_plugins = ["sshd"]
 

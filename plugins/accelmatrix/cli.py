@@ -51,9 +51,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from accelmatrix.plan import PlanError, expand
     from accelmatrix.spec.loader import load_suites, suite_id
     from accelmatrix.spec.params import ParamsError, parse_params
+    from accelmatrix.spec.plan import PlanError, expand
 
     paths = _paths(args)
     if not paths and _no_files(args):

@@ -6,10 +6,10 @@ task here, the largest part of what an accelmatrix task cost beyond a plain Airf
 6 task starts per cell). The DAG itself needs only a few facts of the suite: its schedule,
 params, machines and pools, timeouts. The dag-processor, which validates the suite anyway,
 writes those facts to ``$ACCELMATRIX_HOME/cache/dag-shapes-v*/`` keyed by the file's content
-hash and a fingerprint of the code that validates and shapes it (the spec package, plan.py,
-this module). Validation is a pure function of those two (it reads no other file), so a
-later parse of the same file by the same code reads the entry back and never imports the
-spec: every task process, and the dag-processor when it re-parses for task callbacks (Airflow
+hash and a fingerprint of the code that validates and shapes it (the spec package with its
+plan, the backends' machine models and registry, this module). Validation is a pure function
+of those two (it reads no other file), so a later parse of the same file by the same code
+reads the entry back and never imports the spec: every task process, and the dag-processor when it re-parses for task callbacks (Airflow
 sends one for every task a trigger ends). A missing entry (another host, a changed file or
 code, an invalid suite, which is never cached) means validating the file: never wrong, only
 slower.
@@ -106,7 +106,7 @@ class DagShape:
 
 def _default_cell_ids(suite: Any, dag_id: str) -> list[str]:
     """Cell ids of a run with the suite's default params; [] when that cannot be planned."""
-    from accelmatrix.plan import expand
+    from accelmatrix.spec.plan import expand
 
     try:
         return [c.id for c in expand(suite, dag_id, params={}).cells]
@@ -138,11 +138,16 @@ def load_shape(path: Path, *, use_cache: bool = True) -> DagShape:
 def _code_fingerprint() -> str:
     """Size and mtime of every source file that decides a shape (a stat per file)."""
     pkg = Path(__file__).parent
-    files = sorted((pkg / "spec").glob("*.py")) + [pkg / "plan.py", Path(__file__)]
+    files = [
+        *sorted((pkg / "spec").glob("*.py")),
+        *sorted((pkg / "backends" / "machines").glob("*.py")),
+        pkg / "backends" / "registry.py",
+        Path(__file__),
+    ]
     parts = []
     for f in files:
         st = f.stat()
-        parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+        parts.append(f"{f.relative_to(pkg)}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
 
 

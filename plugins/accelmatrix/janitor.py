@@ -44,6 +44,7 @@ from accelmatrix.airflow_state import (
     SdkOwnerLookup,
 )
 from accelmatrix.backends.base import MANAGED_BY, ManagedResource, get_backend
+from accelmatrix.backends.registry import KINDS
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger(__name__)
@@ -111,15 +112,12 @@ class Report:
 
 # -- machines ---------------------------------------------------------------------------------
 def machine_key(spec: dict[str, Any]) -> str:
-    """What makes two machine specs list the same resources (a zone, a namespace, a host)."""
+    """What makes two machine specs list the same resources (a zone, a namespace, a host):
+    each backend's ``janitor_key`` in the registry."""
     kind = spec.get("backend")
-    if kind == "ssh":
-        return f"ssh:{spec.get('ssh_conn_id')}:{spec.get('work_root')}"
-    if kind == "tpu-vm":
-        return f"tpu-vm:{spec.get('gcp_conn_id')}:{spec.get('project')}:{spec.get('zone')}"
-    if kind in ("k8s-job", "k8s-jobset", "gke-tpu"):
-        return f"{kind}:{spec.get('kubernetes_conn_id')}:{spec.get('namespace')}"
-    return str(kind)
+    if kind not in KINDS:
+        return str(kind)
+    return KINDS[kind].janitor_key(spec)
 
 
 def machines_from_suites(suites_dir: Path | str) -> tuple[dict[str, dict[str, Any]], list[str]]:

@@ -1,5 +1,7 @@
 """The contract every machine kind implements (local process, SSH host, TPU VM, K8s Job).
 
+Which kinds there are, and what each can do, is `accelmatrix.backends.registry`.
+
 Operators and triggers only talk to this interface, so switching a cell from `local` to a
 TPU VM is a change of its machine in the suite YAML, nothing else. Everything crossing a
 task boundary (resource records, job handles) is a JSON dict: it travels through XCom and
@@ -14,17 +16,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from accelmatrix.backends.registry import UnknownBackend, kind_of
+from accelmatrix.errors import BackendError, InfrastructureError
+
+__all__ = [
+    "MANAGED_BY",
+    "Backend",
+    "BackendError",
+    "CellContext",
+    "InfrastructureError",
+    "JobStatus",
+    "LogFn",
+    "ManagedResource",
+    "ProvisionCheck",
+    "SetupFailed",
+    "get_backend",
+]
 MANAGED_BY = "accelmatrix"
 
 LogFn = Callable[[str], None]
-
-
-class BackendError(RuntimeError):
-    """Base of the errors a backend raises."""
-
-
-class InfrastructureError(BackendError):
-    """The machine failed us (capacity, preemption, provisioning): not a test failure."""
 
 
 class SetupFailed(BackendError):
@@ -179,22 +189,10 @@ class Backend(abc.ABC):
         """Every resource this backend created and still holds (for the janitor)."""
 
 
-_REGISTRY: dict[str, str] = {
-    "local": "accelmatrix.backends.local:LocalBackend",
-    "ssh": "accelmatrix.backends.ssh:SshBackend",
-    "tpu-vm": "accelmatrix.backends.tpu_vm:TpuVmBackend",
-    "k8s-job": "accelmatrix.backends.k8s_job:KubernetesJobBackend",
-    "k8s-jobset": "accelmatrix.backends.k8s_jobset:KubernetesJobSetBackend",
-    "gke-tpu": "accelmatrix.backends.gke_tpu:GkeTpuBackend",
-}
-
-
 def get_backend(machine_spec: dict[str, Any]) -> Backend:
-    """The backend for a machine spec; imported lazily (cloud clients are heavy)."""
-    kind = machine_spec.get("backend")
-    if kind not in _REGISTRY:
-        raise BackendError(f"unknown backend {kind!r} (allowed: {', '.join(_REGISTRY)})")
-    module, _, cls = _REGISTRY[kind].partition(":")
-    import importlib
-
-    return getattr(importlib.import_module(module), cls)(machine_spec)
+    """The backend for a machine spec (accelmatrix.backends.registry names the class)."""
+    try:
+        kind = kind_of(machine_spec.get("backend"))
+    except UnknownBackend as e:
+        raise BackendError(e.args[0]) from None
+    return kind.load()(machine_spec)

@@ -12,7 +12,7 @@ from typing import Any
 
 from accelmatrix.backends.jobset_manifest import COMPLETION_INDEX, leader_host
 from accelmatrix.backends.k8s_jobset import KubernetesJobSetBackend
-from accelmatrix.spec.machine_gke_tpu import GkeTpuMachine
+from accelmatrix.backends.machines.gke_tpu import GkeTpuMachine
 
 TPU_RESOURCE = "google.com/tpu"
 GKE_TPU_ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"

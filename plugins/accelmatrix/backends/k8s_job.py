@@ -81,8 +81,8 @@ from accelmatrix.backends.base import (
     ManagedResource,
     SetupFailed,
 )
+from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
 from accelmatrix.hooks.k8s import KubeClients, api_message, get_clients
-from accelmatrix.spec.machine_k8s import KubernetesJobMachine
 
 logger = logging.getLogger(__name__)
 

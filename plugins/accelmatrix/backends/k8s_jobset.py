@@ -59,10 +59,10 @@ from accelmatrix.backends.k8s_job import (
     ROTATED,
     KubernetesJobBackend,
 )
+from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients, api_message
 from accelmatrix.metrics.resources import FILE as RUNNER_FILE
-from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine
 
 logger = logging.getLogger(__name__)
 

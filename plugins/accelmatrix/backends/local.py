@@ -133,7 +133,6 @@ class LocalBackend(Backend):
                     **ctx.labels,
                 },
             }
-            _fault("provision")
             tmp = record_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(resource))
             os.replace(tmp, record_path)
@@ -433,12 +432,6 @@ def _read_status(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _fault(point: str) -> None:
-    """Fault injection for the reliability tests: ACCELMATRIX_FAULT=provision fails here."""
-    if os.environ.get("ACCELMATRIX_FAULT") == point:
-        raise RuntimeError(f"injected fault at {point} (ACCELMATRIX_FAULT={point})")
 
 
 def _remove_empty_parents(work_dir: Path) -> None:

@@ -56,7 +56,7 @@ from accelmatrix.backends.base import (
     ManagedResource,
     SetupFailed,
 )
-from accelmatrix.backends.local import RUNNER, _fault, exact_identity
+from accelmatrix.backends.local import RUNNER, exact_identity
 from accelmatrix.hooks.ssh import (
     DirectTarget,
     RemoteHost,
@@ -402,7 +402,6 @@ class SshBackend(Backend):
                     **ctx.labels,
                 },
             }
-            _fault("provision")
             host.write_atomic(record_path, json.dumps(resource).encode())
             return resource
         except BaseException:

@@ -30,15 +30,36 @@ import json
 import re
 
 from accelmatrix.backends.base import MANAGED_BY
+from accelmatrix.hooks.gcp_names import (  # the API's rules; names built here pass them
+    LABEL_KEY_RE,
+    LABEL_VALUE_RE,
+    MAX_LABEL_LEN,
+    MAX_NAME_LEN,
+    NAME_RE,
+    is_valid_label_key,
+    is_valid_label_value,
+    is_valid_name,
+)
 
-MAX_NAME_LEN = 63
-MAX_LABEL_LEN = 63
+__all__ = [
+    "LABEL_KEY_RE",
+    "LABEL_VALUE_RE",
+    "MAX_LABEL_LEN",
+    "MAX_NAME_LEN",
+    "NAME_RE",
+    "identity_hash",
+    "is_valid_label_key",
+    "is_valid_label_value",
+    "is_valid_name",
+    "label_key",
+    "label_value",
+    "managed_labels",
+    "node_name",
+]
+
 MAX_LABELS = 64
 HASH_LEN = 10
 NAME_PREFIX = "am"
-NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _DAG_BUDGET = 20  # characters of the dag id kept when the name gets long
 
 
@@ -89,10 +110,6 @@ def node_name(
     return name
 
 
-def is_valid_name(name: str) -> bool:
-    return len(name) <= MAX_NAME_LEN and bool(NAME_RE.match(name))
-
-
 def label_value(text: str) -> str:
     """A Google label value standing for ``text`` (lossy but stable; long ones get a hash)."""
     value = re.sub(r"[^a-z0-9_-]", "_", str(text).lower())
@@ -110,14 +127,6 @@ def label_key(text: str) -> str:
     if len(key) > MAX_LABEL_LEN:
         key = label_value(key)
     return key
-
-
-def is_valid_label_key(key: str) -> bool:
-    return bool(LABEL_KEY_RE.match(key))
-
-
-def is_valid_label_value(value: str) -> bool:
-    return bool(LABEL_VALUE_RE.match(value))
 
 
 def managed_labels(

@@ -52,6 +52,7 @@ from accelmatrix.backends.base import (
     ProvisionCheck,
     SetupFailed,
 )
+from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuError,
@@ -59,7 +60,6 @@ from accelmatrix.hooks.tpu import (
     queued_resource_error,
     queued_resource_state,
 )
-from accelmatrix.spec.machine_tpu import TpuVmMachine
 
 log = logging.getLogger(__name__)
 

@@ -45,13 +45,9 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from accelmatrix.backends.base import BackendError, InfrastructureError
-from accelmatrix.backends.tpu_names import (
-    is_valid_label_key,
-    is_valid_label_value,
-    is_valid_name,
-)
+from accelmatrix.errors import BackendError, InfrastructureError
 from accelmatrix.hooks.gcloud_env import GcloudAuth, inherited_env
+from accelmatrix.hooks.gcp_names import is_valid_label_key, is_valid_label_value, is_valid_name
 
 log = logging.getLogger(__name__)
 

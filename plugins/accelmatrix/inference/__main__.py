@@ -18,7 +18,7 @@ from accelmatrix import settings
 
 def base_config(suite, suite_name: str, model: str, config: str | None) -> tuple[str, dict]:
     """(label, normalized value) of the config to record against."""
-    from accelmatrix.plan import expand
+    from accelmatrix.spec.plan import expand
 
     kinds = {a for a, k in suite.axis_kinds.items() if k == "inference_model_config"}
     if not kinds:

@@ -7,6 +7,7 @@ closed set, the allowed values. The DAG factory and the CLI both go through here
 
 from __future__ import annotations
 
+import re
 import typing
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,9 +16,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from accelmatrix.metrics.sources import MetricSource
+from accelmatrix.spec.checks import Check
 from accelmatrix.spec.errors import SuiteError
 from accelmatrix.spec.files import SUITE_SUFFIXES, suite_files, suite_id
-from accelmatrix.spec.suite import Suite
+from accelmatrix.spec.plan import PlanError, expand
+from accelmatrix.spec.preflight import PreflightCheck
+from accelmatrix.spec.suite import Machine, Suite
 
 __all__ = [
     "SUITE_SUFFIXES",
@@ -93,8 +98,6 @@ def read_yaml(path: Path | str) -> Any:
 def load_suite(path: Path | str) -> Suite:
     """Parse and validate one suite file. Raises SuiteError."""
     path = Path(path)
-    import re
-
     if not re.match(r"^[a-z][a-z0-9_]*$", path.stem):
         raise SuiteError(
             path, [f"file name {path.stem!r} must match ^[a-z][a-z0-9_]*$ (it is the DAG id)"]
@@ -107,8 +110,6 @@ def load_suite(path: Path | str) -> Suite:
     except ValidationError as e:
         raise SuiteError(path, format_validation_error(e)) from None
     # Expanding the plan catches what only the full matrix shows (too many cells, ...).
-    from accelmatrix.plan import PlanError, expand
-
     try:
         expand(suite, suite_id(path))
     except PlanError as e:
@@ -183,11 +184,6 @@ def _union_tags() -> set[str]:
     """Loc parts pydantic adds for unions: built-in markers and every discriminator tag (a
     check's `loss_decreasing`, a source's `log_regex`, a machine's `tpu-vm`), so that the
     path reads `workload.metrics[2].name`, not `workload.metrics[2].log_regex.name`."""
-    from accelmatrix.metrics.sources import MetricSource
-    from accelmatrix.spec.checks import Check
-    from accelmatrix.spec.preflight import PreflightCheck
-    from accelmatrix.spec.suite import Machine
-
     builtin = {"str", "int", "float", "bool", "list[...]", "dict[str,...]"}
     return builtin.union(*(_tags_of(u) for u in (Check, MetricSource, PreflightCheck, Machine)))
 

@@ -8,7 +8,7 @@ the file, the field path and the allowed values before anything is provisioned.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from accelmatrix.backends.registry import MACHINE_MODELS, kind_of, kinds_that
 from accelmatrix.metrics.sources import MetricSource
 from accelmatrix.spec.axis_kinds import AxisKind, normalize_axis
 from accelmatrix.spec.checks import Check
@@ -41,7 +42,6 @@ LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CELLS = 1024  # Airflow's [core] max_map_length default
-BACKENDS = ("local", "ssh", "tpu-vm", "k8s-job", "k8s-jobset", "gke-tpu")
 RESERVED_PARAMS = ("cells",)
 
 Scalar = str | int | float | bool
@@ -53,48 +53,8 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
-class Resources(Model):
-    """What a cell's machine offers. Used for scheduling on real backends and for cost."""
-
-    chips: PositiveInt | None = Field(None, description="TPU chips")
-    gpus: PositiveInt | None = None
-    gpu_type: str | None = Field(None, pattern=r"^[a-z0-9-]+$")
-    cpu: Annotated[float, Field(gt=0)] | None = None
-    memory: str | None = Field(None, pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-
-
-class LocalMachine(Model):
-    """A process on the Airflow worker host: the embedded default, needs no cloud account."""
-
-    backend: Literal["local"]
-    resources: Resources = Resources()
-    pool: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="Airflow pool bounding concurrent use; default accelmatrix_<machine>",
-    )
-    pool_slots: PositiveInt = Field(4, description="slots of the pool when accelmatrix creates it")
-    hourly_cost: Annotated[float, Field(ge=0)] = 0.0
-    price_key: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_.-]+$", description="entry of include/pricing.yaml"
-    )
-
-
-from accelmatrix.spec.machine_gke_tpu import GkeTpuMachine  # noqa: E402
-from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine  # noqa: E402
-from accelmatrix.spec.machine_k8s import KubernetesJobMachine  # noqa: E402
-from accelmatrix.spec.machine_ssh import SshMachine  # noqa: E402 (after Resources)
-from accelmatrix.spec.machine_tpu import TpuVmMachine  # noqa: E402
-
-Machine = Annotated[
-    LocalMachine
-    | SshMachine
-    | TpuVmMachine
-    | KubernetesJobMachine
-    | KubernetesJobSetMachine
-    | GkeTpuMachine,
-    Field(discriminator="backend"),
-]
+# One member per backend kind, discriminated by `backend`: the registry lists them.
+Machine = Annotated[Union[MACHINE_MODELS], Field(discriminator="backend")]  # noqa: UP007
 
 
 class HangDetection(Model):
@@ -444,6 +404,16 @@ class Suite(Model):
                     f"(values: {', '.join(self.axis_labels(axis))}, or 'all')"
                 )
 
+        if self.workload.services:
+            can = kinds_that("runs_services")
+            for name in self.cell_machines():
+                backend = self.machines[name].backend
+                if not kind_of(backend).runs_services:
+                    raise ValueError(
+                        f"workload.services: machine {name!r} is a {backend} machine, whose "
+                        f"backend cannot run services (backends that can: {', '.join(can)})"
+                    )
+
         for name, m in self.machines.items():
             if m.price_key and m.hourly_cost:
                 raise ValueError(
@@ -526,6 +496,12 @@ class Suite(Model):
     def axis_labels(self, axis: str) -> list[str]:
         values = self.axes[axis]
         return list(values) if isinstance(values, dict) else [_label(v) for v in values]
+
+    def cell_machines(self) -> list[str]:
+        """The machines the cells run on: the `machine` axis, else `machine`, else the one."""
+        if "machine" in self.axes:
+            return self.axis_labels("machine")
+        return [self.machine or next(iter(self.machines))]
 
     def pool_for(self, machine: str) -> str:
         return self.machines[machine].pool or f"accelmatrix_{machine.replace('-', '_')}"

@@ -18,10 +18,9 @@ credentials live in the Airflow connection (``kube_config``, ``kube_config_path`
 ``in_cluster`` in its extra), where they are encrypted and rotated without a change to a
 suite file that sits in git.
 
-``resources`` reuses ``accelmatrix.spec.suite.Resources`` (cost reports, scheduling views);
-the pod's own requests come from ``gpus`` / ``mig_profile`` / ``cpu`` / ``memory`` here, and
-``resources`` is filled from them when left out. suite.py imports this module for its
-machine union, so Resources is imported lazily (see machine_ssh.py).
+``resources`` reuses ``accelmatrix.backends.machines.resources.Resources`` (cost reports,
+scheduling views); the pod's own requests come from ``gpus`` / ``mig_profile`` / ``cpu`` /
+``memory`` here, and ``resources`` is filled from them when left out.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from accelmatrix.spec.machine_ssh import _resources
+from accelmatrix.backends.machines.resources import to_resources
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"
@@ -151,8 +150,7 @@ class KubernetesJobMachine(BaseModel):
     )
     resources: Any = Field(
         default=None,
-        description="accelmatrix.spec.suite.Resources for cost/scheduling views; "
-        "default: derived from gpus/cpu/memory",
+        description="Resources for cost/scheduling views; default: derived from gpus/cpu/memory",
     )
     pool: str | None = Field(
         None,
@@ -182,7 +180,7 @@ class KubernetesJobMachine(BaseModel):
     @field_validator("resources", mode="before")
     @classmethod
     def _validate_resources(cls, v: Any) -> Any:
-        return None if v is None else _resources(v)
+        return None if v is None else to_resources(v)
 
     @field_validator("cpu", "memory", mode="before")
     @classmethod
@@ -241,7 +239,7 @@ class KubernetesJobMachine(BaseModel):
                 r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?", self.memory
             ):
                 derived["memory"] = self.memory
-            self.resources = _resources({k: v for k, v in derived.items() if v is not None})
+            self.resources = to_resources({k: v for k, v in derived.items() if v is not None})
         return self
 
     # -- what the pod asks for --------------------------------------------------------------

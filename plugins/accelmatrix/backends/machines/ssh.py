@@ -4,9 +4,8 @@ The YAML names a connection id and nothing secret: host, port, login, keys and h
 checking live in the Airflow connection (UI, secrets backend or AIRFLOW_CONN_<ID>), where
 they are encrypted and rotated without touching a suite file that sits in git.
 
-``resources`` reuses ``accelmatrix.spec.suite.Resources`` rather than a copy that could
-drift. suite.py imports this module for its machine union, so Resources is imported lazily,
-inside the validator: a top-level import would be circular.
+``resources`` reuses ``accelmatrix.backends.machines.resources.Resources`` rather than a copy
+that could drift.
 """
 
 from __future__ import annotations
@@ -15,6 +14,8 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+
+from accelmatrix.backends.machines.resources import to_resources
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Keys people put next to a host by habit; each one is a credential or part of one.
@@ -32,13 +33,6 @@ _CREDENTIAL_KEYS = (
     "identity_file",
     "passphrase",
 )
-
-
-def _resources(value: Any = None) -> Any:
-    """``value`` validated as suite.Resources (imported here: see the module docstring)."""
-    from accelmatrix.spec.suite import Resources
-
-    return Resources.model_validate(value if value is not None else {})
 
 
 class SshMachine(BaseModel):
@@ -61,8 +55,8 @@ class SshMachine(BaseModel):
         description="absolute path or ~/...; each cell gets <work_root>/<dag>/<run>/<cell>",
     )
     resources: Any = Field(
-        default_factory=_resources,
-        description="accelmatrix.spec.suite.Resources: chips, gpus, gpu_type, cpu, memory",
+        default_factory=to_resources,
+        description="Resources: chips, gpus, gpu_type, cpu, memory",
     )
     pool: str | None = Field(
         None,
@@ -93,7 +87,7 @@ class SshMachine(BaseModel):
     @field_validator("resources", mode="before")
     @classmethod
     def _validate_resources(cls, v: Any) -> Any:
-        return _resources(v)
+        return to_resources(v)
 
     @field_validator("python")
     @classmethod

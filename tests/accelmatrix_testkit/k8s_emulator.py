@@ -1318,7 +1318,7 @@ class Cluster:
         kueue_mode: str = "admit",
         **kubelet: Any,
     ):
-        from accelmatrix.testing.jobset_controller import JobSetController
+        from accelmatrix_testkit.jobset_controller import JobSetController
 
         self.root = Path(root)
         self.emulator = KubernetesEmulator(namespaces)

@@ -39,7 +39,7 @@ Resource figures: a sampler thread records the memory of each component's proces
 window, e.g. one DAG run.
 
 CeleryExecutor (``executor="CeleryExecutor"``, the docker-compose.yaml deployment): the
-metadata DB is ``database_url`` (PostgreSQL; see ``accelmatrix.testing.services``), the broker
+metadata DB is ``database_url`` (PostgreSQL; see ``accelmatrix_testkit.services``), the broker
 ``celery_broker_url`` (Redis) and the result backend ``db+<database_url>`` on the same
 database unless given. ``celery_workers`` ``airflow celery worker`` processes start beside the
 other components, with ``--skip-serve-logs`` (they write to the shared log folder like every
@@ -72,6 +72,8 @@ import httpx
 import psutil
 
 from accelmatrix.settings import REPO_ROOT
+
+TESTS_DIR = Path(__file__).resolve().parents[1]  # holds this package: tests/accelmatrix_testkit
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 EXECUTORS = ("LocalExecutor", "CeleryExecutor")
@@ -301,7 +303,9 @@ class AirflowStack:
             and k not in ("PYTHONPATH", "GX_ANALYTICS_ENABLED")
         }
         plugins = REPO_ROOT / "plugins"
-        pythonpath = [str(plugins)]
+        # The test kit (this package) is not part of accelmatrix: the components import it
+        # from tests/ (the SQLite connect args below, a Celery worker's hostname callable).
+        pythonpath = [str(plugins), str(TESTS_DIR)]
         if os.environ.get("PYTHONPATH"):
             pythonpath.append(os.environ["PYTHONPATH"])
         env.update(
@@ -366,11 +370,11 @@ class AirflowStack:
 
     def _worker_env(self, name: str) -> dict[str, str]:
         """A Celery worker's environment: the stack's, plus its own task hostname."""
-        from accelmatrix.testing.hostname import ENV
+        from accelmatrix_testkit.hostname import ENV
 
         env = dict(self.env)
         env.setdefault(
-            "AIRFLOW__CORE__HOSTNAME_CALLABLE", "accelmatrix.testing.hostname.worker_hostname"
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE", "accelmatrix_testkit.hostname.worker_hostname"
         )
         env[ENV] = f"{name}@{socket.gethostname()}"
         return env

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from accelmatrix.spec.machine_k8s import DNS_LABEL, KubernetesJobMachine
+from accelmatrix.backends.machines.k8s_job import DNS_LABEL, KubernetesJobMachine
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 HOSTNAME_MAX = 63  # a pod hostname <jobset>-<replicated job>-<job index>-<pod index> is a label

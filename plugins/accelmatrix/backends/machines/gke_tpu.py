@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from accelmatrix.spec.machine_jobset import KubernetesJobSetMachine
+from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 
 # family -> (GKE accelerator label value, TensorCores per chip), from XPK's system table.
 TPU_FAMILIES: dict[str, tuple[str, int]] = {

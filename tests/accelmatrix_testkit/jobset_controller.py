@@ -40,7 +40,7 @@ import time
 import uuid
 from typing import Any
 
-from accelmatrix.testing.k8s_emulator import (
+from accelmatrix_testkit.k8s_emulator import (
     DNS_LABEL,
     ApiError,
     KubernetesEmulator,

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import psutil
 
-from accelmatrix.testing.airflow_stack import free_port
+from accelmatrix_testkit.airflow_stack import free_port
 
 PG_BIN_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15, 14, 13))
 REDIS_SERVER = "redis-server"

@@ -15,7 +15,7 @@ In-process::
         emu.state["nodes"]                      # snapshot for assertions
         emu.requests("POST", "/nodes")          # what gcloud sent
 
-Standalone: ``python -m accelmatrix.testing.tpu_emulator --port 8471``.
+Standalone: ``python -m accelmatrix_testkit.tpu_emulator --port 8471``.
 
 Control endpoints (not part of the Google API): ``GET /_emulator/state``,
 ``GET|POST /_emulator/faults``, ``POST /_emulator/reset``, ``POST /_emulator/preempt``

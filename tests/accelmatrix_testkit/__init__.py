@@ -3,6 +3,6 @@
 Nothing here is imported by DAG files or tasks.
 """
 
-from accelmatrix.testing.airflow_stack import AirflowStack, StackError, Usage
+from accelmatrix_testkit.airflow_stack import AirflowStack, StackError, Usage
 
 __all__ = ["AirflowStack", "StackError", "Usage"]

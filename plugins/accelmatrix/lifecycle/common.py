@@ -1,0 +1,75 @@
+"""Shared plumbing of the cell steps: which run a step belongs to (RunRef), the clock, the
+failure Airflow must not retry, and the helpers several steps use to record a failure or read
+a cell's JSON files. Every step module imports from here; nothing here imports a step."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from accelmatrix import settings
+from accelmatrix.cell_state import EARLIER_FAILURES
+from accelmatrix.store_access import results_store
+
+log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class RunRef:
+    """Which DAG run a step belongs to."""
+
+    dag_id: str
+    run_id: str
+    # The mapped task group and map index of the asking task: resources carry them as
+    # labels so the janitor can ask Airflow whether the cell's tasks still run.
+    task_group: str | None = None
+    map_index: int | None = None
+
+    def artifacts(self, cell_id: str) -> Path:
+        return settings.cell_artifacts_dir(self.dag_id, self.run_id, cell_id)
+
+    @classmethod
+    def from_context(cls, context: Any) -> RunRef:
+        """The run of an Airflow task context."""
+        ti = context.get("ti") if hasattr(context, "get") else None
+        map_index = getattr(ti, "map_index", None)
+        task_id = str(getattr(ti, "task_id", "") or "")
+        mapped = isinstance(map_index, int) and map_index >= 0 and "." in task_id
+        return cls(
+            dag_id=context["dag"].dag_id,
+            run_id=context["run_id"],
+            task_group=task_id.rsplit(".", 1)[0] if mapped else None,
+            map_index=map_index if mapped else None,
+        )
+
+
+class CellFailed(AirflowFailException):
+    """A cell (or the run) failed its checks: deterministic, so Airflow must not retry."""
+
+
+def _record_step_failure(cell: dict[str, Any], ref: RunRef, state: str, message: str) -> None:
+    log.error("cell %s: %s", cell["id"], message)
+    store = results_store()
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    if prior.get("state") in EARLIER_FAILURES and prior.get("state") != state:
+        state = prior["state"]
+        if prior.get("message"):
+            message = f"{prior['message']}; {message}"
+    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=state, message=message[:4000])
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,122 @@
+"""evaluate: run the cell's checks (Great Expectations, wherever it is warm) and record the
+verdicts and the cell's final state."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from accelmatrix import settings
+from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState
+from accelmatrix.lifecycle.common import CellFailed, RunRef, _read_json, _record_step_failure
+from accelmatrix.store_access import results_store
+
+log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
+
+
+_EVAL_LOCK = threading.Lock()
+
+
+def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+    """Evaluate the cell's outputs with Great Expectations; return a JSON-able result.
+
+    Pure with respect to the results store, so it can run wherever Great Expectations is
+    already warm (the triggerer, see EvaluationTrigger). Serialised by a lock: GE contexts
+    are not documented as thread-safe.
+    """
+    from pydantic import TypeAdapter
+
+    from accelmatrix.evaluation import CellOutputs, evaluate_cell
+    from accelmatrix.spec.checks import Check
+
+    art = ref.artifacts(cell["id"])
+    status = _read_json(art / "status.json")
+    metrics = _read_json(art / "metrics.json") or []
+    adapter = TypeAdapter(Check)
+    checks = [adapter.validate_python(c) for c in cell["checks"]]
+    with _EVAL_LOCK:
+        report = evaluate_cell(
+            checks,
+            CellOutputs(
+                files_dir=art / "files",
+                log_path=art / "output.log",
+                status=status,
+                metrics=metrics,
+            ),
+            include_dir=settings.include_dir(),
+            data_docs_dir=art / "data_docs",
+            suite_name=f"{ref.dag_id}.{cell['id']}",
+        )
+    return {
+        "passed": report.passed,
+        "table": report.format_table(),
+        "seconds": report.seconds,
+        "data_docs": str(report.data_docs_index) if report.data_docs_index else None,
+        "verdicts": [
+            {
+                "check_name": v.name,
+                "check_type": v.type,
+                "passed": v.passed,
+                "expected": v.expected,
+                "observed": v.observed,
+                "message": v.message,
+                **(v.perf or {}),
+            }
+            for v in report.verdicts
+        ],
+        "warnings": [f"{v.name}: {v.message}" for v in report.verdicts if v.warning],
+    }
+
+
+def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any]) -> dict[str, Any]:
+    """Store the verdicts and the cell's final state; raise CellFailed unless it passed."""
+    store = results_store()
+    store.replace_checks(ref.dag_id, ref.run_id, cell["id"], result["verdicts"])
+    failed = [v for v in result["verdicts"] if not v["passed"]]
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    # A specific earlier failure (setup, timeout, infrastructure) says more than "failed".
+    earlier = prior.get("state") if prior.get("state") in EARLIER_FAILURES else None
+    if prior.get("state") in NEVER_RAN:
+        # Its machine never got to run the workload (Airflow failed or skipped the provision
+        # or setup task without a word to the store): an infrastructure failure, not checks
+        # failing on outputs that never existed.
+        earlier = CellState.INFRA_FAILED
+        prior = {
+            "message": f"the workload never ran: the cell stopped at {prior['state']!r} "
+            "(its provision or setup task did not finish)"
+        }
+    if result["passed"] and earlier is None:
+        state = CellState.PASSED
+    else:
+        state = earlier or CellState.FAILED
+    message = "; ".join(f"{v['check_name']}: {v['message']}" for v in failed)[:2000]
+    for w in result.get("warnings") or []:
+        log.warning("cell %s: %s", cell["id"], w)
+    if state == CellState.PASSED and result.get("warnings"):
+        message = "; ".join(result["warnings"])[:2000]  # passed, with warnings
+    if earlier and prior.get("message"):
+        message = f"{prior['message']}; {message}"
+    store.upsert_cell(
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        state=state,
+        message=message,
+        data_docs=result["data_docs"],
+    )
+    if state != CellState.PASSED:
+        raise CellFailed(
+            f"cell {cell['id']} {state}: {len(failed)} of {len(result['verdicts'])} check(s) "
+            "failed" + (": " + ", ".join(v["check_name"] for v in failed) if failed else "")
+        )
+    return {"cell": cell["id"], "state": state}
+
+
+def record_evaluation_error(cell: dict[str, Any], ref: RunRef, error: str) -> None:
+    """The checks could not run (Great Expectations crashed, the trigger failed): the cell
+    gets ``evaluation_failed`` and "evaluation could not run: <error>", never a stale state
+    that could pass. Called by the evaluate task and trigger; idempotent."""
+    _record_step_failure(
+        cell, ref, CellState.EVALUATION_FAILED, f"evaluation could not run: {error}"
+    )

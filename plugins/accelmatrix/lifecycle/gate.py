@@ -1,0 +1,255 @@
+"""gate, the run's finalisation (after every teardown): cells cut short get their verdict, the
+run's leftovers are reaped, the run passes or fails, and history, alerts and notifications
+follow (never able to change the verdict)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from accelmatrix import settings
+from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
+from accelmatrix.store_access import results_store
+
+log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
+
+
+def gate(
+    planned: list[dict[str, Any]], ref: RunRef, suite_path: str | None = None
+) -> dict[str, Any]:
+    """Decide the run: it fails exactly when a non-quarantined cell did not pass.
+
+    With ``suite_path``, the suite's ``notify`` settings are honoured (see notify.py).
+    """
+    store = results_store()
+    stopped_cells = _settle_stopped_run(planned, ref)
+    rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
+    log.info(
+        "results for %s %s:\n%s", ref.dag_id, ref.run_id, store.run_table(ref.dag_id, ref.run_id)
+    )
+    failed, quarantined_failed, passed = [], [], []
+    for c in planned:
+        state = (rows.get(c["id"]) or {}).get("state", "missing")
+        if state == CellState.PASSED:
+            passed.append(c["id"])
+        elif c["quarantined"]:
+            quarantined_failed.append((c["id"], state))
+        else:
+            failed.append((c["id"], state))
+    summary = {
+        "passed": passed,
+        "failed": [f"{i} ({s})" for i, s in failed],
+        "quarantined_failed": [f"{i} ({s})" for i, s in quarantined_failed],
+    }
+    store.upsert_run(
+        ref.dag_id,
+        ref.run_id,
+        state=RunState.FAILED if failed else RunState.PASSED,
+        finished_at=utcnow(),
+    )
+    from accelmatrix.report_html import write_run_index
+
+    run_dir = (
+        settings.artifacts_dir() / settings.safe_name(ref.dag_id) / settings.safe_name(ref.run_id)
+    )
+    index = write_run_index(
+        run_dir,
+        ref.dag_id,
+        ref.run_id,
+        list(rows.values()),
+        store.get_checks(ref.dag_id, ref.run_id),
+    )
+    log.info("run report: %s", index)
+    costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
+    summary["cost"] = sum(costs) if costs else None
+    if costs:
+        log.info("run cost: %.6f (sum of %d cell(s))", summary["cost"], len(costs))
+    if suite_path:
+        # A cell a person stopped says nothing about the code under test: no alert for it.
+        judged = [c for c in planned if c["id"] not in stopped_cells]
+        _history_and_alerts(suite_path, judged, ref, rows)
+        _notify(suite_path, planned, ref, failed, rows, summary["cost"])
+    for cid, state in quarantined_failed:
+        log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
+    if failed:
+        raise CellFailed(
+            f"{len(failed)} cell(s) failed: " + ", ".join(f"{i} ({s})" for i, s in failed)
+        )
+    log.info("all %d non-quarantined cell(s) passed", len(planned) - len(quarantined_failed))
+    return summary
+
+
+def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
+    """Give cells cut short a verdict and release whatever the run still holds; the ids of
+    the cells stopped from outside (state ``cancelled``).
+
+    The gate runs after every cell's teardown, also when a person marked the run failed
+    (it is a teardown task). A cell still without a verdict here never got one: its tasks
+    were skipped or killed.
+
+    Then every resource of this run that no teardown deleted is torn down through the
+    janitor (by the run's labels, on every machine the run used), whatever happened:
+    Airflow skips a cell's teardown when its provision task failed, and Airflow 3.3.2 can
+    fail a provision task after its machine exists (the defer/resume race). Listing is one
+    call per machine kind; in a clean run it finds nothing.
+    """
+    from accelmatrix import stopped
+    from accelmatrix.janitor import reap_run
+
+    store = results_store()
+    rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
+    for c in planned:
+        state = (rows.get(c["id"]) or {}).get("state")
+        message = (
+            f"stopped before it finished (was {state}); nothing of it was left running "
+            "(it never got a machine, or its teardown released it)"
+        )
+        if stopped.settle_cell(store, ref.dag_id, ref.run_id, c["id"], message):
+            log.warning("cell %s: %s", c["id"], message)
+    cut = {
+        r["cell_id"]
+        for r in store.get_cells(ref.dag_id, ref.run_id)
+        if r.get("state") == stopped.STOPPED
+    }
+    if cut:
+        log.warning(
+            "run %s was stopped from outside: %d cell(s) cancelled: %s",
+            ref.run_id,
+            len(cut),
+            ", ".join(sorted(cut)),
+        )
+        reason = f"run {ref.run_id} was stopped from outside and its teardown left it"
+    else:
+        reason = f"run {ref.run_id} is over and no teardown deleted it"
+    specs = {json.dumps(c["machine_spec"], sort_keys=True): c["machine_spec"] for c in planned}
+    report = reap_run(
+        ref.dag_id, ref.run_id, specs.values(), reason=reason, say=log.warning, store=store
+    )
+    if not report.decisions and not report.unreachable:
+        log.info("run cleanup: no resource of this run is left on its %d machine(s)", len(specs))
+    for key, err in report.unreachable.items():
+        log.error("run cleanup: machine %s not checked: %s", key, err)
+    return cut
+
+
+def _regressions(suite: Any, ref: RunRef) -> dict[str, list[dict[str, Any]]]:
+    """Classify the suite's perf series (series_status); the regressed ones by cell.
+
+    A suite that never had a bounded perf verdict has no series: skipped without importing
+    pandas (about a second at the very end of every run of a functional suite).
+    """
+    from accelmatrix.history.series import classify_suite, rules_of, trend
+
+    store = results_store()
+    if not store.has_perf_checks(ref.dag_id):
+        log.info("no perf series in %s: nothing to classify", ref.dag_id)
+        return {}
+    regressions: dict[str, list[dict[str, Any]]] = {}
+    rules, window = rules_of(suite.regression)
+    verdicts, hist = classify_suite(store, ref.dag_id, rules=rules, window_days=window)
+    for r in verdicts[verdicts["status"] == "regression"].itertuples(index=False):
+        points = trend(hist, r.cell_id, r.benchmark, r.metric)
+        log.warning("perf regression: %s %s %s: %s", r.benchmark, r.cell_id, r.metric, points)
+        regressions.setdefault(r.cell_id, []).append(
+            {
+                "benchmark": r.benchmark,
+                "metric": r.metric,
+                "lower": points[-1]["lower"],
+                "upper": points[-1]["upper"],
+                "points": points,
+            }
+        )
+    return regressions
+
+
+def _history_and_alerts(
+    suite_path: str, planned: list[dict[str, Any]], ref: RunRef, rows: dict[str, dict[str, Any]]
+) -> None:
+    """Classify the suite's perf series (series_status) and update its per-cell alerts.
+
+    After the verdict is known and never able to change it: a problem here is logged.
+    """
+    from accelmatrix import alerts, notify
+    from accelmatrix.spec.loader import load_suite
+
+    suite = load_suite(suite_path)
+    store = results_store()
+    regressions: dict[str, list[dict[str, Any]]] = {}
+    try:
+        regressions = _regressions(suite, ref)
+    except Exception:  # noqa: BLE001 - classification must never flip the run's verdict
+        log.exception("perf series of %s not classified", ref.dag_id)
+    run = store.get_run(ref.dag_id, ref.run_id) or {}
+    latest = store.latest_logical_date(ref.dag_id)
+    if run.get("logical_date") and latest and run["logical_date"] < latest:
+        # A re-test of an older build (a backfill) says nothing about the current one: it
+        # must not resolve, or open, the alert of newer runs.
+        log.info("alerts unchanged: %s is older than the latest run", run["logical_date"])
+        return
+    try:
+        events = alerts.update_alerts(
+            store,
+            ref.dag_id,
+            ref.run_id,
+            planned,
+            rows,
+            regressions=regressions,
+            run_url=notify.run_url(ref.dag_id, ref.run_id),
+        )
+        for ev in events:
+            log.info(
+                "alert %s: %s (%s x%d)", ev["event"], ev["cell_id"], ev["kind"], ev["recurrences"]
+            )
+        sinks = suite.notify.alerts if suite.notify else []
+        if sinks and events:
+            alerts.deliver(sinks, events, store)
+    except Exception:  # noqa: BLE001 - same: alerts are advisory
+        log.exception("alerts of %s not updated", ref.dag_id)
+
+
+def _notify(
+    suite_path: str,
+    planned: list[dict[str, Any]],
+    ref: RunRef,
+    failed: list[tuple[str, str]],
+    rows: dict[str, dict[str, Any]],
+    cost: float | None,
+) -> None:
+    """Send the suite's webhook; a notification problem is logged, never flips the verdict."""
+    from accelmatrix import notify
+    from accelmatrix.spec.loader import load_suite
+
+    spec = load_suite(suite_path).notify
+    hook = spec.webhook if spec else None
+    if hook is None or (hook.when == "failure" and not failed):
+        return
+    by_id = {c["id"]: c for c in planned}
+    checks = results_store().get_checks(ref.dag_id, ref.run_id)
+    failed_cells = []
+    for cid, state in failed:
+        failed_cells.append(
+            {
+                "cell": cid,
+                "state": state,
+                "message": (rows.get(cid) or {}).get("message", ""),
+                "failed_checks": [
+                    c["check_name"] for c in checks if c["cell_id"] == cid and not c["passed"]
+                ],
+                "failed_tests": notify.failed_tests(by_id[cid], ref.artifacts(cid) / "files"),
+            }
+        )
+    run = results_store().get_run(ref.dag_id, ref.run_id) or {}
+    payload = notify.build_payload(
+        dag_id=ref.dag_id,
+        run_id=ref.run_id,
+        state=RunState.FAILED if failed else RunState.PASSED,
+        failed_cells=failed_cells,
+        git_ref=run.get("git_ref"),
+        cost=cost,
+    )
+    try:
+        notify.send_webhook(hook, payload)
+    except Exception as e:  # noqa: BLE001 - the run's verdict stands whatever the webhook does
+        log.error("webhook %s not notified: %s", hook.conn_id, e)

@@ -1,0 +1,115 @@
+"""plan: expand the suite for this run, refuse it over budget, record every cell planned or
+excluded (the first task of a run)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.lifecycle.common import RunRef, utcnow
+from accelmatrix.store_access import results_store
+
+log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
+
+
+def plan_run(
+    suite_path: str,
+    ref: RunRef,
+    params: dict[str, Any],
+    *,
+    logical_date: datetime | None = None,
+    run_type: str | None = None,
+) -> list[dict[str, Any]]:
+    """Expand the suite for this run, log the plan, record every cell as planned/excluded."""
+    from accelmatrix.spec.loader import load_suite
+    from accelmatrix.spec.plan import expand
+
+    suite = load_suite(suite_path)
+    user_params = {k: v for k, v in params.items() if k in suite.params}
+    only = params.get("cells") or None
+    if only == ["*"]:
+        only = None
+    plan = expand(suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date)
+    for line in plan.table().splitlines():  # one record per line: readable in the task log
+        log.info("%s", line)
+    if plan.runtime_version:
+        log.info("runtime version under test: %s", plan.runtime_version)
+    from accelmatrix.pricing import hourly_price
+
+    for machine in sorted({c.machine for c in plan.cells}):
+        # A price_key missing from include/pricing.yaml fails here, not as a cost of 0.
+        log.info(
+            "machine %s: %.4f per hour", machine, hourly_price(suite.machines[machine].model_dump())
+        )
+
+    run_fields = {
+        "suite": ref.dag_id,
+        "logical_date": logical_date,
+        "run_type": run_type,
+        "params": params,
+        "git_ref": str(params["git_ref"])[:250] if params.get("git_ref") else None,
+        "runtime_version": plan.runtime_version,
+        "started_at": utcnow(),
+    }
+    store = results_store()
+    if suite.budget is not None:
+        _check_budget(suite, plan, params, ref, run_fields)
+    # A re-run of this run (cleared, or a backfill re-processing its logical date under the
+    # same run_id) replaces the previous attempt's cells, metrics and verdicts.
+    removed = store.reset_run(ref.dag_id, ref.run_id)
+    if removed:
+        log.info("re-run: replaced %d row(s) of the previous attempt of this run", removed)
+    store.upsert_run(ref.dag_id, ref.run_id, state=RunState.RUNNING, finished_at=None, **run_fields)
+    for cell in plan.cells:
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            cell.id,
+            cell_index=cell.index,
+            axes=cell.axes,
+            machine=cell.machine,
+            backend=cell.backend,
+            quarantined=cell.quarantined,
+            state=CellState.PLANNED,
+        )
+    for ex in plan.excluded:
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            ex.id,
+            axes=ex.axes,
+            state=CellState.EXCLUDED,
+            excluded_reason=ex.reason,
+        )
+    return [c.to_dict() for c in plan.cells]
+
+
+def _check_budget(suite, plan, params, ref: RunRef, run_fields: dict[str, Any]) -> None:
+    """Fail the plan, recording the run as over budget, when the estimate is too high."""
+    from accelmatrix.pricing import BudgetExceeded, check_budget
+
+    budget = suite.budget
+    limit, source = budget.max_usd, "budget.max_usd of the suite"
+    if budget.param and params.get(budget.param) is not None:
+        limit, source = float(params[budget.param]), f"param {budget.param}"
+    try:
+        estimate = check_budget(
+            [c.to_dict() for c in plan.cells],
+            max_usd=limit,
+            expected_seconds=budget.expected_seconds,
+            source=source,
+        )
+    except BudgetExceeded as e:
+        results_store().upsert_run(
+            ref.dag_id, ref.run_id, state=RunState.OVER_BUDGET, finished_at=utcnow(), **run_fields
+        )
+        raise PlanRejected(str(e)) from None
+    log.info("estimated cost %.4f USD within the budget of %.2f USD (%s)", estimate, limit, source)
+
+
+class PlanRejected(AirflowFailException):
+    """The run must not start (over budget): deterministic, never retried."""
