@@ -34,12 +34,11 @@ import json
 import logging
 import os
 import posixpath
-import re
 import shlex
 import stat
 import threading
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import paramiko
@@ -52,210 +51,41 @@ from accelmatrix.backends.base import (
     CellContext,
     InfrastructureError,
     JobStatus,
-    LogFn,
     ManagedResource,
-    SetupFailed,
 )
 from accelmatrix.backends.local import RUNNER, exact_identity
+from accelmatrix.backends.ssh_remote import (
+    _GLOB_PY,
+    DEFAULT_WORK_ROOT,
+    INTERNAL_DIR,
+    READ_CHUNK,
+    RECORD,
+    ROTATED_LOGS,
+    SUBMIT_WAIT_SECONDS,
+    _argv,
+    _checked_work_dir,
+    _env_lines,
+    _last_line,
+    expand_work_root,
+)
+from accelmatrix.backends.ssh_setup import SshSetup
 from accelmatrix.hooks.ssh import (
     DirectTarget,
     RemoteHost,
     get_direct_host,
     get_host,
-    sftp_makedirs,
 )
 
 logger = logging.getLogger(__name__)
-
-RECORD = "resource.json"
-INTERNAL_DIR = ".accelmatrix"
-LOG_FILES = (
-    "output.log",
-    "stdout.log",
-    "stderr.log",
-    "status.json",
-    "runner.log",
-    "resources.jsonl",
-)
-ROTATED_LOGS = ("output.log", "stdout.log", "stderr.log", "status.json", "resources.jsonl")
-DEFAULT_WORK_ROOT = "~/.accelmatrix/work"
-KILL_GRACE_SECONDS = 5.0
-SUBMIT_WAIT_SECONDS = 15.0
 # How long poll() keeps saying "running" while the host cannot be reached before it gives
 # up with an infrastructure failure (a reboot or a network blip should not fail a cell).
 UNREACHABLE_GRACE_SECONDS = 120.0
-INCLUDE_MAX_BYTES = 64 << 20
-READ_CHUNK = 1 << 20
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PGID_LINE = re.compile(rb"^accelmatrix-pgid=(\d+)$")
-
-# Signals a process group, but only if one of its live members carries the work dir marker
-# in its environment (a PID reused by an unrelated program after the group died is spared).
-# Zombies are not members: they are dead and cannot be killed further. Runs on the host.
-_KILL_GROUP_PY = r"""
-import os, signal, sys, time
-pgid, marker, grace = int(sys.argv[1]), sys.argv[2].encode(), float(sys.argv[3])
-def members():
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            out.append(name)
-    return out
-def ours(pids):
-    for pid in pids:
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    return True
-        except OSError:
-            pass
-    return False
-if pgid <= 1 or pgid == os.getpgid(0):
-    sys.exit("refusing to kill process group %d" % pgid)
-live = members()
-if not live:
-    print("gone")
-    sys.exit(0)
-if not ours(live):
-    print("foreign")
-    sys.exit(0)
-try:
-    os.killpg(pgid, signal.SIGTERM)
-except ProcessLookupError:
-    print("gone")
-    sys.exit(0)
-deadline = time.monotonic() + grace
-while time.monotonic() < deadline and members():
-    time.sleep(0.1)
-if members():
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    print("killed")
-else:
-    print("terminated")
-"""
-
-# Expands the artifact globs on the host with the same pathlib semantics as LocalBackend,
-# and keeps only regular files whose real path stays inside the work dir (a symlink to
-# ~/.ssh/id_rsa must not be exfiltrated) and outside the backend's own internal dir.
-_GLOB_PY = r"""
-import json, sys
-from pathlib import Path
-work = Path(sys.argv[1]).resolve()
-internal = work / sys.argv[2]
-found, refused = {}, []
-for pattern in json.loads(sys.argv[3]):
-    if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
-        refused.append(pattern)
-        continue
-    for m in work.glob(pattern):
-        for src in (m.rglob("*") if m.is_dir() and not m.is_symlink() else [m]):
-            rel = src.relative_to(work)
-            real = src.resolve()
-            if rel.parts[:1] == (sys.argv[2],) or real == internal or internal in real.parents:
-                continue
-            if real != work and work not in real.parents:
-                refused.append(str(rel))
-                continue
-            if real.is_file():
-                found[str(rel)] = str(real)
-print(json.dumps({"found": found, "refused": refused}))
-"""
 
 _unreachable_since: dict[str, float] = {}
 _unreachable_lock = threading.Lock()
-# (connection, pid, start time) of processes already proven to be ours: later polls only
-# re-read /proc/<pid>/stat (the start time tells a recycled PID apart).
-_verified: set[tuple[str, int, bytes, str]] = set()
-_verified_lock = threading.Lock()
 
 
-def _last_line(data: bytes) -> bytes:
-    """The last non-empty line: what our own snippet printed, after any rc-file noise."""
-    lines = [line for line in data.splitlines() if line.strip()]
-    return lines[-1] if lines else b""
-
-
-def expand_work_root(work_root: str, home: str) -> str:
-    """An absolute remote path from ``work_root`` (``~/`` is the login user's home)."""
-    if work_root == "~" or work_root.startswith("~/"):
-        path = home.rstrip("/") + work_root[1:]
-    elif work_root.startswith("/"):
-        path = work_root
-    else:
-        raise BackendError(f"work_root {work_root!r} must be absolute or start with '~/'")
-    return posixpath.normpath(path)
-
-
-def _checked_work_dir(path: str) -> str:
-    """``path`` if it can be a cell work dir; refuses anything `rm -rf` must never get."""
-    p = PurePosixPath(path)
-    if not p.is_absolute() or ".." in p.parts or len(p.parts) < 5 or str(p) != path:
-        raise BackendError(f"refusing to use {path!r} as a cell work dir")
-    return path
-
-
-def _marker(work_dir: str) -> str:
-    return f"ACCELMATRIX_WORK_DIR={work_dir}"
-
-
-def _env_lines(env: dict[str, str], work_dir: str) -> list[str]:
-    lines = []
-    for name, value in {**env, "ACCELMATRIX_WORK_DIR": work_dir}.items():
-        if not _ENV_NAME.match(name):
-            raise BackendError(f"env name {name!r} is not a valid variable name")
-        if "\x00" in value:
-            raise BackendError(f"env {name}: values cannot contain NUL bytes")
-        lines.append(f"export {name}={shlex.quote(value)}")
-    return lines
-
-
-def _argv(argv: list[str]) -> str:
-    if not argv or any("\x00" in a for a in argv):
-        raise BackendError(f"invalid argv {argv!r}: empty or containing NUL bytes")
-    return shlex.join(argv)
-
-
-class _Lines:
-    """Splits a byte stream into decoded lines for a sink, taking out our pgid marker."""
-
-    def __init__(self, sink: LogFn):
-        self.sink = sink
-        self.buf = b""
-        self.pgid: int | None = None
-
-    def feed(self, data: bytes) -> None:
-        self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        for line in lines:
-            self._emit(line)
-
-    def close(self) -> None:
-        if self.buf:
-            self._emit(self.buf)
-            self.buf = b""
-
-    def _emit(self, line: bytes) -> None:
-        # Only lines before the marker are candidates (a login rc file may print first);
-        # after it, everything is the command's own output, whatever it looks like.
-        if self.pgid is None:
-            m = _PGID_LINE.match(line)
-            if m:
-                self.pgid = int(m.group(1))
-                return
-        self.sink(line.rstrip(b"\r").decode("utf-8", errors="replace"))
-
-
-class SshBackend(Backend):
+class SshBackend(SshSetup, Backend):
     kind = "ssh"
 
     def __init__(self, machine_spec: dict[str, Any]):
@@ -277,84 +107,6 @@ class SshBackend(Backend):
 
     def _root(self, host: RemoteHost) -> str:
         return expand_work_root(self.work_root, host.home() if "~" in self.work_root else "")
-
-    def _read_json(self, host: RemoteHost, path: str) -> dict[str, Any] | None:
-        data = host.read(path)
-        if data is None:
-            return None
-        try:
-            value = json.loads(data)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
-
-    def _kill_group(self, host: RemoteHost, pgid: int, work_dir: str) -> str:
-        """SIGTERM then SIGKILL the remote group, if it is still this work dir's."""
-        if pgid <= 1:
-            raise BackendError(f"refusing to kill process group {pgid}")
-        result = host.execute(
-            shlex.join([self.python, "-", str(pgid), _marker(work_dir), str(KILL_GRACE_SECONDS)]),
-            stdin=_KILL_GROUP_PY.encode(),
-            timeout=KILL_GRACE_SECONDS + 30,
-        )
-        if result.exit_code != 0:
-            raise BackendError(
-                f"could not stop process group {pgid} on {host.hostname}: "
-                f"exit {result.exit_code}: {result.text().strip()[-500:]}"
-            )
-        return _last_line(result.stdout).decode(errors="replace")
-
-    def _alive(self, host: RemoteHost, pid: int, work_dir: str, verify: bool = True) -> bool:
-        """Is ``pid`` a live (non-zombie) process started for this work dir?
-
-        SFTP reads of /proc (no command, no shell): its stat, and its environment the first
-        time only. Cheap enough for every poll. ``verify=False`` skips the environment check,
-        for a PID we started a moment ago (a forked shell shows its old environment until
-        it execs).
-        """
-        if not host.has_proc():
-            return host.execute(f"kill -0 {int(pid)}", timeout=30).exit_code == 0
-        try:
-            raw = host.read(f"/proc/{int(pid)}/stat")
-            if raw is None:
-                return False
-            fields = raw.rsplit(b")", 1)[1].split()
-            if fields[0] == b"Z":
-                return False
-            if not verify:
-                return True
-            key = (host.conn_id, int(pid), fields[19], work_dir)  # [19]: stat field 22, start
-            with _verified_lock:
-                if key in _verified:
-                    return True
-            environ = host.read(f"/proc/{int(pid)}/environ")
-        except PermissionError:
-            return True  # someone else's process: it exists, and it is not ours to judge
-        if environ is None:
-            return False
-        ours = _marker(work_dir).encode() in environ.split(b"\0")
-        if ours:
-            with _verified_lock:
-                if len(_verified) > 10_000:
-                    _verified.clear()
-                _verified.add(key)
-        return ours
-
-    def _fetch_logs(self, host: RemoteHost, resource: dict[str, Any]) -> list[str]:
-        """Copy the runner's logs into the local artifacts dir (where evaluation reads them)."""
-        art = Path(resource["artifacts_dir"])
-        art.mkdir(parents=True, exist_ok=True)
-        log_dir = resource["log_dir"]
-        copied = []
-        with host.bulk_sftp() as sftp:
-            for name in LOG_FILES:
-                try:
-                    sftp.get(f"{log_dir}/{name}", str(art / f".{name}.part"))
-                except FileNotFoundError:
-                    continue
-                os.replace(art / f".{name}.part", art / name)
-                copied.append(name)
-        return copied
 
     # -- lifecycle ------------------------------------------------------------------------
     def work_dir_for(self, host: RemoteHost, ctx: CellContext) -> str:
@@ -413,42 +165,6 @@ class SshBackend(Backend):
                     logger.warning("could not remove %s after a failed provision: %s", work_dir, e)
             raise
 
-    def _check_python(self, host: RemoteHost) -> None:
-        """Fail at provision, clearly, if the host cannot run the runner (not at submit)."""
-        probe = "import sys; print('%d.%d' % sys.version_info[:2])"
-        result = host.execute(shlex.join([self.python, "-c", probe]), timeout=60)
-        version = _last_line(result.stdout).decode(errors="replace").strip()
-        if result.exit_code != 0 or tuple(map(int, (version or "0.0").split("."))) < (3, 10):
-            raise BackendError(
-                f"{self.python!r} on {host.hostname} is not Python >= 3.10 (exit "
-                f"{result.exit_code}: {result.text().strip()[-300:]}); set the machine's `python`"
-            )
-
-    def _upload_include(self, host: RemoteHost, remote: str) -> str:
-        """Copy the include dir to the host, so `${include_dir}/...` works there as locally."""
-        local = settings.include_dir()
-        if not local.is_dir():
-            return remote
-        files = [
-            p
-            for p in sorted(local.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-        ]
-        total = sum(p.stat().st_size for p in files)
-        if total > INCLUDE_MAX_BYTES:
-            raise BackendError(
-                f"include dir {local} holds {total} bytes; more than {INCLUDE_MAX_BYTES} is "
-                "not copied to SSH hosts (ship big inputs through a setup command instead)"
-            )
-        with host.bulk_sftp() as sftp:
-            sftp_makedirs(sftp, remote)
-            for p in files:
-                target = f"{remote}/{p.relative_to(local).as_posix()}"
-                sftp_makedirs(sftp, posixpath.dirname(target))
-                sftp.put(str(p), target)
-                sftp.chmod(target, stat.S_IMODE(p.stat().st_mode))
-        return remote
-
     def variables(self, resource: dict[str, Any]) -> dict[str, str]:
         return {
             "work_dir": resource["work_dir"],
@@ -456,95 +172,6 @@ class SshBackend(Backend):
             "python": self.python,
             "num_workers": "1",
         }
-
-    def setup(
-        self,
-        resource: dict[str, Any],
-        commands: list[list[str]],
-        env: dict[str, str],
-        timeout: int,
-        log: LogFn,
-    ) -> None:
-        host = self._host(resource)
-        work_dir = _checked_work_dir(resource["work_dir"])
-        log_path = Path(resource["artifacts_dir"]) / "setup.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + timeout
-        env_lines = _env_lines(env, work_dir)
-        self._stop_earlier_setup(host, resource, work_dir, log)
-        with open(log_path, "a", encoding="utf-8") as setup_log:
-            for i, argv in enumerate(commands):
-                command = _argv(argv)
-                if deadline - time.monotonic() <= 0:
-                    raise SetupFailed(f"setup[{i}] {argv} timed out after {timeout}s")
-                log(f"setup[{i}]: {argv}")
-                setup_log.write(f"$ {command}\n")
-                setup_log.flush()
-                tail: list[str] = []
-
-                def sink(line: str, tail: list[str] = tail) -> None:
-                    log(line)
-                    setup_log.write(line + "\n")
-                    setup_log.flush()
-                    tail.append(line)
-                    del tail[:-20]
-
-                lines = _Lines(sink)
-                # The script runs as its own session (setsid -w waits and passes the exit
-                # code on), so a timeout can kill the whole group, grandchildren included.
-                # setup.pgid lets a teardown stop it even if this worker dies meanwhile.
-                script = "\n".join(
-                    [
-                        "printf 'accelmatrix-pgid=%s\\n' \"$$\"",
-                        f"printf '%s\\n' \"$$\" > {shlex.quote(resource['internal_dir'])}"
-                        "/setup.pgid",
-                        f"cd -- {shlex.quote(work_dir)} || exit 126",
-                        *env_lines,
-                        "exec 2>&1",
-                        f"exec {command} < /dev/null",
-                        "",
-                    ]
-                )
-
-                def on_timeout(lines: _Lines = lines, i: int = i) -> None:
-                    if lines.pgid:
-                        host.execute(_shell_kill(lines.pgid), timeout=30)
-                    else:
-                        logger.warning("setup[%d] timed out before it reported its pgid", i)
-
-                result = host.execute(
-                    "exec setsid -w sh -s",
-                    stdin=script.encode(),
-                    timeout=max(0.0, deadline - time.monotonic()),
-                    combine=True,
-                    on_output=lines.feed,
-                    on_timeout=on_timeout,
-                )
-                lines.close()
-                if result.timed_out:
-                    raise SetupFailed(f"setup[{i}] {argv} timed out after {timeout}s")
-                if result.exit_code is None:
-                    raise InfrastructureError(
-                        f"setup[{i}] {argv}: lost the SSH connection to {host.hostname}"
-                    )
-                if result.exit_code != 0:
-                    raise SetupFailed(
-                        f"setup[{i}] {argv} exited with {result.exit_code}; last lines:\n"
-                        + "\n".join(tail)
-                    )
-
-    def _stop_earlier_setup(
-        self, host: RemoteHost, resource: dict[str, Any], work_dir: str, log: LogFn
-    ) -> None:
-        """A setup command whose task was SIGKILLed lives on (no pty, no SIGHUP) and may be
-        what hung. A retried setup stops it first, before its own command overwrites
-        setup.pgid (else the teardown could no longer find it); the teardown stops it too."""
-        pgid = host.read(f"{resource['internal_dir']}/setup.pgid")
-        if not (pgid and pgid.strip().isdigit()):
-            return
-        outcome = self._kill_group(host, int(pgid), work_dir)
-        if outcome in ("terminated", "killed"):
-            log(f"stopped the setup command an earlier attempt left running (group {int(pgid)})")
 
     def submit(
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
@@ -839,19 +466,3 @@ class DirectSshBackend(SshBackend):
             dataclasses.replace(self.target, host_key=pinned)
         )
         return resource
-
-
-def _shell_kill(pgid: int) -> str:
-    """TERM, then KILL after a grace, of a group we are still attached to (setup timeout).
-
-    Plain sh (no Python): setup may be what installs the machine's Python.
-    """
-    p = int(pgid)
-    if p <= 1:
-        raise BackendError(f"refusing to kill process group {p}")
-    steps = int(KILL_GRACE_SECONDS / 0.2)
-    return (
-        f"kill -TERM -- -{p} 2>/dev/null || exit 0; i=0; "
-        f"while [ $i -lt {steps} ]; do sleep 0.2; kill -0 -- -{p} 2>/dev/null || exit 0; "
-        f"i=$((i+1)); done; kill -KILL -- -{p} 2>/dev/null; exit 0"
-    )
