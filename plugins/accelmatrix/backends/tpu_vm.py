@@ -32,27 +32,26 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from accelmatrix.backends import ssh_keys, tpu_names
 from accelmatrix.backends.base import (
-    MANAGED_BY,
     Backend,
-    BackendError,
     CellContext,
     InfrastructureError,
-    JobStatus,
-    LogFn,
-    ManagedResource,
     ProvisionCheck,
-    SetupFailed,
 )
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
+from accelmatrix.backends.tpu_vm_inventory import (
+    IDENTITY_METADATA,
+    READY,
+    TpuInventory,
+    _created_at,
+)
+from accelmatrix.backends.tpu_vm_workers import TpuWorkers, _worker_artifacts
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuError,
@@ -63,20 +62,14 @@ from accelmatrix.hooks.tpu import (
 
 log = logging.getLogger(__name__)
 
-READY = "READY"
-IDENTITY_METADATA = "accelmatrix-identity"  # node metadata key: exact dag/run/cell ids
 # Node states from which a node never becomes READY by itself.
 DEAD_NODE_STATES = ("PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING", "HIDDEN")
 QR_DEAD_STATES = ("FAILED", "SUSPENDING", "SUSPENDED", "DELETING")
 QR_GRACE_SECONDS = 120  # after valid-until, how long we still wait for the service to say so
 SSH_READY_SECONDS = 300  # a READY node's sshd and guest agent may need a moment
-# When poll last looked at each node (the triggerer polls every cell about once a second;
-# the node's state costs a gcloud run, so it is looked at every node_check_seconds).
-_node_checked: dict[str, float] = {}
-_node_checked_lock = threading.Lock()
 
 
-class TpuVmBackend(Backend):
+class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
     kind = "tpu-vm"
 
     def __init__(
@@ -373,21 +366,6 @@ class TpuVmBackend(Backend):
         with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
             return list(pool.map(prepare, range(n)))
 
-    def _worker_backend(self, target: Any):
-        from accelmatrix.backends.ssh import DirectSshBackend
-
-        return DirectSshBackend(
-            target, python=self.machine.python, work_root=self.machine.work_root, kind=self.kind
-        )
-
-    def _workers(self, resource_or_handle: dict[str, Any], key: str) -> list[tuple[Any, dict]]:
-        from accelmatrix.hooks.ssh import DirectTarget
-
-        out = []
-        for r in resource_or_handle.get(key) or []:
-            out.append((self._worker_backend(DirectTarget(**r["ssh_target"])), r))
-        return out
-
     def _undo(self, name: str, zone: str, made: set[str], exc: BaseException) -> None:
         """Delete what provision created or found unusable; never masks ``exc``."""
         if not made:
@@ -446,154 +424,6 @@ class TpuVmBackend(Backend):
             "ctx": pending["ctx"],
         }
 
-    # -- execution on the workers (over SSH) -------------------------------------------------
-    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
-        (b0, r0), *_ = self._workers(resource, "worker_resources")
-        return {**b0.variables(r0), "num_workers": str(len(resource["workers"]))}
-
-    def _for_worker(self, resource: dict[str, Any], i: int, value: Any) -> Any:
-        """``value`` (argv, env) with worker 0's paths swapped for worker ``i``'s.
-
-        Placeholders are rendered once, with worker 0's variables. On a real slice every
-        worker has the same paths and this changes nothing; when several workers share one
-        host (loopback tests), each has its own work dir and gets its own paths.
-        """
-        rs = resource["worker_resources"]
-        swaps = [(rs[0][k], rs[i][k]) for k in ("work_dir", "include_dir") if rs[0][k] != rs[i][k]]
-        if not swaps:
-            return value
-        if isinstance(value, str):
-            for old, new in swaps:
-                value = value.replace(old, new)
-            return value
-        if isinstance(value, list):
-            return [self._for_worker(resource, i, v) for v in value]
-        if isinstance(value, dict):
-            return {k: self._for_worker(resource, i, v) for k, v in value.items()}
-        return value
-
-    def setup(
-        self,
-        resource: dict[str, Any],
-        commands: list[list[str]],
-        env: dict[str, str],
-        timeout: int,
-        log: LogFn,
-    ) -> None:
-        workers = self._workers(resource, "worker_resources")
-
-        def run(i: int) -> None:
-            b, r = workers[i]
-            prefix = f"[worker {i}] " if len(workers) > 1 else ""
-            b.setup(
-                r,
-                self._for_worker(resource, i, commands),
-                self._for_worker(resource, i, env),
-                timeout,
-                lambda line: log(prefix + line),
-            )
-
-        errors = _in_parallel(run, len(workers))
-        if errors:
-            infra = [e for _, e in errors if isinstance(e, InfrastructureError)]
-            text = "\n".join(f"worker {i}: {e}" for i, e in errors)
-            if infra:
-                raise InfrastructureError(f"setup lost TPU workers:\n{text}")
-            raise SetupFailed(f"setup failed on {len(errors)} of {len(workers)} worker(s):\n{text}")
-
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
-        handles = []
-        for i, (b, r) in enumerate(self._workers(resource, "worker_resources")):
-            handles.append(
-                b.submit(r, self._for_worker(resource, i, argv), self._for_worker(resource, i, env))
-            )
-        return {
-            "backend": self.kind,
-            "name": resource["name"],
-            "zone": resource["zone"],
-            "workers": handles,
-            "reattached": all(h.get("reattached") for h in handles),
-            "node_check_seconds": self.machine.node_check_seconds,
-        }
-
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
-        workers = self._workers(handle, "workers")
-        statuses = [b.poll(h) for b, h in workers]
-        # A worker that died (non-zero exit, killed, unreachable) may have died with its
-        # node: look at the node now, not at the next periodic check, or a preemption that
-        # killed the workload would be recorded as a test failure instead of being retried.
-        died = any(st.done and (st.exit_code != 0 or st.infrastructure_failure) for st in statuses)
-        lost = self._node_lost(handle, force=died)
-        if lost:
-            self._cancel_quietly(handle)
-            return JobStatus(done=True, detail=lost, infrastructure_failure=True)
-        for i, st in enumerate(statuses):
-            if st.done and st.infrastructure_failure:
-                self._cancel_quietly(handle)
-                return JobStatus(
-                    done=True, detail=f"worker {i}: {st.detail}", infrastructure_failure=True
-                )
-        for i, st in enumerate(statuses):
-            if st.done and st.exit_code != 0:
-                if not all(s.done for s in statuses):
-                    self._cancel_quietly(handle)  # its peers would wait for it forever
-                return JobStatus(
-                    done=True, exit_code=st.exit_code, detail=f"worker {i}: {st.detail}"
-                )
-        if all(st.done for st in statuses):
-            return JobStatus(
-                done=True, exit_code=0, detail=f"all {len(statuses)} worker(s) exited 0"
-            )
-        return JobStatus(done=False, detail="running")
-
-    def _node_lost(self, handle: dict[str, Any], force: bool = False) -> str | None:
-        """Every node_check_seconds (at once when ``force``): a message if the node is no
-        longer READY."""
-        name, zone = handle["name"], handle["zone"]
-        now = time.monotonic()
-        with _node_checked_lock:
-            last = _node_checked.get(name)
-            recent = last is not None and now - last < float(handle.get("node_check_seconds") or 60)
-            if recent and not force:
-                return None
-            _node_checked[name] = now
-        try:
-            with self.hook.authorized():
-                node = self.hook.get_node(name, zone)
-        except TpuError as e:  # the API is unreachable: not proof that the node is gone
-            log.warning("could not check TPU node %s: %s", name, e)
-            return None
-        if node is None:
-            return f"TPU node {name} in {zone} disappeared while the workload ran"
-        if node.get("state") != READY:
-            return f"TPU node {name} in {zone} was {node.get('state')} while the workload ran"
-        return None
-
-    def _cancel_quietly(self, handle: dict[str, Any]) -> None:
-        try:
-            self.cancel(handle)
-        except Exception as e:  # the node may be gone with its processes
-            log.warning("could not stop the workload on %s: %s", handle.get("name"), e)
-
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
-        (b0, h0), *_ = self._workers(handle, "workers")
-        return b0.read_logs(h0, offset)
-
-    def cancel(self, handle: dict[str, Any]) -> None:
-        workers = self._workers(handle, "workers")
-        errors = _in_parallel(lambda i: workers[i][0].cancel(workers[i][1]), len(workers))
-        if errors:
-            raise BackendError("; ".join(f"worker {i}: {e}" for i, e in errors))
-
-    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
-        workers = self._workers(resource, "worker_resources")
-        for b, r in workers[1:]:  # each worker's own log, beside worker 0's
-            b._fetch_logs(b._host(r), r)
-        b0, r0 = workers[0]
-        return b0.collect(r0, globs, dest)
-
     def teardown(self, resource: dict[str, Any]) -> None:
         name = resource["name"]
         zone = resource.get("zone") or self.machine.zone
@@ -619,82 +449,6 @@ class TpuVmBackend(Backend):
 
         forget_direct_hosts(str(ssh_keys.key_path(name)))
 
-    def list_managed(self) -> list[ManagedResource]:
-        zone = self.machine.zone
-        out: list[ManagedResource] = []
-        with self.hook.authorized():
-            nodes = self.hook.list_nodes(zone, labels={"managed-by": MANAGED_BY})
-            seen = set()
-            for n in nodes:
-                labels = n.get("labels") or {}
-                if labels.get("managed-by") != MANAGED_BY:
-                    continue
-                short = n["name"].rsplit("/", 1)[-1]
-                seen.add(short)
-                qr = (n.get("queuedResource") or "").rsplit("/", 1)[-1] or None
-                out.append(
-                    ManagedResource(
-                        backend=self.kind,
-                        name=short,
-                        labels=dict(labels),
-                        created_at=_created_at(n, None),
-                        detail={
-                            "kind": "node",
-                            "zone": zone,
-                            "state": n.get("state"),
-                            "node_name": n["name"],
-                            "identity": _identity(n.get("metadata")),
-                            "resource": {"name": short, "zone": zone, "queued_resource": qr},
-                        },
-                    )
-                )
-            # Queued resources still waiting for capacity have no node yet.
-            for qr in self.hook.list_queued_resources(zone):
-                short = qr.get("name", "").rsplit("/", 1)[-1]
-                specs = (qr.get("tpu") or {}).get("nodeSpec") or []
-                node_spec = (specs[0].get("node") or {}) if specs else {}
-                labels = node_spec.get("labels") or {}
-                if labels.get("managed-by") != MANAGED_BY or short in seen:
-                    continue
-                out.append(
-                    ManagedResource(
-                        backend=self.kind,
-                        name=short,
-                        labels=dict(labels),
-                        created_at=_created_at(qr, None),
-                        detail={
-                            "kind": "queued-resource",
-                            "zone": zone,
-                            "state": queued_resource_state(qr),
-                            "identity": _identity(node_spec.get("metadata")),
-                            "resource": {"name": short, "zone": zone, "queued_resource": short},
-                        },
-                    )
-                )
-        return out
-
-
-def _identity(metadata: Any) -> dict[str, str] | None:
-    """The exact (dag, run, cell) ids a node was created for, from its metadata, or None."""
-    try:
-        data = json.loads((metadata or {}).get(IDENTITY_METADATA) or "null")
-    except (TypeError, ValueError, AttributeError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    ident = {k: data.get(k) for k in ("dag_id", "run_id", "cell_id")}
-    return ident if all(isinstance(v, str) and v for v in ident.values()) else None
-
-
-def _created_at(obj: dict[str, Any], default: float | None) -> float | None:
-    text = obj.get("createTime")
-    if not text:
-        return default
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return default
-
 
 def _context(c: dict[str, Any]) -> CellContext:
     """The CellContext a pending record or resource carries (it crosses task boundaries)."""
@@ -705,25 +459,6 @@ def _context(c: dict[str, Any]) -> CellContext:
         artifacts_dir=Path(c["artifacts_dir"]),
         ttl_seconds=int(c["ttl_seconds"]),
     )
-
-
-def _worker_artifacts(artifacts_dir: Path, i: int) -> Path:
-    return artifacts_dir if i == 0 else artifacts_dir / "workers" / str(i)
-
-
-def _in_parallel(fn: Any, n: int) -> list[tuple[int, BaseException]]:
-    """Run ``fn(i)`` for every worker; the errors, by worker index."""
-    errors: list[tuple[int, BaseException]] = []
-
-    def guarded(i: int) -> None:
-        try:
-            fn(i)
-        except Exception as e:
-            errors.append((i, e))
-
-    with ThreadPoolExecutor(max_workers=max(1, min(n, 16))) as pool:
-        list(pool.map(guarded, range(n)))
-    return sorted(errors, key=lambda x: x[0])
 
 
 __all__ = ["TpuVmBackend", "TpuError"]

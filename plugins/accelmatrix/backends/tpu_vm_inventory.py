@@ -1,0 +1,106 @@
+"""What a TPU node of ours looks like from the API, and the janitor's listing of them.
+
+A node carries its owner twice: lossy, lowercased labels (``managed-by``, dag, run, cell)
+and the exact ids as JSON under the ``accelmatrix-identity`` metadata key. This module reads
+both back (``_identity``, ``_created_at``) and lists the nodes and the queued resources still
+waiting for capacity for the janitor (``TpuInventory.list_managed``). It is separate from
+``accelmatrix.backends.tpu_vm`` because the janitor's sweep is its own concern, apart from a
+cell's provisioning and execution; ``TpuVmBackend`` inherits it unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from accelmatrix.backends.base import MANAGED_BY, ManagedResource
+from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
+from accelmatrix.hooks.tpu import TpuVmHook, queued_resource_state
+
+READY = "READY"
+IDENTITY_METADATA = "accelmatrix-identity"  # node metadata key: exact dag/run/cell ids
+
+
+class TpuInventory:
+    """``list_managed`` of TpuVmBackend (a mixin)."""
+
+    kind: str
+    machine: TpuVmMachine
+    hook: TpuVmHook
+
+    def list_managed(self) -> list[ManagedResource]:
+        zone = self.machine.zone
+        out: list[ManagedResource] = []
+        with self.hook.authorized():
+            nodes = self.hook.list_nodes(zone, labels={"managed-by": MANAGED_BY})
+            seen = set()
+            for n in nodes:
+                labels = n.get("labels") or {}
+                if labels.get("managed-by") != MANAGED_BY:
+                    continue
+                short = n["name"].rsplit("/", 1)[-1]
+                seen.add(short)
+                qr = (n.get("queuedResource") or "").rsplit("/", 1)[-1] or None
+                out.append(
+                    ManagedResource(
+                        backend=self.kind,
+                        name=short,
+                        labels=dict(labels),
+                        created_at=_created_at(n, None),
+                        detail={
+                            "kind": "node",
+                            "zone": zone,
+                            "state": n.get("state"),
+                            "node_name": n["name"],
+                            "identity": _identity(n.get("metadata")),
+                            "resource": {"name": short, "zone": zone, "queued_resource": qr},
+                        },
+                    )
+                )
+            # Queued resources still waiting for capacity have no node yet.
+            for qr in self.hook.list_queued_resources(zone):
+                short = qr.get("name", "").rsplit("/", 1)[-1]
+                specs = (qr.get("tpu") or {}).get("nodeSpec") or []
+                node_spec = (specs[0].get("node") or {}) if specs else {}
+                labels = node_spec.get("labels") or {}
+                if labels.get("managed-by") != MANAGED_BY or short in seen:
+                    continue
+                out.append(
+                    ManagedResource(
+                        backend=self.kind,
+                        name=short,
+                        labels=dict(labels),
+                        created_at=_created_at(qr, None),
+                        detail={
+                            "kind": "queued-resource",
+                            "zone": zone,
+                            "state": queued_resource_state(qr),
+                            "identity": _identity(node_spec.get("metadata")),
+                            "resource": {"name": short, "zone": zone, "queued_resource": short},
+                        },
+                    )
+                )
+        return out
+
+
+def _identity(metadata: Any) -> dict[str, str] | None:
+    """The exact (dag, run, cell) ids a node was created for, from its metadata, or None."""
+    try:
+        data = json.loads((metadata or {}).get(IDENTITY_METADATA) or "null")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    ident = {k: data.get(k) for k in ("dag_id", "run_id", "cell_id")}
+    return ident if all(isinstance(v, str) and v for v in ident.values()) else None
+
+
+def _created_at(obj: dict[str, Any], default: float | None) -> float | None:
+    text = obj.get("createTime")
+    if not text:
+        return default
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return default
