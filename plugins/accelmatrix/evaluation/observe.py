@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, load_bounds
+from accelmatrix.evaluation.bounds import BoundsError
 from accelmatrix.evaluation.observe_inference import plan_golden_cases
+from accelmatrix.evaluation.observe_inputs import _Inputs
 from accelmatrix.evaluation.report import CellOutputs
 from accelmatrix.spec.checks import (
     ArtifactCountCheck,
@@ -53,8 +54,6 @@ RUNBOOK_ABOVE = (
     "a code change may have introduced a regression: find the cause before landing; "
     "if nothing changed, escalate to the hardware team"
 )
-MAX_SHOWN_LINES = 3  # matching log lines quoted in an observation
-MAX_LINE_CHARS = 160
 
 
 @dataclass(frozen=True)
@@ -114,109 +113,6 @@ def _slug(text: str) -> str:
 def _finite_or_none(x: float | None) -> float | None:
     """NaN becomes null: "no observed value" in Data Docs, and a failure. inf stays a number."""
     return None if x is None or math.isnan(x) else x
-
-
-class _Inputs:
-    """Cell outputs, parsed once and shared by all checks of the cell."""
-
-    def __init__(self, checks: list[Check], outputs: CellOutputs, include_dir: Path) -> None:
-        self.outputs = outputs
-        self.include_dir = include_dir
-        self.log_hits = _scan_log(checks, outputs.log_path)
-        self._series = _metric_series(outputs.metrics)
-        self._bounds: dict[Path, BoundsFile | BoundsError] = {}
-
-    @property
-    def metric_names(self) -> str:
-        return ", ".join(sorted(self._series)) or "(no metrics at all)"
-
-    def series(self, name: str) -> pd.Series | None:
-        return self._series.get(name)
-
-    def bounds(self, rel: str) -> BoundsFile | BoundsError:
-        path = self.include_dir / rel
-        if path not in self._bounds:
-            try:
-                self._bounds[path] = load_bounds(path)
-            except BoundsError as exc:
-                self._bounds[path] = exc
-        return self._bounds[path]
-
-
-@dataclass
-class _LogHits:
-    count: int | None  # None: log missing or pattern unusable
-    lines: list[tuple[int, str]] = field(default_factory=list)
-    error: str | None = None
-
-
-def _scan_log(checks: list[Check], log_path: Path) -> dict[int, _LogHits]:
-    """Count matching lines for every log check in a single pass over the log."""
-    matchers: dict[int, Callable[[str], bool]] = {}
-    hits: dict[int, _LogHits] = {}
-    for i, check in enumerate(checks):
-        if not isinstance(check, LogContainsCheck | LogNotContainsCheck):
-            continue
-        if check.regex:
-            try:
-                matchers[i] = re.compile(check.pattern).search  # type: ignore[assignment]
-            except re.error as exc:
-                # Placeholders are resolved after suite validation, so this can still happen.
-                hits[i] = _LogHits(None, error=f"invalid regular expression: {exc}")
-                continue
-        else:
-            pattern = check.pattern
-            matchers[i] = lambda line, p=pattern: p in line
-        hits[i] = _LogHits(0)
-    if not matchers:
-        return hits
-    if not log_path.is_file():
-        for i in matchers:
-            hits[i] = _LogHits(None, error=f"log file {log_path} does not exist")
-        return hits
-    with log_path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            line = raw.rstrip("\r\n")
-            for i, match in matchers.items():
-                if match(line):
-                    h = hits[i]
-                    h.count += 1  # type: ignore[operator]
-                    if len(h.lines) < MAX_SHOWN_LINES:
-                        h.lines.append((lineno, line[:MAX_LINE_CHARS]))
-    return hits
-
-
-def _metric_series(rows: list[dict]) -> dict[str, pd.Series]:
-    """Metric name -> values ordered by step.
-
-    Same reading as ``metrics.sources.write_train_metrics``, so a check and the run summary
-    agree on "the final loss": the stepped points if there are any (on a step reported by
-    two sources, the first source wins); scalar rows (step None) only when there is no
-    series, in collection order.
-    """
-    import pandas as pd
-
-    grouped: dict[str, list[dict]] = {}
-    for row in rows:
-        name = row.get("name")
-        if isinstance(name, str):
-            grouped.setdefault(name, []).append(row)
-    out: dict[str, pd.Series] = {}
-    for name, group in grouped.items():
-        by_step: dict[Any, dict] = {}
-        for r in group:
-            if r.get("step") is not None:
-                by_step.setdefault(r["step"], r)
-        ordered = [by_step[k] for k in sorted(by_step)] if by_step else group
-        out[name] = pd.Series([_as_float(r.get("value")) for r in ordered], dtype="float64")
-    return out
-
-
-def _as_float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def _reduce(series: pd.Series, how: str) -> float:
