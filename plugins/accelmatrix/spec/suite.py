@@ -8,25 +8,38 @@ the file, the field path and the allowed values before anything is provisioned.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Union
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PositiveInt,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from accelmatrix.backends.registry import MACHINE_MODELS, kind_of, kinds_that
-from accelmatrix.metrics.sources import MetricSource
 from accelmatrix.spec.axis_kinds import AxisKind, normalize_axis
 from accelmatrix.spec.checks import Check
 from accelmatrix.spec.notify import Notify
 from accelmatrix.spec.preflight import PreflightCheck
-from accelmatrix.spec.services import Service
+from accelmatrix.spec.suite_parts import (
+    CONTROL_CHARS,
+    LABEL_RE,
+    MACHINE_NAME_RE,
+    MAX_CELLS,
+    NAME_RE,
+    RESERVED_PARAMS,
+    Budget,
+    ExcludeRule,
+    HangDetection,
+    Model,
+    ParamSpec,
+    QuarantineRule,
+    RegressionRules,
+    Scalar,
+    Workload,
+    _label,
+)
 from accelmatrix.spec.support import SupportRule, validate_supports
 from accelmatrix.spec.templating import (
     RUN_VARS,
@@ -36,219 +49,8 @@ from accelmatrix.spec.templating import (
     strings_in,
 )
 
-# Names that end up in cell ids, pool names, task logs and resource labels: keep them tame.
-NAME_RE = r"^[a-z][a-z0-9_]*$"
-LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
-MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
-CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-MAX_CELLS = 1024  # Airflow's [core] max_map_length default
-RESERVED_PARAMS = ("cells",)
-
-Scalar = str | int | float | bool
-
-
-class Model(BaseModel):
-    """Base for every user-facing model: unknown keys are errors, not silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=False)
-
-
 # One member per backend kind, discriminated by `backend`: the registry lists them.
 Machine = Annotated[Union[MACHINE_MODELS], Field(discriminator="backend")]  # noqa: UP007
-
-
-class HangDetection(Model):
-    """Fail a stuck workload early instead of waiting for its timeout.
-
-    A training job that stops printing progress is hung (a collective that never
-    returns, a dead data loader). The first line matching `pattern` must appear within
-    `start_within` seconds and then recur at least every `recur_within` seconds.
-    """
-
-    pattern: str = Field(min_length=1, description="regex over workload log lines")
-    start_within: PositiveInt = 240
-    recur_within: PositiveInt = 600
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as e:
-            raise ValueError(f"pattern {v!r} is not a valid regular expression: {e}") from None
-        return v
-
-
-class Workload(Model):
-    """What runs in a cell. Commands are argv lists: no shell ever sees a user value."""
-
-    setup: list[list[str]] = Field(default_factory=list)
-    run: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout: PositiveInt = Field(3600, description="seconds the run may take before it is killed")
-    setup_timeout: PositiveInt = 600
-    artifacts: list[str] = Field(default_factory=list, description="globs relative to the work dir")
-    metrics: list[MetricSource] = Field(default_factory=list)
-    hang_detection: HangDetection | None = None
-    services: list[Service] = Field(
-        default_factory=list, description="background processes from setup to teardown"
-    )
-
-    @field_validator("run", "setup", mode="before")
-    @classmethod
-    def _argv_scalars_to_str(cls, v: Any, info: ValidationInfo) -> Any:
-        # YAML turns `--steps, 20` into an int; an argv element is a string, so convert
-        # scalars but refuse mappings/lists/null that would be a mistake.
-        if isinstance(v, str) or (
-            info.field_name == "setup"
-            and isinstance(v, list)
-            and any(isinstance(x, str) for x in v)
-        ):
-            # A command line written as one string would need a shell to split it.
-            form = (
-                '[["${python}", "-m", "pip", "install", "-r", "requirements.txt"]] (a list of '
-                "commands, each an argv list)"
-                if info.field_name == "setup"
-                else '["${python}", "train.py", "--steps", "${params.steps}"]'
-            )
-            raise ValueError(
-                f"must be an argv list, one element per argument, e.g. {form}; got {v!r} "
-                "(no shell ever splits a command line here)"
-            )
-
-        def conv(argv: Any) -> Any:
-            if not isinstance(argv, list):
-                return argv
-            out = []
-            for a in argv:
-                if isinstance(a, bool) or a is None or isinstance(a, (dict, list)):
-                    raise ValueError(
-                        f"argv elements must be strings or numbers, got {type(a).__name__}: {a!r}"
-                        " (write commands as a list of strings, e.g. [python, train.py])"
-                    )
-                out.append(str(a) if isinstance(a, (int, float)) else a)
-            return out
-
-        if v and isinstance(v, list) and all(isinstance(x, list) for x in v):
-            return [conv(x) for x in v]
-        return conv(v)
-
-    @field_validator("run", "setup")
-    @classmethod
-    def _no_nul(cls, v: Any) -> Any:
-        for s in strings_in(v):
-            if "\x00" in s:
-                raise ValueError("argv elements cannot contain NUL bytes")
-        return v
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for k, val in v.items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-                raise ValueError(f"env name {k!r} is not a valid variable name")
-            if k.startswith("ACCELMATRIX_"):
-                raise ValueError(f"env name {k!r}: the ACCELMATRIX_ prefix is reserved")
-            if "\x00" in val:
-                raise ValueError(f"env {k}: values cannot contain NUL bytes")
-        return v
-
-    @field_validator("artifacts")
-    @classmethod
-    def _relative_globs(cls, v: list[str]) -> list[str]:
-        for g in v:
-            if g.startswith("/") or ".." in re.split(r"[/\\]", g):
-                raise ValueError(
-                    f"artifact glob {g!r} must be relative to the work dir and must not "
-                    "contain '..'"
-                )
-        return v
-
-
-class ExcludeRule(Model):
-    """Cells matching every axis in `match` are not run; the plan shows them with `reason`."""
-
-    match: dict[str, str | list[str]] = Field(min_length=1)
-    reason: str = Field(min_length=1)
-
-    @field_validator("match", mode="before")
-    @classmethod
-    def _values_as_labels(cls, v: Any) -> Any:
-        """`seq: 32` must match the integer axis value 32 the way `seq: "32"` does: cells are
-        matched by the axis value's label, so numbers and booleans become that label."""
-        if not isinstance(v, dict):
-            return v
-        out = {}
-        for axis, want in v.items():
-            items = want if isinstance(want, list) else [want]
-            if not items or not all(isinstance(w, str | int | float | bool) for w in items):
-                raise ValueError(
-                    f"{axis}: must be an axis value (a string or number, globs allowed) or a "
-                    f"list of them, got {want!r}"
-                )
-            labels = [w if isinstance(w, str) else _label(w) for w in items]
-            out[axis] = labels if isinstance(want, list) else labels[0]
-        return out
-
-
-class QuarantineRule(Model):
-    """Cells whose id matches `cells` run and are reported, but do not fail the DAG run."""
-
-    cells: str = Field(min_length=1, description="fnmatch glob over cell ids")
-    reason: str = Field(min_length=1)
-
-
-class ParamSpec(Model):
-    """A UI trigger-form param (rendered by Airflow's Param, validated by JSON schema)."""
-
-    type: Literal["string", "integer", "number", "boolean", "array"] = "string"
-    default: Any = None
-    description: str | None = None
-    enum: list[Scalar] | None = None
-    minimum: float | None = None
-    maximum: float | None = None
-    pattern: str | None = Field(None, description="regex a string value must match (search)")
-
-    @model_validator(mode="after")
-    def _default_fits(self) -> ParamSpec:
-        if self.enum is not None and self.default is not None and self.default not in self.enum:
-            raise ValueError(f"default {self.default!r} is not one of enum {self.enum}")
-        if self.pattern is not None:
-            if self.type != "string":
-                raise ValueError("pattern only applies to string params")
-            try:
-                rx = re.compile(self.pattern)
-            except re.error as e:
-                raise ValueError(f"pattern {self.pattern!r} is not a valid regex: {e}") from None
-            if isinstance(self.default, str) and not rx.search(self.default):
-                raise ValueError(
-                    f"default {self.default!r} does not match pattern {self.pattern!r}"
-                )
-        return self
-
-
-class Budget(Model):
-    """A cost ceiling per run, checked by ``plan`` before anything is provisioned.
-
-    The estimate is, per cell, ``expected_seconds`` (default: the workload timeout, the
-    longest a cell may hold its machine) x the machine's hourly price / 3600, summed over
-    the cells of the run. ``param`` names a number param of the suite whose value, when
-    set for a run, replaces ``max_usd`` (so a trigger form can raise the ceiling once).
-    """
-
-    max_usd: Annotated[float, Field(ge=0)]
-    param: str | None = Field(None, pattern=NAME_RE)
-    expected_seconds: PositiveInt | None = None
-
-
-class RegressionRules(Model):
-    """How the suite's perf series are classified after each run (history/regression.py)."""
-
-    window_days: PositiveInt = 30
-    min_points: PositiveInt = 3
-    regression_run: Annotated[int, Field(ge=2)] = 2
-    suspicious_run: Annotated[int, Field(ge=3)] = 3
-    flaky_flips: PositiveInt = 3
 
 
 class Suite(Model):
@@ -507,7 +309,23 @@ class Suite(Model):
         return self.machines[machine].pool or f"accelmatrix_{machine.replace('-', '_')}"
 
 
-def _label(v: Scalar) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    return str(v)
+# The parts moved to suite_parts.py; importable from here as before.
+__all__ = [
+    "CONTROL_CHARS",
+    "LABEL_RE",
+    "MACHINE_NAME_RE",
+    "MAX_CELLS",
+    "NAME_RE",
+    "RESERVED_PARAMS",
+    "Budget",
+    "ExcludeRule",
+    "HangDetection",
+    "Machine",
+    "Model",
+    "ParamSpec",
+    "QuarantineRule",
+    "RegressionRules",
+    "Scalar",
+    "Suite",
+    "Workload",
+]
