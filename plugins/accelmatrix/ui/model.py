@@ -1,16 +1,16 @@
 """What the matrix page shows, read from the results store: plain dataclasses, no HTML.
 
 Kept apart from rendering so the HTML can be tested on planted rows and the reads can be
-timed on their own (bench/bench_page.py). Every value here is raw (unescaped) text from the
-store; escaping is the renderer's job, done once, at the last moment.
+timed on their own (bench/bench_page.py). The perf trends (points, verdicts, charts) are
+built in ``accelmatrix.ui.trend_model`` and importable from here as before. Every value here
+is raw (unescaped) text from the store; escaping is the renderer's job, done once, at the
+last moment.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
-import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +26,17 @@ from accelmatrix.ui.cause import (
     failing_step,
     last_log_line,
 )
+from accelmatrix.ui.trend_model import (
+    STATUS_PRIORITY,
+    History,
+    Point,
+    Series,
+    Trend,
+    _history,
+    _trends,
+    _verdicts,
+    current_bounds,
+)
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -40,8 +51,6 @@ PENDING_STATES = cell_state.PENDING
 # failed like any other non-passed state, with the step in the state and the error in the
 # message.
 STEP_FAILED_STATES = cell_state.STEP_FAILED
-# Series verdicts, most urgent first: the order trend charts pick series to draw in.
-STATUS_PRIORITY = ("regression", "flaky", "suspicious", "ok", "insufficient_data")
 DEFAULT_WINDOW_DAYS = 30
 DEFAULT_MAX_SERIES = 8
 RUN_PICKER_LIMIT = 100
@@ -105,42 +114,6 @@ class CellView:
         """Series verdicts worth a mark on the cell (flaky, regression, suspicious)."""
         found = {s for _, _, s in self.series}
         return [s for s in ("regression", "flaky", "suspicious") if s in found]
-
-
-@dataclass
-class Point:
-    time: datetime
-    value: float
-    lower: float
-    upper: float
-
-    @property
-    def violated(self) -> bool:
-        lo, hi = self.lower, self.upper
-        return (not math.isnan(lo) and self.value < lo) or (not math.isnan(hi) and self.value > hi)
-
-
-@dataclass
-class Series:
-    cell_id: str
-    status: str
-    points: list[Point]
-
-
-@dataclass
-class Trend:
-    """One chart: a benchmark's metric over time for the cells that ran it."""
-
-    benchmark: str
-    metric: str
-    series: list[Series]  # drawn, most urgent first
-    band: list[tuple[datetime, float, float]]  # bounds in force at each time
-    current: tuple[float | None, float | None] | None  # bounds in the bounds file now
-    hidden: dict[str, int] = field(default_factory=dict)  # status -> series not drawn
-
-    @property
-    def regressions(self) -> list[str]:
-        return [s.cell_id for s in self.series if s.status == "regression"]
 
 
 @dataclass
@@ -360,150 +333,28 @@ def _order_from_id(cell_id: str, axes: dict[str, str]) -> list[str] | None:
     return walk(0, list(axes))
 
 
-# -- history, verdicts, trends ------------------------------------------------------------
-# (benchmark, metric, cell_id) -> points, oldest first
-History = dict[tuple[str, str, str], list[Point]]
-
-
-def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime) -> History:
-    """The perf-check points of the window, keyed like ``history.frame.history`` (the
-    check's judged value and bounds; a logical date tested twice keeps only the run that
-    started last), without pandas: the page's common path never needs it."""
-    rows = store.perf_points(dag_id, since=since, until=until)
-    latest: dict[datetime, tuple[Any, ...]] = {}
-    for r in rows:
-        if r["logical_date"] is not None:
-            rank = (r["started_at"] or r["created_at"], r["created_at"], r["run_id"])
-            if r["logical_date"] not in latest or latest[r["logical_date"]] < rank:
-                latest[r["logical_date"]] = rank
-    out: History = {}
-    for r in rows:
-        when = r["logical_date"]
-        if when is not None and latest[when][2] != r["run_id"]:
-            continue
-        when = when or r["started_at"] or r["created_at"]
-        nan = math.nan
-        point = Point(
-            when,
-            nan if r["value"] is None else float(r["value"]),
-            nan if r["lower_bound"] is None else float(r["lower_bound"]),
-            nan if r["upper_bound"] is None else float(r["upper_bound"]),
-        )
-        out.setdefault((r["benchmark"], r["metric"], r["cell_id"]), []).append(point)
-    for pts in out.values():
-        pts.sort(key=lambda p: p.time)
-    return out
-
-
-def _verdicts(
-    store: ResultsStore, dag_id: str, hist: History, *, use_stored: bool
-) -> tuple[dict[tuple[str, str, str], str], str]:
-    """(benchmark, cell, metric) -> status: the gate's stored verdicts for the latest run;
-    classified here over the shown window otherwise (an older run, or none stored)."""
-    if use_stored:
-        stored = store.get_series_status(dag_id)
-        if stored:
-            return {(r["benchmark"], r["cell_id"], r["metric"]): r["status"] for r in stored}, (
-                "series_status"
-            )
-    if not hist:
-        return {}, "computed"
-    import pandas as pd
-
-    from accelmatrix.history.regression import classify
-
-    frame = pd.DataFrame.from_records(
-        [
-            (bench, cid, metric, p.time, p.value, p.lower, p.upper)
-            for (bench, metric, cid), pts in hist.items()
-            for p in pts
-        ],
-        columns=["benchmark", "cell_id", "metric", "time", "value", "lower", "upper"],
-    )
-    v = classify(frame)
-    keys = zip(v["benchmark"], v["cell_id"], v["metric"], strict=True)
-    return dict(zip(keys, v["status"], strict=True)), "computed"
-
-
-def _trends(
-    dag_id: str,
-    hist: History,
-    verdicts: dict[tuple[str, str, str], str],
-    max_series: int,
-) -> list[Trend]:
-    if not hist:
-        return []
-    current = current_bounds(dag_id)
-    rank = {s: i for i, s in enumerate(STATUS_PRIORITY)}
-    charts: dict[tuple[str, str], list[Series]] = {}
-    for (bench, metric, cid), pts in hist.items():
-        status = verdicts.get((bench, cid, metric), "insufficient_data")
-        charts.setdefault((bench, metric), []).append(Series(cid, status, pts))
-    out = []
-    for (bench, metric), series in sorted(charts.items()):
-        series.sort(key=lambda s: (rank.get(s.status, len(rank)), s.cell_id))
-        hidden: dict[str, int] = {}
-        for s in series[max_series:]:
-            hidden[s.status] = hidden.get(s.status, 0) + 1
-        # The band: per point in time, the bounds the cells were judged against (one
-        # benchmark's cells share them; the median shrugs off an odd one).
-        at: dict[datetime, tuple[list[float], list[float]]] = {}
-        for s in series:
-            for p in s.points:
-                lo, hi = at.setdefault(p.time, ([], []))
-                lo.append(p.lower)
-                hi.append(p.upper)
-        band = [(t, _median(lo), _median(hi)) for t, (lo, hi) in sorted(at.items())]
-        out.append(
-            Trend(
-                benchmark=bench,
-                metric=metric,
-                series=series[:max_series],
-                band=band,
-                current=current.get(bench),
-                hidden=hidden,
-            )
-        )
-    return out
-
-
-def _median(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return statistics.median(finite) if finite else math.nan
-
-
-def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:
-    """benchmark -> (lower, upper) from the bounds files the suite's perf checks name now.
-
-    Read from the suite YAML without validating the whole suite: the page must still draw
-    the history when the file has since broken. Any problem just leaves the lines out.
-    """
-    from accelmatrix.evaluation.bounds import BoundsError, load_bounds
-    from accelmatrix.spec.loader import read_yaml, resolve_suite
-
-    out: dict[str, tuple[float | None, float | None]] = {}
-    try:
-        raw = read_yaml(resolve_suite(dag_id, settings.suites_dir()))
-    except Exception:  # noqa: BLE001 - a missing or broken suite only loses the lines
-        return out
-    checks = raw.get("checks") if isinstance(raw, dict) else None
-    files = {
-        c["bounds_file"]
-        for c in checks or []
-        if isinstance(c, dict)
-        and c.get("type") == "step_time_within_bounds"
-        and isinstance(c.get("bounds_file"), str)
-    }
-    include = settings.include_dir().resolve()
-    for f in sorted(files):
-        p = (include / f).resolve()
-        if not p.is_relative_to(include):
-            continue
-        try:
-            loaded = load_bounds(p)
-        except BoundsError as e:
-            log.warning("matrix page: %s", e)
-            continue
-        for name, b in loaded.benchmarks.items():
-            out.setdefault(name, (b.step_time_lower_bound, b.step_time_upper_bound))
-    return out
+# The trend types and reads moved to trend_model.py; importable from here as before.
+__all__ = [
+    "DEFAULT_MAX_SERIES",
+    "DEFAULT_WINDOW_DAYS",
+    "FINISHED_RUN_STATES",
+    "KINDS",
+    "PENDING_STATES",
+    "RUN_PICKER_LIMIT",
+    "STATUS_PRIORITY",
+    "STEP_FAILED_STATES",
+    "CellView",
+    "History",
+    "Point",
+    "RunView",
+    "Series",
+    "SuiteSummary",
+    "Trend",
+    "axis_order",
+    "cell_kind",
+    "current_bounds",
+    "list_suites",
+    "load_run_view",
+    "run_finished",
+    "run_time",
+]
