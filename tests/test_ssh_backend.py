@@ -21,7 +21,6 @@ import paramiko
 import pytest
 from pydantic import ValidationError
 
-from accelmatrix.backends import base
 from accelmatrix.backends import ssh as ssh_backend
 from accelmatrix.backends.base import BackendError, CellContext, SetupFailed, get_backend
 from accelmatrix.backends.local import _pid_alive
@@ -101,7 +100,6 @@ def _gone(*pids: int, timeout: float = 10.0) -> bool:
 
 
 def test_provision_is_idempotent_and_labelled(accel_home, spec, monkeypatch):
-    monkeypatch.setitem(base._REGISTRY, "ssh", "accelmatrix.backends.ssh:SshBackend")
     b = get_backend(spec)
     assert isinstance(b, SshBackend)
     r1 = b.provision(_ctx(accel_home))
@@ -400,7 +398,6 @@ def test_polls_reuse_one_connection_across_threads(accel_home, spec):
 
 def test_workload_trigger_streams_an_ssh_cell(accel_home, spec, monkeypatch):
     # The triggerer builds the backend from the machine spec and polls it in threads.
-    monkeypatch.setitem(base._REGISTRY, "ssh", "accelmatrix.backends.ssh:SshBackend")
     from accelmatrix.triggers.workload import WorkloadTrigger
 
     b = SshBackend(spec)

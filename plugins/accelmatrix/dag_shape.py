@@ -142,6 +142,9 @@ def _code_fingerprint() -> str:
         *sorted((pkg / "spec").glob("*.py")),
         *sorted((pkg / "backends" / "machines").glob("*.py")),
         pkg / "backends" / "registry.py",
+        # The metric-source models are part of a suite's validation too.
+        pkg / "metrics" / "source_models.py",
+        pkg / "metrics" / "sources.py",
         Path(__file__),
     ]
     parts = []
