@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-BACKENDS = ("local", "ssh", "tpu-vm", "k8s-job")
+BACKENDS = ("local", "ssh", "tpu-vm", "k8s-job", "k8s-jobset")
 
 # Row label -> the `fault` axis value that injects it (None: a run-level fault).
 FAULTS: dict[str, str | None] = {
@@ -24,7 +24,8 @@ FAULTS: dict[str, str | None] = {
     "provision fails half way": "provision",
     "workload hits its timeout": "timeout",
     "setup task SIGKILLed mid-setup": "kill",
-    "TPU node preempted mid-run": "preempt",
+    # tpu-vm: the node is preempted; k8s-jobset: the leader pod's node (DisruptionTarget).
+    "node preempted mid-run": "preempt",
     "scheduler stopped + restarted mid-run": None,
     "DAG run marked failed (REST) mid-run": None,
 }
