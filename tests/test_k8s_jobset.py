@@ -369,7 +369,8 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
     from accelmatrix import janitor
     from accelmatrix.results.store import ResultsStore
 
-    b = backend(cluster)
+    # Expired a minute ago (ttl -60 s); its Job's deadline must still be valid (>= 0).
+    b = backend(cluster, active_deadline_seconds=600)
     sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
     orphan_ctx = CellContext("jobset_janitor", "gone_run", "model=old", accel_home / "a", -60)
     orphan = b.provision(orphan_ctx)
