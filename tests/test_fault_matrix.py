@@ -669,6 +669,10 @@ def test_fault_matrix(env: Env, tmp_path):
         t.start()
     try:
         state = stack.wait_for_run(DAG_ID, run_id, timeout=600)
+    except TimeoutError as e:  # judge what there is; name what never finished
+        state = "unfinished"
+        notes.append(f"PROBLEM: {e}")
+        notes += unfinished(env, run_id)
     finally:
         stop.set()
     notes.append(
@@ -805,6 +809,20 @@ def test_fault_matrix(env: Env, tmp_path):
     failing = [o for o in outcomes if o.failing]
     problems = [n for n in notes if n.startswith("PROBLEM")]
     assert not failing and not problems, f"\n{table}\n{details(failing)}\n" + "\n".join(problems)
+
+
+def unfinished(env: Env, run_id: str) -> list[str]:
+    """One line per task instance of the run that has not ended, with its log's last lines."""
+    out = []
+    for t in env.stack.task_instances(DAG_ID, run_id):
+        if t["state"] in ("success", "failed", "upstream_failed", "skipped", "removed"):
+            continue
+        tail = log_of(env, run_id, t)[-1200:] if t["state"] else "(never started)"
+        out.append(
+            f"  unfinished: {t['task_id']}[{t.get('rendered_map_index') or t['map_index']}] "
+            f"{t['state']}: ...{tail}"
+        )
+    return out
 
 
 def all_slow_running(env: Env) -> None:
