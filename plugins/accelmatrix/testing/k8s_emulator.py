@@ -14,8 +14,11 @@ What it serves (the subset the backend and ``kubectl get`` use):
   ``propagationPolicy`` (``Background``/``Foreground`` delete the Job's pods; none or
   ``Orphan`` leave them running, as the real API does for Jobs).
 * ``core/v1`` Pods: get, list, delete, deletecollection (``labelSelector``), ``/log``
-  (``container``, ``limitBytes``, ``tailLines``; 400 while the container waits to start, as
-  the real kubelet answers), ``/eviction``; namespaces: get; discovery and ``/version``.
+  (``container``, ``limitBytes``, ``tailLines``, ``timestamps``, ``sinceSeconds``,
+  ``sinceTime``, ``follow``; 400 while the container waits to start, as the real kubelet
+  answers), ``/eviction``; namespaces: get; discovery and ``/version``.
+* Field selectors, watches, PATCH and create-time validation as the real API server does
+  them, and kubelet logs that rotate at 10 MiB: ``testing/k8s_semantics.py``.
 * Status envelopes (``kind: Status``) for 404/409/422/400.
 
 The fake kubelet (``FakeKubelet``) plays the Job controller and the node: for every Job it
@@ -48,8 +51,8 @@ Fault injection, by image name (prefix match, so a tag may follow):
 
 JobSets, Services and a small Kueue come from ``testing/jobset_controller.py`` (see there).
 
-Not modelled: watches, resourceVersion conflicts, patch/update, multiple regular containers
-(only the first runs), pod readiness, authentication (any bearer token is accepted).
+Not modelled: resourceVersion conflicts, PUT (405), multiple regular containers (only the
+first runs), pod readiness, authentication (any bearer token is accepted).
 """
 
 from __future__ import annotations
