@@ -87,6 +87,10 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         return KubernetesJobSetMachine
 
     # -- names and provision ---------------------------------------------------------------
+    def queue_wait_limit(self) -> float:
+        kueue = self.machine.kueue
+        return float(kueue.admission_timeout_seconds) if kueue else 0.0
+
     def jobset_name(self, ctx: CellContext) -> str:
         budget = self.machine.name_budget()
         return tpu_names.node_name(
