@@ -606,25 +606,24 @@ def preempt_jobset_pod(env: Env, run_id: str, done: list[str], stop: threading.E
         time.sleep(0.3)
         if not (marker.exists() and marker.read_text().strip()):
             continue
-        want = {
-            "accelmatrix.io/cell-id": cid,
-            "accelmatrix.io/run-id": run_id,
-            "jobset.sigs.k8s.io/job-index": "0",
-            "batch.kubernetes.io/job-completion-index": "0",
-        }
-        with env.cluster.emulator.lock:
+        with env.cluster.emulator.lock:  # the cell's JobSet: its annotations name the cell
+            names = [
+                n
+                for (_, n), js in env.cluster.jobsets.jobsets.items()
+                if (js["metadata"].get("annotations") or {}).get("accelmatrix.io/cell-id") == cid
+                and js["metadata"]["annotations"].get("accelmatrix.io/run-id") == run_id
+            ]
+            want = {
+                "jobset.sigs.k8s.io/job-index": "0",
+                "batch.kubernetes.io/job-completion-index": "0",
+            }
             leaders = [
                 (ns, n)
                 for (ns, n), p in env.cluster.emulator.pods.items()
                 if p["status"].get("phase") == "Running"
-                and all(
-                    {
-                        **(p["metadata"].get("labels") or {}),
-                        **(p["metadata"].get("annotations") or {}),
-                    }.get(k)
-                    == v
-                    for k, v in want.items()
-                )
+                and (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name")
+                in names
+                and all(p["metadata"]["labels"].get(k) == v for k, v in want.items())
             ]
         if not leaders:
             continue
@@ -668,7 +667,7 @@ def test_fault_matrix(env: Env, tmp_path):
     for t in threads:
         t.start()
     try:
-        state = stack.wait_for_run(DAG_ID, run_id, timeout=600)
+        state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
     except TimeoutError as e:  # judge what there is; name what never finished
         state = "unfinished"
         notes.append(f"PROBLEM: {e}")
