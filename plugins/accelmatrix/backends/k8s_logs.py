@@ -225,7 +225,9 @@ def ensure(
                     if e.status == 404:  # the pod is gone, and its log with it
                         spool.mark(complete=True)
                         return
-                    if e.status != 400:  # 400: the container has not started yet
+                    if e.status == 400:  # the container has not started yet
+                        time.sleep(1.5)
+                    else:
                         logger.warning("following the log of %s: %s", spool.path.name, e)
                 except Exception as e:  # noqa: BLE001 - a broken stream: resume
                     logger.warning("following the log of %s: %s", spool.path.name, e)
