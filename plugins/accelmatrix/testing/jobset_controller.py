@@ -48,7 +48,8 @@ from accelmatrix.testing.k8s_emulator import (
     parse_selector,
     selector_matches,
 )
-from accelmatrix.testing.k8s_semantics import (
+
+from .k8s_semantics import (  # relative: the test kit moves as one package
     apply_patch,
     fields_match,
     parse_field_selector,

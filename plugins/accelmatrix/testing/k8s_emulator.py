@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from accelmatrix.testing.k8s_semantics import (
+from .k8s_semantics import (  # relative: the test kit moves as one package
     ContainerLog,
     Stream,
     apply_patch,

@@ -55,7 +55,7 @@ class Stream:
 
 
 def _api_error(code: int, reason: str, message: str, details: dict | None = None) -> Exception:
-    from accelmatrix.testing.k8s_emulator import ApiError
+    from .k8s_emulator import ApiError
 
     err = ApiError(code, reason, message)
     err.details = details  # type: ignore[attr-defined]
@@ -343,7 +343,7 @@ def apply_patch(
                         )
                     ],
                 )
-    from accelmatrix.testing.k8s_emulator import _validate_labels
+    from .k8s_emulator import _validate_labels
 
     _validate_labels(new["metadata"].get("labels"), f"{where} metadata.labels")
     if new_spec != old_spec:
