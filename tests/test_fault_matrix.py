@@ -3,16 +3,18 @@ api-server; LocalExecutor), with a faults x backends outcome table.
 
 One stack for the module, with the loopback sshd (the SSH host and "the TPU VM"), the Cloud
 TPU emulator and the Kubernetes emulator wired in through the components' environment. One
-suite whose axes are ``machine`` (local, ssh, tpu, k8s) x ``fault``; its setup and run
-commands are tests/fault_workload.py, which fails or stalls as the cell's fault says.
+suite whose axes are ``machine`` (local, ssh, tpu, k8s, jobset: a 2-pod k8s-jobset) x
+``fault``; its setup and run commands are tests/fault_workload.py, which fails or stalls as
+the cell's fault says.
 
-* One DAG run covers the per-cell faults on all four backends: the workload fails, setup
+* One DAG run covers the per-cell faults on all five backends: the workload fails, setup
   fails, provision fails half way (local/SSH/k8s: the cell's artifacts path is blocked by a
   file, so provisioning fails after it created the work dir; TPU: the emulator creates the
   node, then its create operation fails and the node is TERMINATED), the workload runs into
   the suite's timeout, the setup task's process is SIGKILLed mid-setup (its pid from the
   REST API; the run step cannot be SIGKILLed honestly: it defers, no task process runs
-  while the workload does), and the TPU node is preempted while the workload runs.
+  while the workload does), and the TPU node is preempted while the workload runs (on the
+  JobSet: its leader pod is disrupted like a node preemption, and the JobSet restarts).
 * Then one run per run-level fault, over one slow cell per backend: the scheduler stopped
   and started again while the workloads run; the DAG run marked failed through
   ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` while they run.
@@ -123,6 +125,18 @@ class Env:
                 "artifacts_volume": {"claim_name": "accel-work", "local_path": str(self.volume)},
                 "hourly_cost": 1.0,
             },
+            # Two pods of one JobSet (the emulator's controller: child Job, pods, headless
+            # Service): every pod runs the workload; the first that fails names the failure.
+            "jobset": {
+                "backend": "k8s-jobset",
+                "kubernetes_conn_id": K8S_CONN,
+                "image": "us-docker.pkg.dev/acme/trainer:1",
+                "python": py,
+                "num_nodes": 2,
+                "max_restarts": 1,
+                "artifacts_volume": {"claim_name": "accel-work", "local_path": str(self.volume)},
+                "hourly_cost": 2.0,
+            },
         }
 
     def suite(self) -> dict[str, Any]:
@@ -137,7 +151,7 @@ class Env:
             "exclude": [
                 {
                     "match": {"machine": ["local", "ssh", "k8s"], "fault": "preempt"},
-                    "reason": "preemption is a TPU fault",
+                    "reason": "preemption: a TPU node, a JobSet pod's node",
                 }
             ],
             "machines": self.machines(),
@@ -312,12 +326,26 @@ def census(env: Env, run_id: str) -> dict[str, list[str]]:
         if short in nodes:
             add(nodes[short], f"1 TPU node ({env.tpu.state['nodes'][full]['state']})")
     k8s = env.cluster.emulator.state()
-    for kind in ("jobs", "pods"):
+    with env.cluster.emulator.lock:
+        k8s["jobsets"] = {f"{ns}/{n}": js for (ns, n), js in env.cluster.jobsets.jobsets.items()}
+    # A JobSet's Service carries no accelmatrix annotations: it belongs to its JobSet's cell.
+    jobset_cells: dict[str, tuple[str, str]] = {}
+    for name, obj in k8s["jobsets"].items():
+        ann = (obj.get("metadata") or {}).get("annotations") or {}
+        jobset_cells[name.split("/", 1)[1]] = (
+            ann.get("accelmatrix.io/cell-id") or name,
+            ann.get("accelmatrix.io/run-id", run_id),
+        )
+    for kind in ("jobsets", "jobs", "pods", "services"):
         for name, obj in (k8s.get(kind) or {}).items():
             ann = (obj.get("metadata") or {}).get("annotations") or {}
             labels = (obj.get("metadata") or {}).get("labels") or {}
+            owner = jobset_cells.get(labels.get("jobset.sigs.k8s.io/jobset-name", ""))
             cell = ann.get("accelmatrix.io/cell-id") or labels.get("cell") or str(name)
-            if ann.get("accelmatrix.io/run-id", run_id) == run_id:
+            run = ann.get("accelmatrix.io/run-id", run_id)
+            if owner and "accelmatrix.io/cell-id" not in ann:
+                cell, run = owner
+            if run == run_id:  # unattributable objects count against every run
                 add(cell, f"1 k8s {kind[:-1]}")
     for p in processes_running(SCRIPT):
         try:
@@ -411,6 +439,14 @@ EXPECT: dict[str, tuple[set[str], str, str, str]] = {
     "preempt": ({"passed"}, "run", "PREEMPTED", "first"),
     "slow": ({"passed"}, "run", "Finished training run", "last"),
 }
+# (machine, fault) -> the same, where a backend answers a fault in its own way.
+EXPECT_ON: dict[tuple[str, str], tuple[set[str], str, str, str]] = {
+    # The JobSet restarts its own group after a disruption (max_restarts), no Airflow retry:
+    # the run task's live log follows the new leader.
+    ("jobset", "preempt"): ({"passed"}, "run", "(restart 1) ---", "last"),
+}
+# Faults a (machine, fault) pair answers without an Airflow retry of the failing step.
+NOT_RETRIED = {("jobset", "preempt")}
 FAILED_STEP_STATE = {
     "workload": "failed",
     "setup": "failed",
@@ -439,13 +475,13 @@ def judge_cell(
     row = mine[0]
     o.state = row["state"]
     o.retried = retried_steps(env, run_id, tis)
-    if fault == "preempt" and "run" not in o.retried:
+    if fault == "preempt" and machine == "tpu" and "run" not in o.retried:
         # The run try that was preempted left no history row (see log_of): its successor's
         # log says whether the node was replaced.
         run = tis.get("run")
         if run and "replacing the machine before this retry" in log_of(env, run_id, run):
             o.retried.append("run")
-    states, step, line, which = EXPECT[fault]
+    states, step, line, which = EXPECT_ON.get((machine, fault), EXPECT[fault])
     if row["state"] not in states:
         o.problems.append(
             f"cell state {row['state']!r} (expected {sorted(states)}): {row['message']}"
@@ -465,7 +501,11 @@ def judge_cell(
         o.problems.append("cell did not pass but its evaluate task succeeded")
     if fault == "workload" and row.get("exit_code") != 3:
         o.problems.append(f"exit code {row.get('exit_code')} recorded (the workload exited 3)")
-    if fault in ("kill", "preempt") and step not in o.retried:
+    if (
+        fault in ("kill", "preempt")
+        and (machine, fault) not in NOT_RETRIED
+        and step not in o.retried
+    ):
         o.problems.append(f"{step} was not retried after the fault")
     teardown = (tis.get("teardown") or {}).get("state")
     provision = (tis.get("provision") or {}).get("state")
@@ -549,6 +589,44 @@ def preempt_tpu(env: Env, run_id: str, done: list[str], stop: threading.Event) -
         time.sleep(0.3)
 
 
+def preempt_jobset_pod(env: Env, run_id: str, done: list[str], stop: threading.Event) -> None:
+    """The node under the JobSet cell's leader pod is preempted while the workload runs:
+    the kubelet marks the pod DisruptionTarget, SIGTERMs it (SIGKILL after the grace
+    period), and the pod stays listed Failed (exit 143/137), as on a real cluster. The
+    JobSet (max_restarts 1) restarts the group; the cell passes on the restarted pods."""
+    cid = cell_id("jobset", "preempt")
+    marker = env.signals / "jobset-preempt.run"
+    while not stop.is_set():
+        time.sleep(0.3)
+        if not (marker.exists() and marker.read_text().strip()):
+            continue
+        with env.cluster.emulator.lock:  # the cell's JobSet: its annotations name the cell
+            names = [
+                n
+                for (_, n), js in env.cluster.jobsets.jobsets.items()
+                if (js["metadata"].get("annotations") or {}).get("accelmatrix.io/cell-id") == cid
+                and js["metadata"]["annotations"].get("accelmatrix.io/run-id") == run_id
+            ]
+            want = {
+                "jobset.sigs.k8s.io/job-index": "0",
+                "batch.kubernetes.io/job-completion-index": "0",
+            }
+            leaders = [
+                (ns, n)
+                for (ns, n), p in env.cluster.emulator.pods.items()
+                if p["status"].get("phase") == "Running"
+                and (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name")
+                in names
+                and all(p["metadata"]["labels"].get(k) == v for k, v in want.items())
+            ]
+        if not leaders:
+            continue
+        ns, name = leaders[0]
+        env.cluster.kubelet.disrupt(ns, name)
+        done.append(f"disrupted JobSet leader pod {ns}/{name} (DisruptionTarget, SIGTERM)")
+        return
+
+
 def block_artifacts(run_id: str, machine: str) -> Path:
     """An environmental fault: the cell's artifacts path is taken by a file."""
     path = settings.cell_artifacts_dir(DAG_ID, run_id, cell_id(machine, "provision"))
@@ -566,7 +644,7 @@ def test_fault_matrix(env: Env, tmp_path):
 
     # 1. Every per-cell fault on every backend, in one DAG run.
     run_id = "faults_per_cell"
-    for m in ("local", "ssh", "k8s"):
+    for m in ("local", "ssh", "k8s", "jobset"):
         block_artifacts(run_id, m)
     node = tpu_names.node_name(DAG_ID, run_id, cell_id("tpu", "provision"))
     env.tpu.set_faults(fail_create_nodes=[node])
@@ -575,12 +653,19 @@ def test_fault_matrix(env: Env, tmp_path):
     threads = [
         threading.Thread(target=kill_setup_tasks, args=(env, run_id, injected, stop), daemon=True),
         threading.Thread(target=preempt_tpu, args=(env, run_id, injected, stop), daemon=True),
+        threading.Thread(
+            target=preempt_jobset_pod, args=(env, run_id, injected, stop), daemon=True
+        ),
     ]
     trigger(env, run_id, [f"*,fault={f}" for f in PER_CELL])
     for t in threads:
         t.start()
     try:
-        state = stack.wait_for_run(DAG_ID, run_id, timeout=600)
+        state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
+    except TimeoutError as e:  # judge what there is; name what never finished
+        state = "unfinished"
+        notes.append(f"PROBLEM: {e}")
+        notes += unfinished(env, run_id)
     finally:
         stop.set()
     notes.append(
@@ -596,7 +681,7 @@ def test_fault_matrix(env: Env, tmp_path):
         if fault is None:
             continue
         for m, backend in MACHINES.items():
-            if fault == "preempt" and m != "tpu":
+            if fault == "preempt" and m not in ("tpu", "jobset"):
                 outcomes.append(Outcome(label, backend, applicable=False))
                 continue
             cid = cell_id(m, fault)
@@ -612,6 +697,8 @@ def test_fault_matrix(env: Env, tmp_path):
             notes.append(f"PROBLEM: the {m} kill cell's setup task was never SIGKILLed")
     if not any(i.startswith("preempted") for i in injected):
         notes.append("PROBLEM: the TPU node was never preempted")
+    if not any(i.startswith("disrupted JobSet") for i in injected):
+        notes.append("PROBLEM: the JobSet leader pod was never disrupted")
     for cid, what in leaks.items():
         notes.append(f"PROBLEM: leak not attributed to a judged cell: {cid}: {what}")
     env.tpu.set_faults(fail_create_nodes=[])
@@ -715,6 +802,20 @@ def test_fault_matrix(env: Env, tmp_path):
     failing = [o for o in outcomes if o.failing]
     problems = [n for n in notes if n.startswith("PROBLEM")]
     assert not failing and not problems, f"\n{table}\n{details(failing)}\n" + "\n".join(problems)
+
+
+def unfinished(env: Env, run_id: str) -> list[str]:
+    """One line per task instance of the run that has not ended, with its log's last lines."""
+    out = []
+    for t in env.stack.task_instances(DAG_ID, run_id):
+        if t["state"] in ("success", "failed", "upstream_failed", "skipped", "removed"):
+            continue
+        tail = log_of(env, run_id, t)[-1200:] if t["state"] else "(never started)"
+        out.append(
+            f"  unfinished: {t['task_id']}[{t.get('rendered_map_index') or t['map_index']}] "
+            f"{t['state']}: ...{tail}"
+        )
+    return out
 
 
 def all_slow_running(env: Env) -> None:

@@ -20,6 +20,7 @@ import pytest
 from pydantic import ValidationError
 
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
+from accelmatrix.backends.k8s_job import CONTAINER
 from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
 from accelmatrix.hooks import k8s as k8s_hook
 from accelmatrix_testkit.k8s_emulator import Cluster
@@ -503,3 +504,43 @@ def test_a_container_stuck_in_container_creating_times_out(cluster, tmp_path):
     assert st.infrastructure_failure and "ContainerCreating" in st.detail, st
     b.teardown(r)
     assert not [k for k in state(cluster)["pods"] if r["job_name"] in k]
+
+
+def test_a_25_mib_log_streams_and_is_collected_whole(cluster, tmp_path):
+    """The kubelet rotates the log at 10 MiB and `pods/log` serves the current file only: the
+    live log and output.log still hold every line once, in order (k8s_logs follows it)."""
+    n, width = 262_144, 100  # 25 MiB
+    b = backend(cluster)
+    r = b.provision(ctx(tmp_path, "log=25mib"))
+    code = (
+        "import sys\nw = sys.stdout.write\npad = 'x' * 90\n"
+        f"for i in range({n}): w(f'{{i:08d}} {{pad}}\\n')\n"
+    )
+    h = b.submit(r, py(code), {})
+    seen, offset = 0, 0
+    while True:  # what the trigger does: read the new lines, poll, about once a second
+        lines, offset = b.read_logs(h, offset)
+        for line in lines:
+            assert line[:8] == f"{seen:08d}", (line[:20], seen)
+            seen += 1
+        st = b.poll(h)
+        if st.done:
+            break
+        time.sleep(0.5)
+    lines, offset = b.read_logs(h, offset)
+    seen += len(lines)
+    assert st.exit_code == 0 and seen == n and offset == n * width, (st, seen, offset)
+    (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r["job_name"] in k]
+    log = cluster.emulator.container_logs[(NS, pod, CONTAINER)]
+    assert log.rotations >= 2  # 25 MiB of output (more in CRI lines) in 10 MiB files
+    current = b._clients(r).core.read_namespaced_pod_log(pod, NS, _preload_content=False).data
+    first, last = current.splitlines()[0], current.splitlines()[-1]  # the last file only
+    assert len(current) < 10 * 1024 * 1024 and int(first[:8]) > 0 and int(last[:8]) == n - 1
+    b.collect(r, [], tmp_path / "dest")
+    out = Path(r["artifacts_dir"]) / "output.log"
+    assert out.stat().st_size == n * width
+    with open(out, "rb") as f:
+        for i, line in enumerate(f):
+            assert line[:8] == b"%08d" % i
+    assert i == n - 1
+    b.teardown(r)

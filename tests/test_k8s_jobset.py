@@ -369,7 +369,8 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
     from accelmatrix import janitor
     from accelmatrix.results.store import ResultsStore
 
-    b = backend(cluster)
+    # Expired a minute ago (ttl -60 s); its Job's deadline must still be valid (>= 0).
+    b = backend(cluster, active_deadline_seconds=600)
     sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
     orphan_ctx = CellContext("jobset_janitor", "gone_run", "model=old", accel_home / "a", -60)
     orphan = b.provision(orphan_ctx)
@@ -510,3 +511,63 @@ def test_ttl_after_finished_removes_the_finished_group(cluster, tmp_path):
     assert left(cluster, r["job_name"]) == {}
     st = b.poll(h)  # a poll after that says what happened, as infrastructure
     assert st.infrastructure_failure and "ttlSecondsAfterFinished" in st.detail
+
+
+def test_a_kueue_wait_does_not_count_toward_the_workload_timeout(cluster, tmp_path):
+    """Held in the queue longer than its timeout, then admitted: the workload runs to the
+    end (its clock starts when its pods run); once running, the timeout still applies."""
+    import asyncio
+
+    from accelmatrix.triggers.workload import WorkloadTrigger
+
+    kueue = {"queue_name": "team-a", "admission_timeout_seconds": 120}
+    spec = KubernetesJobSetMachine.model_validate(
+        {
+            "backend": "k8s-jobset",
+            "kubernetes_conn_id": CONN_ID,
+            "image": "python:3.11-slim",
+            "python": sys.executable,
+            "kueue": kueue,
+        }
+    ).model_dump()
+    b = backend(cluster, kueue=kueue)
+    timeout = 4.0
+
+    def run(cell: str, code: str, hold: float) -> tuple[dict, float]:
+        cluster.jobsets.kueue_mode = "hold"
+        r = b.provision(ctx(tmp_path, cell))
+        h = b.submit(r, [sys.executable, "-c", code], {})
+        submitted = time.time()
+        trigger = WorkloadTrigger(
+            machine_spec=spec,
+            handle=h,
+            deadline=submitted + timeout,
+            poll_interval=0.2,
+            timeout=timeout,
+            deferred_at=0.0,  # no settling before the event (there is no task to resume)
+        )
+
+        async def first_event() -> dict:
+            async def admit_later() -> None:
+                await asyncio.sleep(hold)
+                cluster.jobsets.kueue_mode = "admit"
+
+            task = asyncio.create_task(admit_later())
+            async for event in trigger.run():
+                await task
+                return event.payload
+            raise AssertionError("no event")
+
+        payload = asyncio.run(first_event())
+        b.cancel(h)
+        b.teardown(r)
+        return payload, time.time() - submitted
+
+    # Queued for 6 s (> the 4 s timeout), then runs 2 s: it passes.
+    payload, took = run("queued", "import time; time.sleep(2); print('done')", hold=6)
+    assert payload["status"] == "exited" and payload["exit_code"] == 0, payload
+    assert took > 6 + 2
+    # Queued for 3 s, then runs for ever: timed out 4 s after its pods ran, not after submit.
+    payload, took = run("queued-slow", "import time; time.sleep(60)", hold=3)
+    assert payload["status"] == "timeout", payload
+    assert 3 + timeout <= took < 3 + timeout + 4, took

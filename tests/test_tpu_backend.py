@@ -299,6 +299,18 @@ def test_provision_trigger_defers_the_capacity_wait(
     assert r["state"] == "READY" and r["worker_resources"]
     b.teardown(r)
 
+    # Resuming a task (the run step's replacement machine): not sooner than the settle
+    # time after the deferral, or Airflow 3.3.2 may fail the resumed try (resume race).
+    from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
+
+    pending = b.begin_provision(ctx(accel_home, "model=settle"))
+    trigger, _ = ProvisionTrigger.for_cell({"machine_spec": machine, "id": "model=settle"}, pending)
+    assert ProvisionTrigger(**trigger.serialize()[1]).deferred_at == trigger.deferred_at
+    event = asyncio.run(first_event(trigger))
+    assert event["status"] == "ready"
+    assert time.time() - trigger.deferred_at >= RESUME_SETTLE_SECONDS - 0.1
+    b.teardown(b.finish_provision(pending))
+
     # A capacity wait that fails: the trigger deletes the request before it fires.
     emu.stockout()
     machine = {**spec, "capacity": "queued", "valid_until_seconds": 1}

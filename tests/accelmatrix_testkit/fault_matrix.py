@@ -18,12 +18,17 @@ import psutil
 from accelmatrix.backends.registry import KINDS
 
 # The suite's `machine` axis value -> the backend kind it runs on (the table's columns).
-MACHINES = {"local": "local", "ssh": "ssh", "tpu": "tpu-vm", "k8s": "k8s-job"}
+MACHINES = {
+    "local": "local",
+    "ssh": "ssh",
+    "tpu": "tpu-vm",
+    "k8s": "k8s-job",
+    "jobset": "k8s-jobset",
+}
 # Backend kinds of the registry the matrix does not run, and why. A new kind in the registry
 # must land in one of the two (tests/test_backend_registry.py checks it).
 NOT_COVERED = {
-    "k8s-jobset": "not in the matrix yet; its failures: tests/test_k8s_jobset.py, test_dag_jobset.py",
-    "gke-tpu": "not in the matrix yet (a k8s-jobset with TPU selectors): tests/test_gke_tpu.py",
+    "gke-tpu": "not in the matrix (a k8s-jobset with TPU selectors): tests/test_gke_tpu.py",
 }
 BACKENDS = tuple(MACHINES.values())
 assert set(BACKENDS) <= set(KINDS), f"not backend kinds: {set(BACKENDS) - set(KINDS)}"
@@ -35,7 +40,8 @@ FAULTS: dict[str, str | None] = {
     "provision fails half way": "provision",
     "workload hits its timeout": "timeout",
     "setup task SIGKILLed mid-setup": "kill",
-    "TPU node preempted mid-run": "preempt",
+    # tpu-vm: the node is preempted; k8s-jobset: the leader pod's node (DisruptionTarget).
+    "node preempted mid-run": "preempt",
     "scheduler stopped + restarted mid-run": None,
     "DAG run marked failed (REST) mid-run": None,
 }

@@ -49,6 +49,14 @@ from accelmatrix_testkit.k8s_emulator import (
     selector_matches,
 )
 
+from .k8s_semantics import (  # relative: the test kit moves as one package
+    apply_patch,
+    fields_match,
+    parse_field_selector,
+    watch_stream,
+    watching,
+)
+
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
 KUEUE = "kueue.x-k8s.io/v1beta1"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -116,7 +124,12 @@ class JobSetController:
             return None  # the built-in discovery answers; see _discovery below
         if m := _JOBSETS.match(path):
             ns, name = m.groups()
-            verb = {"GET": "get" if name else "list", "POST": "create", "DELETE": "delete"}
+            verb = {
+                "GET": "get" if name else "list",
+                "POST": "create",
+                "DELETE": "delete",
+                "PATCH": "patch",
+            }
             self.emu.check_access(verb.get(method, method.lower()), "jobsets", ns, name)
             if name is None and method == "GET":
                 return 200, self._list("JobSetList", self.jobsets, ns, q)
@@ -132,6 +145,17 @@ class JobSetController:
                     return 200, self.emu.public(js)
             if name is not None and method == "DELETE":
                 return 200, self.emu.public(self.delete(ns, name))
+            if name is not None and method == "PATCH":
+                with self.emu.lock:
+                    js = self.jobsets.get((ns, name))
+                    if js is None:
+                        raise ApiError(
+                            404, "NotFound", f'jobsets.jobset.x-k8s.io "{name}" not found'
+                        )
+                    new = apply_patch(js, body.content_type, body.raw(), "JobSet", GROUP)
+                    new["metadata"]["resourceVersion"] = self.emu.next_rv()
+                    self.jobsets[(ns, name)] = new
+                    return 200, self.emu.public(new)
         if m := _WORKLOADS.match(path):
             ns, name = m.groups()
             self.emu.check_access("list" if name is None else "get", "workloads", ns, name)
@@ -154,13 +178,21 @@ class JobSetController:
         api: str = f"{GROUP}/{VERSION}",
     ) -> dict[str, Any]:
         selector = parse_selector(q.get("labelSelector"))
-        with self.emu.lock:
-            items = [
-                self.emu.public(o)
-                for (ons, _), o in sorted(store.items())
-                if ons == ns and selector_matches(selector, o["metadata"].get("labels") or {})
-            ]
-        return {"apiVersion": api, "kind": kind, "metadata": {}, "items": items}
+        fields = parse_field_selector(q.get("fieldSelector"), kind.removesuffix("List"))
+
+        def pick() -> list[dict[str, Any]]:
+            with self.emu.lock:
+                return [
+                    json.loads(json.dumps(self.emu.public(o)))
+                    for (ons, _), o in sorted(store.items())
+                    if ons == ns
+                    and selector_matches(selector, o["metadata"].get("labels") or {})
+                    and fields_match(fields, o)
+                ]
+
+        if watching(q):
+            return watch_stream(pick, q, lambda: self.emu.stopping)
+        return {"apiVersion": api, "kind": kind, "metadata": {}, "items": pick()}
 
     def create(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
         if ns not in self.emu.namespaces:

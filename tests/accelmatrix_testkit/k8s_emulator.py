@@ -14,8 +14,11 @@ What it serves (the subset the backend and ``kubectl get`` use):
   ``propagationPolicy`` (``Background``/``Foreground`` delete the Job's pods; none or
   ``Orphan`` leave them running, as the real API does for Jobs).
 * ``core/v1`` Pods: get, list, delete, deletecollection (``labelSelector``), ``/log``
-  (``container``, ``limitBytes``, ``tailLines``; 400 while the container waits to start, as
-  the real kubelet answers), ``/eviction``; namespaces: get; discovery and ``/version``.
+  (``container``, ``limitBytes``, ``tailLines``, ``timestamps``, ``sinceSeconds``,
+  ``sinceTime``, ``follow``; 400 while the container waits to start, as the real kubelet
+  answers), ``/eviction``; namespaces: get; discovery and ``/version``.
+* Field selectors, watches, PATCH and create-time validation as the real API server does
+  them, and kubelet logs that rotate at 10 MiB: ``testing/k8s_semantics.py``.
 * Status envelopes (``kind: Status``) for 404/409/422/400.
 
 The fake kubelet (``FakeKubelet``) plays the Job controller and the node: for every Job it
@@ -48,8 +51,8 @@ Fault injection, by image name (prefix match, so a tag may follow):
 
 JobSets, Services and a small Kueue come from ``testing/jobset_controller.py`` (see there).
 
-Not modelled: watches, resourceVersion conflicts, patch/update, multiple regular containers
-(only the first runs), pod readiness, authentication (any bearer token is accepted).
+Not modelled: resourceVersion conflicts, PUT (405), multiple regular containers (only the
+first runs), pod readiness, authentication (any bearer token is accepted).
 """
 
 from __future__ import annotations
@@ -70,6 +73,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from .k8s_semantics import (  # relative: the test kit moves as one package
+    ContainerLog,
+    Stream,
+    apply_patch,
+    fields_match,
+    follow_log,
+    invalid,
+    job_causes,
+    parse_field_selector,
+    read_log,
+    watch_stream,
+    watching,
+)
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -113,6 +130,7 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
+            **({"details": self.details} if getattr(self, "details", None) else {}),
             "code": self.code,
         }
 
@@ -279,7 +297,11 @@ class KubernetesEmulator:
         # Set by FakeKubelet: called (namespace, name, reason) when a pod leaves the API.
         self.on_pod_removed: Any = None
         self.on_evict: Any = None
-        self.log_paths: dict[tuple[str, str, str], Path] = {}
+        # (namespace, pod, container) -> its kubelet log (k8s_semantics.ContainerLog).
+        self.container_logs: dict[tuple[str, str, str], ContainerLog] = {}
+        # Env var names as Kubernetes < 1.32 validates them (True: 1.32's relaxed rule).
+        self.relaxed_env_names = False
+        self.stopping = False
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> KubernetesEmulator:
@@ -295,6 +317,7 @@ class KubernetesEmulator:
         return self
 
     def stop(self) -> None:
+        self.stopping = True  # ends open watches and log follows
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -367,6 +390,8 @@ class KubernetesEmulator:
                 "be no more than 63 characters and a lowercase RFC 1123 label",
             )
         _validate_labels(meta.get("labels"), "metadata.labels")
+        if causes := job_causes(body, self.relaxed_env_names):
+            raise invalid("Job", "batch", name, causes)
         spec = body.get("spec") or {}
         template = spec.get("template") or {}
         pod_spec = template.get("spec") or {}
@@ -632,6 +657,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib name)
         pass
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ConnectionResetError, BrokenPipeError):  # a client went away: not an error
+            self.close_connection = True
+
     def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
@@ -640,12 +671,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _raw(self) -> bytes:
+        if not hasattr(self, "_raw_body"):
+            length = int(self.headers.get("Content-Length") or 0)
+            self._raw_body = self.rfile.read(length) if length else b""
+        return self._raw_body
+
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        if not length:
+        raw = self._raw()
+        if not raw:
             return {}
         try:
-            data = json.loads(self.rfile.read(length))
+            data = json.loads(raw)
         except ValueError:
             raise ApiError(400, "BadRequest", "request body is not JSON") from None
         return data if isinstance(data, dict) else {}
@@ -655,11 +692,15 @@ class _Handler(BaseHTTPRequestHandler):
         path = url.path.rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         self.emu.requests.append((method, self.path))
+        if hasattr(self, "_raw_body"):
+            del self._raw_body  # keep-alive: the next request has its own body
         try:
             code, body = self._route(method, path, query)
         except ApiError as e:
             code, body = e.code, e.body()
-        if isinstance(body, bytes):
+        if isinstance(body, Stream):
+            self._send_stream(code, body)
+        elif isinstance(body, bytes):
             self._send(code, body, "text/plain")
         else:
             self._send(code, body)
@@ -673,10 +714,48 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self._dispatch("DELETE")
 
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def _send_stream(self, code: int, stream: Stream) -> None:
+        """A chunked response written as it is produced (watches, ``follow=true`` logs)."""
+        self.send_response(code)
+        self.send_header("Content-Type", stream.content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in stream.chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):  # the client went away
+            self.close_connection = True
+
+    def _patch(self, store: dict, key: tuple[str, str], kind: str, group: str, what: str):
+        with self.emu.lock:
+            obj = store.get(key)
+            if obj is None:
+                raise ApiError(404, "NotFound", f'{what} "{key[1]}" not found')
+            new = apply_patch(obj, self.headers.get("Content-Type"), self._raw(), kind, group)
+            new["metadata"]["resourceVersion"] = self.emu.next_rv()
+            store[key] = new
+            return 200, self.emu.public(new)
+
     def _route(self, method: str, path: str, q: dict[str, str]) -> tuple[int, Any]:
         emu = self.emu
+
+        def body() -> dict[str, Any]:
+            return self._body()
+
+        body.raw = self._raw  # type: ignore[attr-defined] # PATCH: the patch as sent
+        body.content_type = self.headers.get("Content-Type")  # type: ignore[attr-defined]
         for route in emu.routes:
-            answer = route(method, path, q, self._body)
+            answer = route(method, path, q, body)
             if answer is not None:
                 return answer
         if method == "GET" and path in _DISCOVERY:
@@ -684,9 +763,9 @@ class _Handler(BaseHTTPRequestHandler):
         if m := _SERVICES.match(path):
             ns, name = m.groups()
             if name is None and method == "GET":
-                with emu.lock:
-                    items = [v for (sns, _), v in emu.services.items() if sns == ns]
-                    return 200, self._list("ServiceList", "v1", items, q)
+                return 200, self._list("ServiceList", "v1", emu.services, q, ns=ns)
+            if name is not None and method == "PATCH":
+                return self._patch(emu.services, (ns, name), "Service", "", "services")
             if name is None and method == "POST":
                 return 201, emu.create_service(ns, self._body())
             if name is not None and method == "GET":
@@ -702,7 +781,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise ApiError(404, "NotFound", f'services "{name}" not found')
                 return 200, svc
         if method == "GET" and path == "/apis/batch/v1/jobs":
-            return 200, self._list("JobList", "batch/v1", list(emu.jobs.values()), q)
+            return 200, self._list("JobList", "batch/v1", emu.jobs, q)
         if m := _NAMESPACE.match(path):
             if method == "GET" and m.group(1) in emu.namespaces:
                 return 200, {
@@ -715,9 +794,7 @@ class _Handler(BaseHTTPRequestHandler):
         if m := _JOBS.match(path):
             ns, name, _sub = m.groups()
             if name is None and method == "GET":
-                with emu.lock:
-                    jobs = [j for (jns, _), j in emu.jobs.items() if jns == ns]
-                    return 200, self._list("JobList", "batch/v1", jobs, q)
+                return 200, self._list("JobList", "batch/v1", emu.jobs, q, ns=ns)
             if name is None and method == "POST":
                 return 201, emu.public(emu.create_job(ns, self._body()))
             if name is not None and method == "GET":
@@ -726,6 +803,9 @@ class _Handler(BaseHTTPRequestHandler):
                     if job is None:
                         raise ApiError(404, "NotFound", f'jobs.batch "{name}" not found')
                     return 200, emu.public(job)
+            if name is not None and method == "PATCH" and _sub is None:
+                emu.check_access("patch", "jobs", ns, name)
+                return self._patch(emu.jobs, (ns, name), "Job", "batch", "jobs.batch")
             if name is not None and method == "DELETE":
                 body = self._body()
                 policy = q.get("propagationPolicy") or body.get("propagationPolicy")
@@ -733,17 +813,28 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, emu.public(job)
         if m := _PODS.match(path):
             ns, name, sub = m.groups()
-            verb = {"GET": "get" if name else "list", "DELETE": "delete", "POST": "create"}[method]
+            verb = {
+                "GET": "get" if name else "list",
+                "DELETE": "delete",
+                "POST": "create",
+                "PATCH": "patch",
+                "PUT": "update",
+            }[method]
             if name is None and method == "DELETE":
                 verb = "deletecollection"
             emu.check_access(verb, f"pods/{sub}" if sub else "pods", ns, name)
+            if name is None and method == "GET" and watching(q):
+                return 200, self._list("PodList", "v1", emu.pods, q, ns=ns)
             if name is None and method in ("GET", "DELETE"):
                 selector = parse_selector(q.get("labelSelector"))
+                fields = parse_field_selector(q.get("fieldSelector"), "Pod")
                 with emu.lock:
                     pods = [
                         p
                         for (pns, _), p in emu.pods.items()
-                        if pns == ns and selector_matches(selector, p["metadata"]["labels"])
+                        if pns == ns
+                        and selector_matches(selector, p["metadata"]["labels"])
+                        and fields_match(fields, p)
                     ]
                 if method == "DELETE":
                     for p in pods:
@@ -760,6 +851,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, pod
             if name is not None and sub is None and method == "DELETE":
                 return 200, emu.delete_pod(ns, name)
+            if name is not None and sub is None and method == "PATCH":
+                return self._patch(emu.pods, (ns, name), "Pod", "", "pods")
             if sub == "log" and method == "GET":
                 return 200, self._log(ns, name, q)
             if sub == "eviction" and method == "POST":
@@ -768,16 +861,45 @@ class _Handler(BaseHTTPRequestHandler):
                 if emu.on_evict is not None:
                     emu.on_evict(ns, name)
                 return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+        if method in ("PUT", "PATCH"):
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                f"the server does not allow this method on the requested resource ({method} {path})",
+            )
         raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
 
-    def _list(self, kind: str, api: str, items: list[dict[str, Any]], q: dict[str, str]):
+    def _list(
+        self,
+        kind: str,
+        api: str,
+        items: list[dict[str, Any]] | dict[tuple[str, str], dict[str, Any]],
+        q: dict[str, str],
+        ns: str | None = None,
+    ):
+        """A list (``labelSelector``, ``fieldSelector``, ``limit``), or with ``watch=true``
+        its watch stream. ``items`` may be a store (watches re-read it)."""
         selector = parse_selector(q.get("labelSelector"))
+        fields = parse_field_selector(q.get("fieldSelector"), kind.removesuffix("List"))
+
+        def pick() -> list[dict[str, Any]]:
+            with self.emu.lock:
+                objs = (
+                    [o for (ons, _), o in items.items() if ns is None or ons == ns]
+                    if isinstance(items, dict)
+                    else items
+                )
+                return [
+                    json.loads(json.dumps(self.emu.public(o)))
+                    for o in objs
+                    if selector_matches(selector, o["metadata"].get("labels") or {})
+                    and fields_match(fields, o)
+                ]
+
+        if watching(q):
+            return watch_stream(pick, q, lambda: self.emu.stopping)
         with self.emu.lock:
-            chosen = [
-                self.emu.public(o)
-                for o in items
-                if selector_matches(selector, o["metadata"].get("labels") or {})
-            ]
+            chosen = pick()
             chosen.sort(key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
             limit = int(q.get("limit") or 0)
             return {
@@ -787,7 +909,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "items": chosen[:limit] if limit else chosen,
             }
 
-    def _log(self, ns: str, name: str, q: dict[str, str]) -> bytes:
+    def _log(self, ns: str, name: str, q: dict[str, str]) -> bytes | Stream:
         with self.emu.lock:
             pod = self.emu.pods.get((ns, name))
             if pod is None:
@@ -799,19 +921,29 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(
                     400, "BadRequest", f"container {container} is not valid for pod {name}"
                 )
-            path = self.emu.log_paths.get((ns, name, container))
-        if path is None:
+            log = self.emu.container_logs.get((ns, name, container))
+        if (q.get("previous") or "").lower() in ("true", "1"):  # containers never restart here
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'previous terminated container "{container}" in pod "{name}" not found',
+            )
+        if log is None:
             raise ApiError(
                 400,
                 "BadRequest",
                 f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating',
             )
-        data = path.read_bytes()
-        if q.get("tailLines"):
-            data = b"".join(data.splitlines(keepends=True)[-int(q["tailLines"]) :])
-        if q.get("limitBytes"):
-            data = data[: int(q["limitBytes"])]
-        return data
+        if (q.get("follow") or "").lower() in ("true", "1"):
+            return follow_log(log, q, lambda: self.emu.stopping or (ns, name) not in self.emu.pods)
+        return read_log(log, q)
+
+
+class _Empty:
+    """A pipe that has closed (a container that never started)."""
+
+    def readline(self, _limit: int = -1) -> bytes:
+        return b""
 
 
 class FakeKubelet:
@@ -825,6 +957,7 @@ class FakeKubelet:
         tick: float = 0.05,
         pull_backoff: float = 0.5,
         grace_seconds: float = 3.0,
+        log_max_bytes: int = 10 * 1024 * 1024,
     ):
         self.emu = emulator
         self.root = Path(root)
@@ -832,6 +965,7 @@ class FakeKubelet:
         self.tick = tick
         self.pull_backoff = pull_backoff
         self.grace_seconds = grace_seconds
+        self.log_max_bytes = log_max_bytes  # the kubelet's containerLogMaxSize
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         self.removed: set[tuple[str, str]] = set()
         self._stop = threading.Event()
@@ -1229,49 +1363,55 @@ class FakeKubelet:
         declared = {k: env.get(k, v) for k, v in declared.items()}
         argv = [translate(expand_var_refs(a, declared)) for a in raw_argv]
         cwd = translate(c.get("workingDir") or str(pod_dir))
-        log_path = pod_dir / f"{c['name']}.log"
+        log = ContainerLog(pod_dir / f"{c['name']}.log", self.log_max_bytes)
         started = now_iso()
         with self.emu.lock:
-            self.emu.log_paths[(key[0], key[1], c["name"])] = log_path
-        with open(log_path, "wb") as out:
-            try:
-                proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as e:
-                out.write(f"exec failed: {e}\n".encode())
-                return {
-                    "exitCode": 128,
-                    "reason": "StartError",
-                    "message": str(e),
-                    "startedAt": started,
-                    "finishedAt": now_iso(),
-                }
-            with self.emu.lock:
-                if key not in self.emu.pods:
-                    proc.kill()
-                    return None
-                self.procs[key] = proc
-                pod = self.emu.pods[key]
-                field = (
-                    "initContainerStatuses"
-                    if any(x["name"] == c["name"] for x in pod["spec"].get("initContainers") or [])
-                    else "containerStatuses"
-                )
-                statuses = pod["status"].get(field) or []
-                pod["status"][field] = [
-                    self._status(c, {"running": {"startedAt": started}})
-                    if s["name"] == c["name"]
-                    else s
-                    for s in statuses
-                ]
-            code = proc.wait()
+            self.emu.container_logs[(key[0], key[1], c["name"])] = log
+        # The container runtime copies the output into the kubelet's log file (pump).
+        try:
+            proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:
+            log.write(f"exec failed: {e}".encode())
+            log.pump(_Empty())
+            return {
+                "exitCode": 128,
+                "reason": "StartError",
+                "message": str(e),
+                "startedAt": started,
+                "finishedAt": now_iso(),
+            }
+        pump = threading.Thread(target=log.pump, args=(proc.stdout,), daemon=True)
+        pump.start()
+        with self.emu.lock:
+            if key not in self.emu.pods:
+                proc.kill()
+                return None
+            self.procs[key] = proc
+            pod = self.emu.pods[key]
+            field = (
+                "initContainerStatuses"
+                if any(x["name"] == c["name"] for x in pod["spec"].get("initContainers") or [])
+                else "containerStatuses"
+            )
+            statuses = pod["status"].get(field) or []
+            pod["status"][field] = [
+                self._status(c, {"running": {"startedAt": started}})
+                if s["name"] == c["name"]
+                else s
+                for s in statuses
+            ]
+        code = proc.wait()
+        pump.join(timeout=10)  # the log is complete before the container is terminated
+        if proc.stdout is not None:
+            proc.stdout.close()
         with self.emu.lock:
             self.procs.pop(key, None)
         if self._alive(key) is None:

@@ -59,6 +59,11 @@ class JobStatus:
     exit_code: int | None = None
     detail: str = ""
     infrastructure_failure: bool = False
+    # Waiting for capacity (a queue such as Kueue has not admitted the workload): its clock,
+    # the workload timeout, has not started.
+    queued: bool = False
+    # For a queued workload: when its clock started (epoch s, its first pod running), if known.
+    started_at: float | None = None
 
 
 @dataclass
@@ -123,6 +128,11 @@ class Backend(abc.ABC):
     def refresh(self, resource: dict[str, Any]) -> dict[str, Any]:
         """``resource`` as it is now (a replaced machine may have new addresses)."""
         return resource
+
+    def queue_wait_limit(self) -> float:
+        """The longest a submitted workload may wait for capacity before its clock starts
+        (a queue such as Kueue): the run step's deferral allows for it. 0: no queue."""
+        return 0.0
 
     @abc.abstractmethod
     def variables(self, resource: dict[str, Any]) -> dict[str, str]:

@@ -133,7 +133,7 @@ def judge(
                 f"JobSet {name} was not admitted by Kueue (LocalQueue "
                 f"{handle.get('queue')}) within {limit:.0f} s: {message}"
             )
-        return JobStatus(done=False, detail=f"waiting for Kueue admission: {message}")
+        return JobStatus(done=False, detail=f"waiting for Kueue admission: {message}", queued=True)
     for pod in current:
         problem = k8s_pods.pod_problem(
             pod,
@@ -154,7 +154,11 @@ def judge(
         return JobStatus(done=False, detail="waiting for pods")
     phases = ",".join(sorted({p.status.phase for p in current}))
     extra = f" (restart {current_attempt})" if current_attempt else ""
-    return JobStatus(done=False, detail=f"{len(current)} pod(s) {phases}{extra}")
+    status = JobStatus(done=False, detail=f"{len(current)} pod(s) {phases}{extra}")
+    if handle.get("queue"):  # the workload's clock starts when its first pod runs
+        starts = [s for p in pods if (s := k8s_pods.running_since(p, CONTAINER)) is not None]
+        status.started_at = min(starts) if starts else None
+    return status
 
 
 def _failed(

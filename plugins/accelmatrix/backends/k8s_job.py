@@ -38,12 +38,11 @@ How the contract maps onto Kubernetes, and why:
   condition), image pull errors (naming the image), container config errors, eviction, and
   a Job or pod that disappeared without an exit code. A container's non-zero exit code is a
   test failure.
-* **read_logs** fetches the index-0 pod's log and returns what lies after the byte offset.
-  That is one GET of the whole log per call: O(log size) each second. Fine for test logs of
-  a few MB; for chatty multi-hour jobs a follow stream spooled per process would be the next
-  step (``sinceTime`` has only second precision and ``limitBytes`` counts from the start,
-  so neither gives an exact resume point).
-* **collect** writes ``output.log`` (index-0 pod log) and ``status.json`` (from the
+* **read_logs** returns what lies after the byte offset in the index-0 pod's *spool*: each
+  pod's log is followed (one ``follow=true`` stream per container, ``k8s_logs``) and
+  appended to ``pods/<pod>.log`` in the artifacts as it is written, so a log the kubelet
+  rotates (10 MiB) stays whole and a read costs O(new bytes).
+* **collect** writes ``output.log`` (index-0 pod's spool) and ``status.json`` (from the
   container's terminated state) into the artifacts dir, exactly what evaluation reads for a
   local cell; poll does the same as soon as the workload ends, because evaluation may run
   before teardown when the run failed. Artifact globs are copied from the cell's work dir
@@ -69,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix import settings
-from accelmatrix.backends import k8s_pods, tpu_names
+from accelmatrix.backends import k8s_logs, k8s_pods, tpu_names
 from accelmatrix.backends.base import (
     MANAGED_BY,
     Backend,
@@ -221,7 +220,10 @@ class KubernetesJobBackend(Backend):
             "work_subpath": subpath,
             "local_work_dir": local_work_dir,
             "created_at": now,
-            "active_deadline_seconds": self.machine.active_deadline_seconds or ctx.ttl_seconds,
+            # The API refuses a deadline below 1 s (422): an already expired TTL gets 1 s.
+            "active_deadline_seconds": max(
+                1, self.machine.active_deadline_seconds or ctx.ttl_seconds
+            ),
             "labels": labels,
             "annotations": {
                 "accelmatrix.io/dag-id": ctx.dag_id,
@@ -486,6 +488,65 @@ class KubernetesJobBackend(Backend):
     def _infra(detail: str) -> JobStatus:
         return JobStatus(done=True, exit_code=None, detail=detail, infrastructure_failure=True)
 
+    def _spool(
+        self, clients: KubeClients, ns: str, pod: Any, art: Path, container: str = CONTAINER
+    ) -> k8s_logs.Spool:
+        """The pod's log spool (``<artifacts>/pods/<pod>.log``), followed from now on."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = pod.metadata.name
+        spool = k8s_logs.Spool(art / "pods" / f"{name}.log")
+
+        def open_stream(since: str | None) -> Any:
+            query = [("container", container), ("follow", "true"), ("timestamps", "true")]
+            if since:
+                query.append(("sinceTime", since))  # the generated client cannot send it
+            return clients.core.api_client.call_api(
+                "/api/v1/namespaces/{namespace}/pods/{name}/log",
+                "GET",
+                path_params={"namespace": ns, "name": name},
+                query_params=query,
+                header_params={"Accept": "*/*"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
+
+        def finished() -> bool | None:
+            try:
+                p = clients.core.read_namespaced_pod(name, ns)
+            except ApiException as e:
+                return True if e.status == 404 else None
+            return p.status.phase in ("Succeeded", "Failed") or (
+                k8s_pods.terminated(p, container) is not None
+            )
+
+        k8s_logs.ensure(spool, open_stream, finished)
+        return spool
+
+    @staticmethod
+    def _log_forbidden(ns: str, pod: str, detail: str) -> BackendError:
+        return BackendError(
+            f"cannot read the log of pod {ns}/{pod}: {detail}. The Role bound to the "
+            "connection's identity needs verb `get` on resource `pods/log` (see the minimal "
+            "Role in docs/backends-kubernetes.md)"
+        )
+
+    def _spooled_log(
+        self, clients: KubeClients, ns: str, pod: Any, art: Path, target: Path | None = None
+    ) -> k8s_logs.Spool:
+        """Follow the pod's log; once its container exited, wait until the spool is whole;
+        show it as ``target`` too (a hard link)."""
+        spool = self._spool(clients, ns, pod, art)
+        done = pod.status.phase in ("Succeeded", "Failed") or _terminated(pod) is not None
+        if done:
+            k8s_logs.settle(spool)
+        if err := spool.error():
+            raise self._log_forbidden(ns, pod.metadata.name, err)
+        if target is not None and spool.path.exists():
+            k8s_logs.link_or_copy(spool.path, target)
+        return spool
+
     def _read_log(self, clients: KubeClients, ns: str, pod: str, container: str) -> bytes | None:
         """The whole log of a container; None while it has not started or the pod is gone."""
         from kubernetes.client.exceptions import ApiException
@@ -498,11 +559,7 @@ class KubernetesJobBackend(Backend):
             if e.status in (400, 404):
                 return None
             if e.status == 403:
-                raise BackendError(
-                    f"cannot read the log of pod {ns}/{pod}: 403 {api_message(e)}. The Role "
-                    "bound to the connection's identity needs verb `get` on resource "
-                    "`pods/log` (see the minimal Role in docs/backends-kubernetes.md)"
-                ) from None
+                raise self._log_forbidden(ns, pod, f"403 {api_message(e)}") from None
             raise
         return resp.data
 
@@ -625,6 +682,8 @@ class KubernetesJobBackend(Backend):
             status, pods = self._inspect(
                 clients, handle["namespace"], job, float(handle["scheduling_timeout"])
             )
+            for pod in pods:  # every pod's log is followed while it runs (k8s_logs)
+                self._spool(clients, handle["namespace"], pod, Path(handle["artifacts_dir"]))
             if status.done:
                 self._snapshot(clients, handle["namespace"], pods, Path(handle["artifacts_dir"]))
         except ApiException as e:
@@ -665,18 +724,11 @@ class KubernetesJobBackend(Backend):
             pod = self._pod0(clients, handle)
             if pod is None:
                 return [], offset
-            data = self._read_log(clients, handle["namespace"], pod.metadata.name, CONTAINER)
+            spool = self._spool(clients, handle["namespace"], pod, Path(handle["artifacts_dir"]))
         except Exception as e:  # the next call retries; poll decides about failures
             logger.warning("cannot read the log of %s: %s", handle.get("job_name"), e)
             return [], offset
-        if not data or len(data) <= offset:
-            return [], offset
-        chunk = data[offset:]
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return [], offset
-        chunk = chunk[: end + 1]
-        return chunk.decode("utf-8", errors="replace").splitlines(), offset + len(chunk)
+        return spool.read(offset)
 
     def cancel(self, handle: dict[str, Any]) -> None:
         clients = self._clients(handle)
@@ -699,13 +751,8 @@ class KubernetesJobBackend(Backend):
         pod0 = pods[0]
         for pod in pods:
             i = _index(pod)
-            data = self._read_log(clients, ns, pod.metadata.name, CONTAINER)
-            if data is None:
-                continue
             target = art / ("output.log" if i == 0 else f"output-{i}.log")
-            tmp = target.with_name(f".{target.name}.part")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
+            self._spooled_log(clients, ns, pod, art, target)
         term = _terminated(pod0)
         running = next(
             (

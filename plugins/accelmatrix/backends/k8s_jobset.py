@@ -15,8 +15,10 @@ differs where a group of pods differs from one:
   with the scheduler's reason; a JobSet failed by a workload exit = a test failure named by
   the *first* pod that failed (pod, exit code, its last log lines); a JobSet that used up
   its restarts on disruptions = an infrastructure failure.
-* **read_logs** follows the leader (pod 0 of job 0) of the current restart attempt; after a
-  restart it starts again at the new leader's first line.
+* **read_logs** follows the leader (pod 0 of job 0) of the current restart attempt, from
+  its log spool (``k8s_logs``: every pod's log is followed and appended to
+  ``pods/<pod>.log`` as it is written, whole across kubelet rotations); after a restart it
+  starts again at the new leader's first line.
 * **collect** saves every pod's log (``pods/<pod>.log``), the leader's as ``output.log``,
   ``status.json`` with every pod's state, and the group's timing (seconds from the JobSet's
   start until all pods ran, and the spread of the pods' start times, i.e. how long the
@@ -85,6 +87,10 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         return KubernetesJobSetMachine
 
     # -- names and provision ---------------------------------------------------------------
+    def queue_wait_limit(self) -> float:
+        kueue = self.machine.kueue
+        return float(kueue.admission_timeout_seconds) if kueue else 0.0
+
     def jobset_name(self, ctx: CellContext) -> str:
         budget = self.machine.name_budget()
         return tpu_names.node_name(
@@ -336,7 +342,9 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             )
             if leader is None:
                 return [], offset
-            data = self._read_log(clients, handle["namespace"], leader.metadata.name, CONTAINER)
+            spool = self._spool(clients, handle["namespace"], leader, Path(handle["artifacts_dir"]))
+            if err := spool.error():
+                raise self._log_forbidden(handle["namespace"], leader.metadata.name, err)
         except BackendError:  # a missing permission: say so, no retry will fix it
             raise
         except Exception as e:  # the next call retries; poll decides about failures
@@ -352,15 +360,8 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             header = [f"--- leader pod {leader.metadata.name} (restart {attempt}) ---"]
             pos = 0
         base = attempt << OFFSET_BITS
-        if not data or len(data) <= pos:
-            return header, base + pos
-        chunk = data[pos:]
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return header, base + pos
-        chunk = chunk[: end + 1]
-        lines = chunk.decode("utf-8", errors="replace").splitlines()
-        return header + lines, base + pos + len(chunk)
+        lines, pos = spool.read(pos)
+        return header + lines, base + pos
 
     def cancel(self, handle: dict[str, Any]) -> None:
         clients = self._clients(handle)
@@ -404,12 +405,8 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         attempt = int(((js or {}).get("status") or {}).get("restarts") or 0)
         leader = verdict.leader(pods, attempt)
         infos = []
-        for pod in pods:
-            data = self._read_log(clients, ns, pod.metadata.name, CONTAINER)
-            if data is not None:
-                _write(art / "pods" / f"{pod.metadata.name}.log", data)
-                if pod is leader:
-                    _write(art / "output.log", data)
+        for pod in pods:  # pods/<pod>.log is the pod's log spool (k8s_logs)
+            self._spooled_log(clients, ns, pod, art, art / "output.log" if pod is leader else None)
             term = k8s_pods.terminated(pod, CONTAINER)
             job_i, pod_i = verdict.index(pod)
             infos.append(

@@ -160,6 +160,7 @@ class RunWorkloadOperator(CellOperator):
                 hang_detection=cell["workload"].get("hang_detection"),
                 started_at=time.time() - self.inline_wait,
                 deferred_at=time.time(),
+                timeout=timeout,
                 cell=cell,
                 dag_id=ref.dag_id,
                 run_id=ref.run_id,
@@ -169,7 +170,8 @@ class RunWorkloadOperator(CellOperator):
             ),
             method_name="execute_complete",
             kwargs={"handle": handle},
-            timeout=timedelta(seconds=timeout + DEFER_GRACE_SECONDS),
+            # A queued workload's clock starts when it runs: the deferral allows the queue.
+            timeout=timedelta(seconds=timeout + backend.queue_wait_limit() + DEFER_GRACE_SECONDS),
         )
 
     def _wait_briefly(self, backend: Any, handle: dict[str, Any]) -> tuple[int, Any]:

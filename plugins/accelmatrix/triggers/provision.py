@@ -35,6 +35,7 @@ class ProvisionTrigger(BaseTrigger):
         owner: dict[str, str] | None = None,
         cell: dict[str, Any] | None = None,
         end_task: bool = False,
+        deferred_at: float | None = None,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -43,6 +44,7 @@ class ProvisionTrigger(BaseTrigger):
         self.owner = owner
         self.cell = cell
         self.end_task = end_task
+        self.deferred_at = deferred_at
 
     @classmethod
     def for_cell(
@@ -53,7 +55,15 @@ class ProvisionTrigger(BaseTrigger):
         spec = cell["machine_spec"]
         owner = {"dag_id": ref.dag_id, "run_id": ref.run_id, "cell_id": cell["id"]} if ref else None
         poll = float(spec.get("provision_poll_seconds") or 15)
-        trigger = cls(spec, pending, poll, owner, cell=cell, end_task=end_task and ref is not None)
+        trigger = cls(
+            spec,
+            pending,
+            poll,
+            owner,
+            cell=cell,
+            end_task=end_task and ref is not None,
+            deferred_at=time.time(),
+        )
         return trigger, max(0.0, float(pending["deadline"]) - time.time())
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -66,6 +76,7 @@ class ProvisionTrigger(BaseTrigger):
                 "owner": self.owner,
                 "cell": self.cell,
                 "end_task": self.end_task,
+                "deferred_at": self.deferred_at,
             },
         )
 
@@ -101,6 +112,7 @@ class ProvisionTrigger(BaseTrigger):
                     if self.end_task:
                         yield TaskFailedEvent()  # cleaned up and recorded above
                     else:
+                        await self._settle_before_resume()
                         yield TriggerEvent(
                             {"status": "failed", "detail": check.failed, "pending": self.pending}
                         )
@@ -111,11 +123,26 @@ class ProvisionTrigger(BaseTrigger):
                     if self.end_task:
                         yield await self._finish()
                     else:
+                        await self._settle_before_resume()
                         yield TriggerEvent(
                             {"status": "ready", "waited": waited, "pending": self.pending}
                         )
                     return
             await asyncio.sleep(self.poll_interval)
+
+    async def _settle_before_resume(self) -> None:
+        """Resume the task no sooner than RESUME_SETTLE_SECONDS after it deferred: a machine
+        ready within seconds (a replacement TPU in the emulator) otherwise resumes the task
+        before the scheduler has processed the deferring worker's exit, and Airflow 3.3.2
+        fails that resumed try (see WorkloadTrigger._settle_before_resume; the fault matrix
+        lost its preempted TPU cell to it on a loaded machine)."""
+        from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
+
+        if self.deferred_at is None:
+            return
+        wait = self.deferred_at + RESUME_SETTLE_SECONDS - time.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     async def _finish(self) -> TriggerEvent:
         """Finish the ready machine and end the provision task with its resource record."""

@@ -43,6 +43,7 @@ class WorkloadTrigger(BaseTrigger):
         end_task: bool = False,
         test_failure_ends_task: bool = False,
         deferred_at: float | None = None,
+        timeout: float | None = None,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -58,6 +59,9 @@ class WorkloadTrigger(BaseTrigger):
         self.end_task = end_task
         self.test_failure_ends_task = test_failure_ends_task
         self.deferred_at = deferred_at if deferred_at is not None else time.time()
+        # The workload timeout: with it, a wait for capacity (Kueue) does not count (the
+        # deadline moves on while the backend reports the workload queued).
+        self.timeout = timeout
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -76,6 +80,7 @@ class WorkloadTrigger(BaseTrigger):
                 "end_task": self.end_task,
                 "test_failure_ends_task": self.test_failure_ends_task,
                 "deferred_at": self.deferred_at,
+                "timeout": self.timeout,
             },
         )
 
@@ -87,6 +92,7 @@ class WorkloadTrigger(BaseTrigger):
         backend = get_backend(self.machine_spec)
         offset = self.log_offset
         hang = HangWatch(self.hang_detection, self.started_at) if self.hang_detection else None
+        deadline = self.deadline
         while True:
             lines, offset = await asyncio.to_thread(backend.read_logs, self.handle, offset)
             for line in lines:
@@ -94,6 +100,7 @@ class WorkloadTrigger(BaseTrigger):
                 if hang:
                     hang.saw(line)
             status = await asyncio.to_thread(backend.poll, self.handle)
+            deadline = self._deadline(deadline, status)
             event: dict[str, Any] | None = None
             if status.done:
                 # Drain what was written between the last read and the exit.
@@ -107,7 +114,7 @@ class WorkloadTrigger(BaseTrigger):
                 }
             elif hang and (problem := hang.problem()):
                 event = {"status": "hung", "exit_code": None, "detail": problem}
-            elif time.time() >= self.deadline:
+            elif time.time() >= deadline:
                 event = {"status": "timeout", "exit_code": None, "detail": "deadline passed"}
             if event is not None:
                 event["log_offset"] = offset
@@ -119,6 +126,17 @@ class WorkloadTrigger(BaseTrigger):
                 yield ending
                 return
             await asyncio.sleep(self.poll_interval)
+
+    def _deadline(self, deadline: float, status: Any) -> float:
+        """The workload's deadline: its timeout counts from when it started running, not
+        from submit, when the backend says it waited for capacity (``queued``)."""
+        if self.timeout is None:
+            return deadline
+        if status.queued:  # the clock has not started
+            return max(deadline, time.time() + self.timeout)
+        if status.started_at is not None:
+            return max(deadline, status.started_at + self.timeout)
+        return deadline
 
     async def on_kill(self) -> None:
         """A person acted on the deferred run task (mark failed/success, clear) or deleted
