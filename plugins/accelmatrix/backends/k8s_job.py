@@ -53,62 +53,62 @@ How the contract maps onto Kubernetes, and why:
   for Jobs orphans the pods), the setup Job, then any pod still labelled with the cell's
   Job (orphans), and tolerates 404 everywhere.
 * **list_managed** lists Jobs labelled ``managed-by=accelmatrix`` in the namespace.
+
+This module holds the lifecycle against the API (provision, submit, poll, collect, teardown,
+creating and deleting Jobs). What it inherits lives beside it, each a mixin re-exported here:
+``k8s_job_manifest`` (the Job bodies and their labels), ``k8s_job_pods`` (classifying a Job's
+pods, log spools, the snapshot), ``k8s_job_setup`` (the setup Job) and ``k8s_job_inventory``
+(the janitor's listing).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from accelmatrix import settings
-from accelmatrix.backends import k8s_logs, k8s_pods, tpu_names
+from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import (
-    MANAGED_BY,
     Backend,
     BackendError,
     CellContext,
     InfrastructureError,
     JobStatus,
-    LogFn,
-    ManagedResource,
-    SetupFailed,
 )
+from accelmatrix.backends.k8s_job_inventory import JobInventory
+from accelmatrix.backends.k8s_job_manifest import (
+    CONTAINER,
+    GKE_ACCELERATOR,
+    GPU_TAINT,
+    JOB_LABEL,
+    KIND_LABEL,
+    RESOURCE_ANNOTATION,
+    ROLE_LABEL,
+    TEARDOWN_KEYS,
+    JobManifest,
+)
+from accelmatrix.backends.k8s_job_pods import (
+    INDEX_LABEL,
+    UID_LABEL,
+    JobPods,
+    _epoch,
+    _index,
+    _terminated,
+)
+from accelmatrix.backends.k8s_job_setup import SETUP_POLL_SECONDS, JobSetup
 from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
 from accelmatrix.hooks.k8s import KubeClients, api_message, get_clients
 
 logger = logging.getLogger(__name__)
 
-CONTAINER = "workload"
-RESOURCE_ANNOTATION = "accelmatrix.io/resource"
-TEARDOWN_KEYS = (
-    "backend",
-    "name",
-    "kubernetes_conn_id",
-    "namespace",
-    "job_name",
-    "setup_job_name",
-    "artifacts_dir",
-    "work_subpath",
-    "local_work_dir",
-)
-JOB_LABEL = "accelmatrix.io/job"
-KIND_LABEL = "accelmatrix.io/backend"  # set by other Kubernetes kinds (k8s-jobset, gke-tpu)
-ROLE_LABEL = "accelmatrix.io/role"
-UID_LABEL = "batch.kubernetes.io/controller-uid"
-INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-GPU_TAINT = "nvidia.com/gpu"
-GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 ROTATED = ("output.log", "status.json")
 DELETE_WAIT_SECONDS = 60.0
 UNREACHABLE_GRACE_SECONDS = 120.0
-SETUP_POLL_SECONDS = (0.2, 2.0)  # first and longest wait between setup Job polls
 
 _unreachable_since: dict[str, float] = {}
 _state_lock = threading.Lock()
@@ -119,33 +119,7 @@ def _label_value(text: str) -> str:
     return tpu_names.label_value(text).strip("-_.")
 
 
-def _epoch(ts: Any) -> float | None:
-    if ts is None:
-        return None
-    if isinstance(ts, datetime):
-        return ts.timestamp()
-    try:
-        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _index(pod: Any) -> int:
-    labels = pod.metadata.labels or {}
-    try:
-        return int(labels.get(INDEX_LABEL, 0))
-    except ValueError:
-        return 0
-
-
-def _terminated(pod: Any, container: str = CONTAINER) -> Any:
-    for cs in pod.status.container_statuses or []:
-        if cs.name == container and cs.state and cs.state.terminated:
-            return cs.state.terminated
-    return None
-
-
-class KubernetesJobBackend(Backend):
+class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend):
     kind = "k8s-job"
 
     def __init__(self, machine_spec: dict[str, Any]):
@@ -239,123 +213,6 @@ class KubernetesJobBackend(Backend):
             "python": self.machine.python,
         }
 
-    # -- the Job ---------------------------------------------------------------------------
-    def _env(self, env: dict[str, str]) -> list[dict[str, str]]:
-        m = self.machine
-        values = dict(env)
-        values["ACCELMATRIX_WORK_DIR"] = m.work_dir
-        values["ACCELMATRIX_NUM_NODES"] = str(m.num_nodes)
-        if m.accelerator_resource is None:
-            values.setdefault("CUDA_VISIBLE_DEVICES", "-1")  # CPU-only: no GPU even if present
-        return [{"name": k, "value": v} for k, v in values.items()]
-
-    def _container(self, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
-        if not argv or any(not isinstance(a, str) or "\x00" in a for a in argv):
-            raise BackendError(f"invalid argv {argv!r}: empty, not strings or containing NUL")
-        m = self.machine
-        requests = {k: v for k, v in (("cpu", m.cpu), ("memory", m.memory)) if v}
-        limits: dict[str, str] = {}
-        if m.accelerator_resource:
-            limits[m.accelerator_resource] = str(m.gpus or 1)
-        resources: dict[str, Any] = {}
-        if requests:
-            resources["requests"] = requests
-        if limits:
-            resources["limits"] = limits
-        return {
-            "name": name,
-            "image": m.image,
-            "imagePullPolicy": m.image_pull_policy,
-            # Exec form: no shell ever sees an argument. But the kubelet itself expands
-            # `$(VAR)` in command and args from the container's env; `$$` is its escape, so
-            # every `$` is doubled and each argument reaches the process exactly as written.
-            "command": [a.replace("$", "$$") for a in argv],
-            "workingDir": m.work_dir,
-            "env": self._env(env),
-            "resources": resources,
-            "volumeMounts": [{"name": "work", "mountPath": m.work_dir}],
-        }
-
-    def _job_body(
-        self,
-        resource: dict[str, Any],
-        name: str,
-        role: str,
-        containers: list[dict[str, Any]],
-        init_containers: list[dict[str, Any]] | None = None,
-        nodes: int = 1,
-    ) -> dict[str, Any]:
-        m = self.machine
-        if m.artifacts_volume:
-            volume = {
-                "name": "work",
-                "persistentVolumeClaim": {"claimName": m.artifacts_volume.claim_name},
-            }
-            for c in containers + (init_containers or []):
-                c["volumeMounts"][0]["subPath"] = resource["work_subpath"]
-        else:
-            volume = {"name": "work", "emptyDir": {}}
-        node_selector = dict(m.node_selector)
-        if m.accelerator:
-            node_selector[GKE_ACCELERATOR] = m.accelerator
-        tolerations = [t.model_dump(exclude_none=True) for t in m.tolerations]
-        if m.accelerator_resource and not any(t.get("key") == GPU_TAINT for t in tolerations):
-            tolerations.append({"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"})
-        labels = dict(resource["labels"])
-        pod_labels = {**labels, JOB_LABEL: resource["job_name"], ROLE_LABEL: role}
-        pod_spec: dict[str, Any] = {
-            "restartPolicy": "Never",
-            "containers": containers,
-            "volumes": [volume],
-        }
-        if init_containers:
-            pod_spec["initContainers"] = init_containers
-        if m.service_account:
-            pod_spec["serviceAccountName"] = m.service_account
-        if node_selector:
-            pod_spec["nodeSelector"] = node_selector
-        if tolerations:
-            pod_spec["tolerations"] = tolerations
-        spec: dict[str, Any] = {
-            "backoffLimit": 0,
-            "completions": nodes,
-            "parallelism": nodes,
-            "ttlSecondsAfterFinished": m.ttl_seconds_after_finished,
-            "activeDeadlineSeconds": int(resource["active_deadline_seconds"]),
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
-        }
-        if nodes > 1:
-            spec["completionMode"] = "Indexed"
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": name,
-                "namespace": resource["namespace"],
-                "labels": {**labels, JOB_LABEL: resource["job_name"], ROLE_LABEL: role},
-                "annotations": {
-                    **dict(resource.get("annotations") or {}),
-                    # What teardown needs, so a janitor can release a Job it finds orphaned.
-                    RESOURCE_ANNOTATION: json.dumps(
-                        {k: resource.get(k) for k in TEARDOWN_KEYS}, separators=(",", ":")
-                    ),
-                },
-            },
-            "spec": spec,
-        }
-
-    def workload_job(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
-        """The Job manifest submit creates (public: tests and docs render it)."""
-        return self._job_body(
-            resource,
-            resource["job_name"],
-            "workload",
-            [self._container(CONTAINER, argv, env)],
-            nodes=self.machine.num_nodes,
-        )
-
     def _create_or_reattach(
         self, clients: KubeClients, ns: str, body: dict[str, Any], scheduling_timeout: float
     ) -> tuple[Any, bool]:
@@ -409,234 +266,6 @@ class KubernetesJobBackend(Backend):
                 raise
             time.sleep(0.2)
         return existed
-
-    # -- inspection ------------------------------------------------------------------------
-    def _pods(self, clients: KubeClients, ns: str, job: Any) -> list[Any]:
-        selector = f"{UID_LABEL}={job.metadata.uid}"
-        pods = clients.core.list_namespaced_pod(ns, label_selector=selector).items
-        return sorted(pods, key=lambda p: (_index(p), _epoch(p.metadata.creation_timestamp) or 0))
-
-    def _inspect(
-        self,
-        clients: KubeClients,
-        ns: str,
-        job: Any,
-        scheduling_timeout: float,
-        containers: list[str] | None = None,
-    ) -> tuple[JobStatus, list[Any]]:
-        """Classify a Job: running, exited (with the exit code) or an infrastructure failure."""
-        name = job.metadata.name
-        pods = self._pods(clients, ns, job)
-        conditions = {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
-        now = time.time()
-        for pod in pods:
-            problem = k8s_pods.pod_problem(
-                pod,
-                now=now,
-                scheduling_timeout=scheduling_timeout,
-                creating_timeout=float(self.machine.container_creating_timeout_seconds),
-            )
-            if problem:  # before any exit code: a pod the cluster stopped exits 143/137
-                return self._infra(problem), pods
-        if "Complete" in conditions:
-            term = _terminated(pods[0]) if pods else None
-            code = term.exit_code if term else 0
-            return JobStatus(done=True, exit_code=code, detail=f"Job {name} complete"), pods
-        if "Failed" in conditions:
-            cond = conditions["Failed"]
-            for pod in pods:
-                for cname in containers or [CONTAINER]:
-                    term = _terminated(pod, cname)
-                    if term is None:
-                        term = next(
-                            (
-                                cs.state.terminated
-                                for cs in pod.status.init_container_statuses or []
-                                if cs.name == cname and cs.state and cs.state.terminated
-                            ),
-                            None,
-                        )
-                    if term is not None and term.exit_code != 0:
-                        return JobStatus(
-                            done=True,
-                            exit_code=term.exit_code,
-                            detail=f"pod {pod.metadata.name} container {cname} exited with "
-                            f"{term.exit_code} ({term.reason})",
-                        ), pods
-            if cond.reason == "DeadlineExceeded":
-                return JobStatus(
-                    done=True,
-                    exit_code=None,
-                    detail=f"Job {name} passed activeDeadlineSeconds and was stopped",
-                ), pods
-            return self._infra(
-                f"Job {name} failed ({cond.reason}: {cond.message}) without a container exit "
-                "code: its pod was deleted or evicted"
-            ), pods
-        if not pods:
-            age = now - (_epoch(job.metadata.creation_timestamp) or now)
-            if age > scheduling_timeout:
-                return self._infra(
-                    f"Job {name} created no pod in {age:.0f} s (quota, admission webhook or "
-                    "a missing service account?)"
-                ), pods
-            return JobStatus(done=False, detail="waiting for a pod"), pods
-        phases = ",".join(sorted({p.status.phase for p in pods}))
-        return JobStatus(done=False, detail=f"pods {phases}"), pods
-
-    @staticmethod
-    def _infra(detail: str) -> JobStatus:
-        return JobStatus(done=True, exit_code=None, detail=detail, infrastructure_failure=True)
-
-    def _spool(
-        self, clients: KubeClients, ns: str, pod: Any, art: Path, container: str = CONTAINER
-    ) -> k8s_logs.Spool:
-        """The pod's log spool (``<artifacts>/pods/<pod>.log``), followed from now on."""
-        from kubernetes.client.exceptions import ApiException
-
-        name = pod.metadata.name
-        spool = k8s_logs.Spool(art / "pods" / f"{name}.log")
-
-        def open_stream(since: str | None) -> Any:
-            query = [("container", container), ("follow", "true"), ("timestamps", "true")]
-            if since:
-                query.append(("sinceTime", since))  # the generated client cannot send it
-            return clients.core.api_client.call_api(
-                "/api/v1/namespaces/{namespace}/pods/{name}/log",
-                "GET",
-                path_params={"namespace": ns, "name": name},
-                query_params=query,
-                header_params={"Accept": "*/*"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-            )
-
-        def finished() -> bool | None:
-            try:
-                p = clients.core.read_namespaced_pod(name, ns)
-            except ApiException as e:
-                return True if e.status == 404 else None
-            return p.status.phase in ("Succeeded", "Failed") or (
-                k8s_pods.terminated(p, container) is not None
-            )
-
-        k8s_logs.ensure(spool, open_stream, finished)
-        return spool
-
-    @staticmethod
-    def _log_forbidden(ns: str, pod: str, detail: str) -> BackendError:
-        return BackendError(
-            f"cannot read the log of pod {ns}/{pod}: {detail}. The Role bound to the "
-            "connection's identity needs verb `get` on resource `pods/log` (see the minimal "
-            "Role in docs/backends-kubernetes.md)"
-        )
-
-    def _spooled_log(
-        self, clients: KubeClients, ns: str, pod: Any, art: Path, target: Path | None = None
-    ) -> k8s_logs.Spool:
-        """Follow the pod's log; once its container exited, wait until the spool is whole;
-        show it as ``target`` too (a hard link)."""
-        spool = self._spool(clients, ns, pod, art)
-        done = pod.status.phase in ("Succeeded", "Failed") or _terminated(pod) is not None
-        if done:
-            k8s_logs.settle(spool)
-        if err := spool.error():
-            raise self._log_forbidden(ns, pod.metadata.name, err)
-        if target is not None and spool.path.exists():
-            k8s_logs.link_or_copy(spool.path, target)
-        return spool
-
-    def _read_log(self, clients: KubeClients, ns: str, pod: str, container: str) -> bytes | None:
-        """The whole log of a container; None while it has not started or the pod is gone."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            resp = clients.core.read_namespaced_pod_log(
-                pod, ns, container=container, _preload_content=False
-            )
-        except ApiException as e:
-            if e.status in (400, 404):
-                return None
-            if e.status == 403:
-                raise self._log_forbidden(ns, pod, f"403 {api_message(e)}") from None
-            raise
-        return resp.data
-
-    # -- setup -----------------------------------------------------------------------------
-    def setup(
-        self,
-        resource: dict[str, Any],
-        commands: list[list[str]],
-        env: dict[str, str],
-        timeout: int,
-        log: LogFn,
-    ) -> None:
-        if not commands:
-            return
-        clients = self._clients(resource)
-        ns, name = resource["namespace"], resource["setup_job_name"]
-        names = [f"setup-{i}" for i in range(len(commands))]
-        containers = [
-            self._container(n, argv, env) for n, argv in zip(names, commands, strict=True)
-        ]
-        body = self._job_body(resource, name, "setup", containers[-1:], containers[:-1])
-        timeout_s = float(self.machine.scheduling_timeout_seconds)
-        # A setup Job left by an earlier attempt (its task was killed or timed out) may be
-        # the very thing that hung: replace it, as the local and SSH backends stop theirs.
-        # Setup commands run again on every attempt anyway; the run Job is reattached to.
-        if self._delete_job(clients, ns, name, wait=True):
-            log(f"deleted setup Job {ns}/{name} left by an earlier attempt")
-        job, reattached = self._create_or_reattach(clients, ns, body, timeout_s)
-        log(f"{'reattached to' if reattached else 'created'} setup Job {ns}/{name}")
-        log_path = Path(resource["artifacts_dir"]) / "setup.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        offsets = dict.fromkeys(names, 0)
-        tails: dict[str, list[str]] = {n: [] for n in names}
-        deadline = time.monotonic() + timeout
-        try:
-            with open(log_path, "a", encoding="utf-8") as setup_log:
-
-                def stream(pods: list[Any]) -> None:
-                    if not pods:
-                        return
-                    for cname in names:
-                        data = self._read_log(clients, ns, pods[0].metadata.name, cname)
-                        if data is None or len(data) <= offsets[cname]:
-                            continue
-                        chunk = data[offsets[cname] :]
-                        offsets[cname] = len(data)
-                        for line in chunk.decode("utf-8", "replace").splitlines():
-                            log(f"[{cname}] {line}")
-                            setup_log.write(f"[{cname}] {line}\n")
-                            tails[cname] = (tails[cname] + [line])[-20:]
-
-                pause = SETUP_POLL_SECONDS[0]
-                while True:
-                    job = clients.batch.read_namespaced_job(name, ns)
-                    status, pods = self._inspect(clients, ns, job, timeout_s, names)
-                    stream(pods)
-                    if status.done:
-                        break
-                    if time.monotonic() >= deadline:
-                        raise SetupFailed(f"setup timed out after {timeout}s (Job {ns}/{name})")
-                    time.sleep(pause)
-                    pause = min(pause * 1.5, SETUP_POLL_SECONDS[1])
-        except BaseException:
-            self._delete_job(clients, ns, name)
-            raise
-        self._delete_job(clients, ns, name)
-        if status.infrastructure_failure:
-            raise InfrastructureError(f"setup Job {ns}/{name}: {status.detail}")
-        if status.exit_code:
-            failed = next((n for n in names if f"container {n} exited" in status.detail), names[-1])
-            i = names.index(failed)
-            raise SetupFailed(
-                f"setup[{i}] {commands[i]} exited with {status.exit_code}; last lines:\n"
-                + "\n".join(tails[failed])
-            )
-        if status.exit_code is None:
-            raise SetupFailed(f"setup Job {ns}/{name} ended without an exit code: {status.detail}")
 
     # -- run -------------------------------------------------------------------------------
     def submit(
@@ -741,40 +370,6 @@ class KubernetesJobBackend(Backend):
         self._delete_job(clients, ns, name)
         self._delete_pods(clients, ns, name)
 
-    # -- artifacts -------------------------------------------------------------------------
-    def _snapshot(self, clients: KubeClients, ns: str, pods: list[Any], art: Path) -> None:
-        """Write output.log and status.json (what evaluation reads) from the pods' state."""
-        if not pods:
-            return
-        art.mkdir(parents=True, exist_ok=True)
-        pods = sorted(pods, key=_index)
-        pod0 = pods[0]
-        for pod in pods:
-            i = _index(pod)
-            target = art / ("output.log" if i == 0 else f"output-{i}.log")
-            self._spooled_log(clients, ns, pod, art, target)
-        term = _terminated(pod0)
-        running = next(
-            (
-                cs.state.running
-                for cs in pod0.status.container_statuses or []
-                if cs.name == CONTAINER and cs.state and cs.state.running
-            ),
-            None,
-        )
-        status = {
-            "exit_code": term.exit_code if term else None,
-            "started_at": _epoch(term.started_at if term else running and running.started_at),
-            "ended_at": _epoch(term.finished_at) if term else None,
-            "pid": None,
-            "pod": pod0.metadata.name,
-            "node": pod0.spec.node_name,
-            "reason": (term.reason if term else None) or pod0.status.reason,
-        }
-        tmp = art / ".status.json.part"
-        tmp.write_text(json.dumps(status))
-        os.replace(tmp, art / "status.json")
-
     def _snapshot_resource(self, clients: KubeClients, resource: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
 
@@ -838,64 +433,22 @@ class KubernetesJobBackend(Backend):
             if root in path.parents and len(path.relative_to(root).parts) == 3:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def list_managed(self) -> list[ManagedResource]:
-        """One entry per cell (its setup and workload Jobs share the cell's job label)."""
-        clients = self._clients()
-        ns = self._namespace(clients)
-        jobs = clients.batch.list_namespaced_job(ns, label_selector=f"managed-by={MANAGED_BY}")
-        by_cell: dict[str, ManagedResource] = {}
-        for job in jobs.items:
-            labels = dict(job.metadata.labels or {})
-            if labels.get("managed-by") != MANAGED_BY:
-                continue
-            # Another Kubernetes machine kind's cell (a JobSet's child and setup Jobs) is
-            # that backend's to judge: reaping its Jobs here would fight its controller.
-            if labels.get(KIND_LABEL, "k8s-job") != self.kind:
-                continue
-            annotations = dict(job.metadata.annotations or {})
-            cell_job = labels.get(JOB_LABEL) or job.metadata.name
-            st = job.status
-            try:
-                record = json.loads(annotations.get(RESOURCE_ANNOTATION) or "null")
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or not record.get("job_name"):
-                # No record (made by an older version): delete just this Job.
-                record = {"name": f"{ns}/{cell_job}", "job_name": job.metadata.name}
-                record["setup_job_name"] = job.metadata.name
-            record.update(namespace=ns, backend=self.kind)
-            record.setdefault("kubernetes_conn_id", clients.conn_id)
-            record.setdefault(
-                "artifacts_dir",
-                str(settings.home() / "orphans" / self.kind / ns / cell_job),
-            )
-            ident = {
-                "dag_id": annotations.get("accelmatrix.io/dag-id"),
-                "run_id": annotations.get("accelmatrix.io/run-id"),
-                "cell_id": annotations.get("accelmatrix.io/cell-id"),
-            }
-            entry = by_cell.get(cell_job)
-            if entry is None:
-                entry = by_cell[cell_job] = ManagedResource(
-                    backend=self.kind,
-                    name=f"{ns}/{cell_job}",
-                    labels={k: v for k, v in labels.items() if k != ROLE_LABEL},
-                    created_at=_epoch(job.metadata.creation_timestamp),
-                    detail={
-                        "namespace": ns,
-                        "jobs": [],
-                        "identity": ident if all(ident.values()) else None,
-                        "annotations": annotations,
-                        "resource": record,
-                        "active": 0,
-                        "succeeded": 0,
-                        "failed": 0,
-                    },
-                )
-            entry.detail["jobs"].append(job.metadata.name)
-            for k in ("active", "succeeded", "failed"):
-                entry.detail[k] += getattr(st, k, None) or 0
-            created = _epoch(job.metadata.creation_timestamp)
-            if created is not None and (entry.created_at is None or created < entry.created_at):
-                entry.created_at = created
-        return list(by_cell.values())
+
+__all__ = [
+    "CONTAINER",
+    "GKE_ACCELERATOR",
+    "GPU_TAINT",
+    "INDEX_LABEL",
+    "JOB_LABEL",
+    "KIND_LABEL",
+    "RESOURCE_ANNOTATION",
+    "ROLE_LABEL",
+    "ROTATED",
+    "SETUP_POLL_SECONDS",
+    "TEARDOWN_KEYS",
+    "UID_LABEL",
+    "KubernetesJobBackend",
+    "_epoch",
+    "_index",
+    "_terminated",
+]
