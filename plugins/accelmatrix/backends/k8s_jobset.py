@@ -26,28 +26,27 @@ differs where a group of pods differs from one:
   ``runner.rendezvous_s`` metrics, which checks can bound (HyperPod's success indicators).
 * **teardown/cancel** delete the JobSet with Foreground propagation (child Jobs, pods and
   the headless Service go with it), then any pod still labelled with the cell.
+
+The snapshot of the group (``k8s_jobset_artifacts``) and the janitor's listing
+(``k8s_jobset_inventory``) live beside this module as mixins the backend inherits.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from accelmatrix import settings
 from accelmatrix.backends import jobset_verdict as verdict
-from accelmatrix.backends import k8s_pods, tpu_names
+from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import (
-    MANAGED_BY,
     BackendError,
     CellContext,
     InfrastructureError,
     JobStatus,
-    ManagedResource,
 )
 from accelmatrix.backends.jobset_manifest import (
     CONTAINER,
@@ -61,6 +60,8 @@ from accelmatrix.backends.k8s_job import (
     ROTATED,
     KubernetesJobBackend,
 )
+from accelmatrix.backends.k8s_jobset_artifacts import JobSetArtifacts
+from accelmatrix.backends.k8s_jobset_inventory import JobSetInventory
 from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients, api_message
@@ -75,7 +76,7 @@ _spooled: dict[str, float] = {}
 _spool_lock = threading.Lock()
 
 
-class KubernetesJobSetBackend(KubernetesJobBackend):
+class KubernetesJobSetBackend(JobSetArtifacts, JobSetInventory, KubernetesJobBackend):
     kind = "k8s-jobset"
 
     def __init__(self, machine_spec: dict[str, Any]):
@@ -373,113 +374,6 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         self._delete_jobset(clients, ns, name)
         self._delete_pods(clients, ns, name)
 
-    # -- artifacts -----------------------------------------------------------------------------
-    def _snapshot_group(
-        self,
-        clients: KubeClients,
-        ns: str,
-        name: str,
-        artifacts_dir: str,
-        js: dict[str, Any] | None,
-        outcome: JobStatus | None,
-    ) -> None:
-        """Every pod's log, the leader's as output.log, status.json and the group timing."""
-        from kubernetes.client.exceptions import ApiException
-
-        if js is None:
-            try:
-                js = jobset_api.get_jobset(clients, ns, name)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-        pods = self._group_pods(clients, ns, name)
-        art = Path(artifacts_dir)
-        if not pods:
-            if outcome is not None and outcome.done:  # e.g. evicted: its pods are gone
-                art.mkdir(parents=True, exist_ok=True)
-                record = {"exit_code": None, "reason": outcome.detail, "verdict": True}
-                record.update(jobset=name, pods=[], started_at=None, ended_at=None, pid=None)
-                _write(art / "status.json", json.dumps(record).encode())
-            return
-        (art / "pods").mkdir(parents=True, exist_ok=True)
-        attempt = int(((js or {}).get("status") or {}).get("restarts") or 0)
-        leader = verdict.leader(pods, attempt)
-        infos = []
-        for pod in pods:  # pods/<pod>.log is the pod's log spool (k8s_logs)
-            self._spooled_log(clients, ns, pod, art, art / "output.log" if pod is leader else None)
-            term = k8s_pods.terminated(pod, CONTAINER)
-            job_i, pod_i = verdict.index(pod)
-            infos.append(
-                {
-                    "name": pod.metadata.name,
-                    "job_index": job_i,
-                    "rank": pod_i,
-                    "attempt": verdict.attempt(pod.metadata.labels),
-                    "phase": pod.status.phase,
-                    "node": pod.spec.node_name,
-                    "created_at": k8s_pods.epoch(pod.metadata.creation_timestamp),
-                    "started_at": k8s_pods.running_since(pod, CONTAINER),
-                    "ended_at": k8s_pods.epoch(term.finished_at) if term else None,
-                    "exit_code": term.exit_code if term else None,
-                    "reason": (term.reason if term else None) or pod.status.reason,
-                    "disruption": k8s_pods.disruption(pod),
-                }
-            )
-        try:  # pods deleted since the last snapshot (a restart) keep their last record
-            prior = json.loads((art / "status.json").read_text())
-        except (OSError, ValueError):
-            prior = {}
-        if prior.get("jobset") == name:
-            seen = {i["name"] for i in infos}
-            infos = [i for i in prior.get("pods") or [] if i.get("name") not in seen] + infos
-            infos.sort(key=lambda i: (i.get("attempt", 0), i.get("job_index", 0), i.get("rank", 0)))
-        lead = next(
-            (i for i in infos if leader is not None and i["name"] == leader.metadata.name), infos[0]
-        )
-        exit_code, reason = lead["exit_code"], lead["reason"]
-        judged = outcome is not None and outcome.done
-        if judged:
-            exit_code = None if outcome.infrastructure_failure else outcome.exit_code
-            reason = outcome.detail
-        else:  # collect/teardown after poll judged the group: keep its verdict
-            if prior.get("verdict") and prior.get("jobset") == name:
-                exit_code, reason, judged = prior.get("exit_code"), prior.get("reason"), True
-        started = js and k8s_pods.epoch(js["metadata"].get("creationTimestamp"))
-        status = {
-            "exit_code": exit_code,
-            "started_at": lead["started_at"],
-            "ended_at": lead["ended_at"],
-            "pid": None,
-            "pod": lead["name"],
-            "node": lead["node"],
-            "reason": reason,
-            "verdict": judged,
-            "jobset": name,
-            "restarts": attempt,
-            "pods": infos,
-        }
-        _write(art / "status.json", json.dumps(status).encode())
-        current = [i for i in infos if i["attempt"] == attempt]
-        starts = [i["started_at"] for i in current if i["started_at"] is not None]
-        timing: dict[str, Any] = {"final": True}
-        if starts and len(starts) == len(current):
-            origin = min(
-                [i["created_at"] for i in current if i["created_at"]] + [started or min(starts)]
-            )
-            timing["all_pods_running_s"] = max(starts) - origin
-            timing["rendezvous_s"] = max(starts) - min(starts)
-        _write(art / RUNNER_FILE, (json.dumps(timing) + "\n").encode())
-
-    def _snapshot_resource(self, clients: KubeClients, resource: dict[str, Any]) -> None:
-        self._snapshot_group(
-            clients,
-            resource["namespace"],
-            resource["job_name"],
-            resource["artifacts_dir"],
-            None,
-            None,
-        )
-
     # -- teardown ------------------------------------------------------------------------------
     def teardown(self, resource: dict[str, Any]) -> None:
         clients = self._clients(resource)
@@ -514,81 +408,3 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
                 shutil.rmtree(path, ignore_errors=True)
         if errors:
             raise BackendError(f"teardown of {resource['name']} incomplete: " + "; ".join(errors))
-
-    def list_managed(self) -> list[ManagedResource]:
-        """One entry per cell: its JobSet, child and setup Jobs, pods and Service, by exact name."""
-        clients = self._clients()
-        ns = self._namespace(clients)
-        entries = {e.name: e for e in super().list_managed()}
-        for e in entries.values():
-            e.backend = self.kind
-            e.detail["resource"]["backend"] = self.kind
-        selector = f"managed-by={MANAGED_BY},{KIND_LABEL}={self.kind}"
-        for js in jobset_api.list_jobsets(clients, ns, selector):
-            meta = js["metadata"]
-            labels = dict(meta.get("labels") or {})
-            name = meta["name"]
-            annotations = dict(meta.get("annotations") or {})
-            try:
-                record = json.loads(annotations.get("accelmatrix.io/resource") or "null")
-            except ValueError:
-                record = None
-            if not isinstance(record, dict) or not record.get("job_name"):
-                record = {"name": f"{ns}/{name}", "job_name": name, "setup_job_name": name}
-            record.update(namespace=ns, backend=self.kind)
-            record.setdefault("kubernetes_conn_id", clients.conn_id)
-            record.setdefault(
-                "artifacts_dir", str(settings.home() / "orphans" / self.kind / ns / name)
-            )
-            ident = {
-                "dag_id": annotations.get("accelmatrix.io/dag-id"),
-                "run_id": annotations.get("accelmatrix.io/run-id"),
-                "cell_id": annotations.get("accelmatrix.io/cell-id"),
-            }
-            key = f"{ns}/{name}"
-            entry = entries.get(key)
-            if entry is None:
-                entry = entries[key] = ManagedResource(
-                    backend=self.kind,
-                    name=key,
-                    labels={k: v for k, v in labels.items() if k != "accelmatrix.io/role"},
-                    created_at=k8s_pods.epoch(meta.get("creationTimestamp")),
-                    detail={
-                        "namespace": ns,
-                        "jobs": [],
-                        "identity": ident if all(ident.values()) else None,
-                        "annotations": annotations,
-                        "resource": record,
-                    },
-                )
-            entry.detail["resource"] = record
-            entry.detail["jobset"] = {"name": name, "uid": meta.get("uid")}
-            pods = clients.core.list_namespaced_pod(
-                ns, label_selector=f"{JOBSET_NAME_LABEL}={name}"
-            )
-            entry.detail["pods"] = sorted(p.metadata.name for p in pods.items)
-            entry.detail["services"] = self._services(clients, ns, name)
-            # Exact ids of everything the cell holds, for the janitor's record of the reap.
-            entry.detail["children"] = (
-                [f"JobSet {ns}/{name} uid={meta.get('uid')}"]
-                + [f"Job {ns}/{j}" for j in sorted(entry.detail.get("jobs") or [])]
-                + [f"Pod {ns}/{p}" for p in entry.detail["pods"]]
-                + [f"Service {ns}/{s}" for s in entry.detail["services"]]
-            )
-        return list(entries.values())
-
-    @staticmethod
-    def _services(clients: KubeClients, ns: str, name: str) -> list[str]:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            svc = clients.core.read_namespaced_service(name, ns)
-        except ApiException:
-            return []
-        return [svc.metadata.name]
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

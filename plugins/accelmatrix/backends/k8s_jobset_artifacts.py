@@ -1,0 +1,141 @@
+"""What a k8s-jobset cell leaves in its artifacts dir: every pod's log, status.json, timing.
+
+``JobSetArtifacts._snapshot_group`` saves every pod's log spool, the leader's as
+``output.log``, a ``status.json`` with every pod's state (pods a restart deleted keep their
+last record, and a verdict poll reached is kept), and the group's timing (all pods running,
+rendezvous spread) as runner metrics. It is separate from ``accelmatrix.backends.k8s_jobset``
+because it is the group's record on disk, apart from creating, judging and deleting the
+JobSet; ``KubernetesJobSetBackend`` inherits it (before ``KubernetesJobBackend``, whose
+``_snapshot_resource`` it replaces) and uses its ``_group_pods``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from accelmatrix.backends import jobset_verdict as verdict
+from accelmatrix.backends import k8s_pods
+from accelmatrix.backends.base import JobStatus
+from accelmatrix.backends.jobset_manifest import CONTAINER
+from accelmatrix.hooks import jobset as jobset_api
+from accelmatrix.hooks.k8s import KubeClients
+from accelmatrix.metrics.resources import FILE as RUNNER_FILE
+
+
+class JobSetArtifacts:
+    """The snapshot steps of KubernetesJobSetBackend (a mixin)."""
+
+    def _snapshot_group(
+        self,
+        clients: KubeClients,
+        ns: str,
+        name: str,
+        artifacts_dir: str,
+        js: dict[str, Any] | None,
+        outcome: JobStatus | None,
+    ) -> None:
+        """Every pod's log, the leader's as output.log, status.json and the group timing."""
+        from kubernetes.client.exceptions import ApiException
+
+        if js is None:
+            try:
+                js = jobset_api.get_jobset(clients, ns, name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        pods = self._group_pods(clients, ns, name)
+        art = Path(artifacts_dir)
+        if not pods:
+            if outcome is not None and outcome.done:  # e.g. evicted: its pods are gone
+                art.mkdir(parents=True, exist_ok=True)
+                record = {"exit_code": None, "reason": outcome.detail, "verdict": True}
+                record.update(jobset=name, pods=[], started_at=None, ended_at=None, pid=None)
+                _write(art / "status.json", json.dumps(record).encode())
+            return
+        (art / "pods").mkdir(parents=True, exist_ok=True)
+        attempt = int(((js or {}).get("status") or {}).get("restarts") or 0)
+        leader = verdict.leader(pods, attempt)
+        infos = []
+        for pod in pods:  # pods/<pod>.log is the pod's log spool (k8s_logs)
+            self._spooled_log(clients, ns, pod, art, art / "output.log" if pod is leader else None)
+            term = k8s_pods.terminated(pod, CONTAINER)
+            job_i, pod_i = verdict.index(pod)
+            infos.append(
+                {
+                    "name": pod.metadata.name,
+                    "job_index": job_i,
+                    "rank": pod_i,
+                    "attempt": verdict.attempt(pod.metadata.labels),
+                    "phase": pod.status.phase,
+                    "node": pod.spec.node_name,
+                    "created_at": k8s_pods.epoch(pod.metadata.creation_timestamp),
+                    "started_at": k8s_pods.running_since(pod, CONTAINER),
+                    "ended_at": k8s_pods.epoch(term.finished_at) if term else None,
+                    "exit_code": term.exit_code if term else None,
+                    "reason": (term.reason if term else None) or pod.status.reason,
+                    "disruption": k8s_pods.disruption(pod),
+                }
+            )
+        try:  # pods deleted since the last snapshot (a restart) keep their last record
+            prior = json.loads((art / "status.json").read_text())
+        except (OSError, ValueError):
+            prior = {}
+        if prior.get("jobset") == name:
+            seen = {i["name"] for i in infos}
+            infos = [i for i in prior.get("pods") or [] if i.get("name") not in seen] + infos
+            infos.sort(key=lambda i: (i.get("attempt", 0), i.get("job_index", 0), i.get("rank", 0)))
+        lead = next(
+            (i for i in infos if leader is not None and i["name"] == leader.metadata.name), infos[0]
+        )
+        exit_code, reason = lead["exit_code"], lead["reason"]
+        judged = outcome is not None and outcome.done
+        if judged:
+            exit_code = None if outcome.infrastructure_failure else outcome.exit_code
+            reason = outcome.detail
+        else:  # collect/teardown after poll judged the group: keep its verdict
+            if prior.get("verdict") and prior.get("jobset") == name:
+                exit_code, reason, judged = prior.get("exit_code"), prior.get("reason"), True
+        started = js and k8s_pods.epoch(js["metadata"].get("creationTimestamp"))
+        status = {
+            "exit_code": exit_code,
+            "started_at": lead["started_at"],
+            "ended_at": lead["ended_at"],
+            "pid": None,
+            "pod": lead["name"],
+            "node": lead["node"],
+            "reason": reason,
+            "verdict": judged,
+            "jobset": name,
+            "restarts": attempt,
+            "pods": infos,
+        }
+        _write(art / "status.json", json.dumps(status).encode())
+        current = [i for i in infos if i["attempt"] == attempt]
+        starts = [i["started_at"] for i in current if i["started_at"] is not None]
+        timing: dict[str, Any] = {"final": True}
+        if starts and len(starts) == len(current):
+            origin = min(
+                [i["created_at"] for i in current if i["created_at"]] + [started or min(starts)]
+            )
+            timing["all_pods_running_s"] = max(starts) - origin
+            timing["rendezvous_s"] = max(starts) - min(starts)
+        _write(art / RUNNER_FILE, (json.dumps(timing) + "\n").encode())
+
+    def _snapshot_resource(self, clients: KubeClients, resource: dict[str, Any]) -> None:
+        self._snapshot_group(
+            clients,
+            resource["namespace"],
+            resource["job_name"],
+            resource["artifacts_dir"],
+            None,
+            None,
+        )
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

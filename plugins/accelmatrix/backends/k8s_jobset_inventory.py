@@ -1,0 +1,99 @@
+"""The janitor's view of the k8s-jobset backend: each cell's JobSet and everything it holds.
+
+``JobSetInventory.list_managed`` extends the k8s-job listing (the cell's setup and child
+Jobs) with the cell's JobSets, found by the kind label, and names exactly what each holds
+(child Jobs, pods, the headless Service) for the janitor's record of a reap. It is separate
+from ``accelmatrix.backends.k8s_jobset`` because the janitor's sweep is its own concern,
+apart from a cell's lifecycle. ``KubernetesJobSetBackend`` inherits it before
+``KubernetesJobBackend``, so its ``super().list_managed()`` is the k8s-job listing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from accelmatrix import settings
+from accelmatrix.backends import k8s_pods
+from accelmatrix.backends.base import MANAGED_BY, ManagedResource
+from accelmatrix.backends.jobset_manifest import JOBSET_NAME_LABEL
+from accelmatrix.backends.k8s_job_manifest import KIND_LABEL
+from accelmatrix.hooks import jobset as jobset_api
+from accelmatrix.hooks.k8s import KubeClients
+
+
+class JobSetInventory:
+    """``list_managed`` of KubernetesJobSetBackend (a mixin)."""
+
+    kind: str
+
+    def list_managed(self) -> list[ManagedResource]:
+        """One entry per cell: its JobSet, child and setup Jobs, pods and Service, by exact name."""
+        clients = self._clients()
+        ns = self._namespace(clients)
+        entries = {e.name: e for e in super().list_managed()}
+        for e in entries.values():
+            e.backend = self.kind
+            e.detail["resource"]["backend"] = self.kind
+        selector = f"managed-by={MANAGED_BY},{KIND_LABEL}={self.kind}"
+        for js in jobset_api.list_jobsets(clients, ns, selector):
+            meta = js["metadata"]
+            labels = dict(meta.get("labels") or {})
+            name = meta["name"]
+            annotations = dict(meta.get("annotations") or {})
+            try:
+                record = json.loads(annotations.get("accelmatrix.io/resource") or "null")
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or not record.get("job_name"):
+                record = {"name": f"{ns}/{name}", "job_name": name, "setup_job_name": name}
+            record.update(namespace=ns, backend=self.kind)
+            record.setdefault("kubernetes_conn_id", clients.conn_id)
+            record.setdefault(
+                "artifacts_dir", str(settings.home() / "orphans" / self.kind / ns / name)
+            )
+            ident = {
+                "dag_id": annotations.get("accelmatrix.io/dag-id"),
+                "run_id": annotations.get("accelmatrix.io/run-id"),
+                "cell_id": annotations.get("accelmatrix.io/cell-id"),
+            }
+            key = f"{ns}/{name}"
+            entry = entries.get(key)
+            if entry is None:
+                entry = entries[key] = ManagedResource(
+                    backend=self.kind,
+                    name=key,
+                    labels={k: v for k, v in labels.items() if k != "accelmatrix.io/role"},
+                    created_at=k8s_pods.epoch(meta.get("creationTimestamp")),
+                    detail={
+                        "namespace": ns,
+                        "jobs": [],
+                        "identity": ident if all(ident.values()) else None,
+                        "annotations": annotations,
+                        "resource": record,
+                    },
+                )
+            entry.detail["resource"] = record
+            entry.detail["jobset"] = {"name": name, "uid": meta.get("uid")}
+            pods = clients.core.list_namespaced_pod(
+                ns, label_selector=f"{JOBSET_NAME_LABEL}={name}"
+            )
+            entry.detail["pods"] = sorted(p.metadata.name for p in pods.items)
+            entry.detail["services"] = self._services(clients, ns, name)
+            # Exact ids of everything the cell holds, for the janitor's record of the reap.
+            entry.detail["children"] = (
+                [f"JobSet {ns}/{name} uid={meta.get('uid')}"]
+                + [f"Job {ns}/{j}" for j in sorted(entry.detail.get("jobs") or [])]
+                + [f"Pod {ns}/{p}" for p in entry.detail["pods"]]
+                + [f"Service {ns}/{s}" for s in entry.detail["services"]]
+            )
+        return list(entries.values())
+
+    @staticmethod
+    def _services(clients: KubeClients, ns: str, name: str) -> list[str]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            svc = clients.core.read_namespaced_service(name, ns)
+        except ApiException:
+            return []
+        return [svc.metadata.name]
