@@ -515,7 +515,8 @@ def test_ttl_after_finished_removes_the_finished_group(cluster, tmp_path):
 
 def test_a_kueue_wait_does_not_count_toward_the_workload_timeout(cluster, tmp_path):
     """Held in the queue longer than its timeout, then admitted: the workload runs to the
-    end (its clock starts when its pods run); once running, the timeout still applies."""
+    end (its clock starts when its pods run, for the timeout and for hang detection); once
+    running, the timeout still applies."""
     import asyncio
 
     from accelmatrix.triggers.workload import WorkloadTrigger
@@ -533,7 +534,7 @@ def test_a_kueue_wait_does_not_count_toward_the_workload_timeout(cluster, tmp_pa
     b = backend(cluster, kueue=kueue)
     timeout = 4.0
 
-    def run(cell: str, code: str, hold: float) -> tuple[dict, float]:
+    def run(cell: str, code: str, hold: float, hang: dict | None = None) -> tuple[dict, float]:
         cluster.jobsets.kueue_mode = "hold"
         r = b.provision(ctx(tmp_path, cell))
         h = b.submit(r, [sys.executable, "-c", code], {})
@@ -545,6 +546,7 @@ def test_a_kueue_wait_does_not_count_toward_the_workload_timeout(cluster, tmp_pa
             poll_interval=0.2,
             timeout=timeout,
             deferred_at=0.0,  # no settling before the event (there is no task to resume)
+            hang_detection=hang,
         )
 
         async def first_event() -> dict:
@@ -563,8 +565,13 @@ def test_a_kueue_wait_does_not_count_toward_the_workload_timeout(cluster, tmp_pa
         b.teardown(r)
         return payload, time.time() - submitted
 
-    # Queued for 6 s (> the 4 s timeout), then runs 2 s: it passes.
-    payload, took = run("queued", "import time; time.sleep(2); print('done')", hold=6)
+    # Queued for 6 s (> the 4 s timeout and the 3 s heartbeat limit), then runs 2 s: passes.
+    payload, took = run(
+        "queued",
+        "import time; print('step 1', flush=True); time.sleep(2); print('done')",
+        hold=6,
+        hang={"pattern": "step", "start_within": 3, "recur_within": 60},
+    )
     assert payload["status"] == "exited" and payload["exit_code"] == 0, payload
     assert took > 6 + 2
     # Queued for 3 s, then runs for ever: timed out 4 s after its pods ran, not after submit.

@@ -101,6 +101,10 @@ class WorkloadTrigger(BaseTrigger):
                     hang.saw(line)
             status = await asyncio.to_thread(backend.poll, self.handle)
             deadline = self._deadline(deadline, status)
+            if hang and (status.queued or status.started_at is not None):
+                # A wait for capacity is not a silent workload: its heartbeat clock too
+                # starts when it runs.
+                hang.clock_starts(time.time() if status.queued else status.started_at)
             event: dict[str, Any] | None = None
             if status.done:
                 # Drain what was written between the last read and the exit.
@@ -222,6 +226,12 @@ class HangWatch:
         self.recur_within = float(spec["recur_within"])
         self.started_at = started_at
         self.last_match: float | None = None
+
+    def clock_starts(self, at: float) -> None:
+        """The workload started (later than thought) at ``at``: before its first heartbeat,
+        ``start_within`` counts from then."""
+        if self.last_match is None:
+            self.started_at = max(self.started_at, at)
 
     def saw(self, line: str) -> None:
         if self.pattern.search(line):
