@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +26,8 @@ UID_LABEL = "batch.kubernetes.io/controller-uid"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
-def _epoch(ts: Any) -> float | None:
-    if ts is None:
-        return None
-    if isinstance(ts, datetime):
-        return ts.timestamp()
-    try:
-        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+# Kept under its old name: k8s_job re-exports it and the inventory imports it.
+_epoch = k8s_pods.epoch
 
 
 def _index(pod: Any) -> int:

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from accelmatrix.backends.machines.resources import to_resources
+from accelmatrix.backends.machines.resources import refuse_credentials, to_resources
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"
@@ -166,16 +166,14 @@ class KubernetesJobMachine(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_credentials(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            found = sorted(k for k in data if isinstance(k, str) and k in _CREDENTIAL_KEYS)
-            if found:
-                raise ValueError(
-                    f"{', '.join(found)}: a {data.get('backend', 'k8s-job')} machine takes no "
-                    "cluster endpoint or "
-                    "credentials; put them in the Airflow connection named by "
-                    "kubernetes_conn_id (extra: kube_config, kube_config_path or in_cluster)"
-                )
-        return data
+        backend = data.get("backend", "k8s-job") if isinstance(data, dict) else "k8s-job"
+        return refuse_credentials(
+            data,
+            _CREDENTIAL_KEYS,
+            f"a {backend} machine takes no cluster endpoint or credentials; put them in the "
+            "Airflow connection named by kubernetes_conn_id (extra: kube_config, "
+            "kube_config_path or in_cluster)",
+        )
 
     @field_validator("resources", mode="before")
     @classmethod

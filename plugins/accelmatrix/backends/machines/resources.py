@@ -27,3 +27,14 @@ class Resources(BaseModel):
 def to_resources(value: Any = None) -> Resources:
     """``value`` validated as :class:`Resources` (empty when None)."""
     return Resources.model_validate(value if value is not None else {})
+
+
+def refuse_credentials(data: Any, keys: tuple[str, ...], where_they_belong: str) -> Any:
+    """The machine's raw YAML ``data`` unchanged, or a ValueError naming the credential
+    ``keys`` it holds and ``where_they_belong`` (the Airflow connection). ``extra="forbid"``
+    would reject them too, but without saying why or where they go instead."""
+    if isinstance(data, dict):
+        found = sorted(k for k in data if isinstance(k, str) and k in keys)
+        if found:
+            raise ValueError(f"{', '.join(found)}: {where_they_belong}")
+    return data

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from accelmatrix.backends.machines.resources import to_resources
+from accelmatrix.backends.machines.resources import refuse_credentials, to_resources
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Keys people put next to a host by habit; each one is a credential or part of one.
@@ -74,15 +74,12 @@ class SshMachine(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_credentials(cls, data: Any) -> Any:
-        # extra="forbid" would reject these too, but say why and where they belong instead.
-        if isinstance(data, dict):
-            found = sorted(k for k in data if isinstance(k, str) and k in _CREDENTIAL_KEYS)
-            if found:
-                raise ValueError(
-                    f"{', '.join(found)}: an ssh machine takes no connection details or "
-                    "credentials; put them in the Airflow connection named by ssh_conn_id"
-                )
-        return data
+        return refuse_credentials(
+            data,
+            _CREDENTIAL_KEYS,
+            "an ssh machine takes no connection details or credentials; put them in the "
+            "Airflow connection named by ssh_conn_id",
+        )
 
     @field_validator("resources", mode="before")
     @classmethod

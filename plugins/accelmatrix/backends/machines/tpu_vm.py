@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from accelmatrix.backends.machines.resources import refuse_credentials
+
 Capacity = Literal["on-demand", "spot", "preemptible", "reserved", "queued"]
 DEFAULT_VALID_UNTIL_SECONDS = 3600
 
@@ -137,16 +139,13 @@ class TpuVmMachine(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_credentials(cls, data: Any) -> Any:
-        # extra="forbid" would reject these too, but say why and where they belong instead.
-        if isinstance(data, dict):
-            found = sorted(k for k in data if isinstance(k, str) and k in _CREDENTIAL_KEYS)
-            if found:
-                raise ValueError(
-                    f"{', '.join(found)}: a tpu-vm machine takes no credentials; put them in "
-                    "the Airflow Google connection named by gcp_conn_id (key_path, "
-                    "keyfile_dict or a secrets backend); the VM login key is made per node"
-                )
-        return data
+        return refuse_credentials(
+            data,
+            _CREDENTIAL_KEYS,
+            "a tpu-vm machine takes no credentials; put them in the Airflow Google "
+            "connection named by gcp_conn_id (key_path, keyfile_dict or a secrets backend); "
+            "the VM login key is made per node",
+        )
 
     @model_validator(mode="after")
     def _queued(self) -> TpuVmMachine:
