@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -194,11 +195,23 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
         assert "Pausing task as DEFERRED" in log, log[-3000:]
         if step == "run":
             assert FINISHED in log, log[-3000:]  # the workload's line, streamed live
+            # The trigger released the machine as soon as the workload passed.
+            assert "tore down " in log, log[-3000:]
         else:
             assert "passed" in log, log[-3000:]
 
     cells = _cells(stack, "pass8", run_id)
     assert len(cells) == 8 and {c["state"] for c in cells.values()} == {"passed"}, cells
+    # No machine waited for collect or teardown: each was gone before its collect started,
+    # and the teardown task only checked that.
+    for ti in mapped:
+        if ti["task_id"].endswith(".collect"):
+            cell = cells[ti["rendered_map_index"]]
+            collect_start = datetime.fromisoformat(ti["start_date"])
+            assert cell["teardown_at"] <= collect_start, (cell, ti)
+        if ti["task_id"].endswith(".teardown"):
+            log = stack.task_log("pass8", run_id, ti["task_id"], map_index=ti["map_index"])
+            assert "was released by run" in log, log[-3000:]
     assert _machines_left(stack, "pass8") == []
 
 
@@ -221,6 +234,8 @@ def test_retry_rule_and_verdicts_in_the_triggerer(stack):
         "outcomes", run_id, "cpu.run", map_index=infra["map_index"], try_number=1
     )
     assert "an infrastructure failure, not a test failure" in first, first[-3000:]
+    # Not final: the machine stays for the retry.
+    assert "tore down " not in first, first[-3000:]
     assert cells["mode=infra"]["state"] == "passed", cells["mode=infra"]
 
     # Workload failure: never retried, although the suite sets retries: 1. The trigger hands
@@ -232,6 +247,8 @@ def test_retry_rule_and_verdicts_in_the_triggerer(stack):
     log = stack.task_log("outcomes", run_id, "cpu.run", map_index=failed["map_index"], try_number=1)
     assert "a test failure: never retried" in log, log[-3000:]
     assert "workload exited with 3, expected 0" in log, log[-3000:]
+    # A test failure is final: its machine went at once (its logs were copied first).
+    assert "tore down " in log, log[-3000:]
     if failed["try_number"] == 2:
         again = stack.task_log(
             "outcomes", run_id, "cpu.run", map_index=failed["map_index"], try_number=2

@@ -7,14 +7,16 @@ the results store, keyed by (dag_id, run_id, cell_id), so a retry or a clear ove
 own row instead of adding one.
 
 One module per step, over shared plumbing (``common``: RunRef, utcnow, CellFailed, the
-failure-recording helpers); none imports another step. Callers use the names below
+failure-recording helpers; ``artifacts``: fetching a cell's files once; ``release``: deleting
+its machine and recording the held time, by run or teardown); none imports another step.
+Callers use the names below
 (``from accelmatrix import lifecycle``; ``lifecycle.setup(...)``), not the modules:
 
     plan_step        plan_run, PlanRejected
     provision_step   begin_provision, finish_provision, provision_failed,
                      record_provision_failure, owner_labels
     setup_step       setup, workload_env
-    run_step         record_run_outcome
+    run_step         record_run_outcome, finish_run (fetch artifacts, release the machine)
     collect_step     collect, record_collect_failure, CollectFailed
     evaluate_step    run_checks, record_evaluation, record_evaluation_error
     teardown_step    teardown
@@ -38,7 +40,7 @@ from accelmatrix.lifecycle.provision_step import (
     provision_failed,
     record_provision_failure,
 )
-from accelmatrix.lifecycle.run_step import record_run_outcome
+from accelmatrix.lifecycle.run_step import finish_run, record_run_outcome
 from accelmatrix.lifecycle.setup_step import setup, workload_env
 from accelmatrix.lifecycle.teardown_step import teardown
 
@@ -55,6 +57,7 @@ __all__ = [
     "begin_provision",
     "collect",
     "finish_provision",
+    "finish_run",
     "gate",
     "owner_labels",
     "plan_run",

@@ -1,19 +1,17 @@
-"""collect: copy the cell's artifacts and turn its metric sources into metric rows; a failure
+"""collect: copy the cell's artifacts (unless run already did) and turn its metric sources into metric rows; a failure
 is recorded so evaluate cannot judge whatever happened to be on disk."""
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from accelmatrix.backends.base import get_backend
 from accelmatrix.cell_state import CellState
+from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, _record_step_failure
-from accelmatrix.spec.templating import render_tree
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -63,23 +61,17 @@ def _collect(
 
     from accelmatrix.metrics.sources import MetricSource, collect_metrics, write_train_metrics
 
-    backend = get_backend(cell["machine_spec"])
-    resource = backend.refresh(resource)  # a retried run may have replaced the machine
     art = ref.artifacts(cell["id"])
     files_dir = art / "files"
-    variables = backend.variables(resource)
-    globs = []
-    for g in render_tree(cell["workload"]["artifacts"], variables):
-        # A param or axis value may have turned a safe glob into one that escapes the work
-        # dir: the suite model only saw the template.
-        if g.startswith("/") or ".." in re.split(r"[/\\]", g):
-            log.warning("artifact glob %r escapes the work dir: not collected", g)
-            continue
-        globs.append(g)
-    copied = backend.collect(resource, globs, files_dir)
-    log.info("collected %d artifact(s) into %s", len(copied), files_dir)
-    for rel in copied[:50]:
-        log.info("  %s", rel)
+    copied = fetched_artifacts(cell, resource, ref)
+    if copied is not None:
+        log.info(
+            "run already collected %d artifact(s) into %s (before it released the machine)",
+            len(copied),
+            files_dir,
+        )
+    else:
+        copied = fetch_artifacts(cell, resource, ref)
 
     adapter = TypeAdapter(MetricSource)
     sources = [adapter.validate_python(s) for s in cell["workload"]["metrics"]]

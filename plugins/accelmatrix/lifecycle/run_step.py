@@ -1,5 +1,6 @@
 """run: turn what WorkloadTrigger saw (exit, timeout, hang, infrastructure) into the cell's
-run state. The watching itself is in operators/run.py and triggers/workload.py."""
+run state, and release the machine once that state is final. The watching itself is in
+operators/run.py and triggers/workload.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 from accelmatrix.backends.base import get_backend
 from accelmatrix.cell_state import CellState
+from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, utcnow
+from accelmatrix.lifecycle.release import release_machine, released_by
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -61,3 +64,50 @@ def record_run_outcome(
         message="" if state == CellState.RAN else msg,
     )
     return state, msg
+
+
+# Outcomes after which the cell's machine has nothing more to do: the workload passed, or
+# failed as a test failure (never retried). An infrastructure failure keeps its machine for
+# a retry (teardown releases it when there is none); a cancelled cell is the teardown's.
+FINAL_RUN_STATES = frozenset(
+    {CellState.RAN, CellState.RUN_FAILED, CellState.TIMED_OUT, CellState.HUNG}
+)
+
+
+def finish_run(
+    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef, state: str
+) -> dict[str, Any] | None:
+    """Fetch the artifacts and release the machine as soon as the workload's outcome is final.
+
+    Without this the machine would wait, idle, for two more task starts (collect, then
+    teardown): on a busy scheduler that is most of the time a cell holds its accelerator.
+    The teardown task still runs and makes sure the machine is gone. Never raises: the run's
+    verdict is the workload's; if fetching or releasing fails here, collect and teardown do
+    it again (and fail loudly if it still does not work). Idempotent.
+    """
+    if state not in FINAL_RUN_STATES or not resource.get("name"):
+        return None
+    if released_by(cell, resource, ref) is not None:  # the trigger did, before a resume
+        return None
+    try:
+        if fetched_artifacts(cell, resource, ref) is None:
+            fetch_artifacts(cell, resource, ref)
+    except Exception as e:
+        log.warning(
+            "could not collect the artifacts of %s at the end of run (%s: %s); keeping the "
+            "machine for collect",
+            cell["id"],
+            type(e).__name__,
+            e,
+        )
+        return None
+    try:
+        return release_machine(cell, resource, ref, step="run")
+    except Exception as e:
+        log.warning(
+            "could not release %s at the end of run (%s: %s); the teardown task will",
+            resource["name"],
+            type(e).__name__,
+            e,
+        )
+        return None

@@ -7,6 +7,11 @@ success, without going back to a worker; a vanished machine -> an infrastructure
 (retried if the task has retries); non-zero exit, timeout (the workload is killed) or hang
 -> a test failure, never retried. ``execute_complete`` handles the cases the trigger hands
 back to a worker.
+
+Once the outcome is final (passed, or a test failure), the artifacts are copied and the
+machine is released right here (lifecycle.finish_run), in the trigger or in the task, so an
+accelerator is not held while Airflow starts collect and teardown; teardown then only
+checks that it is gone.
 """
 
 from __future__ import annotations
@@ -148,7 +153,7 @@ class RunWorkloadOperator(CellOperator):
         self.log.info("timeout %d s; streaming its log below", timeout)
         offset, event = self._wait_briefly(backend, handle)
         if event is not None:  # done within the brief wait: no deferral at all
-            return self.execute_complete(context, event, handle)
+            return self.execute_complete(context, event, handle, resource)
         self.log.info("still running after %.0f s: waiting in the triggerer", self.inline_wait)
         self.defer(
             trigger=WorkloadTrigger(
@@ -164,12 +169,13 @@ class RunWorkloadOperator(CellOperator):
                 cell=cell,
                 dag_id=ref.dag_id,
                 run_id=ref.run_id,
+                resource=resource,
                 end_task=self.triggers_end_tasks(),
                 # Without retries a test failure can end in the trigger too (ending.py).
                 test_failure_ends_task=not self.retries,
             ),
             method_name="execute_complete",
-            kwargs={"handle": handle},
+            kwargs={"handle": handle, "resource": resource},
             # A queued workload's clock starts when it runs: the deferral allows the queue.
             timeout=timedelta(seconds=timeout + backend.queue_wait_limit() + DEFER_GRACE_SECONDS),
         )
@@ -204,9 +210,13 @@ class RunWorkloadOperator(CellOperator):
             time.sleep(0.05)
 
     def execute_complete(
-        self, context: Any, event: dict[str, Any] | None = None, handle: dict | None = None
+        self,
+        context: Any,
+        event: dict[str, Any] | None = None,
+        handle: dict | None = None,
+        resource: dict | None = None,
     ) -> dict[str, Any]:
-        from accelmatrix.lifecycle import record_run_outcome
+        from accelmatrix.lifecycle import finish_run, record_run_outcome
 
         cell = self.cell
         ref = self.ref(context)
@@ -214,6 +224,8 @@ class RunWorkloadOperator(CellOperator):
         # The trigger already recorded this (and killed a timed-out or hung workload); doing
         # it again is idempotent and covers events from older triggers.
         state, msg = record_run_outcome(cell, ref, event, handle or event.get("handle") or {})
+        # The machine goes now, not two task starts later (a no-op if the trigger did it).
+        finish_run(cell, resource or resource_record(self.resource), ref, state)
         if state == "infra_failed":
             raise InfrastructureFailure(msg)
         if state != "ran":

@@ -8,15 +8,18 @@ once the workload exits or its deadline passes.
 With ``end_task`` (what RunWorkloadOperator asks for) the trigger records the outcome and
 ends the ``run`` task itself (accelmatrix.triggers.ending): a passing workload never goes
 back to a worker, which saves a task start per cell and keeps the cell out of Airflow
-3.3.2's defer/resume race.
+3.3.2's defer/resume race. Before it ends the task it copies the artifacts and releases the
+machine when the outcome is final, so no accelerator waits for collect and teardown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
@@ -44,6 +47,7 @@ class WorkloadTrigger(BaseTrigger):
         test_failure_ends_task: bool = False,
         deferred_at: float | None = None,
         timeout: float | None = None,
+        resource: dict[str, Any] | None = None,
     ):
         super().__init__()
         self.machine_spec = machine_spec
@@ -62,6 +66,8 @@ class WorkloadTrigger(BaseTrigger):
         # The workload timeout: with it, a wait for capacity (Kueue) does not count (the
         # deadline moves on while the backend reports the workload queued).
         self.timeout = timeout
+        # The machine, released here as soon as the outcome is final (lifecycle.finish_run).
+        self.resource = resource
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -81,6 +87,7 @@ class WorkloadTrigger(BaseTrigger):
                 "test_failure_ends_task": self.test_failure_ends_task,
                 "deferred_at": self.deferred_at,
                 "timeout": self.timeout,
+                "resource": self.resource,
             },
         )
 
@@ -124,6 +131,8 @@ class WorkloadTrigger(BaseTrigger):
                 event["log_offset"] = offset
                 event["handle"] = self.handle
                 outcome = await self._record(event)
+                if outcome is not None:
+                    await self._finish(outcome[0])
                 ending = self._event(event, outcome)
                 if not isinstance(ending, BaseTaskEndEvent):
                     await self._settle_before_resume()
@@ -195,6 +204,21 @@ class WorkloadTrigger(BaseTrigger):
             log=self.log,
         )
 
+    async def _finish(self, state: str) -> None:
+        """Fetch the artifacts and release the machine once the outcome is final, before the
+        task ends: the accelerator is free seconds earlier than after collect and teardown
+        tasks (see lifecycle.finish_run; never raises)."""
+        if not (self.resource and self.cell and self.dag_id and self.run_id):
+            return
+        from accelmatrix.lifecycle import RunRef, finish_run
+
+        ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
+        # The context carries the trigger id, which routes the lines into the task's log.
+        ctx = contextvars.copy_context()
+        await asyncio.get_running_loop().run_in_executor(
+            _RELEASES, ctx.run, finish_run, self.cell, self.resource, ref, state
+        )
+
     async def _record(self, event: dict[str, Any]) -> tuple[str, str] | None:
         """Record the outcome (and kill a timed-out or hung workload) before firing.
 
@@ -215,6 +239,11 @@ class WorkloadTrigger(BaseTrigger):
             return None
         self.log.info("%s: %s", state, msg)
         return state, msg
+
+
+# Releasing a machine can block for minutes (a TPU delete waits for its operation): it runs
+# on threads of its own, so it never starves the default pool that polls every workload.
+_RELEASES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="accelmatrix-release")
 
 
 class HangWatch:

@@ -1,0 +1,66 @@
+"""Copying a cell's artifacts off its machine, once, by whichever step gets there first.
+
+``run`` fetches them as soon as a workload's outcome is final, so that it can release the
+machine at once (lifecycle.release); ``collect`` fetches them itself only when ``run`` did
+not (an infrastructure failure, a cut-short cell, an earlier try). A marker in the cell's
+artifacts dir (``fetched.json``) names the machine the files came from: a marker of another
+machine (a cleared cell got a new one) does not count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from accelmatrix.backends.base import get_backend
+from accelmatrix.lifecycle.common import RunRef, _read_json
+from accelmatrix.spec.templating import render_tree
+
+log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
+
+FETCHED = "fetched.json"
+
+
+def machine_key(resource: dict[str, Any]) -> dict[str, Any]:
+    """What tells one machine of a cell from the next (its name is deterministic)."""
+    return {"name": resource.get("name"), "created_at": resource.get("created_at")}
+
+
+def fetch_artifacts(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> list[str]:
+    """Copy the artifacts matching the workload's globs into ``<artifacts>/files``; return
+    their relative paths and leave the marker saying they are here."""
+    backend = get_backend(cell["machine_spec"])
+    key = machine_key(resource)
+    resource = backend.refresh(resource)  # a retried run may have replaced the machine
+    art = ref.artifacts(cell["id"])
+    files_dir = art / "files"
+    globs = []
+    for g in render_tree(cell["workload"]["artifacts"], backend.variables(resource)):
+        # A param or axis value may have turned a safe glob into one that escapes the work
+        # dir: the suite model only saw the template.
+        if g.startswith("/") or ".." in re.split(r"[/\\]", g):
+            log.warning("artifact glob %r escapes the work dir: not collected", g)
+            continue
+        globs.append(g)
+    copied = backend.collect(resource, globs, files_dir)
+    art.mkdir(parents=True, exist_ok=True)
+    (art / FETCHED).write_text(json.dumps({**key, "files": copied}))
+    log.info("collected %d artifact(s) into %s", len(copied), files_dir)
+    for rel in copied[:50]:
+        log.info("  %s", rel)
+    return copied
+
+
+def fetched_artifacts(
+    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef
+) -> list[str] | None:
+    """The files an earlier step already fetched from this very machine, or None."""
+    marker = _read_json(ref.artifacts(cell["id"]) / FETCHED)
+    if not isinstance(marker, dict) or any(
+        marker.get(k) != v for k, v in machine_key(resource).items()
+    ):
+        return None
+    files = marker.get("files")
+    return [str(f) for f in files] if isinstance(files, list) else None

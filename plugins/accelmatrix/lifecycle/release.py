@@ -1,0 +1,92 @@
+"""Releasing a cell's machine and recording how long it was held and what it cost.
+
+Two steps release: ``run``, as soon as its workload's outcome is final and the artifacts are
+safe (run_step.finish_run), and ``teardown``, Airflow's teardown task, which always runs and
+releases whatever is still there. Whoever releases first records the held time; the other
+finds the marker (``released.json``, naming the machine) and only makes sure the machine is
+gone: every backend's ``teardown`` is idempotent and tolerates not-found.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from accelmatrix.backends.base import get_backend
+from accelmatrix.lifecycle.artifacts import machine_key
+from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
+from accelmatrix.store_access import results_store
+
+log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
+
+RELEASED = "released.json"
+
+
+def released_by(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict | None:
+    """The record of an earlier release of this very machine, or None."""
+    marker = _read_json(ref.artifacts(cell["id"]) / RELEASED)
+    if not isinstance(marker, dict) or any(
+        marker.get(k) != v for k, v in machine_key(resource).items()
+    ):
+        return None
+    return marker
+
+
+def release_machine(
+    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef, *, step: str
+) -> dict[str, Any]:
+    """Delete the cell's machine (idempotent) and, the first time, record the held time.
+
+    Returns ``held_seconds`` and ``workload_seconds`` of the first release.
+    """
+    earlier = released_by(cell, resource, ref)
+    get_backend(cell["machine_spec"]).teardown(resource)
+    if earlier is not None:
+        log.info(
+            "%s was released by %s %.1f s after it was created; checked that it is gone",
+            resource["name"],
+            earlier.get("step"),
+            earlier.get("held_seconds") or 0.0,
+        )
+        return {k: earlier.get(k) for k in ("held_seconds", "workload_seconds")}
+    ended = time.time()
+    held = ended - float(resource["created_at"])
+    art = ref.artifacts(cell["id"])
+    status = _read_json(art / "status.json") or {}
+    workload = None
+    if status.get("started_at") and status.get("ended_at"):
+        workload = status["ended_at"] - status["started_at"]
+    from accelmatrix.pricing import PricingError, hourly_price
+
+    try:
+        cost = held / 3600.0 * hourly_price(cell["machine_spec"])
+    except PricingError as e:  # checked at plan time; a release must not fail over a price
+        log.warning("no cost recorded: %s", e)
+        cost = None
+    results_store().upsert_cell(
+        ref.dag_id,
+        ref.run_id,
+        cell["id"],
+        teardown_at=utcnow(),
+        resource_held_seconds=held,
+        workload_seconds=workload,
+        cost=cost,
+    )
+    record = {
+        **machine_key(resource),
+        "step": step,
+        "at": ended,
+        "held_seconds": held,
+        "workload_seconds": workload,
+    }
+    art.mkdir(parents=True, exist_ok=True)
+    (art / RELEASED).write_text(json.dumps(record))
+    log.info(
+        "tore down %s; resource held %.1f s, workload ran %s s",
+        resource["name"],
+        held,
+        f"{workload:.1f}" if workload is not None else "-",
+    )
+    return {"held_seconds": held, "workload_seconds": workload}
