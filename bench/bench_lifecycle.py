@@ -250,8 +250,39 @@ PHASES = (
 )
 
 
-def cell_figures(url: str, dag_id: str, run_id: str) -> dict[str, list[float]]:
-    """Held-minus-workload per cell, and where the held time went (results store stamps)."""
+# provision -> run start, split by the setup and run task instances (REST start/end dates):
+# the waits for a scheduler loop and an executor slot against the tasks' own time.
+HOPS = (
+    "provisioned->setup start",
+    "setup task",
+    "setup end->run start",
+    "run task start->workload",
+)
+
+
+def _hops(c: dict[str, Any], steps: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    setup, run = steps.get("setup") or {}, steps.get("run") or {}
+
+    def at(v: Any) -> datetime | None:
+        return datetime.fromisoformat(v) if isinstance(v, str) else v
+
+    def gap(a: Any, b: Any) -> float | None:
+        a, b = at(a), at(b)
+        return (b - a).total_seconds() if a and b else None
+
+    return {
+        HOPS[0]: gap(c.get("provisioned_at"), setup.get("start_date")),
+        HOPS[1]: gap(setup.get("start_date"), setup.get("end_date")),
+        HOPS[2]: gap(setup.get("end_date"), run.get("start_date")),
+        HOPS[3]: gap(run.get("start_date"), c.get("run_started_at")),
+    }
+
+
+def cell_figures(
+    url: str, dag_id: str, run_id: str, tis: list[dict[str, Any]] | None = None
+) -> dict[str, list[float]]:
+    """Held-minus-workload per cell, and where the held time went (results store stamps,
+    and the setup and run task instances' dates when ``tis`` are given)."""
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore(url)
@@ -267,6 +298,14 @@ def cell_figures(url: str, dag_id: str, run_id: str) -> dict[str, list[float]]:
         for name, a, b in PHASES:
             if c.get(a) and c.get(b):
                 out.setdefault(name, []).append((c[b] - c[a]).total_seconds())
+        steps = {
+            ti["task_id"].rsplit(".", 1)[-1]: ti
+            for ti in tis or []
+            if ti.get("rendered_map_index") == c["cell_id"]
+        }
+        for name, v in _hops(c, steps).items():
+            if v is not None:
+                out.setdefault(name, []).append(v)
     return out
 
 
@@ -299,6 +338,7 @@ def one_run(stack: AirflowStack, dag_id: str, timeout: float) -> dict[str, Any]:
         "kinds": kind_medians(tis),
         "kind_cpu": kind_cpu(tis, sampler.by_ti),
         "usage": usage,
+        "ti_list": tis,
     }
 
 
@@ -385,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"sqlite:///{home / 'accelmatrix' / 'results.db'}",
                                 dag_id,
                                 r["run_id"],
+                                r["ti_list"],
                             )
                         results.setdefault((n, kind), []).append(r)
                         log(
@@ -484,6 +525,19 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], args: argparse.
         print(
             f"{n:>5} {len(vals):>6} {med(vals):>8.1f} {max(vals):>8.1f}"
             f"{med(figs['held']):>14.1f}{phases}"
+        )
+    print("  provision -> run start, split (medians, s): ", end="")
+    print("   ".join(HOPS))
+    for n in args.sizes:
+        figs = {}
+        for r in results[(n, "accelmatrix")]:
+            for k, v in r["cells"].items():
+                figs.setdefault(k, []).extend(v)
+        print(
+            f"{n:>5}  "
+            + "   ".join(
+                f"{med(figs[h]) if figs.get(h) else float('nan'):>{len(h)}.1f}" for h in HOPS
+            )
         )
 
     print()

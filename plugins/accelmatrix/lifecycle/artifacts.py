@@ -3,8 +3,10 @@
 ``run`` fetches them as soon as a workload's outcome is final, so that it can release the
 machine at once (lifecycle.release); ``collect`` fetches them itself only when ``run`` did
 not (an infrastructure failure, a cut-short cell, an earlier try). A marker in the cell's
-artifacts dir (``fetched.json``) names the machine the files came from: a marker of another
-machine (a cleared cell got a new one) does not count.
+artifacts dir (``fetched.json``) says they are here. Provisioning a machine for the cell
+(a cleared cell, a machine replaced before a retry) removes the markers
+(lifecycle.release.forget_earlier_machine), so a marker always speaks of the cell's
+current machine, whatever resource record a later task was handed.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ FETCHED = "fetched.json"
 
 
 def machine_key(resource: dict[str, Any]) -> dict[str, Any]:
-    """What tells one machine of a cell from the next (its name is deterministic)."""
+    """What a marker records of the machine (its name is deterministic per cell)."""
     return {"name": resource.get("name"), "created_at": resource.get("created_at")}
+
+
+def same_machine(marker: Any, resource: dict[str, Any]) -> bool:
+    """Whether a marker speaks of ``resource``'s machine: by name, because a retry may
+    replace the machine under the same name while collect and teardown still hold the first
+    record; markers of an earlier machine are removed when the next one is provisioned."""
+    return isinstance(marker, dict) and marker.get("name") == resource.get("name")
 
 
 def fetch_artifacts(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> list[str]:
@@ -58,9 +67,7 @@ def fetched_artifacts(
 ) -> list[str] | None:
     """The files an earlier step already fetched from this very machine, or None."""
     marker = _read_json(ref.artifacts(cell["id"]) / FETCHED)
-    if not isinstance(marker, dict) or any(
-        marker.get(k) != v for k, v in machine_key(resource).items()
-    ):
+    if not same_machine(marker, resource):
         return None
     files = marker.get("files")
     return [str(f) for f in files] if isinstance(files, list) else None

@@ -9,6 +9,7 @@ from typing import Any
 from accelmatrix.backends.base import CellContext, get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.common import RunRef, utcnow
+from accelmatrix.lifecycle.release import forget_earlier_machine
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -93,6 +94,7 @@ def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str
 def _provisioned(
     cell: dict[str, Any], ref: RunRef, kind: str, resource: dict[str, Any]
 ) -> dict[str, Any]:
+    forget_earlier_machine(ref, cell["id"])
     results_store().upsert_cell(
         ref.dag_id, ref.run_id, cell["id"], state=CellState.PROVISIONED, provisioned_at=utcnow()
     )

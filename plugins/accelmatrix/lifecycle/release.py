@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from accelmatrix.backends.base import get_backend
-from accelmatrix.lifecycle.artifacts import machine_key
+from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
 from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
 from accelmatrix.store_access import results_store
 
@@ -27,11 +27,14 @@ RELEASED = "released.json"
 def released_by(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict | None:
     """The record of an earlier release of this very machine, or None."""
     marker = _read_json(ref.artifacts(cell["id"]) / RELEASED)
-    if not isinstance(marker, dict) or any(
-        marker.get(k) != v for k, v in machine_key(resource).items()
-    ):
-        return None
-    return marker
+    return marker if same_machine(marker, resource) else None
+
+
+def forget_earlier_machine(ref: RunRef, cell_id: str) -> None:
+    """A new machine for the cell: the markers of the one before no longer apply."""
+    art = ref.artifacts(cell_id)
+    for name in (RELEASED, FETCHED):
+        (art / name).unlink(missing_ok=True)
 
 
 def release_machine(
