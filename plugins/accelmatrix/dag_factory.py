@@ -11,7 +11,10 @@ Graph of every suite DAG:
 * The matrix is expanded at run time by `plan` (dynamic task mapping), never by parse-time
   loops: a 500-cell suite is still 8 tasks in the DAG file.
 * `teardown` is a teardown task of `provision`: it runs after failures. It follows collect
-  directly, so a machine is not held while Great Expectations evaluates.
+  directly, so a machine is not held while Great Expectations evaluates. A cell whose
+  workload ended (passed, or failed as a test) has its machine released by `run` already.
+* Free executor slots go first to the steps that hold a machine, last to provision
+  (STEP_PRIORITY): machines are created as fast as the cells holding them can be driven.
 * `gate` fails the run exactly when a non-quarantined cell did not pass: never a green run
   with red cells. It is a teardown task (without setup) with ``on_failure_fail_dagrun``,
   after every cell's teardown, so it also runs when a person marks the run failed.
@@ -131,13 +134,24 @@ def used_machines(suite: Any) -> list[str]:
     return [suite.machine or next(iter(suite.machines))]
 
 
+# Which ready task gets a free executor slot first (absolute priority_weight). The steps that
+# hold a machine (setup, run, and teardown, which releases what run did not) outrank the
+# steps after the machine is gone (collect, evaluate), and provision ranks last: a new
+# machine is created only when no cell that already holds one is waiting for a slot. Under
+# Airflow's default rule (downstream) every provision came first, so a 64-cell run held all
+# 64 machines while each waited its turn for the steps that use it.
+STEP_PRIORITY = {"provision": 1, "collect": 2, "evaluate": 2, "setup": 3, "run": 3, "teardown": 3}
+
+
 def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
     """The mapped task group running every cell of one machine kind."""
     pool = group.pool
 
     @task_group(group_id=group.machine)
     def cell_group(cell: dict[str, Any]) -> None:
-        provision = ProvisionOperator(task_id="provision", cell=cell, pool=pool)
+        provision = ProvisionOperator(
+            task_id="provision", cell=cell, pool=pool, priority_weight=STEP_PRIORITY["provision"]
+        )
         resource = provision.output
         done_setup = SetupOperator(
             task_id="setup",
@@ -145,6 +159,7 @@ def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
             resource=resource,
             pool=pool,
             execution_timeout=timedelta(seconds=shape.setup_timeout + 60),
+            priority_weight=STEP_PRIORITY["setup"],
         )
         run = RunWorkloadOperator(
             task_id="run",
@@ -152,18 +167,26 @@ def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
             resource=resource,
             pool=pool,
             execution_timeout=timedelta(seconds=shape.run_timeout + 600),
+            priority_weight=STEP_PRIORITY["run"],
         )
         collected = CollectOperator(
-            task_id="collect", cell=cell, trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS
+            task_id="collect",
+            cell=cell,
+            trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
+            priority_weight=STEP_PRIORITY["collect"],
         )
         evaluated = EvaluateCellOperator(
             task_id="evaluate",
             cell=cell,
             trigger_rule=TriggerRule.ALL_DONE_SETUP_SUCCESS,
             retries=0,
+            priority_weight=STEP_PRIORITY["evaluate"],
         )
         torn = TeardownOperator(
-            task_id="teardown", cell=cell, resource=resource, priority_weight=10
+            task_id="teardown",
+            cell=cell,
+            resource=resource,
+            priority_weight=STEP_PRIORITY["teardown"],
         ).as_teardown(setups=provision)
         done_setup >> run >> collected >> evaluated
         collected >> torn
@@ -197,9 +220,8 @@ def build_dag(path: Path | str, *, use_cache: bool = True) -> DAG:
             "retries": shape.retries,
             "retry_delay": timedelta(seconds=shape.retry_delay_seconds),
             "execution_timeout": timedelta(minutes=30),
-            # Depth first: a cell's later steps outrank other cells' provision, so machines
-            # are released as soon as possible instead of all provisioned up front.
-            "weight_rule": "upstream",
+            # Each step's own weight (STEP_PRIORITY), not a sum over the graph.
+            "weight_rule": "absolute",
         },
         doc_md=doc,
     ) as dag:
