@@ -40,6 +40,7 @@ from accelmatrix.lifecycle.provision_step import (
     provision_failed,
     record_provision_failure,
 )
+from accelmatrix.lifecycle.release import released_by
 from accelmatrix.lifecycle.run_step import finish_run, record_run_outcome
 from accelmatrix.lifecycle.setup_step import setup, workload_env
 from accelmatrix.lifecycle.teardown_step import teardown
@@ -67,6 +68,7 @@ __all__ = [
     "record_evaluation_error",
     "record_provision_failure",
     "record_run_outcome",
+    "released_by",
     "results_store",
     "run_checks",
     "setup",
