@@ -1,5 +1,6 @@
-"""collect: copy the cell's artifacts (unless run already did) and turn its metric sources into metric rows; a failure
-is recorded so evaluate cannot judge whatever happened to be on disk."""
+"""collect: copy the cell's artifacts (unless run already did) and turn its metric sources
+into metric rows; a failure is recorded so evaluate cannot judge whatever happened to be on
+disk."""
 
 from __future__ import annotations
 

@@ -74,12 +74,14 @@ def _kill(cell: dict[str, Any], handle: dict[str, Any]) -> None:
     try:
         get_backend(cell["machine_spec"]).cancel(handle)
     except Exception as e:
-        log.warning(
-            "could not stop the workload of %s (%s: %s); releasing its machine stops it",
-            cell["id"],
-            type(e).__name__,
-            e,
+        _not_fatal(
+            f"could not stop the workload of {cell['id']}; releasing its machine stops it", e
         )
+
+
+def _not_fatal(message: str, error: Exception) -> None:
+    """Log a failure that must not change the run's verdict (a later step does the work)."""
+    log.warning("%s (%s: %s)", message, type(error).__name__, error)
 
 
 # Outcomes after which the cell's machine has nothing more to do: the workload passed, or
@@ -109,21 +111,10 @@ def finish_run(
         if fetched_artifacts(cell, resource, ref) is None:
             fetch_artifacts(cell, resource, ref)
     except Exception as e:
-        log.warning(
-            "could not collect the artifacts of %s at the end of run (%s: %s); keeping the "
-            "machine for collect",
-            cell["id"],
-            type(e).__name__,
-            e,
-        )
+        _not_fatal(f"could not collect the artifacts of {cell['id']}; keeping the machine", e)
         return None
     try:
         return release_machine(cell, resource, ref, step="run")
     except Exception as e:
-        log.warning(
-            "could not release %s at the end of run (%s: %s); the teardown task will",
-            resource["name"],
-            type(e).__name__,
-            e,
-        )
+        _not_fatal(f"could not release {resource['name']}; the teardown task will", e)
         return None
