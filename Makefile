@@ -68,9 +68,12 @@ bench: venv $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python bench/bench_parse.py
 	$(BIN)/python bench/bench_evaluation.py
 
+# The executor: a LocalExecutor whose task processes start with accelmatrix and Great
+# Expectations imported (plugins/accelmatrix/executor.py), unless you chose another one.
 standalone: venv $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python -m accelmatrix pools --apply
-	$(BIN)/airflow standalone
+	AIRFLOW__CORE__EXECUTOR=$${AIRFLOW__CORE__EXECUTOR:-accelmatrix.executor.PreloadedLocalExecutor} \
+		$(BIN)/airflow standalone
 
 clean:
 	rm -rf $(AIRFLOW_HOME)

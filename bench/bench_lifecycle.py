@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Lifecycle overhead: an accelmatrix suite of N no-op cells versus a plain Airflow DAG.
 
-Both run on ONE real Airflow (scheduler, dag-processor, triggerer, api-server; LocalExecutor;
-SQLite) started by ``accelmatrix_testkit.AirflowStack``, one run at a time so they never
-compete. The plain DAG has the suite's shape: a plan task returning N dicts, a mapped task
+Both run on ONE real Airflow (scheduler, dag-processor, triggerer, api-server; SQLite;
+PreloadedLocalExecutor, the LocalExecutor subclass of ``make standalone``, unless
+``--executor LocalExecutor``) started by ``accelmatrix_testkit.AirflowStack``, one run at a
+time so they never compete. The plain DAG has the suite's shape: a plan task returning N dicts, a mapped task
 group of 6 empty tasks per cell (provision -> setup -> run -> collect -> evaluate, teardown
 as a teardown task of provision), and a final gate. The suite's cells run
 ``python -c "print('Finished training run')"`` (after ``--workload-seconds``; the bare DAG's
@@ -23,6 +24,7 @@ includes the deferral), the held-minus-workload figures from the results store, 
 scheduler's CPU seconds and peak RSS during each run. Prints figures; it is not a test.
 
     .venv/bin/python bench/bench_lifecycle.py [--sizes 8 64] [--repeat 1] [--parallelism 8]
+        [--executor PreloadedLocalExecutor|LocalExecutor]
         [--env AIRFLOW__SECTION__KEY=value ...] [--keep]
 """
 
@@ -369,6 +371,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="extra environment for every Airflow component, e.g. AIRFLOW__CORE__...=...",
     )
+    ap.add_argument(
+        "--executor",
+        choices=("PreloadedLocalExecutor", "LocalExecutor"),
+        default="PreloadedLocalExecutor",
+        help="PreloadedLocalExecutor (what `make standalone` runs: task processes start with "
+        "accelmatrix and Great Expectations imported, evaluate needs no deferral) or the plain "
+        "LocalExecutor (evaluate defers to the triggerer); both DAGs run on it",
+    )
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     ap.add_argument("--no-warmup", action="store_true", help="skip the unmeasured first runs")
     ap.add_argument(
@@ -394,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             dags_folder=dags,
             suites_dir=suites,
             parallelism=args.parallelism,
+            executor=args.executor,
             env_extra=env_extra,
             # Reading PSS of ~20 processes that map torch or GE is not free: sample sparingly
             # so the benchmark does not perturb what it measures.
@@ -459,7 +470,7 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], args: argparse.
     med = statistics.median
     print()
     print(
-        f"Lifecycle overhead: LocalExecutor, SQLite, parallelism {args.parallelism}, "
+        f"Lifecycle overhead: {args.executor}, SQLite, parallelism {args.parallelism}, "
         f"{os.cpu_count()} CPUs, median of {args.repeat} run(s); wall = run start to end"
     )
     print(

@@ -38,6 +38,9 @@ Resource figures: a sampler thread records the memory of each component's proces
 (``/proc`` utime+stime through psutil, including reaped children) and peak memory over a
 window, e.g. one DAG run.
 
+``executor="PreloadedLocalExecutor"``: the LocalExecutor subclass ``make standalone`` runs,
+which imports the task side before forking its workers (``accelmatrix.executor``).
+
 CeleryExecutor (``executor="CeleryExecutor"``, the docker-compose.yaml deployment): the
 metadata DB is ``database_url`` (PostgreSQL; see ``accelmatrix_testkit.services``), the broker
 ``celery_broker_url`` (Redis) and the result backend ``db+<database_url>`` on the same
@@ -76,7 +79,13 @@ from accelmatrix.settings import REPO_ROOT
 TESTS_DIR = Path(__file__).resolve().parents[1]  # holds this package: tests/accelmatrix_testkit
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
-EXECUTORS = ("LocalExecutor", "CeleryExecutor")
+# Name -> [core] executor. PreloadedLocalExecutor is a LocalExecutor whose forked task
+# processes start with accelmatrix and Great Expectations imported (accelmatrix.executor).
+EXECUTORS = {
+    "LocalExecutor": "LocalExecutor",
+    "PreloadedLocalExecutor": "accelmatrix.executor.PreloadedLocalExecutor",
+    "CeleryExecutor": "CeleryExecutor",
+}
 # What the 3.3.2 scheduler logs when it fails a task whose deferral exit it learns about
 # only after the trigger already resumed it (apache/airflow#67287, #71580, #72716).
 STALE_SUCCESS = "finished with state success, but the task instance's state attribute is"
@@ -259,7 +268,7 @@ class AirflowStack:
         self.components = tuple(c for c in COMPONENTS if c in components)
         self.port = port or free_port()
         if executor not in EXECUTORS:
-            raise ValueError(f"executor: one of {EXECUTORS}, not {executor!r}")
+            raise ValueError(f"executor: one of {tuple(EXECUTORS)}, not {executor!r}")
         self.executor = executor
         self.database_url = database_url or f"sqlite:///{self.home / 'airflow.db'}"
         self.celery_worker_names: tuple[str, ...] = ()
@@ -315,7 +324,7 @@ class AirflowStack:
                 "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-                "AIRFLOW__CORE__EXECUTOR": self.executor,
+                "AIRFLOW__CORE__EXECUTOR": EXECUTORS[self.executor],
                 "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": str(self.all_admins),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",

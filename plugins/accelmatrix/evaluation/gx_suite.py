@@ -26,7 +26,7 @@ from accelmatrix.evaluation.observe import CheckPlan, Expect
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DOCS_SITE", "SuiteRun", "import_gx", "run_suite", "safe_suite_name"]
+__all__ = ["DOCS_SITE", "SuiteRun", "gx_loaded", "import_gx", "run_suite", "safe_suite_name"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,11 @@ def _quiet(names: tuple[str, ...]) -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, saved, strict=True):
             lg.setLevel(level)
+
+
+def gx_loaded() -> bool:
+    """Whether this process has Great Expectations imported already (evaluating is cheap)."""
+    return _gx is not None
 
 
 def import_gx() -> SimpleNamespace:

@@ -27,6 +27,7 @@ from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN
 from accelmatrix.lifecycle.collect_step import CollectFailed, collect, record_collect_failure
 from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
 from accelmatrix.lifecycle.evaluate_step import (
+    checks_are_warm,
     record_evaluation,
     record_evaluation_error,
     run_checks,
@@ -56,6 +57,7 @@ __all__ = [
     "PlanRejected",
     "RunRef",
     "begin_provision",
+    "checks_are_warm",
     "collect",
     "finish_provision",
     "finish_run",

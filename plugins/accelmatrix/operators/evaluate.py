@@ -1,10 +1,16 @@
-"""EvaluateCellOperator: judge a cell's outputs, with Great Expectations kept warm.
+"""EvaluateCellOperator: judge a cell's outputs where Great Expectations is warm.
 
-`deferrable=True` (the default) hands the evaluation to EvaluationTrigger so Great
-Expectations is imported once per triggerer instead of once per cell; the trigger records
-the verdicts and ends this task (no second task start). `deferrable=False` evaluates in the
-task process (useful where no triggerer runs). Either way the verdict table lands in this
-task's log once and the verdicts in the results store.
+Importing Great Expectations costs ~2.5 s of CPU per process, so the evaluation runs where
+it is imported already:
+
+* in this task process when it was started warm (``accelmatrix.executor.
+  PreloadedLocalExecutor`` imports it before forking the workers): no deferral at all;
+* otherwise, with ``deferrable=True`` (the default), in the triggerer through
+  EvaluationTrigger, which records the verdicts and ends this task (no second task start);
+* with ``deferrable=False``, here anyway (where no triggerer runs).
+
+Either way the verdict table lands in this task's log once and the verdicts in the results
+store.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ class EvaluateCellOperator(CellOperator):
         from accelmatrix import lifecycle
 
         ref = self.ref(context)
-        if self.deferrable:
+        if self.deferrable and not lifecycle.checks_are_warm():
             from accelmatrix.triggers.evaluation import EvaluationTrigger
 
             self.defer(
@@ -39,6 +45,12 @@ class EvaluateCellOperator(CellOperator):
                 method_name="execute_complete",
                 timeout=timedelta(minutes=15),
             )
+        self.log.info(
+            "evaluating in this task process (%s)",
+            "Great Expectations is loaded here already"
+            if lifecycle.checks_are_warm()
+            else "deferrable=False",
+        )
         try:
             result = lifecycle.run_checks(self.cell, ref)
         except Exception as e:

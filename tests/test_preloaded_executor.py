@@ -1,0 +1,138 @@
+"""PreloadedLocalExecutor (accelmatrix.executor) on a real Airflow, and what it changes.
+
+Its forked task processes start with accelmatrix and Great Expectations imported, so
+``evaluate`` judges the cell in its own task process: no deferral, no triggerer round trip
+on the cell's critical path. What must hold:
+
+* the scheduler preloaded the task side before forking its workers (it says so in its log);
+* an evaluate that passes, and one whose check fails, each start on a worker once and never
+  defer; the failing one is red on its first try with the verdict table (check, expected,
+  observed) in its log, and the cell is ``failed`` in the store;
+* every other task instance of the run is green, first try, and no machine is left.
+
+Without the preload (a plain LocalExecutor, the Celery workers) evaluate defers to the
+triggerer: tests/test_cells_end_in_triggerer.py covers that path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from accelmatrix_testkit import AirflowStack
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL = "accelmatrix_cpu"
+FINISHED = "Finished training run"
+
+WORKLOAD = """\
+import sys
+print("step 1 loss: 0.5", flush=True)
+if sys.argv[1] == "check":
+    print("ran, but never printed the line the check wants", flush=True)
+else:
+    print("Finished training run", flush=True)
+"""
+
+
+def test_checks_are_warm_only_after_the_preload():
+    """In a fresh process Great Expectations is not loaded (evaluate would defer); after
+    ``preload_task_side`` it is, nothing failed to import, and a forked child inherits it."""
+    code = (
+        "import os, sys\n"
+        "from accelmatrix import lifecycle\n"
+        "from accelmatrix.executor import preload_task_side\n"
+        "assert not lifecycle.checks_are_warm()\n"
+        "assert 'great_expectations' not in sys.modules\n"
+        "assert preload_task_side() == []\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if lifecycle.checks_are_warm() else 7)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "assert os.waitstatus_to_exitcode(status) == 0, status\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok"), out.stdout
+
+
+@pytest.mark.integration
+def test_evaluate_runs_in_its_task_process_without_deferring(tmp_path):
+    script = tmp_path / "workload.py"
+    script.write_text(WORKLOAD)
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    suite = {
+        "description": "evaluate without a deferral",
+        "schedule": None,
+        "retries": 1,
+        "retry_delay_seconds": 1,
+        "axes": {"mode": ["pass", "check"], "i": [0, 1]},
+        "machines": {"cpu": {"backend": "local", "pool": POOL, "pool_slots": 16}},
+        "machine": "cpu",
+        "workload": {"run": ["${python}", str(script), "${axis.mode}"], "timeout": 60},
+        "checks": [{"type": "log_contains", "pattern": FINISHED}],
+    }
+    (suites / "preloaded.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
+    with AirflowStack(
+        home=tmp_path / "airflow",
+        dags_folder=ROOT / "dags",
+        suites_dir=suites,
+        parallelism=8,
+        executor="PreloadedLocalExecutor",
+    ) as stack:
+        stack.create_pool(POOL, 16, include_deferred=True)
+        stack.wait_for_dag("preloaded")
+        run_id = stack.trigger("preloaded")
+        state = stack.wait_for_run("preloaded", run_id, timeout=300)
+        tis = stack.task_instances("preloaded", run_id)
+        by = {(ti["task_id"].rsplit(".", 1)[-1], ti["rendered_map_index"]): ti for ti in tis}
+        summary = "\n".join(
+            f"{k}: {v['state']} try {v['try_number']}" for k, v in sorted(by.items(), key=str)
+        )
+        assert state == "failed", summary  # the two check cells failed their check
+        scheduler_log = (stack.logs_dir / "scheduler.log").read_text(errors="replace")
+        assert "preloaded the accelmatrix task side" in scheduler_log, scheduler_log[-3000:]
+
+        for cell in ("mode=pass,i=0", "mode=pass,i=1", "mode=check,i=0", "mode=check,i=1"):
+            ev = by[("evaluate", cell)]
+            log = stack.task_log("preloaded", run_id, ev["task_id"], map_index=ev["map_index"])
+            # One start on a worker, evaluated there: never deferred, never resumed.
+            assert log.count("::group::Pre Execute") == 1, log[-3000:]
+            assert "Pausing task as DEFERRED" not in log, log[-3000:]
+            assert "evaluating in this task process" in log, log[-3000:]
+            assert "log_contains" in log and FINISHED in log, log[-3000:]  # the verdict table
+            if cell.startswith("mode=pass"):
+                assert (ev["state"], ev["try_number"]) == ("success", 1), summary
+            else:
+                # A check failure is a test failure: red on the first try, never retried.
+                assert (ev["state"], ev["try_number"]) == ("failed", 1), summary
+                assert "check(s) failed: log_contains" in log, log[-3000:]
+        # Everything else is green on its first try, but the gate, red for the failed cells.
+        others = [ti for (step, _), ti in by.items() if step not in ("evaluate", "gate")]
+        assert {(ti["state"], ti["try_number"]) for ti in others} == {("success", 1)}, summary
+        assert by[("gate", None)]["state"] == "failed", summary
+
+        from accelmatrix.results.store import ResultsStore
+
+        store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
+        try:
+            cells = {c["cell_id"]: c["state"] for c in store.get_cells("preloaded", run_id)}
+        finally:
+            store.close()
+        assert cells == {
+            "mode=pass,i=0": "passed",
+            "mode=pass,i=1": "passed",
+            "mode=check,i=0": "failed",
+            "mode=check,i=1": "failed",
+        }, cells
+        assert list((stack.accel_home / "work" / "preloaded").rglob("resource.json")) == []
