@@ -135,12 +135,13 @@ def used_machines(suite: Any) -> list[str]:
 
 
 # Which ready task gets a free executor slot first (absolute priority_weight). The steps that
-# hold a machine (setup, run, and teardown, which releases what run did not) outrank the
-# steps after the machine is gone (collect, evaluate), and provision ranks last: a new
+# hold a machine (setup, run) outrank the steps after it is gone (collect, evaluate, and
+# teardown: `run` releases a passing cell's machine, so teardown usually only checks; when it
+# does release one, it still outranks every provision), and provision ranks last: a new
 # machine is created only when no cell that already holds one is waiting for a slot. Under
 # Airflow's default rule (downstream) every provision came first, so a 64-cell run held all
 # 64 machines while each waited its turn for the steps that use it.
-STEP_PRIORITY = {"provision": 1, "collect": 2, "evaluate": 2, "setup": 3, "run": 3, "teardown": 3}
+STEP_PRIORITY = {"provision": 1, "collect": 2, "evaluate": 2, "teardown": 2, "setup": 3, "run": 3}
 
 
 def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
