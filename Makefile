@@ -70,9 +70,12 @@ bench: venv $(AIRFLOW_HOME)/.migrated
 
 # The executor: a LocalExecutor whose task processes start with accelmatrix and Great
 # Expectations imported (plugins/accelmatrix/executor.py), unless you chose another one.
+# [workers] min_heartbeat_interval 1: Airflow 3.3.2's task supervisor can miss its task's
+# exit and then sleep this long (default 5 s) before it frees the slot (docs/deploy.md).
 standalone: venv $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python -m accelmatrix pools --apply
 	AIRFLOW__CORE__EXECUTOR=$${AIRFLOW__CORE__EXECUTOR:-accelmatrix.executor.PreloadedLocalExecutor} \
+	AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL=$${AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL:-1} \
 		$(BIN)/airflow standalone
 
 clean:

@@ -331,6 +331,9 @@ class AirflowStack:
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url,
                 "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(EXECUTION_API_TIMEOUT),
+                # As deployed (docker-compose.yaml, make standalone): the 3.3.2 supervisor can
+                # miss its task process's exit and sleep this long before freeing the slot.
+                "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs_dir),
                 # Nothing serves logs (every component shares this home's log folder); give the
                 # ports unique values anyway so a log fetch can never reach another stack.
