@@ -444,6 +444,45 @@ def test_data_docs(tmp_path: Path) -> None:
     assert f"Data Docs: {docs / 'index.html'}" in report.format_table()
 
 
+def test_data_docs_templates_compile_once_per_process(tmp_path: Path, monkeypatch) -> None:
+    """GE builds a new Jinja environment per page; our views share compiled templates, so
+    after ``warm_templates`` a cell's Data Docs compile nothing, and the pages are GE's."""
+    evaluate(ALL_CHECKS, make_cell(tmp_path / "a"), data_docs_dir=tmp_path / "a" / "docs")
+    from accelmatrix.evaluation import docs_views
+
+    compiled = docs_views.warm_templates()
+    assert compiled >= 30  # GE 1.x ships ~40 templates and two style sheets
+    # Spies, not stubs: every lookup and compile still goes to the real cache.
+    compiles: list[str] = []
+    lookups: list[str] = []
+    real_dump = docs_views.TEMPLATES.dump_bytecode
+    real_load = docs_views.TEMPLATES.load_bytecode
+    monkeypatch.setattr(
+        docs_views.TEMPLATES,
+        "dump_bytecode",
+        lambda bucket: (compiles.append(bucket.key), real_dump(bucket)),
+    )
+    monkeypatch.setattr(
+        docs_views.TEMPLATES,
+        "load_bytecode",
+        lambda bucket: (lookups.append(bucket.key), real_load(bucket)),
+    )
+    docs = tmp_path / "b" / "docs"
+    report = evaluate(
+        ALL_CHECKS,
+        make_cell(tmp_path / "b", metrics=series("loss", [1.0, 2.0])),
+        data_docs_dir=docs,
+    )
+    # Every page's templates come through the shared cache (50 lookups; 16 if only the
+    # index page used it)...
+    assert len(lookups) >= 30
+    assert compiles == []  # ...and every one was there
+    assert len(docs_views.TEMPLATES) == compiled
+    (page,) = (docs / "validations").rglob("*.html")
+    assert "final_loss[loss]: |last(loss) - 0.1| &lt;= 0.05" in page.read_text()
+    assert report.data_docs_index == docs / "index.html"
+
+
 def test_great_expectations_import_is_quiet(gx: dict) -> None:
     if not gx["fresh"]:
         pytest.skip("great_expectations was imported before this module")

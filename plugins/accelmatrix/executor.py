@@ -67,6 +67,8 @@ def preload_task_side() -> list[str]:
             failed.append(name)
     try:
         import_gx()
+        # Data Docs templates compiled once here instead of once per cell (docs_views.py).
+        importlib.import_module("accelmatrix.evaluation.docs_views").warm_templates()
     except Exception:
         log.exception("preloading Great Expectations failed; evaluate will defer")
         failed.append("great_expectations")

@@ -53,6 +53,10 @@ def _quiet(names: tuple[str, ...]) -> Iterator[None]:
             lg.setLevel(level)
 
 
+# Data Docs views that compile GE's templates once per process tree (docs_views.py).
+_VIEWS = "accelmatrix.evaluation.docs_views"
+
+
 def gx_loaded() -> bool:
     """Whether this process has Great Expectations imported already (evaluating is cheap)."""
     return _gx is not None
@@ -170,7 +174,15 @@ def run_suite(
                     "class_name": "TupleFilesystemStoreBackend",
                     "base_directory": str(data_docs_dir),
                 },
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                "site_index_builder": {
+                    "class_name": "DefaultSiteIndexBuilder",
+                    "view": {"module_name": _VIEWS, "class_name": "CachedJinjaIndexPageView"},
+                },
+                # Same pages as GE's defaults; the views only share compiled templates.
+                "site_section_builders": {
+                    section: {"view": {"module_name": _VIEWS, "class_name": "CachedJinjaPageView"}}
+                    for section in ("expectations", "validations", "profiling")
+                },
             },
         )
     batch = (

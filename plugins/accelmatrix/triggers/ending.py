@@ -93,5 +93,9 @@ def _warm() -> None:
         from accelmatrix.evaluation.gx_suite import import_gx
 
         import_gx()
+        # Imported only now: the module imports Great Expectations at its top.
+        from accelmatrix.evaluation.docs_views import warm_templates
+
+        warm_templates()
     except Exception:  # evaluation imports it again and reports a real problem there
         log.exception("warming Great Expectations failed")
