@@ -42,8 +42,17 @@ TASK_SIDE_MODULES = (
     "accelmatrix.operators.run",
     "accelmatrix.operators.steps",
     "accelmatrix.operators.evaluate",
+    "accelmatrix.triggers.provision",
+    "accelmatrix.triggers.workload",
+    "accelmatrix.triggers.evaluation",
     "accelmatrix.lifecycle",
+    "accelmatrix.results.store",
+    "accelmatrix.metrics.sources",
     "accelmatrix.evaluation",
+    "accelmatrix.evaluation.offline_docs",
+    "accelmatrix.clearing",
+    "accelmatrix.stopped",
+    "accelmatrix.pricing",
     "accelmatrix.backends.local",
     "accelmatrix.backends.ssh",
 )
@@ -65,6 +74,15 @@ def preload_task_side() -> list[str]:
         except Exception:
             log.exception("preloading %s failed; task processes will import it themselves", name)
             failed.append(name)
+    try:
+        # What each task process computes once from files: the results schema's head
+        # revision (Alembic reads its scripts), and the DAG file's own build (the suite
+        # shapes, the code fingerprint, Airflow's lazily imported DAG parts).
+        importlib.import_module("accelmatrix.results.migrate").head()
+        importlib.import_module("accelmatrix.dag_factory").build_dags()
+    except Exception:
+        log.exception("preloading the DAG build failed; task processes will do it themselves")
+        failed.append("build_dags")
     try:
         import_gx()
         # Data Docs templates compiled once here instead of once per cell (docs_views.py).

@@ -253,6 +253,13 @@ class StoreCore:
         Alembic is adopted by the initial revision (missing tables created, missing
         nullable columns added); one lacking a NOT NULL column is refused with the list.
         """
+        # Every task process opens the store once, and all but the first opener of a database
+        # find it at head: a plain read says so, without SQLite's write lock (BEGIN
+        # IMMEDIATE), which every other writer of the run would queue behind.
+        with self._get_engine().connect() as conn:
+            if migrate.at_head(conn):
+                self._schema_ready = True
+                return
         attempts = 1 if self.dialect in ("sqlite", "postgresql") else _GENERIC_ATTEMPTS
         for attempt in range(attempts):
             try:

@@ -44,13 +44,18 @@ def current(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
+def at_head(connection: Connection) -> bool:
+    """Whether the database is at the newest revision (a read: no lock, no transaction)."""
+    return current(connection) == head()
+
+
 def upgrade(connection: Connection) -> bool:
     """Upgrade to head on ``connection`` (its open transaction); True when anything ran.
 
     The revision check first: a database already at head (every open but the first) costs
     one SELECT, not loading and running Alembic's environment.
     """
-    if current(connection) == head():
+    if at_head(connection):
         return False
     command.upgrade(config(connection), "head")
     return True
