@@ -42,7 +42,8 @@ else:
 
 def test_checks_are_warm_only_after_the_preload():
     """In a fresh process Great Expectations is not loaded (evaluate would defer); after
-    ``preload_task_side`` it is, nothing failed to import, and a forked child inherits it."""
+    ``preload_task_side`` it is, nothing failed (the rehearsal cell passed), no thread was
+    left running, and a forked child inherits it."""
     code = (
         "import os, sys\n"
         "from accelmatrix import lifecycle\n"
@@ -50,6 +51,9 @@ def test_checks_are_warm_only_after_the_preload():
         "assert not lifecycle.checks_are_warm()\n"
         "assert 'great_expectations' not in sys.modules\n"
         "assert preload_task_side() == []\n"
+        "import threading\n"
+        "# Forking with another thread alive can leave a lock held in the child forever.\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    os._exit(0 if lifecycle.checks_are_warm() else 7)\n"

@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import tempfile
 import time
+from pathlib import Path
 
 from airflow.executors.local_executor import LocalExecutor
+
+from accelmatrix import settings
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +89,14 @@ def preload_task_side() -> list[str]:
         failed.append("build_dags")
     try:
         import_gx()
-        # Data Docs templates compiled once here instead of once per cell (docs_views.py).
+        # Data Docs templates compiled once here instead of once per cell (docs_views.py),
+        # then one made-up cell evaluated, which loads what GE, pandas and pyarrow leave
+        # for their first use (threads: none; tqdm's monitor is off, see import_gx).
         importlib.import_module("accelmatrix.evaluation.docs_views").warm_templates()
+        with tempfile.TemporaryDirectory(prefix="accelmatrix-rehearsal-") as tmp:
+            importlib.import_module("accelmatrix.evaluation.evaluate").rehearse(
+                Path(tmp), settings.include_dir()
+            )
     except Exception:
         log.exception("preloading Great Expectations failed; evaluate will defer")
         failed.append("great_expectations")

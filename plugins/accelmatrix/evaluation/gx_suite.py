@@ -73,6 +73,12 @@ def import_gx() -> SimpleNamespace:
         # GE logs INFO during runs too; keep it at WARNING unless the host chose a level.
         gx_logger.setLevel(logging.WARNING)
     started = time.perf_counter()
+    # GE draws (disabled) tqdm bars; tqdm would start a monitor thread for them, and a
+    # thread in a process that later forks (PreloadedLocalExecutor) can hold a lock the
+    # child then waits on forever. The monitor only tunes refresh rates: off.
+    import tqdm
+
+    tqdm.tqdm.monitor_interval = 0
     with _quiet(_IMPORT_NOISE):
         import great_expectations as gx
         import great_expectations.expectations as gxe
