@@ -57,6 +57,30 @@ def test_schema_twice_and_parent_dir_created(db_path: Path) -> None:
     tables = {r[0] for r in raw(db_path, "SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"runs", "cells", "metrics", "checks"} <= tables
     assert raw(db_path, "PRAGMA journal_mode") == [("wal",)]
+    # Per connection, so asked on the store's own: NORMAL (1), not the default FULL (2).
+    from sqlalchemy import text
+
+    with s._get_engine().connect() as conn:
+        assert conn.execute(text("PRAGMA synchronous")).scalar() == 1
+    s.close()
+
+
+def test_open_at_head_takes_no_write_lock(db_path: Path) -> None:
+    """A second process opening a database at head checks the schema with a read: it gets
+    through while another connection holds SQLite's write lock."""
+
+    ResultsStore(f"sqlite:///{db_path}").ensure_schema()
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        s = ResultsStore(f"sqlite:///{db_path}", busy_timeout_s=30)
+        t = time.monotonic()
+        s.ensure_schema()
+        assert time.monotonic() - t < 5  # the write path would wait out the 30 s timeout
+        assert s.get_cell(DAG, RUN, "nobody") is None
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
     s.close()
 
 
