@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-import tempfile
 import time
-from pathlib import Path
 
 from airflow.executors.local_executor import LocalExecutor
 
@@ -63,13 +61,11 @@ TASK_SIDE_MODULES = (
 
 
 def preload_task_side() -> list[str]:
-    """Import the task side and Great Expectations; return the modules that failed.
+    """Import the task side and Great Expectations; return what failed.
 
     A module that fails to import is logged and skipped: the task that needs it imports it
     again and reports the real error where on-call reads it, in that task's log.
     """
-    from accelmatrix.evaluation.gx_suite import import_gx
-
     started = time.perf_counter()
     failed = []
     for name in TASK_SIDE_MODULES:
@@ -82,21 +78,21 @@ def preload_task_side() -> list[str]:
         # What each task process computes once from files: the results schema's head
         # revision (Alembic reads its scripts), and the DAG file's own build (the suite
         # shapes, the code fingerprint, Airflow's lazily imported DAG parts).
-        importlib.import_module("accelmatrix.results.migrate").head()
-        importlib.import_module("accelmatrix.dag_factory").build_dags()
+        from accelmatrix.dag_factory import build_dags
+        from accelmatrix.results.migrate import head
+
+        head()
+        build_dags()
     except Exception:
         log.exception("preloading the DAG build failed; task processes will do it themselves")
         failed.append("build_dags")
     try:
-        import_gx()
-        # Data Docs templates compiled once here instead of once per cell (docs_views.py),
-        # then one made-up cell evaluated, which loads what GE, pandas and pyarrow leave
-        # for their first use (threads: none; tqdm's monitor is off, see import_gx).
-        importlib.import_module("accelmatrix.evaluation.docs_views").warm_templates()
-        with tempfile.TemporaryDirectory(prefix="accelmatrix-rehearsal-") as tmp:
-            importlib.import_module("accelmatrix.evaluation.evaluate").rehearse(
-                Path(tmp), settings.include_dir()
-            )
+        # Great Expectations, its Data Docs templates, and one made-up cell evaluated, which
+        # loads what GE, pandas and pyarrow leave for first use (threads: none; tqdm's
+        # monitor is off, see gx_suite.import_gx).
+        from accelmatrix.evaluation.evaluate import warm_up
+
+        warm_up(rehearse_with=settings.include_dir())
     except Exception:
         log.exception("preloading Great Expectations failed; evaluate will defer")
         failed.append("great_expectations")

@@ -6,14 +6,12 @@ the ~0.3 s CPU one cell's evaluation costs (profiled on a no-op cell). These sub
 change one thing: the environment gets a process-wide in-memory bytecode cache (Jinja's
 documented hook for this, ``Environment.bytecode_cache``). ``warm_templates`` fills it:
 
-* ``PreloadedLocalExecutor`` (accelmatrix.executor) calls it before forking its workers,
-  so every task process starts with the compiled templates;
-* the triggerer's warm-up calls it after importing Great Expectations.
+``evaluate.warm_up`` calls it, in PreloadedLocalExecutor (accelmatrix.executor) before the
+workers fork, so every task process starts with the compiled templates, and in the
+triggerer's warm-up. Elsewhere the first evaluation in a process fills it. A template whose
+source changed is compiled again: the bucket checks the source's checksum.
 
-Elsewhere the first evaluation in a process fills it. A template whose source changed
-is compiled again: the bucket checks the source's checksum.
-
-GE loads the views by name from the site config (``gx_suite.docs_site_config``). This
+GE loads the views by name from the Data Docs site config (``gx_suite.run_suite``). This
 module imports Great Expectations and is only loaded when GE already is.
 """
 

@@ -104,3 +104,23 @@ def rehearse(work_dir: Path, include_dir: Path) -> float:
     if not report.passed:  # the made-up cell passes by construction; anything else is a bug
         raise RuntimeError(f"the rehearsal cell did not pass:\n{report.format_table()}")
     return time.perf_counter() - started
+
+
+def warm_up(rehearse_with: Path | None = None) -> None:
+    """Get this process ready to evaluate: import Great Expectations, compile the Data Docs
+    templates, and with ``rehearse_with`` (the include dir) also evaluate a made-up cell.
+
+    The triggerer's warm-up thread does not rehearse: a rehearsal beside a real evaluation
+    would run two Great Expectations contexts at once. PreloadedLocalExecutor does, before
+    any task runs.
+    """
+    import tempfile
+
+    from accelmatrix.evaluation.docs_views import warm_templates
+    from accelmatrix.evaluation.gx_suite import import_gx
+
+    import_gx()
+    warm_templates()
+    if rehearse_with is not None:
+        with tempfile.TemporaryDirectory(prefix="accelmatrix-rehearsal-") as tmp:
+            rehearse(Path(tmp), rehearse_with)

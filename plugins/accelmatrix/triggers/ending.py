@@ -90,12 +90,8 @@ def warm_great_expectations() -> None:
 
 def _warm() -> None:
     try:
-        from accelmatrix.evaluation.gx_suite import import_gx
+        from accelmatrix.evaluation.evaluate import warm_up
 
-        import_gx()
-        # Imported only now: the module imports Great Expectations at its top.
-        from accelmatrix.evaluation.docs_views import warm_templates
-
-        warm_templates()
+        warm_up()
     except Exception:  # evaluation imports it again and reports a real problem there
         log.exception("warming Great Expectations failed")
