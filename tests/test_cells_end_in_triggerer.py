@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelmatrix_testkit import AirflowStack
+from accelmatrix_testkit import AirflowStack, by_step_and_cell
 
 pytestmark = pytest.mark.integration
 
@@ -219,10 +219,7 @@ def test_retry_rule_and_verdicts_in_the_triggerer(stack):
     run_id = stack.trigger("outcomes")
     state = stack.wait_for_run("outcomes", run_id, timeout=400)
     tis = stack.task_instances("outcomes", run_id)
-    by = {(ti["task_id"].rsplit(".", 1)[-1], ti["rendered_map_index"]): ti for ti in tis}
-    summary = "\n".join(
-        f"{k}: {v['state']} try {v['try_number']}" for k, v in sorted(by.items(), key=str)
-    )
+    by, summary = by_step_and_cell(tis)
     cells = _cells(stack, "outcomes", run_id)
     assert state == "failed", summary  # two cells failed
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelmatrix_testkit import AirflowStack
+from accelmatrix_testkit import AirflowStack, by_step_and_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "accelmatrix_cpu"
@@ -99,10 +99,7 @@ def test_evaluate_runs_in_its_task_process_without_deferring(tmp_path):
         run_id = stack.trigger("preloaded")
         state = stack.wait_for_run("preloaded", run_id, timeout=300)
         tis = stack.task_instances("preloaded", run_id)
-        by = {(ti["task_id"].rsplit(".", 1)[-1], ti["rendered_map_index"]): ti for ti in tis}
-        summary = "\n".join(
-            f"{k}: {v['state']} try {v['try_number']}" for k, v in sorted(by.items(), key=str)
-        )
+        by, summary = by_step_and_cell(tis)
         assert state == "failed", summary  # the two check cells failed their check
         scheduler_log = (stack.logs_dir / "scheduler.log").read_text(errors="replace")
         assert "preloaded the accelmatrix task side" in scheduler_log, scheduler_log[-3000:]

@@ -3,6 +3,6 @@
 Nothing here is imported by DAG files or tasks.
 """
 
-from accelmatrix_testkit.airflow_stack import AirflowStack, StackError, Usage
+from accelmatrix_testkit.airflow_stack import AirflowStack, StackError, Usage, by_step_and_cell
 
-__all__ = ["AirflowStack", "StackError", "Usage"]
+__all__ = ["AirflowStack", "StackError", "Usage", "by_step_and_cell"]

@@ -232,6 +232,15 @@ class _Sampler(threading.Thread):
 
 
 # -- the stack ----------------------------------------------------------------------------
+def by_step_and_cell(tis: list[dict[str, Any]]) -> tuple[dict[tuple[str, Any], dict], str]:
+    """Task instances keyed by (step, cell id), and a one-line-each summary for assertions."""
+    by = {(ti["task_id"].rsplit(".", 1)[-1], ti["rendered_map_index"]): ti for ti in tis}
+    summary = "\n".join(
+        f"{k}: {v['state']} try {v['try_number']}" for k, v in sorted(by.items(), key=str)
+    )
+    return by, summary
+
+
 class AirflowStack:
     """A real Airflow in ``home`` (LocalExecutor and SQLite unless told); see the module docstring."""
 
