@@ -73,6 +73,11 @@ def test_stack_executor_settings(tmp_path):
     assert celery.env["AIRFLOW__CELERY__BROKER_URL"] == "redis://127.0.0.1:6999/0"
     assert celery.env["AIRFLOW__CELERY__RESULT_BACKEND"] == f"db+{db}"
     assert celery.celery_worker_names == ("celery-1", "celery-2", "celery-3")
+    # docker-compose.yaml's Celery config: Airflow's default plus the preloading worker hook.
+    assert (
+        celery.env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"]
+        == "accelmatrix.celery_config.CELERY_CONFIG"
+    )
     with pytest.raises(ValueError, match="celery_broker_url"):
         AirflowStack(
             home=tmp_path / "c",
@@ -159,6 +164,19 @@ def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
             try_number=good_run["try_number"],
         )
         worker_pids = {name: stack.procs[name].pid for name in workers}
+        worker_logs = {
+            n: (stack.logs_dir / f"{n}.log").read_text(errors="replace") for n in workers
+        }
+        evaluate_logs = {
+            cell: stack.task_log(
+                DAG_ID,
+                run_id,
+                "cpu-small.evaluate",
+                map_index=by_cell[("evaluate", cell)]["map_index"],
+                try_number=by_cell[("evaluate", cell)]["try_number"],
+            )
+            for cell in (GOOD, BAD)
+        }
         print(
             f"migrate {stack.migrate_seconds:.1f} s, startup {stack.startup_seconds:.1f} s, "
             f"run {good_run['start_date']} .. {stack.get_run(DAG_ID, run_id)['end_date']}"
@@ -205,6 +223,16 @@ def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
         assert run_log.count("::group::Pre Execute") == 1, run_log[-3000:]
     assert re.search(r"(RunWorkloadOperator|WorkloadTrigger)\] step 5 loss:", run_log), run_log
     assert "Finished training run" in run_log, run_log
+
+    # Each worker preloaded the task side before forking its pool (accelmatrix.celery_config),
+    # so evaluate judged its cell in its own task process: one start, no deferral.
+    for name, text in worker_logs.items():
+        assert "preloaded the accelmatrix task side" in text, f"{name}: {text[-3000:]}"
+    for log in evaluate_logs.values():
+        assert log.count("::group::Pre Execute") == 1, log[-3000:]
+        assert "Pausing task as DEFERRED" not in log, log[-3000:]
+        assert "evaluating in this task process" in log, log[-3000:]
+    assert "check(s) failed" in evaluate_logs[BAD], evaluate_logs[BAD][-3000:]
 
     # The results are in PostgreSQL, not in a SQLite file in the accelmatrix home.
     assert not (tmp_path / "airflow" / "accelmatrix" / "results.db").exists()

@@ -47,7 +47,7 @@ def test_checks_are_warm_only_after_the_preload():
     code = (
         "import os, sys\n"
         "from accelmatrix import lifecycle\n"
-        "from accelmatrix.executor import preload_task_side\n"
+        "from accelmatrix.preload import preload_task_side\n"
         "assert not lifecycle.checks_are_warm()\n"
         "assert 'great_expectations' not in sys.modules\n"
         "assert preload_task_side() == []\n"

@@ -48,7 +48,9 @@ database unless given. ``celery_workers`` ``airflow celery worker`` processes st
 other components, with ``--skip-serve-logs`` (they write to the shared log folder like every
 other component), distinct Celery node names ``celery-<i>@<host>`` and the same name as the
 task instances' ``hostname`` (``[core] hostname_callable``), so a test can see which worker
-ran a task. They are components like the others: stopped, swept and measured.
+ran a task. They are components like the others: stopped, swept and measured. Their Celery
+configuration is ``accelmatrix.celery_config`` (each worker preloads the task side before
+its pool forks, as docker-compose.yaml deploys it) unless ``celery_preload=False``.
 """
 
 from __future__ import annotations
@@ -265,6 +267,7 @@ class AirflowStack:
         celery_result_backend: str | None = None,
         celery_workers: int = 2,
         celery_concurrency: int = 4,
+        celery_preload: bool = True,
     ):
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
@@ -292,6 +295,7 @@ class AirflowStack:
         self.celery_broker_url = celery_broker_url
         self.celery_result_backend = celery_result_backend or _db_result_backend(self.database_url)
         self.celery_concurrency = celery_concurrency
+        self.celery_preload = celery_preload
         self.all_admins = all_admins
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
@@ -384,6 +388,10 @@ class AirflowStack:
                     "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
                 }
             )
+            if self.celery_preload:  # as docker-compose.yaml deploys it
+                env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"] = (
+                    "accelmatrix.celery_config.CELERY_CONFIG"
+                )
         if self.suites_dir:
             env["ACCELMATRIX_SUITES_DIR"] = str(self.suites_dir)
         env.update(extra)

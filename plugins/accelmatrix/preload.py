@@ -1,0 +1,95 @@
+"""Preload the task side into a process that will fork task processes.
+
+Why: every Airflow task process starts from a fork (LocalExecutor: of a worker forked from
+the scheduler; CeleryExecutor: of a prefork pool child forked from the ``airflow celery
+worker`` process). A task process starts with whatever its parent had imported and imports
+the rest itself: our steps, pandas, the results store, and for ``evaluate`` Great
+Expectations, which alone costs ~2.5 s of CPU per process. Doing that work once in the
+parent, before it forks, makes every task process start warm; with Great Expectations
+loaded, ``evaluate`` judges the cell in its own task process instead of deferring to the
+triggerer (``lifecycle.checks_are_warm``).
+
+This is the same idea as Airflow's ``[dag_processor] parsing_pre_import_modules`` for DAG
+parsers; Airflow has no such setting for task processes, so the two places that fork them
+call this: ``accelmatrix.executor.PreloadedLocalExecutor`` and the Celery worker hook in
+``accelmatrix.celery_config``. Nothing here opens a connection, starts a thread or keeps a
+file open (a fork would copy them): it imports and computes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+
+from accelmatrix import settings
+from accelmatrix.dag_factory import build_dags
+from accelmatrix.evaluation.evaluate import warm_up
+from accelmatrix.results.migrate import head
+
+log = logging.getLogger(__name__)
+
+# What a cell's task process imports on its way through the steps: the operators, the
+# lifecycle steps and the results store, the backends whose modules are light, and Great
+# Expectations through the module that imports it (so that module's once-per-process state
+# is set too). The cloud backends (tpu_vm, k8s_*) are left out: their clients are heavy and
+# most task processes never need them.
+TASK_SIDE_MODULES = (
+    "pandas",
+    "accelmatrix.operators.provision",
+    "accelmatrix.operators.run",
+    "accelmatrix.operators.steps",
+    "accelmatrix.operators.evaluate",
+    "accelmatrix.triggers.provision",
+    "accelmatrix.triggers.workload",
+    "accelmatrix.triggers.evaluation",
+    "accelmatrix.lifecycle",
+    "accelmatrix.results.store",
+    "accelmatrix.metrics.sources",
+    "accelmatrix.evaluation",
+    "accelmatrix.evaluation.offline_docs",
+    "accelmatrix.clearing",
+    "accelmatrix.stopped",
+    "accelmatrix.pricing",
+    "accelmatrix.backends.local",
+    "accelmatrix.backends.ssh",
+)
+
+
+def preload_task_side() -> list[str]:
+    """Import the task side and warm Great Expectations; return what failed.
+
+    Nothing here is fatal: a module that fails to import is logged and skipped, and the
+    task that needs it imports it again and reports the real error where on-call reads it,
+    in that task's log.
+    """
+    started = time.perf_counter()
+    failed = []
+    for name in TASK_SIDE_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            log.exception("preloading %s failed; task processes will import it themselves", name)
+            failed.append(name)
+    try:
+        # What each task process computes once from files: the results schema's head
+        # revision (Alembic reads its scripts), and the DAG file's own build (the suite
+        # shapes, the code fingerprint, Airflow's lazily imported DAG parts).
+        head()
+        build_dags()
+    except Exception:
+        log.exception("preloading the DAG build failed; task processes will do it themselves")
+        failed.append("build_dags")
+    try:
+        # Great Expectations, its Data Docs templates, and one made-up cell evaluated, which
+        # loads what GE, pandas and pyarrow leave for first use (threads: none; tqdm's
+        # monitor is off, see gx_suite.import_gx).
+        warm_up(rehearse_with=settings.include_dir())
+    except Exception:
+        log.exception("preloading Great Expectations failed; evaluate will defer")
+        failed.append("great_expectations")
+    log.info(
+        "preloaded the accelmatrix task side for forked task processes in %.1f s",
+        time.perf_counter() - started,
+    )
+    return failed
