@@ -200,6 +200,15 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
         else:
             assert "passed" in log, log[-3000:]
 
+    # Of a cell's steps only provision pushes an XCom (the resource record the later steps
+    # read); the others' outcomes are in the store, also when a trigger ended the task.
+    xcoms = stack.api(
+        "GET", f"dags/pass8/dagRuns/{run_id}/taskInstances/~/xcomEntries", params={"limit": 1000}
+    )["xcom_entries"]
+    mapped_xcoms = {(x["task_id"], x["key"]) for x in xcoms if x["map_index"] >= 0}
+    assert mapped_xcoms == {("cpu.provision", "return_value")}, sorted(mapped_xcoms)
+    assert sum(1 for x in xcoms if x["task_id"] == "cpu.provision") == 8, xcoms
+
     cells = _cells(stack, "pass8", run_id)
     assert len(cells) == 8 and {c["state"] for c in cells.values()} == {"passed"}, cells
     # No machine waited for collect or teardown: each was gone before its collect started,

@@ -11,6 +11,10 @@ What the steps share lives here, once:
   after ``execute`` returned).
 * ``ref(context)``: which run, task group and map index this step belongs to (labels on
   the resource, keys in the results store).
+* No return value is pushed as XCom except ``provision``'s (``pushes_xcom``): the resource
+  record is the one value another task reads. Every other step's outcome lives in the
+  results store and its log; an XCom would cost one more Execution API write (and a row in
+  Airflow's database) per cell and step that nothing reads.
 
 Values resolved from XCom are never Jinja-rendered (Airflow marks them as seen), so a user
 value containing ``{{ ... }}`` stays text.
@@ -31,9 +35,12 @@ class CellOperator(BaseOperator):
     """A step of one cell of a suite's matrix (``cell``: the plan's JSON dict for it)."""
 
     template_fields: tuple[str, ...] = ("cell",)
+    # Whether the step's return value becomes its XCom (see the module docstring).
+    pushes_xcom = False
 
     def __init__(self, *, cell: Any, **kwargs: Any):
         kwargs.setdefault("map_index_template", CELL_NAME)
+        kwargs.setdefault("do_xcom_push", self.pushes_xcom)
         super().__init__(**kwargs)
         self.cell = cell
 

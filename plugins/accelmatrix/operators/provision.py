@@ -33,6 +33,7 @@ class ProvisionOperator(CellOperator):
     """Provision ``cell``'s machine; returns the resource record (XCom) for the later steps."""
 
     ui_color = "#cfe2f3"
+    pushes_xcom = True
 
     def execute(self, context: Any) -> dict[str, Any]:
         from accelmatrix import lifecycle

@@ -40,19 +40,19 @@ def end_event(
     message: str,
     *,
     passed_state: str,
-    xcom: Any,
+    xcom: Any = None,
     resume: TriggerEvent,
     test_failure_ends_task: bool,
     log: Any = log,
 ) -> TriggerEvent:
     """The event that ends ``step`` for a cell whose outcome is ``state``.
 
-    ``passed_state``: the state that means the step succeeded (``xcom`` becomes its return
-    value). ``resume``: the event that hands a test failure back to the worker when the task
+    ``passed_state``: the state that means the step succeeded (``xcom``, when given, becomes
+    its return value; only provision's resource record is one, see operators/base.py). ``resume``: the event that hands a test failure back to the worker when the task
     has retries (``test_failure_ends_task`` False), see the module docstring.
     """
     if state == passed_state:
-        return TaskSuccessEvent(xcoms={"return_value": xcom})
+        return TaskSuccessEvent(xcoms=None if xcom is None else {"return_value": xcom})
     if state in INFRASTRUCTURE_STATES:
         log.error(
             "%s failed: %s (an infrastructure failure, not a test failure: retried when the "

@@ -66,7 +66,7 @@ class EvaluationTrigger(BaseTrigger):
         from accelmatrix.lifecycle import CellFailed, record_evaluation
 
         try:
-            outcome = await asyncio.to_thread(record_evaluation, self.cell, ref, result)
+            await asyncio.to_thread(record_evaluation, self.cell, ref, result)
         except CellFailed as e:
             self.log.error("evaluate failed: %s", e)
             if self.end_task:
@@ -81,7 +81,7 @@ class EvaluationTrigger(BaseTrigger):
         else:
             if self.end_task:
                 self.log.info("cell %s passed", cell_id)
-                yield TaskSuccessEvent(xcoms={"return_value": outcome})
+                yield TaskSuccessEvent()  # no XCom: the verdicts are in the store
                 return
         yield TriggerEvent({"status": "done", "result": result, "logged": True})
 

@@ -198,7 +198,6 @@ class WorkloadTrigger(BaseTrigger):
             state,
             msg,
             passed_state="ran",
-            xcom={"exit_code": event.get("exit_code")},
             resume=TriggerEvent(event),
             test_failure_ends_task=self.test_failure_ends_task,
             log=self.log,
