@@ -14,6 +14,7 @@ What ``dag.test()`` cannot show (it resumes every deferred task in-process):
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime
@@ -208,6 +209,15 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
     mapped_xcoms = {(x["task_id"], x["key"]) for x in xcoms if x["map_index"] >= 0}
     assert mapped_xcoms == {("cpu.provision", "return_value")}, sorted(mapped_xcoms)
     assert sum(1 for x in xcoms if x["task_id"] == "cpu.provision") == 8, xcoms
+    # What the cells are mapped over is a small reference per cell, not the cells: a task
+    # start does not fetch the whole plan (the cells are in the results store).
+    plan = stack.api(
+        "GET",
+        f"dags/pass8/dagRuns/{run_id}/taskInstances/plan/xcomEntries/return_value",
+        params={"deserialize": True},
+    )["value"]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    assert [sorted(c) for c in plan] == [["id", "index", "machine"]] * 8, plan
 
     cells = _cells(stack, "pass8", run_id)
     assert len(cells) == 8 and {c["state"] for c in cells.values()} == {"passed"}, cells

@@ -267,6 +267,22 @@ def test_cell_validation(store: ResultsStore) -> None:
 # ----------------------------------------------------------------------------------- metrics
 
 
+def test_cell_specs_replace_read_and_reset(store: ResultsStore, db_path: Path) -> None:
+    """plan writes every cell's spec once; a task reads its own; a re-plan replaces them and
+    ``reset_run`` deletes them with the run's other rows."""
+    a = {"id": "m=a", "workload": {"run": ["x", "${python}"]}, "axes": {"m": "a"}}
+    b = {"id": "m=b", "workload": {"run": ["y"]}, "axes": {"m": "b"}}
+    store.put_cell_specs(DAG, RUN, {"m=a": a, "m=b": b})
+    assert store.get_cell_specs(DAG, RUN, ["m=b"]) == {"m=b": b}
+    assert store.get_cell_specs(DAG, RUN) == {"m=a": a, "m=b": b}
+    assert store.get_cell_specs(DAG, "other-run") == {}
+    store.put_cell_specs(DAG, RUN, {"m=a": {**a, "index": 1}})  # re-plan: replaced whole
+    assert store.get_cell_specs(DAG, RUN) == {"m=a": {**a, "index": 1}}
+    assert raw(db_path, "SELECT COUNT(*) FROM cell_specs") == [(1,)]
+    assert store.reset_run(DAG, RUN) == 1
+    assert store.get_cell_specs(DAG, RUN) == {}
+
+
 def test_replace_metrics_retry_second_set_wins(store: ResultsStore, db_path: Path) -> None:
     first = [
         {"name": "loss", "value": 2.0, "step": 0},

@@ -70,6 +70,24 @@ def _evaluate(cell: dict[str, Any], ref: lifecycle.RunRef) -> str:
     return lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell["id"])["state"]
 
 
+def test_tasks_get_the_planned_cell_from_a_small_reference(accel_home, tmp_path):
+    """What Airflow maps over is a reference per cell (id, index, machine), so a task start
+    does not fetch the whole plan; each task gets the cell plan decided from the store."""
+    suite = _suite(tmp_path, "refs", "m.json", "{}", "")
+    ref = lifecycle.RunRef(dag_id="refs", run_id="manual__refs")
+    (cell,) = lifecycle.plan_run(str(suite), ref, {})
+    (small,) = lifecycle.cell_refs([cell])
+    assert small == {"id": cell["id"], "index": 0, "machine": "cpu"}
+    assert lifecycle.cell_spec(ref, small) == cell
+    assert lifecycle.cell_spec(ref, cell) is cell  # a full cell passes through
+    assert lifecycle.planned_cells(ref, [small, cell]) == [cell, cell]
+    lifecycle.results_store().reset_run(ref.dag_id, ref.run_id)
+    with pytest.raises(
+        RuntimeError, match=r"no planned spec for cell 'n=a' of refs / manual__refs"
+    ):
+        lifecycle.cell_spec(ref, small)
+
+
 def test_a_workload_metric_named_like_a_sampled_one_is_kept_beside_it(accel_home, tmp_path):
     """Found: `wall_seconds` in the workload's JSON crashed every collect (the sampler emits
     it too). The runner's samples now live in `runner.`: both values are stored."""

@@ -65,7 +65,7 @@ def plan_task(suite_path: str) -> list[dict[str, Any]]:
 
     ctx = get_current_context()
     dr = ctx["dag_run"]
-    return lifecycle.plan_run(
+    cells = lifecycle.plan_run(
         suite_path,
         _ref(),
         dict(ctx["params"]),
@@ -75,6 +75,9 @@ def plan_task(suite_path: str) -> list[dict[str, Any]]:
         if (rt := getattr(dr, "run_type", None))
         else None,
     )
+    # The cells themselves are in the results store; Airflow maps over references to them
+    # (lifecycle/plan_step.py says why).
+    return lifecycle.cell_refs(cells)
 
 
 @task(retries=0)
@@ -86,16 +89,20 @@ def select_task(cells: list[dict[str, Any]], machine: str) -> list[dict[str, Any
 @task(task_id="preflight", retries=0)
 def preflight_task(suite_path: str, planned: list[dict[str, Any]]) -> dict[str, Any]:
     """The suite's preflight checks; when one fails no cell is provisioned."""
+    from accelmatrix import lifecycle
     from accelmatrix.preflight import preflight_step
 
-    return preflight_step(suite_path, planned, _ref(), dict(get_current_context()["params"]))
+    ref = _ref()
+    cells = lifecycle.planned_cells(ref, planned)
+    return preflight_step(suite_path, cells, ref, dict(get_current_context()["params"]))
 
 
 @task(task_id="gate", trigger_rule=TriggerRule.ALL_DONE, retries=0)
 def gate_task(planned: list[dict[str, Any]], suite_path: str | None = None) -> dict[str, Any]:
     from accelmatrix import lifecycle
 
-    return lifecycle.gate(planned, _ref(), suite_path)
+    ref = _ref()
+    return lifecycle.gate(lifecycle.planned_cells(ref, planned), ref, suite_path)
 
 
 @task(task_id="suite_invalid", retries=0)

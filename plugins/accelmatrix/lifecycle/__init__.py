@@ -12,7 +12,7 @@ its machine and recording the held time, by run or teardown); none imports anoth
 Callers use the names below
 (``from accelmatrix import lifecycle``; ``lifecycle.setup(...)``), not the modules:
 
-    plan_step        plan_run, PlanRejected
+    plan_step        plan_run, PlanRejected, cell_refs, cell_spec, planned_cells
     provision_step   begin_provision, finish_provision, provision_failed,
                      record_provision_failure, owner_labels
     setup_step       setup, workload_env
@@ -33,7 +33,13 @@ from accelmatrix.lifecycle.evaluate_step import (
     run_checks,
 )
 from accelmatrix.lifecycle.gate import gate
-from accelmatrix.lifecycle.plan_step import PlanRejected, plan_run
+from accelmatrix.lifecycle.plan_step import (
+    PlanRejected,
+    cell_refs,
+    cell_spec,
+    plan_run,
+    planned_cells,
+)
 from accelmatrix.lifecycle.provision_step import (
     begin_provision,
     finish_provision,
@@ -57,6 +63,8 @@ __all__ = [
     "PlanRejected",
     "RunRef",
     "begin_provision",
+    "cell_refs",
+    "cell_spec",
     "checks_are_warm",
     "collect",
     "finish_provision",
@@ -64,6 +72,7 @@ __all__ = [
     "gate",
     "owner_labels",
     "plan_run",
+    "planned_cells",
     "provision_failed",
     "record_collect_failure",
     "record_evaluation",

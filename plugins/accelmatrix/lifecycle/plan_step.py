@@ -1,5 +1,15 @@
 """plan: expand the suite for this run, refuse it over budget, record every cell planned or
-excluded (the first task of a run)."""
+excluded (the first task of a run); where each cell's tasks find what plan decided.
+
+Cell references, not cells, travel through Airflow. A mapped task instance resolves its
+mapped argument by fetching the whole list it is mapped over from the Execution API and
+taking its own item (Task SDK ``DictOfListsExpandInput.resolve``). Mapping over the
+expanded cells (workload, machine, checks: ~1-2 KB each) made every task start fetch, and
+the api-server serve, the whole plan: N cells x 6 tasks x N KB per run, 200 KB per task at
+256 cells. The DAG maps over ``cell_refs`` (id, index, machine: ~60 bytes each) instead;
+plan writes the expanded cells to the results store once (``cell_specs``) and each task
+reads its own (``cell_spec``) in one keyed SELECT.
+"""
 
 from __future__ import annotations
 
@@ -76,6 +86,7 @@ def plan_run(
             quarantined=cell.quarantined,
             state=CellState.PLANNED,
         )
+    store.put_cell_specs(ref.dag_id, ref.run_id, {c.id: c.to_dict() for c in plan.cells})
     for ex in plan.excluded:
         store.upsert_cell(
             ref.dag_id,
@@ -86,6 +97,45 @@ def plan_run(
             excluded_reason=ex.reason,
         )
     return [c.to_dict() for c in plan.cells]
+
+
+# What a cell reference carries: its name in the grid (id), its place in the plan (index)
+# and what a multi-machine suite's per-machine selector filters on (machine).
+REF_KEYS = ("id", "index", "machine")
+
+
+def cell_refs(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the DAG maps over: a small reference per planned cell (see the module doc)."""
+    return [{k: c[k] for k in REF_KEYS} for c in cells]
+
+
+def cell_spec(ref: RunRef, cell: dict[str, Any]) -> dict[str, Any]:
+    """The planned cell that ``cell`` (a reference, or already a cell) stands for."""
+    return planned_cells(ref, [cell])[0]
+
+
+def planned_cells(ref: RunRef, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The planned cells that ``cells`` stand for, in their order.
+
+    A full cell passes through unchanged (a run planned before cell_specs existed mapped
+    over full cells). A reference whose spec is missing is an error that names the run
+    and the cell: the run was reset (cleared whole, re-planned) under this task.
+    """
+    wanted = [c["id"] for c in cells if "workload" not in c]
+    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, wanted) if wanted else {}
+    out = []
+    for c in cells:
+        if "workload" in c:
+            out.append(c)
+            continue
+        spec = specs.get(c["id"])
+        if spec is None:
+            raise RuntimeError(
+                f"no planned spec for cell {c['id']!r} of {ref.dag_id} / {ref.run_id} in the "
+                "results store (cell_specs); was the run re-planned meanwhile?"
+            )
+        out.append(spec)
+    return out
 
 
 def _check_budget(suite, plan, params, ref: RunRef, run_fields: dict[str, Any]) -> None:

@@ -9,6 +9,10 @@ What the steps share lives here, once:
   instance by its cell id from its first second: queued, running, deferred, or ended by a
   trigger (a template over a context variable set inside ``execute`` would only name it
   after ``execute`` returned).
+* ``cell`` arrives as a reference (id, index, machine: what the DAG maps over) and is
+  replaced by the planned cell from the results store right after rendering
+  (``render_template_fields``), before anything reads it; lifecycle/plan_step.py says why
+  the cells do not travel through Airflow themselves.
 * ``ref(context)``: which run, task group and map index this step belongs to (labels on
   the resource, keys in the results store).
 * No return value is pushed as XCom except ``provision``'s (``pushes_xcom``): the resource
@@ -43,6 +47,13 @@ class CellOperator(BaseOperator):
         kwargs.setdefault("do_xcom_push", self.pushes_xcom)
         super().__init__(**kwargs)
         self.cell = cell
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render as usual, then swap the mapped cell reference for the planned cell."""
+        from accelmatrix import lifecycle
+
+        super().render_template_fields(context, jinja_env)
+        self.cell = lifecycle.cell_spec(self.ref(context), self.cell)
 
     @staticmethod
     def ref(context: Any):

@@ -21,6 +21,7 @@ from accelmatrix.results.core import StoreCore
 from accelmatrix.results.schema import (
     CELL_FIELDS,
     RUN_FIELDS,
+    cell_specs,
     cells,
     checks,
     metrics,
@@ -111,7 +112,8 @@ class RunCellStore(StoreCore):
             return [dict(r._mapping) for r in conn.execute(query).all()]
 
     def reset_run(self, dag_id: str, run_id: str) -> int:
-        """Delete the run's cells, metrics and checks (not its run row); returns rows deleted.
+        """Delete the run's cells, their specs, metrics and checks (not its run row); returns
+        rows deleted.
 
         Called by ``plan`` when a run is planned again (the whole run cleared, or a backfill
         re-processing a logical date that keeps its run_id): the re-run replaces its rows
@@ -122,7 +124,7 @@ class RunCellStore(StoreCore):
         def tx(conn: Connection) -> int:
             self._lock(conn, "reset", *key.values())
             n = 0
-            for table in (metrics, checks, cells):
+            for table in (metrics, checks, cells, cell_specs):
                 n += conn.execute(
                     delete(table).where(
                         table.c.dag_id == key["dag_id"], table.c.run_id == key["run_id"]
@@ -190,6 +192,41 @@ class RunCellStore(StoreCore):
                 )
             ).all()
         return sorted((dict(r._mapping) for r in rows), key=self._cell_sort_key)
+
+    def put_cell_specs(self, dag_id: str, run_id: str, specs: Mapping[str, Any]) -> None:
+        """Replace the run's planned cell specs (cell id -> spec) in one transaction."""
+        key = self._key(dag_id, run_id)
+        rows = [
+            {**key, "cell_id": self._check_id("cell_id", cid, schema.CELL_ID_LEN), "spec": spec}
+            for cid, spec in specs.items()
+        ]
+
+        def tx(conn: Connection) -> None:
+            self._lock(conn, "cell_specs", *key.values())
+            conn.execute(
+                delete(cell_specs).where(
+                    cell_specs.c.dag_id == key["dag_id"], cell_specs.c.run_id == key["run_id"]
+                )
+            )
+            if rows:
+                conn.execute(insert(cell_specs), rows)
+
+        self._write(tx)
+
+    def get_cell_specs(
+        self, dag_id: str, run_id: str, cell_ids: list[str] | None = None
+    ) -> dict[str, Any]:
+        """The run's planned cell specs by cell id (only ``cell_ids`` when given)."""
+        key = self._key(dag_id, run_id)
+        where = [cell_specs.c.dag_id == key["dag_id"], cell_specs.c.run_id == key["run_id"]]
+        if cell_ids is not None:
+            if len(cell_ids) == 1:
+                where.append(cell_specs.c.cell_id == cell_ids[0])
+            else:
+                where.append(cell_specs.c.cell_id.in_(cell_ids))
+        with self._reading() as conn:
+            rows = conn.execute(select(cell_specs.c.cell_id, cell_specs.c.spec).where(*where))
+            return {r.cell_id: r.spec for r in rows}
 
     def get_cell(self, dag_id: str, run_id: str, cell_id: str) -> dict[str, Any] | None:
         key = self._key(dag_id, run_id, cell_id)

@@ -201,6 +201,19 @@ cells = Table(
     PrimaryKeyConstraint("dag_id", "run_id", "cell_id", name="pk_cells"),
 )
 
+# What plan decided for each cell of a run (the expanded cell: workload, machine, checks),
+# written once by plan and read by each of the cell's tasks. The mapped tasks are expanded
+# over small cell references, not these, because Airflow hands every mapped task instance
+# the whole list it is mapped over: N cells of ~1 KB each per task start would make a run's
+# traffic grow with N squared (lifecycle/plan_step.py).
+cell_specs = Table(
+    "cell_specs",
+    metadata,
+    *_key_columns(with_cell=True),
+    Column("spec", JsonText, nullable=False),
+    PrimaryKeyConstraint("dag_id", "run_id", "cell_id", name="pk_cell_specs"),
+)
+
 metrics = Table(
     "metrics",
     metadata,
