@@ -152,10 +152,10 @@ def run_once(
             bare = None
             if not args.no_bare:
                 stack.wait_for_dag(f"bare_n{side_n(args)}", timeout=300)
-                bare = one_run(stack, f"bare_n{side_n(args)}", args.timeout)
+                bare = one_run(stack, f"bare_n{side_n(args)}", args.timeout, poll=5.0)
                 log(f"{executor}: bare DAG {bare['state']} in {bare['wall']:.1f} s")
             t0 = time.monotonic()
-            r = one_run(stack, dag_id, args.timeout)
+            r = one_run(stack, dag_id, args.timeout, poll=5.0)
             trigger_to_end = time.monotonic() - t0
             usage, state, run_id = r["usage"], r["state"], r["run_id"]
             run = stack.get_run(dag_id, run_id)
