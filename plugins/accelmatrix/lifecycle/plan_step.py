@@ -86,7 +86,8 @@ def plan_run(
             quarantined=cell.quarantined,
             state=CellState.PLANNED,
         )
-    store.put_cell_specs(ref.dag_id, ref.run_id, {c.id: c.to_dict() for c in plan.cells})
+    cells = [c.to_dict() for c in plan.cells]
+    store.put_cell_specs(ref.dag_id, ref.run_id, {c["id"]: c for c in cells})
     for ex in plan.excluded:
         store.upsert_cell(
             ref.dag_id,
@@ -96,7 +97,7 @@ def plan_run(
             state=CellState.EXCLUDED,
             excluded_reason=ex.reason,
         )
-    return [c.to_dict() for c in plan.cells]
+    return cells
 
 
 # What a cell reference carries: its name in the grid (id), its place in the plan (index)
@@ -122,20 +123,15 @@ def planned_cells(ref: RunRef, cells: list[dict[str, Any]]) -> list[dict[str, An
     and the cell: the run was reset (cleared whole, re-planned) under this task.
     """
     wanted = [c["id"] for c in cells if "workload" not in c]
-    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, wanted) if wanted else {}
-    out = []
-    for c in cells:
-        if "workload" in c:
-            out.append(c)
-            continue
-        spec = specs.get(c["id"])
-        if spec is None:
-            raise RuntimeError(
-                f"no planned spec for cell {c['id']!r} of {ref.dag_id} / {ref.run_id} in the "
-                "results store (cell_specs); was the run re-planned meanwhile?"
-            )
-        out.append(spec)
-    return out
+    if not wanted:
+        return cells
+    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, wanted)
+    if missing := [cid for cid in wanted if cid not in specs]:
+        raise RuntimeError(
+            f"no planned spec for cell {missing[0]!r} of {ref.dag_id} / {ref.run_id} in the "
+            "results store (cell_specs); was the run re-planned meanwhile?"
+        )
+    return [c if "workload" in c else specs[c["id"]] for c in cells]
 
 
 def _check_budget(suite, plan, params, ref: RunRef, run_fields: dict[str, Any]) -> None:

@@ -220,10 +220,7 @@ class RunCellStore(StoreCore):
         key = self._key(dag_id, run_id)
         where = [cell_specs.c.dag_id == key["dag_id"], cell_specs.c.run_id == key["run_id"]]
         if cell_ids is not None:
-            if len(cell_ids) == 1:
-                where.append(cell_specs.c.cell_id == cell_ids[0])
-            else:
-                where.append(cell_specs.c.cell_id.in_(cell_ids))
+            where.append(cell_specs.c.cell_id.in_(cell_ids))
         with self._reading() as conn:
             rows = conn.execute(select(cell_specs.c.cell_id, cell_specs.c.spec).where(*where))
             return {r.cell_id: r.spec for r in rows}
