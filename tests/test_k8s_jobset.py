@@ -279,13 +279,33 @@ def test_disruption_past_max_restarts_is_infrastructure_not_the_exit_code(cluste
     assert left(cluster, name) == {}
 
 
+def unschedulable_pods(cluster, name: str) -> list[str]:
+    """The cell's pods that the emulated kube-scheduler has already marked Unschedulable."""
+    with cluster.emulator.lock:
+        return [
+            n
+            for (_, n), p in cluster.emulator.pods.items()
+            if name in n
+            and any(c.get("reason") == "Unschedulable" for c in p["status"]["conditions"])
+        ]
+
+
 def test_unschedulable_pods_are_infrastructure_with_the_scheduler_reason(cluster, tmp_path):
     b = backend(cluster, image="fault/unschedulable", scheduling_timeout_seconds=1)
     r = b.provision(ctx(tmp_path, "unsched"))
-    h = b.submit(r, [sys.executable, "-c", "pass"], {})
-    st = wait(b, h)
-    assert st.infrastructure_failure and "Insufficient nvidia.com/gpu" in st.detail, st
-    b.teardown(r)
+    try:
+        h = b.submit(r, [sys.executable, "-c", "pass"], {})
+        # Wait for the scheduler's verdict on both pods first: on a loaded machine the
+        # 1 s timeout can pass before the scheduler has looked at a pod, and the
+        # backend then rightly says "not scheduled yet" instead of the scheduler's reason.
+        deadline = time.monotonic() + 30
+        while len(unschedulable_pods(cluster, r["job_name"])) < 2:
+            assert time.monotonic() < deadline, "the scheduler never marked the pods"
+            time.sleep(0.05)
+        st = wait(b, h)
+        assert st.infrastructure_failure and "Insufficient nvidia.com/gpu" in st.detail, st
+    finally:
+        b.teardown(r)
     assert left(cluster, r["job_name"]) == {}
 
 
