@@ -40,28 +40,47 @@ else:
 """
 
 
-def test_checks_are_warm_only_after_the_preload():
+def test_checks_are_warm_only_after_the_preload(tmp_path):
     """In a fresh process Great Expectations is not loaded (evaluate would defer); after
     ``preload_task_side`` it is, nothing failed (the rehearsal cell passed), no thread was
-    left running, and a forked child inherits it."""
+    left running, no database file is held open, and a forked child inherits it: it
+    writes to and reads from the results store the preload warmed."""
     code = (
         "import os, sys\n"
         "from accelmatrix import lifecycle\n"
         "from accelmatrix.preload import preload_task_side\n"
+        "from accelmatrix.store_access import results_store\n"
+        "results_store().ensure_schema(); results_store().close()\n"
         "assert not lifecycle.checks_are_warm()\n"
         "assert 'great_expectations' not in sys.modules\n"
         "assert preload_task_side() == []\n"
         "import threading\n"
         "# Forking with another thread alive can leave a lock held in the child forever.\n"
         "assert threading.active_count() == 1, threading.enumerate()\n"
+        "# Nor with a database handle open: parent and child would share it.\n"
+        "held = []\n"
+        "for fd in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        held.append(os.readlink(f'/proc/self/fd/{fd}'))\n"
+        "    except OSError:\n"
+        "        pass  # the listing's own descriptor, closed already\n"
+        "assert not [h for h in held if 'results.db' in h], held\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    os._exit(0 if lifecycle.checks_are_warm() else 7)\n"
+        "    store = results_store()\n"
+        "    store.upsert_cell('d', 'r', 'c', state='passed')\n"
+        "    ok = lifecycle.checks_are_warm() and store.get_cell('d', 'r', 'c')['state'] == 'passed'\n"
+        "    os._exit(0 if ok else 7)\n"
         "_, status = os.waitpid(pid, 0)\n"
         "assert os.waitstatus_to_exitcode(status) == 0, status\n"
+        "assert results_store().get_cell('d', 'r', 'c')['state'] == 'passed'\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "plugins"),
+        "ACCELMATRIX_HOME": str(tmp_path / "home"),
+    }
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )

@@ -125,3 +125,19 @@ def test_database_lacking_a_not_null_column_is_refused_unchanged(tmp_path: Path)
     with sqlite3.connect(db) as conn:  # the failed migration rolled back: still unversioned
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "alembic_version" not in names
+
+
+def test_is_at_head_agrees_with_alembic_on_every_kind_of_database(tmp_path: Path) -> None:
+    """The one-SELECT check a task process runs when it opens the store says what Alembic
+    says: no for an empty database and for one a revision behind, yes at head."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'r.db'}")
+    with engine.connect() as conn:
+        assert not migrate.is_at_head(conn)  # no alembic_version table at all
+    ResultsStore(f"sqlite:///{tmp_path / 'r.db'}").ensure_schema()
+    with engine.connect() as conn:
+        assert migrate.is_at_head(conn) and migrate.at_head(conn)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0002'")
+    with engine.connect() as conn:
+        assert not migrate.is_at_head(conn) and not migrate.at_head(conn)
+    engine.dispose()

@@ -13,7 +13,8 @@ This is the same idea as Airflow's ``[dag_processor] parsing_pre_import_modules`
 parsers; Airflow has no such setting for task processes, so the two places that fork them
 call this: ``accelmatrix.executor.PreloadedLocalExecutor`` and the Celery worker hook in
 ``accelmatrix.celery_config``. Nothing here opens a connection, starts a thread or keeps a
-file open (a fork would copy them): it imports and computes.
+file open (a fork would copy them): it imports and computes, and the results store's
+connections it opens to warm up are closed before it returns.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import logging
 import time
 
 from accelmatrix import settings
-from accelmatrix.dag_factory import build_dags
+from accelmatrix.dag_factory import prebuild_dags
 from accelmatrix.evaluation.evaluate import warm_up
 from accelmatrix.results.migrate import head
+from accelmatrix.store_access import results_store
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +76,20 @@ def preload_task_side() -> list[str]:
     try:
         # What each task process computes once from files: the results schema's head
         # revision (Alembic reads its scripts), and the DAG file's own build (the suite
-        # shapes, the code fingerprint, Airflow's lazily imported DAG parts).
+        # shapes, the code fingerprint, Airflow's lazily imported DAG parts, and the DAGs
+        # themselves, which each forked task process takes instead of building its own).
         head()
-        build_dags()
+        prebuild_dags()
     except Exception:
         log.exception("preloading the DAG build failed; task processes will do it themselves")
         failed.append("build_dags")
+    try:
+        # The results store's first use (engine and dialect, the schema check, the steps'
+        # first reads), with every connection closed again before any fork.
+        results_store().warm()
+    except Exception:
+        log.exception("warming the results store failed; task processes will open it cold")
+        failed.append("results_store")
     try:
         # Great Expectations, its Data Docs templates, and one made-up cell evaluated, which
         # loads what GE, pandas and pyarrow leave for first use (threads: none; tqdm's

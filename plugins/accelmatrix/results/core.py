@@ -182,15 +182,22 @@ class StoreCore:
         if self._engine is not None and self._pid == os.getpid():
             return self._engine
         if self._engine is not None:
-            # Inherited across fork: drop the parent's pool without closing its connections,
-            # which still belong to the parent.
+            # Inherited across fork: give this process a pool of its own without closing
+            # the parent's connections (they still belong to the parent), and keep the
+            # engine itself, as SQLAlchemy's guide to os.fork() advises. Its dialect, set up
+            # on the first connect, and its compiled-statement cache come along, which is
+            # what ResultsStore.warm() prepares once for every task process forked after it.
             self._engine.dispose(close=False)
-        engine = self._create_engine()
-        self._engine = engine
-        # Same pool and listeners; the option only tells SQLite's "begin" hook to go IMMEDIATE.
-        self._write_engine = engine.execution_options(accelmatrix_write=True)
+            # The parent's schema check does not vouch for this process's view of the
+            # database (it may have been replaced since); check again, cheaply when warm.
+            self._schema_ready = False
+        else:
+            self._engine = self._create_engine()
+            # Same pool and listeners; the option only tells SQLite's "begin" hook to go
+            # IMMEDIATE.
+            self._write_engine = self._engine.execution_options(accelmatrix_write=True)
         self._pid = os.getpid()
-        return engine
+        return self._engine
 
     def _create_engine(self) -> Engine:
         url = make_url(self.url)
@@ -262,7 +269,7 @@ class StoreCore:
         # find it at head: a plain read says so, without SQLite's write lock (BEGIN
         # IMMEDIATE), which every other writer of the run would queue behind.
         with self._get_engine().connect() as conn:
-            if migrate.at_head(conn):
+            if migrate.is_at_head(conn):
                 self._schema_ready = True
                 return
         attempts = 1 if self.dialect in ("sqlite", "postgresql") else _GENERIC_ATTEMPTS
