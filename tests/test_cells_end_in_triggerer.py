@@ -6,7 +6,8 @@ What ``dag.test()`` cannot show (it resumes every deferred task in-process):
 * an all-passing run ends with EVERY task instance green, and ``run`` and ``evaluate`` each
   started on a worker exactly once (their triggers ended them: no resume, so Airflow
   3.3.2's defer/resume race has nothing to fail);
-* REST names every running or deferred mapped task instance by its cell id, never "0";
+* REST names every mapped task instance by its cell id in every state, waiting ones
+  included (accelmatrix.policy), never "0";
 * the retry rule: an infrastructure failure that ends in the trigger is retried, a workload
   failure is not (even with retries set), a check failure fails ``evaluate`` with the verdict
   table in its log.
@@ -122,37 +123,31 @@ def _worker_starts(log: str) -> int:
 
 
 def test_passing_run_all_green_and_named_from_the_first_second(stack):
-    unnamed_since: dict[str, float] = {}  # task instance -> when first seen running unnamed
-    named_at: dict[str, float] = {}
-    deferred_unnamed: list[str] = []
-    seen_named: set[tuple[str, str]] = set()
+    unnamed: list[str] = []  # task instance, state and name, each time one was seen unnamed
+    seen_named: set[tuple[str, str]] = set()  # (step, state) seen with the cell id
     stop = threading.Event()
     run_id = stack.trigger("pass8")
 
     def watch() -> None:
         # While the run goes on: REST's rendered_map_index (what the grid shows) of every
-        # running or deferred mapped task instance. Airflow renders map_index_template in
-        # the task's _prepare, after the task process has started and parsed its DAG: a task
-        # is "running" for that first moment before it can be named; never longer.
+        # mapped task instance in every state. The cluster policy (accelmatrix.policy)
+        # names a task instance when Airflow creates it, so a waiting one (no state,
+        # scheduled, queued) is named too, not only once its task process has started.
         while not stop.is_set():
             try:
                 tis = stack.task_instances("pass8", run_id)
             except Exception:  # noqa: BLE001 - the api-server may be busy; look again
                 time.sleep(0.2)
                 continue
-            now = time.monotonic()
             for ti in tis:
-                if ti["map_index"] < 0 or ti["state"] not in ("running", "deferred"):
+                if ti["map_index"] < 0:
                     continue
-                key = f"{ti['task_id']}[{ti['map_index']}]"
                 name = ti["rendered_map_index"] or ""
+                state = ti["state"] or "none"
                 if name.startswith("mode=pass,i="):
-                    named_at.setdefault(key, now)
-                    seen_named.add((ti["task_id"].rsplit(".", 1)[-1], ti["state"]))
-                elif ti["state"] == "deferred":
-                    deferred_unnamed.append(f"{key}: {name}")
+                    seen_named.add((ti["task_id"].rsplit(".", 1)[-1], state))
                 else:
-                    unnamed_since.setdefault(key, now)
+                    unnamed.append(f"{ti['task_id']}[{ti['map_index']}] {state}: {name!r}")
             time.sleep(0.2)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -173,17 +168,17 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
     assert {ti["state"] for ti in tis} == {"success"}, summary
     assert {ti["try_number"] for ti in tis} == {1}, summary
     assert stack.stale_success_failures() == set()
-    # Named by cell id, also after the end (the trigger ended run and evaluate).
+    # Named by cell id in every state it was seen in, and after the end.
     mapped = [ti for ti in tis if ti["map_index"] >= 0]
     assert all(ti["rendered_map_index"].startswith("mode=pass,i=") for ti in mapped), summary
-    assert not deferred_unnamed, deferred_unnamed[:10]
-    # A task seen running without its name was named moments later, while still running.
-    gaps = {k: named_at[k] - t for k, t in unnamed_since.items() if k in named_at}
-    assert all(g < 5 for g in gaps.values()), gaps
-    print(
-        f"running but not yet named: {len(unnamed_since)} task(s), max {max(gaps.values(), default=0):.1f} s"
-    )
-    # The watcher did see deferred runs (2 s workloads) named: the check above had teeth.
+    # Each cell's task carries its own cell's id (the name follows the map index).
+    cell_at = {
+        t["map_index"]: t["rendered_map_index"] for t in mapped if "provision" in t["task_id"]
+    }
+    assert all(ti["rendered_map_index"] == cell_at[ti["map_index"]] for ti in mapped), summary
+    assert not unnamed, unnamed[:10]
+    # The watcher saw waiting, running and deferred task instances named: the check had teeth.
+    assert {"none", "running", "deferred"} <= {st for _, st in seen_named}, seen_named
     assert ("run", "deferred") in seen_named, seen_named
 
     for ti in mapped:
