@@ -27,8 +27,8 @@ class ResultsStore(RunReport, SeriesAlertStore, HistoryQueries):
         """Do once what each process's first use of the store costs, then close up.
 
         Called in a process that forks task processes (accelmatrix.preload), so that each
-        forked task starts with the engine's dialect set up, Alembic's revision check
-        loaded and the steps' first reads compiled: py-spy found that first use at ~10 %
+        forked task starts with the engine's dialect set up and the schema check and the
+        steps' first reads compiled: py-spy found that first use at ~10 %
         of a short task process's CPU. Only reads: nothing is created or migrated here
         (the first task still does that, under the schema lock). Every connection is
         closed before returning, so a fork copies no open database handle. Returns whether
@@ -39,6 +39,7 @@ class ResultsStore(RunReport, SeriesAlertStore, HistoryQueries):
             with engine.connect() as conn:
                 if not is_at_head(conn):
                     return False
+            self._schema_ready = True  # just checked: the reads below need not ask again
             # The reads every step starts with, on a key that never exists.
             self.get_cell_specs("-", "-", ["-"])
             self.get_cell("-", "-", "-")
