@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -323,7 +324,31 @@ def cell_figures(
     return out
 
 
+_ACCESS = re.compile(r"method=(\S+) path=(/execution/\S+)")
+_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def execution_api_calls(api_log: Path, offset: int) -> dict[str, int]:
+    """Execution API requests in the api-server's access log after ``offset``, by endpoint
+    (ids and XCom coordinates folded): what the task processes and triggers asked of it.
+    Unlike wall time this does not move with the machine's load."""
+    calls: dict[str, int] = {}
+    with open(api_log, errors="replace") as f:
+        f.seek(offset)
+        for line in f:
+            if "http.access" not in line or (m := _ACCESS.search(line)) is None:
+                continue
+            path = _ID.sub("{id}", m.group(2))
+            if path.startswith("/execution/xcoms/"):
+                path = "/execution/xcoms/{dag}/{run}/{task}/" + path.rsplit("/", 1)[-1]
+            key = f"{m.group(1)} {path}"
+            calls[key] = calls.get(key, 0) + 1
+    return calls
+
+
 def one_run(stack: AirflowStack, dag_id: str, timeout: float, poll: float = 2.0) -> dict[str, Any]:
+    api_log = stack.logs_dir / "api-server.log"
+    api_offset = api_log.stat().st_size if api_log.exists() else 0
     sampler = TaskCpuSampler(stack.procs["scheduler"].pid)
     sampler.start()
     try:
@@ -356,6 +381,7 @@ def one_run(stack: AirflowStack, dag_id: str, timeout: float, poll: float = 2.0)
         "kind_cpu": kind_cpu(tis, sampler.by_ti),
         "usage": usage,
         "ti_list": tis,
+        "api_calls": execution_api_calls(api_log, api_offset) if api_log.exists() else {},
     }
 
 
@@ -528,6 +554,19 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], args: argparse.
                 vals = [r["kind_cpu"][k] for r in rs if k in r["kind_cpu"]]
                 row.append(f"{med(vals):>10.2f}" if vals else f"{'-':>10}")
             print(f"{n:>5} {kind:<12}" + "".join(row))
+
+    print()
+    print("Execution API requests per run (api-server access log), per task instance and by")
+    print("endpoint, median over runs; load-independent, unlike the wall time")
+    for n in args.sizes:
+        for kind in ("bare", "accelmatrix"):
+            rs = results[(n, kind)]
+            total = med(sum(r["api_calls"].values()) for r in rs)
+            per_ti = med(sum(r["api_calls"].values()) / max(r["tis"], 1) for r in rs)
+            print(f"{n:>5} {kind:<12} {total:>7.0f} calls, {per_ti:.2f} per task instance")
+            endpoints = sorted({e for r in rs for e in r["api_calls"]})
+            for e in sorted(endpoints, key=lambda e: -med(r["api_calls"].get(e, 0) for r in rs)):
+                print(f"{'':>19}{med(r['api_calls'].get(e, 0) for r in rs):>7.0f}  {e}")
 
     print()
     print("Resource held minus workload per cell, s (results store)   goal: median <= 5")

@@ -180,6 +180,11 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
     # The watcher saw waiting, running and deferred task instances named: the check had teeth.
     assert {"none", "running", "deferred"} <= {st for _, st in seen_named}, seen_named
     assert ("run", "deferred") in seen_named, seen_named
+    # ... and named without the Task SDK's early rendered-map-index PATCH: the policy had
+    # written the name already (CellOperator._hold_back_early_name), so no task sent one.
+    api_log = (stack.logs_dir / "api-server.log").read_text(errors="replace")
+    assert "path=/execution/task-instances/" in api_log  # the access log is there to read
+    assert "/rendered-map-index" not in api_log
 
     for ti in mapped:
         step = ti["task_id"].rsplit(".", 1)[-1]

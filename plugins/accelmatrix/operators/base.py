@@ -4,11 +4,12 @@ evaluate, teardown).
 What the steps share lives here, once:
 
 * ``cell`` is a template field: Airflow resolves the mapped ``cell`` argument before the
-  task runs, and renders ``map_index_template`` right after (Task SDK ``_prepare``). The
-  template reads the operator's own rendered field, so the grid names every mapped task
-  instance by its cell id from its first second: queued, running, deferred, or ended by a
-  trigger (a template over a context variable set inside ``execute`` would only name it
-  after ``execute`` returned).
+  task runs. ``map_index_template`` reads the operator's own rendered field, so it renders
+  to the cell id before ``execute`` (a template over a context variable set inside
+  ``execute`` would only name the task after ``execute`` returned). The cluster policy
+  (accelmatrix/policy.py) writes the same name when Airflow creates the task instance, so
+  the grid shows it in every state; the task itself only carries it into its final state
+  and holds back the Task SDK's early PATCH of it (``_hold_back_early_name``).
 * ``cell`` arrives as a reference (id, index, machine: what the DAG maps over) and is
   replaced by the planned cell from the results store right after rendering
   (``render_template_fields``), before anything reads it; lifecycle/plan_step.py says why
@@ -54,6 +55,39 @@ class CellOperator(BaseOperator):
 
         super().render_template_fields(context, jinja_env)
         self.cell = lifecycle.cell_spec(self.ref(context), self.cell)
+        self._hold_back_early_name(context)
+
+    def _hold_back_early_name(self, context: Any) -> None:
+        """Spare the Execution API the early ``rendered-map-index`` PATCH of every task.
+
+        Why: the cluster policy (accelmatrix/policy.py) already named this task instance
+        by its cell id when Airflow created it, so the PATCH the Task SDK sends right after
+        rendering (``_prepare``) writes the value the row holds. In a 64-cell run it was
+        384 of 3,397 Execution API calls, each a write to Airflow's database while the
+        scheduler waits on it.
+
+        How: ``_prepare`` renders the name early only when the context carries a
+        ``map_index_template``, and renders it right after this method returns. So the
+        template leaves the context here and comes back in ``pre_execute``, the first
+        thing the task runs; the runtime task instance holds the name meanwhile. After
+        ``execute`` Airflow renders the template again, finds the same name and sends
+        nothing; the name still travels with the task's final state (or its deferral).
+        """
+        if context.get("map_index_template") != CELL_NAME or not isinstance(self.cell, dict):
+            return
+        name = self.render_template(CELL_NAME, context)
+        if not name:
+            return
+        context["ti"].rendered_map_index = name
+        context["map_index_template"] = None
+        self._held_back_name = True
+
+    def pre_execute(self, context: Any) -> None:
+        """Give the context its name template back (see ``_hold_back_early_name``)."""
+        if getattr(self, "_held_back_name", False):
+            context["map_index_template"] = CELL_NAME
+            self._held_back_name = False
+        super().pre_execute(context)
 
     @staticmethod
     def ref(context: Any):
