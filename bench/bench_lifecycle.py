@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT / "tests"))  # the test kit: accelmatrix_testkit
 
 from accelmatrix_testkit import AirflowStack, Usage  # noqa: E402
+from accelmatrix_testkit.services import PostgresServer  # noqa: E402
 
 KINDS = ("provision", "setup", "run", "collect", "evaluate", "teardown")
 POOL = "accelmatrix_bench"
@@ -430,6 +431,12 @@ def main(argv: list[str] | None = None) -> int:
         "inline wait the run defers to the triggerer)",
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, DBs)")
+    ap.add_argument(
+        "--postgres",
+        action="store_true",
+        help="Airflow's metadata DB and the results store on a throw-away PostgreSQL "
+        "(127.0.0.1) instead of SQLite",
+    )
     args = ap.parse_args(argv)
 
     base = Path(tempfile.mkdtemp(prefix="accelmatrix-bench-lifecycle-"))
@@ -438,10 +445,19 @@ def main(argv: list[str] | None = None) -> int:
     log(f"temp dir {base}; sizes {args.sizes}; repeat {args.repeat}; {os.cpu_count()} CPUs")
     results: dict[tuple[int, str], list[dict[str, Any]]] = {}
     t_start = time.monotonic()
+    pg = PostgresServer() if args.postgres else None
     try:
         env_extra = dict(kv.split("=", 1) for kv in args.env)
+        results_url = f"sqlite:///{home / 'accelmatrix' / 'results.db'}"
+        database: dict[str, Any] = {}
+        if pg is not None:
+            pg.start()
+            results_url = pg.url("accelmatrix")
+            env_extra.setdefault("ACCELMATRIX_RESULTS_URL", results_url)
+            database = {"database_url": pg.url("airflow")}
         with AirflowStack(
             home=home,
+            **database,
             dags_folder=dags,
             suites_dir=suites,
             parallelism=args.parallelism,
@@ -474,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                         r = one_run(stack, dag_id, args.timeout)
                         if kind == "accelmatrix":
                             r["cells"] = cell_figures(
-                                f"sqlite:///{home / 'accelmatrix' / 'results.db'}",
+                                results_url,
                                 dag_id,
                                 r["run_id"],
                                 r["ti_list"],
@@ -493,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"stopping Airflow (ran {time.monotonic() - t_start:.0f} s)")
         log(f"stopped in {stack.stop_seconds:.1f} s; needed SIGKILL: {stack.killed or 'nothing'}")
     finally:
+        if pg is not None:
+            pg.stop()
         if args.keep:
             log(f"kept {base}")
         else:
@@ -511,7 +529,8 @@ def report(results: dict[tuple[int, str], list[dict[str, Any]]], args: argparse.
     med = statistics.median
     print()
     print(
-        f"Lifecycle overhead: {args.executor}, SQLite, parallelism {args.parallelism}, "
+        f"Lifecycle overhead: {args.executor}, {'PostgreSQL' if args.postgres else 'SQLite'}, "
+        f"parallelism {args.parallelism}, "
         f"{os.cpu_count()} CPUs, median of {args.repeat} run(s); wall = run start to end"
     )
     print(
