@@ -63,8 +63,8 @@ class CellOperator(BaseOperator):
         Why: the cluster policy (accelmatrix/policy.py) already named this task instance
         by its cell id when Airflow created it, so the PATCH the Task SDK sends right after
         rendering (``_prepare``) writes the value the row holds. In a 64-cell run it was
-        384 of 3,397 Execution API calls, each a write to Airflow's database while the
-        scheduler waits on it.
+        384 of 3,397 Execution API calls, each an api-server request and a write to
+        Airflow's database.
 
         How: ``_prepare`` renders the name early only when the context carries a
         ``map_index_template``, and renders it right after this method returns. So the
