@@ -100,3 +100,37 @@ def test_broken_suite_does_not_break_the_others(tmp_path):
     assert "machines.m.backend" in res["broken_desc"]
     # Several machines: one mapped group (and one selector) per machine, one pool each.
     assert {"cells_m-a", "cells_m-b", "m-a.run", "m-b.run"} <= set(res["multi_tasks"])
+
+
+def _weights(dag) -> dict[str, int]:
+    """Each task's priority weight as the scheduler computes it from the serialized DAG."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
+
+    tasks = DagSerialization.from_dict(DagSerialization.to_dict(dag)).tasks
+    return {
+        t.task_id: validate_and_load_priority_weight_strategy(t.weight_rule).get_weight(
+            TaskInstance(task=t, run_id="r", dag_version_id=None)
+        )
+        for t in tasks
+    }
+
+
+def test_slot_order(tmp_path):
+    """machine_time: a provisioned cell's steps outrank new provisions; throughput: Airflow's
+    default rule, every provision first."""
+    from accelmatrix.dag_factory import build_dag
+
+    weights = {}
+    for order in ("machine_time", "throughput"):
+        path = tmp_path / f"{order}.yaml"
+        path.write_text(
+            yaml.safe_dump({**_suite({"m": {"backend": "local"}}, None), "slot_order": order})
+        )
+        weights[order] = _weights(build_dag(path, use_cache=False))
+    w = weights["machine_time"]
+    assert w["m.setup"] == w["m.run"] > w["m.collect"] == w["m.evaluate"] == w["m.teardown"]
+    assert w["m.teardown"] > w["m.provision"]
+    w = weights["throughput"]
+    assert w["m.provision"] > w["m.setup"] > w["m.run"] > w["m.collect"] > w["m.evaluate"]

@@ -106,6 +106,7 @@ def test_every_example_suite_is_valid():
             "default 'x' is not one of enum",
         ),
         ({"retries": 99}, "retries"),
+        ({"slot_order": "fast"}, "slot_order: Input should be 'machine_time' or 'throughput'"),
         ({"checks": [{"type": "no_such_check"}]}, "checks[0]"),
         ({"checks": [{"type": "no_such_check"}]}, "exit_status"),
         ({"owners": ["ok", "bad\nname"]}, "control characters"),

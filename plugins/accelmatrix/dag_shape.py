@@ -31,7 +31,7 @@ from accelmatrix import settings
 log = logging.getLogger(__name__)
 
 # Bump when the fields below or their derivation change: old cache entries are ignored.
-SHAPE_VERSION = 1
+SHAPE_VERSION = 2
 # The trigger form lists at most this many cell ids in the `cells` param's description.
 LISTED_CELLS = 64
 
@@ -62,6 +62,8 @@ class DagShape:
     preflight: bool
     # The ids of the cells a run with default params plans (for the trigger form).
     cell_ids: list[str] = field(default_factory=list)
+    # Which ready task gets a free executor slot (the suite's `slot_order`).
+    slot_order: str = "machine_time"
 
     @classmethod
     def from_suite(cls, suite: Any, dag_id: str) -> DagShape:
@@ -92,6 +94,7 @@ class DagShape:
             run_timeout=suite.workload.timeout,
             preflight=bool(suite.preflight),
             cell_ids=_default_cell_ids(suite, dag_id),
+            slot_order=suite.slot_order,
         )
 
     def to_json(self) -> str:

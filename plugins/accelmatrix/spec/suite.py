@@ -8,7 +8,7 @@ the file, the field path and the allowed values before anything is provisioned.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     Field,
@@ -92,6 +92,14 @@ class Suite(Model):
     )
     budget: Budget | None = None
     regression: RegressionRules = RegressionRules()
+    slot_order: Literal["machine_time", "throughput"] = Field(
+        "machine_time",
+        description=(
+            "which ready task gets a free executor slot: machine_time (default) drives the "
+            "cells that hold a machine first and creates a machine last; throughput uses "
+            "Airflow's default rule (every provision first: shortest run, machines wait idle)"
+        ),
+    )
 
     # -- field rules -------------------------------------------------------------------------
     @field_validator("axes")
