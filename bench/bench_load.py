@@ -76,6 +76,7 @@ machines:
     pool: {pool}
     pool_slots: {n}
 machine: local
+slot_order: {slot_order}
 workload:
   run: ["${{python}}", "-c", "pass"]
   timeout: 300
@@ -96,7 +97,7 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (e - s).total_seconds()
 
 
-def write_inputs(base: Path, side: int) -> tuple[Path, Path, str]:
+def write_inputs(base: Path, side: int, slot_order: str = "machine_time") -> tuple[Path, Path, str]:
     dags, suites = base / "dags", base / "suites"
     dags.mkdir(parents=True)
     suites.mkdir(parents=True)
@@ -104,7 +105,9 @@ def write_inputs(base: Path, side: int) -> tuple[Path, Path, str]:
     n = side * side
     dag_id = f"load_n{n}"
     values = ", ".join(f"v{i}" for i in range(side))
-    (suites / f"{dag_id}.yaml").write_text(SUITE.format(n=n, side=side, values=values, pool=POOL))
+    (suites / f"{dag_id}.yaml").write_text(
+        SUITE.format(n=n, side=side, values=values, pool=POOL, slot_order=slot_order)
+    )
     (dags / f"bare_n{n}.py").write_text(BARE.format(n=n, seconds=0))
     return dags, suites, dag_id
 
@@ -275,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare DAG beside it")
     ap.add_argument(
+        "--slot-order",
+        choices=["machine_time", "throughput"],
+        default="machine_time",
+        help="the suite's slot_order (the bare DAG always uses Airflow's default rule)",
+    )
+    ap.add_argument(
         "--env",
         action="append",
         default=[],
@@ -287,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     base = Path(tempfile.mkdtemp(prefix="accelmatrix-bench-load-"))
-    dags, suites, dag_id = write_inputs(base, args.side)
-    log(f"temp dir {base}; {dag_id}; executors {args.executors}; {os.cpu_count()} CPUs")
+    dags, suites, dag_id = write_inputs(base, args.side, args.slot_order)
+    log(
+        f"temp dir {base}; {dag_id}; slot_order {args.slot_order}; "
+        f"executors {args.executors}; {os.cpu_count()} CPUs"
+    )
     rows = []
     try:
         for ex in args.executors:
