@@ -88,6 +88,41 @@ def test_checks_are_warm_only_after_the_preload(tmp_path):
     assert out.stdout.strip().endswith("ok"), out.stdout
 
 
+def test_the_preloaded_heap_stays_out_of_the_schedulers_garbage_collections(tmp_path):
+    """Once the executor has forked its workers, the preloaded modules' objects are frozen
+    (a full collection no longer walks them), and frozen again after LocalExecutor's
+    freeze/fork/unfreeze of a worker respawn; later objects are still collected."""
+    code = (
+        "import gc\n"
+        "from accelmatrix.executor import PreloadedLocalExecutor\n"
+        "ex = PreloadedLocalExecutor(parallelism=2)\n"
+        "ex.start()\n"
+        "try:\n"
+        "    frozen = gc.get_freeze_count()\n"
+        "    assert frozen > 100_000, frozen  # pandas, Great Expectations, ... (~435,000)\n"
+        "    assert 'great_expectations' in __import__('sys').modules\n"
+        "    class Cycle: pass\n"
+        "    c = Cycle(); c.me = c; del c\n"
+        "    assert gc.collect() >= 1  # the new cycle: collection still works\n"
+        "    gc.unfreeze()  # what LocalExecutor's worker respawn ends with\n"
+        "    ex.sync()\n"
+        "    assert gc.get_freeze_count() >= frozen, gc.get_freeze_count()\n"
+        "finally:\n"
+        "    ex.end()\n"
+        "print('ok')\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "plugins"),
+        "ACCELMATRIX_HOME": str(tmp_path / "home"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok"), out.stdout
+
+
 @pytest.mark.integration
 def test_evaluate_runs_in_its_task_process_without_deferring(tmp_path):
     script = tmp_path / "workload.py"

@@ -3,14 +3,25 @@
 Under LocalExecutor the workers are forked from the scheduler when the executor starts, and
 every task process is forked from a worker. This subclass preloads the task side
 (``accelmatrix.preload``) in the scheduler just before the workers are forked, so every task
-process starts warm and ``evaluate`` runs in its own task process instead of deferring. It
-changes nothing else of LocalExecutor.
+process starts warm and ``evaluate`` runs in its own task process instead of deferring. Apart
+from the garbage collector (below) it changes nothing else of LocalExecutor.
+
+The preload puts ~435,000 objects (pandas, Great Expectations, pyarrow) on the scheduler's
+heap, where the scheduling loop paid for them: each full garbage collection walked them all.
+LocalExecutor freezes the heap only while it forks its workers and unfreezes it after, so
+this executor freezes it for good once its workers exist (``gc.freeze``: those objects live
+as long as the process anyway), and again should a worker respawn unfreeze it; objects
+created later are collected as before. Measured on a 64-cell run (bench_lifecycle): a full
+collection in the scheduler 0.35-0.62 s -> 0.09-0.12 s, all its collections 5.7 -> 2.5 s of
+CPU per run.
 
 Configure with ``AIRFLOW__CORE__EXECUTOR=accelmatrix.executor.PreloadedLocalExecutor``. The
 CeleryExecutor counterpart is ``accelmatrix.celery_config``.
 """
 
 from __future__ import annotations
+
+import gc
 
 from airflow.executors.local_executor import LocalExecutor
 
@@ -25,3 +36,10 @@ class PreloadedLocalExecutor(LocalExecutor):
         if self.is_mp_using_fork:
             preload_task_side()
         super().start()
+        gc.freeze()
+
+    def sync(self) -> None:
+        super().sync()
+        # A worker respawn runs LocalExecutor's freeze/fork/unfreeze, which unfreezes ours too.
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
