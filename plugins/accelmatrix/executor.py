@@ -41,7 +41,7 @@ class PreloadedLocalExecutor(LocalExecutor):
     def sync(self) -> None:
         super().sync()
         # A worker respawn runs LocalExecutor's freeze/fork/unfreeze, which unfreezes ours too.
-        # Freezing again also freezes what the loop holds at that moment (a few thousand
-        # objects, once per respawn; a worker respawns only after one died).
+        # Freezing again also freezes whatever the loop holds at that moment, never to be
+        # collected: once per respawn, and a worker respawns only after one died.
         if gc.get_freeze_count() == 0:
             gc.freeze()
