@@ -67,6 +67,7 @@ machines:
     pool: {pool}
     pool_slots: {n}
 machine: cpu
+slot_order: {slot_order}
 workload:
   run: ["${{python}}", "-c", "import time; time.sleep({seconds}); print('Finished training run')"]
   timeout: 300
@@ -165,7 +166,9 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (e - s).total_seconds() if s and e else None
 
 
-def write_inputs(base: Path, sizes: list[int], seconds: float = 0.0) -> tuple[Path, Path]:
+def write_inputs(
+    base: Path, sizes: list[int], seconds: float = 0.0, slot_order: str = "machine_time"
+) -> tuple[Path, Path]:
     dags, suites = base / "dags", base / "suites"
     dags.mkdir(parents=True)
     suites.mkdir(parents=True)
@@ -173,7 +176,7 @@ def write_inputs(base: Path, sizes: list[int], seconds: float = 0.0) -> tuple[Pa
     for n in sizes:
         values = ", ".join(str(i) for i in range(n))
         (suites / f"noop_n{n}.yaml").write_text(
-            SUITE.format(n=n, values=values, pool=POOL, seconds=seconds)
+            SUITE.format(n=n, values=values, pool=POOL, seconds=seconds, slot_order=slot_order)
         )
         (dags / f"bare_n{n}.py").write_text(BARE.format(n=n, seconds=seconds))
     return dags, suites
@@ -432,6 +435,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, DBs)")
     ap.add_argument(
+        "--slot-order",
+        choices=["machine_time", "throughput"],
+        default="machine_time",
+        help="the suite's slot_order (the bare DAG keeps Airflow's default rule)",
+    )
+    ap.add_argument(
         "--postgres",
         action="store_true",
         help="Airflow's metadata DB and the results store on a throw-away PostgreSQL "
@@ -441,8 +450,11 @@ def main(argv: list[str] | None = None) -> int:
 
     base = Path(tempfile.mkdtemp(prefix="accelmatrix-bench-lifecycle-"))
     home = base / "airflow"
-    dags, suites = write_inputs(base, args.sizes, args.workload_seconds)
-    log(f"temp dir {base}; sizes {args.sizes}; repeat {args.repeat}; {os.cpu_count()} CPUs")
+    dags, suites = write_inputs(base, args.sizes, args.workload_seconds, args.slot_order)
+    log(
+        f"temp dir {base}; sizes {args.sizes}; repeat {args.repeat}; "
+        f"slot_order {args.slot_order}; {os.cpu_count()} CPUs"
+    )
     results: dict[tuple[int, str], list[dict[str, Any]]] = {}
     t_start = time.monotonic()
     pg = PostgresServer() if args.postgres else None
