@@ -40,6 +40,20 @@ else:
 """
 
 
+def _run_fresh(code: str, tmp_path: Path, *, timeout: float) -> None:
+    """Run ``code`` in a fresh interpreter with our plugins; it must exit 0 and print ok."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "plugins"),
+        "ACCELMATRIX_HOME": str(tmp_path / "home"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("ok"), out.stdout
+
+
 def test_checks_are_warm_only_after_the_preload(tmp_path):
     """In a fresh process Great Expectations is not loaded (evaluate would defer); after
     ``preload_task_side`` it is, nothing failed (the rehearsal cell passed), no thread was
@@ -76,16 +90,7 @@ def test_checks_are_warm_only_after_the_preload(tmp_path):
         "assert results_store().get_cell('d', 'r', 'c')['state'] == 'passed'\n"
         "print('ok')\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT / "plugins"),
-        "ACCELMATRIX_HOME": str(tmp_path / "home"),
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip().endswith("ok"), out.stdout
+    _run_fresh(code, tmp_path, timeout=120)
 
 
 def test_the_preloaded_heap_stays_out_of_the_schedulers_garbage_collections(tmp_path):
@@ -111,16 +116,7 @@ def test_the_preloaded_heap_stays_out_of_the_schedulers_garbage_collections(tmp_
         "    ex.end()\n"
         "print('ok')\n"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT / "plugins"),
-        "ACCELMATRIX_HOME": str(tmp_path / "home"),
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip().endswith("ok"), out.stdout
+    _run_fresh(code, tmp_path, timeout=180)
 
 
 @pytest.mark.integration
