@@ -442,6 +442,18 @@ def test_data_docs(tmp_path: Path) -> None:
     assert "final_loss[loss]" in index and "FAIL" in index and "PASS" in index
     assert pages[0].relative_to(docs).as_posix() in index  # links GE's validation page
     assert f"Data Docs: {docs / 'index.html'}" in report.format_table()
+    # Every file a page links is in the site, and the site holds no more than that: GE's
+    # builder copied 4 MiB of fonts and GIFs into every cell's site, linked by no page.
+    linked: set[Path] = set()
+    for html_file in docs.rglob("*.html"):
+        for ref in re.findall(r"""(?:src|href)\s*=\s*["']([^"'#?]+)""", html_file.read_text()):
+            if "//" not in ref:
+                target = (html_file.parent / ref).resolve()
+                assert target.is_file(), f"{html_file} links {ref}, which is missing"
+                linked.add(target)
+    static = {p.resolve() for p in (docs / "static").rglob("*") if p.is_file()}
+    assert static and static <= linked, sorted(static - linked)
+    assert sum(p.stat().st_size for p in docs.rglob("*") if p.is_file()) < 200_000
 
 
 def test_data_docs_templates_compile_once_per_process(tmp_path: Path, monkeypatch) -> None:

@@ -11,7 +11,8 @@ built the site:
 * Every other generated page loses its external ``<script src>``, ``<link href>`` and
   ``<img src>`` (the GE logo comes from S3; the local copy in ``static/images`` replaces
   it) and gets a small inline stylesheet, so its server-rendered tables stay readable.
-  Stylesheets' ``url(https://...)`` references are dropped.
+  Stylesheets' ``url(https://...)`` references are dropped. The favicon link is made to
+  point at the site's copy (GE's is one directory short on validation pages).
 
 Nothing is fetched to bundle: GE's pages are fully rendered HTML, only their styling and
 widgets came from the CDNs.
@@ -35,6 +36,8 @@ EXTERNAL = re.compile(
     rf"|<img\b[^>]*\bsrc\s*=\s*{_URL}[^>]*>",
     re.IGNORECASE,
 )
+# GE's favicon link, whose "../" count GE 1.24 gets wrong on validation pages (one short).
+_FAVICON = re.compile(r'href="(?:\.\./)*static/images/favicon\.ico"')
 _CSS_URL = re.compile(r"""url\(\s*["']?(?:https?:)?//[^)]*\)""", re.IGNORECASE)
 _LOADS = re.compile(
     rf"<(?:script|img|iframe)\b[^>]*\bsrc\s*=\s*{_URL}|<link\b[^>]*\bhref\s*=\s*{_URL}",
@@ -64,6 +67,8 @@ def make_offline(docs_dir: Path, result: Any, suite_name: str) -> Path:
         text = page.read_text(encoding="utf-8")
         logo = os.path.relpath(docs_dir / "static" / "images" / "logo-long.png", page.parent)
         text = EXTERNAL.sub(lambda m, logo=logo: _replace(m.group(0), logo), text)
+        icon = os.path.relpath(docs_dir / "static" / "images" / "favicon.ico", page.parent)
+        text = _FAVICON.sub(f'href="{html.escape(icon)}"', text)
         text = _CSS_URL.sub("none", text)
         text = text.replace("</head>", f"{STYLE}</head>", 1)
         page.write_text(text, encoding="utf-8")
