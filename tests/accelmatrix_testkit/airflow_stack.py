@@ -55,15 +55,19 @@ its pool forks, as docker-compose.yaml deploys it) unless ``celery_preload=False
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -106,6 +110,13 @@ MARKER = "ACCELMATRIX_STACK_ID"
 # [workers] execution_api_timeout is raised above this (its default of 5 s failed a task).
 SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 20}
 EXECUTION_API_TIMEOUT = 30
+
+# `airflow db migrate` of a fresh SQLite file costs ~13 s of CPU here, once per stack, and a
+# test session starts a dozen stacks. The first stack of a process migrates; the next ones
+# with the same extra Airflow settings start from a copy of its database as it was right
+# after the migration (sqlite3's online backup: consistent, write-ahead log included). A
+# stack on PostgreSQL always migrates.
+_MIGRATED: dict[str, Path] = {}
 
 
 class StackError(RuntimeError):
@@ -305,6 +316,9 @@ class AirflowStack:
         self.accel_home = self.home / "accelmatrix"
         self.stack_id = secrets.token_hex(8)
         self.env = self._build_env(env_extra or {})
+        self._extra_airflow_settings = {
+            k: v for k, v in (env_extra or {}).items() if k.startswith("AIRFLOW")
+        }
         self.procs: dict[str, subprocess.Popen] = {}
         self._ps: dict[str, psutil.Process] = {}
         self._seen: dict[int, psutil.Process] = {}  # every descendant observed, by pid
@@ -434,9 +448,7 @@ class AirflowStack:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.accel_home.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        migrate = self.airflow("db", "migrate", timeout=300)
-        if migrate.returncode != 0:
-            raise StackError(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
+        self._migrate()
         self.migrate_seconds = time.monotonic() - t0
         commands = {
             "scheduler": ["scheduler", "--skip-serve-logs"],
@@ -463,6 +475,21 @@ class AirflowStack:
         self._wait_healthy()
         self._wait_celery_workers()
         self.startup_seconds = time.monotonic() - t0
+
+    def _migrate(self) -> None:
+        own_sqlite = self.database_url == f"sqlite:///{self.home / 'airflow.db'}"
+        key = json.dumps(sorted(self._extra_airflow_settings.items()))
+        if own_sqlite and (template := _MIGRATED.get(key)) is not None:
+            _sqlite_copy(template, self.home / "airflow.db")
+            return
+        migrate = self.airflow("db", "migrate", timeout=300)
+        if migrate.returncode != 0:
+            raise StackError(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
+        if own_sqlite:
+            template = Path(tempfile.mkdtemp(prefix="accelmatrix-migrated-")) / "airflow.db"
+            _sqlite_copy(self.home / "airflow.db", template)
+            atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
+            _MIGRATED[key] = template
 
     def _start_celery_workers(self) -> None:
         for name in self.celery_worker_names:
@@ -944,3 +971,12 @@ def _format_record(rec: Any) -> str:
     extra = {k: v for k, v in rec.items() if k not in _RECORD_KEYS + _CONTEXT_KEYS}
     parts.extend(f"{k}={v}" for k, v in extra.items())
     return " ".join(parts)
+
+
+def _sqlite_copy(src: Path, dst: Path) -> None:
+    """A consistent copy of a SQLite database (its write-ahead log included)."""
+    with (
+        contextlib.closing(sqlite3.connect(src)) as a,
+        contextlib.closing(sqlite3.connect(dst)) as b,
+    ):
+        a.backup(b)
