@@ -91,6 +91,9 @@ def test_gate_deletes_the_machine_of_a_provision_airflow_failed(tmp_path, server
         stack.api(
             "PATCH", ti_path, json={"new_state": "failed"}, params={"update_mask": "new_state"}
         )
+        # Only that create had to be slow: the gate's delete and the second run's create and
+        # delete take 5 s each, not 20 (the operation in flight keeps its 20 s).
+        slow_tpu.op_delay = 5.0
         state = stack.wait_for_run(DAG_ID, run_id, timeout=300)
         tis = {t["task_id"]: t for t in stack.task_instances(DAG_ID, run_id)}
         gate_log = stack.task_log(DAG_ID, run_id, "gate")
