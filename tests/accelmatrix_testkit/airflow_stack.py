@@ -477,17 +477,19 @@ class AirflowStack:
         self.startup_seconds = time.monotonic() - t0
 
     def _migrate(self) -> None:
-        own_sqlite = self.database_url == f"sqlite:///{self.home / 'airflow.db'}"
+        db = self.home / "airflow.db"
+        # Only a new database: a stack started again on its home keeps its data.
+        own_sqlite = self.database_url == f"sqlite:///{db}" and not db.exists()
         key = json.dumps(sorted(self._extra_airflow_settings.items()))
         if own_sqlite and (template := _MIGRATED.get(key)) is not None:
-            _sqlite_copy(template, self.home / "airflow.db")
+            _sqlite_copy(template, db)
             return
         migrate = self.airflow("db", "migrate", timeout=300)
         if migrate.returncode != 0:
             raise StackError(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
         if own_sqlite:
             template = Path(tempfile.mkdtemp(prefix="accelmatrix-migrated-")) / "airflow.db"
-            _sqlite_copy(self.home / "airflow.db", template)
+            _sqlite_copy(db, template)
             atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
             _MIGRATED[key] = template
 
