@@ -342,8 +342,8 @@ def airflow_span(tis: list[dict[str, Any]], workload_seconds: float) -> list[flo
             ends[(ti["map_index"], step)] = ti["end_date"]
     spans = []
     for (index, step), provisioned in ends.items():
-        if step == "provision" and (ran := ends.get((index, "run"))) is not None:
-            spans.append((_seconds(provisioned, ran) or 0.0) - workload_seconds)
+        if step == "provision" and (span := _seconds(provisioned, ends.get((index, "run")))):
+            spans.append(span - workload_seconds)
     return spans
 
 

@@ -316,9 +316,10 @@ class AirflowStack:
         self.accel_home = self.home / "accelmatrix"
         self.stack_id = secrets.token_hex(8)
         self.env = self._build_env(env_extra or {})
-        self._extra_airflow_settings = {
-            k: v for k, v in (env_extra or {}).items() if k.startswith("AIRFLOW")
-        }
+        # Stacks whose extra Airflow settings match share one migrated database (_migrate).
+        self._migrate_key = json.dumps(
+            sorted((k, v) for k, v in (env_extra or {}).items() if k.startswith("AIRFLOW"))
+        )
         self.procs: dict[str, subprocess.Popen] = {}
         self._ps: dict[str, psutil.Process] = {}
         self._seen: dict[int, psutil.Process] = {}  # every descendant observed, by pid
@@ -480,8 +481,7 @@ class AirflowStack:
         db = self.home / "airflow.db"
         # Only a new database: a stack started again on its home keeps its data.
         own_sqlite = self.database_url == f"sqlite:///{db}" and not db.exists()
-        key = json.dumps(sorted(self._extra_airflow_settings.items()))
-        if own_sqlite and (template := _MIGRATED.get(key)) is not None:
+        if own_sqlite and (template := _MIGRATED.get(self._migrate_key)) is not None:
             _sqlite_copy(template, db)
             return
         migrate = self.airflow("db", "migrate", timeout=300)
@@ -491,7 +491,7 @@ class AirflowStack:
             template = Path(tempfile.mkdtemp(prefix="accelmatrix-migrated-")) / "airflow.db"
             _sqlite_copy(db, template)
             atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
-            _MIGRATED[key] = template
+            _MIGRATED[self._migrate_key] = template
 
     def _start_celery_workers(self) -> None:
         for name in self.celery_worker_names:
