@@ -44,9 +44,14 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 # .ci/test-deps installs the Debian packages the SSH, browser and Celery tests need when they
 # are missing (as root or with sudo; ACCELMATRIX_NO_APT=1 to never install). A run that still
 # had to skip a group of tests says so at the end (tests/conftest.py).
+# TEST_WORKERS pytest-xdist processes run the suite, one test file each at a time (a file's
+# tests share its fixtures). Most long tests wait on an Airflow scheduler, so two workers fit
+# 2 cores: 24 min here against 38 serially. Each worker may run an Airflow of its own
+# (~1.7 GB of memory); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: venv
 	.ci/test-deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The fault-injection matrix on a real Airflow (every backend, 7-16 min here): prints the
 # faults x backends table (README "Reliability") and writes it to reliability-table.md.
