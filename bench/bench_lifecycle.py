@@ -342,7 +342,10 @@ def airflow_span(tis: list[dict[str, Any]], workload_seconds: float) -> list[flo
             ends[(ti["map_index"], step)] = ti["end_date"]
     spans = []
     for (index, step), provisioned in ends.items():
-        if step == "provision" and (span := _seconds(provisioned, ends.get((index, "run")))):
+        if step != "provision":
+            continue
+        span = _seconds(provisioned, ends.get((index, "run")))
+        if span is not None:  # a cell whose run has no end date is left out
             spans.append(span - workload_seconds)
     return spans
 
