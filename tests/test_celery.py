@@ -156,12 +156,14 @@ def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
         }
         raced = stack.stale_success_failures()
         good_run = by_cell[("run", GOOD)]
-        run_log = stack.task_log(
+        run_log = stack.task_log_once_written(
             DAG_ID,
             run_id,
             "cpu-small.run",
             map_index=good_run["map_index"],
             try_number=good_run["try_number"],
+            line="Trigger fired event",
+            after="Pausing task as DEFERRED",
         )
         worker_pids = {name: stack.procs[name].pid for name in workers}
         worker_logs = {

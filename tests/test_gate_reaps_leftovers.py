@@ -105,7 +105,9 @@ def test_gate_deletes_the_machine_of_a_provision_airflow_failed(tmp_path, server
         ok_run = stack.trigger(DAG_ID)
         ok_state = stack.wait_for_run(DAG_ID, ok_run, timeout=400)
         ok_tis = {t["task_id"]: t for t in stack.task_instances(DAG_ID, ok_run)}
-        prov_log = stack.task_log(DAG_ID, ok_run, "tpu.provision", map_index=0)
+        prov_log = stack.task_log_once_written(
+            DAG_ID, ok_run, "tpu.provision", map_index=0, line="Trigger fired event"
+        )
         from accelmatrix.results.store import ResultsStore
 
         store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")

@@ -42,12 +42,14 @@ def test_local_smoke_on_a_real_scheduler(tmp_path):
         }
         raced = stack.stale_success_failures()
         good_run = by_cell[("run", GOOD)]
-        run_log = stack.task_log(
+        run_log = stack.task_log_once_written(
             DAG_ID,
             run_id,
             "cpu-small.run",
             map_index=good_run["map_index"],
             try_number=good_run["try_number"],
+            line="Trigger fired event",
+            after="Pausing task as DEFERRED",
         )
     assert stack.leftovers == []
 

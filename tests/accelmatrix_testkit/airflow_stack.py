@@ -880,6 +880,30 @@ class AirflowStack:
             params = {"map_index": map_index, "token": token}
         return "\n".join(lines)
 
+    def task_log_once_written(
+        self,
+        *args: Any,
+        line: str,
+        after: str | None = None,
+        timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> str:
+        """``task_log``, read again until it holds ``line`` or ``timeout`` passes; with
+        ``after``, only while the text holds ``after`` (a line only some runs write).
+
+        The triggerer writes a trigger's last lines ("Trigger fired event") to its own log file
+        after it has ended the task, so a run can be over before they are on disk: on a busy
+        machine a single read can miss them. The caller still asserts on the text.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.task_log(*args, **kwargs)
+            if line in text or (after is not None and after not in text):
+                return text
+            if time.monotonic() > deadline:
+                return text
+            time.sleep(1)
+
     def stale_success_failures(self) -> set[str]:
         """Ids of task instances the scheduler failed through Airflow's defer/resume race.
 
