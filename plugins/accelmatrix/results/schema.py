@@ -34,6 +34,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
@@ -295,6 +296,86 @@ alerts = Table(
     # comments on and a resolution closes the issue the opening created (notify.py).
     Column("issues", JsonText, nullable=True),
     PrimaryKeyConstraint("dag_id", "cell_id", name="pk_alerts"),
+)
+
+# A change point of a perf series (accelmatrix.history.changes): where one metric of one
+# cell moved to a new level, found by the detector over the series ordered by logical date.
+# Keyed by the series and the first run at the new level; the detector may move that run by
+# one point as more nights arrive (the row is updated, its triage kept).
+change_points = Table(
+    "change_points",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dag_id", String(ID_LEN), nullable=False),
+    Column("cell_id", String(CELL_ID_LEN), nullable=False),
+    Column("metric", String(NAME_LEN), nullable=False),
+    Column("benchmark", String(NAME_LEN), nullable=True),
+    Column("machine", String(LABEL_LEN), nullable=True),
+    Column("backend", String(LABEL_LEN), nullable=True),
+    # The first run at the new level (the suspect build) and the last run before it (the
+    # last good build): what a bisect searches between.
+    Column("run_id", String(ID_LEN), nullable=False),
+    Column("logical_date", UtcDateTime, nullable=False),
+    Column("runtime_version", String(LABEL_LEN), nullable=True),
+    Column("prev_run_id", String(ID_LEN), nullable=True),
+    Column("prev_logical_date", UtcDateTime, nullable=True),
+    Column("prev_runtime_version", String(LABEL_LEN), nullable=True),
+    Column("position", Integer, nullable=False),  # 0-based index in the analysed series
+    Column("n_before", Integer, nullable=False),
+    Column("n_after", Integer, nullable=False),
+    Column("mean_before", MetricValue, nullable=True),
+    Column("mean_after", MetricValue, nullable=True),
+    Column("median_before", MetricValue, nullable=True),
+    Column("median_after", MetricValue, nullable=True),
+    Column("std_before", MetricValue, nullable=True),
+    Column("std_after", MetricValue, nullable=True),
+    Column("change", MetricValue, nullable=True),  # mean_after / mean_before - 1
+    Column("effect", MetricValue, nullable=True),  # shift in the series' noise sigmas
+    Column("p_value", MetricValue, nullable=True),
+    Column("direction", String(LABEL_LEN), nullable=False),  # regression | improvement
+    Column("group_id", Integer, nullable=True),  # change_groups.id
+    Column("state", String(LABEL_LEN), nullable=False, default="untriaged"),
+    Column("state_by", String(LABEL_LEN), nullable=True),
+    Column("state_at", UtcDateTime, nullable=True),
+    Column("note", Text, nullable=True),
+    Column("detected_at", UtcDateTime, nullable=False, default=utcnow),
+    Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
+    UniqueConstraint("dag_id", "cell_id", "metric", "logical_date", name="uq_change_points"),
+    Index("ix_change_points_group", "group_id"),
+)
+
+# One cause behind the change points of one night (accelmatrix.history.grouping): a build
+# that moved many cells, a machine kind that moved while the others stayed flat, or a
+# single series. One notification per group; triage of a group applies to its members.
+change_groups = Table(
+    "change_groups",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dag_id", String(ID_LEN), nullable=False),
+    Column("kind", String(LABEL_LEN), nullable=False),  # build | infrastructure | series
+    Column("direction", String(LABEL_LEN), nullable=False),
+    Column("run_id", String(ID_LEN), nullable=True),
+    Column("logical_date", UtcDateTime, nullable=False),
+    Column("runtime_version", String(LABEL_LEN), nullable=True),
+    Column("prev_logical_date", UtcDateTime, nullable=True),
+    Column("prev_runtime_version", String(LABEL_LEN), nullable=True),
+    Column("machine", String(LABEL_LEN), nullable=True),  # the machine kind of an infra group
+    Column("summary", Text, nullable=False, default=""),  # one line naming the cause
+    Column("series_count", Integer, nullable=False, default=0),
+    Column("cells", JsonText, nullable=False, default=lambda: []),
+    Column("machines", JsonText, nullable=False, default=lambda: []),
+    Column("metrics", JsonText, nullable=False, default=lambda: []),
+    Column("change_median", MetricValue, nullable=True),
+    Column("change_min", MetricValue, nullable=True),
+    Column("change_max", MetricValue, nullable=True),
+    Column("state", String(LABEL_LEN), nullable=False, default="untriaged"),
+    Column("state_by", String(LABEL_LEN), nullable=True),
+    Column("state_at", UtcDateTime, nullable=True),
+    Column("note", Text, nullable=True),
+    Column("notified_at", UtcDateTime, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False, default=utcnow),
+    Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
+    Index("ix_change_groups_dag", "dag_id", "logical_date"),
 )
 
 # Columns callers may set through upsert_run / upsert_cell: everything but the key and the

@@ -7,6 +7,7 @@ callers keep one object with the same methods, picklable and cheap to construct.
 
 from __future__ import annotations
 
+from accelmatrix.results.changes import ChangePointStore
 from accelmatrix.results.history_queries import HistoryQueries
 from accelmatrix.results.migrate import is_at_head
 from accelmatrix.results.report import RunReport
@@ -16,7 +17,7 @@ from accelmatrix.results.series import SeriesAlertStore
 __all__ = ["ResultsStore", "SCALAR_STEP"]
 
 
-class ResultsStore(RunReport, SeriesAlertStore, HistoryQueries):
+class ResultsStore(RunReport, SeriesAlertStore, HistoryQueries, ChangePointStore):
     """Handle on one results database, given by a SQLAlchemy URL (see core.StoreCore).
 
     RunReport brings RunCellStore and MeasurementStore (the report reads both); every

@@ -1,0 +1,199 @@
+"""Change points of perf series and the groups (causes) they belong to, with their triage.
+
+The detector and the grouping are pure functions in ``accelmatrix.history``; this module
+only keeps their output between runs, and the triage people give it: a state, who set it
+and when. Triage of a group applies to every change point in it (one decision per cause).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection
+
+from accelmatrix.results import schema
+from accelmatrix.results.core import StoreCore
+from accelmatrix.results.schema import change_groups, change_points, utcnow
+
+__all__ = ["OPEN_STATES", "TRIAGE_STATES", "ChangePointStore"]
+
+# Perfherder's alert states, cut to the ones a perf history of one team needs:
+# untriaged        nobody looked yet (new change points start here)
+# acknowledged     someone is on it; the old level is still the baseline
+# accepted         the new level is the baseline (bounds re-center onto it)
+# invalid          noise: not a change (bounds ignore it)
+# infrastructure   a machine misbehaved, not the code
+# fixed            the series returned to its old level
+TRIAGE_STATES = ("untriaged", "acknowledged", "accepted", "invalid", "infrastructure", "fixed")
+# A regression in one of these still needs a person: listed first, and bounds never
+# re-center across it.
+OPEN_STATES = ("untriaged", "acknowledged")
+
+_POINT_FIELDS = tuple(
+    c.name for c in change_points.columns if c.name not in ("id", "dag_id", "updated_at")
+)
+_GROUP_FIELDS = tuple(
+    c.name for c in change_groups.columns if c.name not in ("id", "dag_id", "updated_at")
+)
+
+
+class ChangePointStore(StoreCore):
+    """Rows of ``change_points`` and ``change_groups``."""
+
+    # ------------------------------------------------------------------------------ points
+
+    def get_change_points(
+        self,
+        dag_id: str | None = None,
+        *,
+        cell_id: str | None = None,
+        metric: str | None = None,
+        group_id: int | None = None,
+        states: Iterable[str] | None = None,
+        since: datetime | None = None,
+        ids: Iterable[int] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Change points, oldest first (by the first run at the new level)."""
+        c = change_points.c
+        where = []
+        for col, v in (("dag_id", dag_id), ("cell_id", cell_id), ("metric", metric)):
+            if v is not None:
+                where.append(c[col] == v)
+        if group_id is not None:
+            where.append(c.group_id == int(group_id))
+        if states is not None:
+            where.append(c.state.in_(list(states)))
+        if since is not None:
+            where.append(c.logical_date >= schema.to_utc(since))
+        if ids is not None:
+            where.append(c.id.in_([int(i) for i in ids]))
+        stmt = select(change_points).where(*where).order_by(c.logical_date, c.cell_id, c.metric)
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
+    def save_change_point(
+        self, dag_id: str, fields: Mapping[str, Any], *, id: int | None = None
+    ) -> int:
+        """Insert a change point (``id`` None) or update the given fields of one; its id."""
+        return self._save(change_points, _POINT_FIELDS, dag_id, fields, id)
+
+    def delete_change_points(self, ids: Sequence[int]) -> int:
+        """Delete change points the detector no longer finds (only untriaged ones are ever
+        passed: a person's decision is kept)."""
+        if not ids:
+            return 0
+
+        def tx(conn: Connection) -> int:
+            stmt = delete(change_points).where(change_points.c.id.in_([int(i) for i in ids]))
+            return conn.execute(stmt).rowcount
+
+        return self._write(tx)
+
+    # ------------------------------------------------------------------------------ groups
+
+    def get_change_groups(
+        self,
+        dag_id: str | None = None,
+        *,
+        states: Iterable[str] | None = None,
+        ids: Iterable[int] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Groups, newest first."""
+        g = change_groups.c
+        where = []
+        if dag_id is not None:
+            where.append(g.dag_id == dag_id)
+        if states is not None:
+            where.append(g.state.in_(list(states)))
+        if ids is not None:
+            where.append(g.id.in_([int(i) for i in ids]))
+        stmt = select(change_groups).where(*where).order_by(g.logical_date.desc(), g.id.desc())
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
+    def get_change_group(self, group_id: int) -> dict[str, Any] | None:
+        rows = self.get_change_groups(ids=[group_id])
+        return rows[0] if rows else None
+
+    def save_change_group(
+        self, dag_id: str, fields: Mapping[str, Any], *, id: int | None = None
+    ) -> int:
+        """Insert a group (``id`` None) or update the given fields of one; its id."""
+        return self._save(change_groups, _GROUP_FIELDS, dag_id, fields, id)
+
+    def delete_change_groups(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+
+        def tx(conn: Connection) -> int:
+            stmt = delete(change_groups).where(change_groups.c.id.in_([int(i) for i in ids]))
+            return conn.execute(stmt).rowcount
+
+        return self._write(tx)
+
+    # ------------------------------------------------------------------------------ triage
+
+    def set_triage(
+        self, what: str, id: int, state: str, *, by: str, note: str | None = None
+    ) -> dict[str, Any]:
+        """Set the triage state of a group (and every change point in it) or of one change
+        point; records who and when. Returns the updated row; KeyError if there is none."""
+        if what not in ("group", "change"):
+            raise ValueError(f"what must be 'group' or 'change', got {what!r}")
+        if state not in TRIAGE_STATES:
+            raise ValueError(f"state {state!r}: allowed {', '.join(TRIAGE_STATES)}")
+        if not by:
+            raise ValueError("who sets the state (by) must be named")
+        now = utcnow()
+        values: dict[str, Any] = {"state": state, "state_by": by, "state_at": now}
+        if note is not None:
+            values["note"] = note
+        values = {**self._coerce(change_points, values), "updated_at": now}
+        table = change_groups if what == "group" else change_points
+
+        def tx(conn: Connection) -> int:
+            n = conn.execute(update(table).where(table.c.id == int(id)).values(values)).rowcount
+            if n and what == "group":
+                conn.execute(
+                    update(change_points).where(change_points.c.group_id == int(id)).values(values)
+                )
+            return n
+
+        if not self._write(tx):
+            raise KeyError(f"no change {what} with id {id}")
+        rows = (
+            self.get_change_groups(ids=[id])
+            if what == "group"
+            else self.get_change_points(ids=[id])
+        )
+        return rows[0]
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _save(
+        self,
+        table: Any,
+        allowed: Sequence[str],
+        dag_id: str,
+        fields: Mapping[str, Any],
+        id: int | None,
+    ) -> int:
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        self._reject_unknown(table.name, fields, allowed)
+        now = utcnow()
+        values = {**self._coerce(table, fields), "updated_at": now}
+
+        def tx(conn: Connection) -> int:
+            if id is None:
+                self._lock(conn, table.name, dag_id)
+                res = conn.execute(insert(table).values({**values, "dag_id": dag_id}))
+                return int(res.inserted_primary_key[0])
+            stmt = update(table).where(table.c.id == int(id), table.c.dag_id == dag_id)
+            if conn.execute(stmt.values(values)).rowcount == 0:
+                raise KeyError(f"no {table.name} row {id} of {dag_id}")
+            return int(id)
+
+        return self._write(tx)
