@@ -262,3 +262,84 @@ def maintenance_classify(*, now: datetime | None = None) -> dict[str, dict[str, 
         verdicts, _ = classify_suite(store, dag_id, rules=rules, window_days=window, now=now)
         out[dag_id] = {k: int(v) for k, v in verdicts["status"].value_counts().items()}
     return out
+
+
+def suite_bounds_files(dag_id: str) -> list[Path]:
+    """The bounds files the suite ``dag_id``'s checks read (inside the include dir), from
+    its suite file; none when the file is gone or invalid."""
+    from accelmatrix import settings
+    from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
+
+    include = settings.include_dir().resolve()
+    for path in suite_files(settings.suites_dir()):
+        if path.stem != dag_id:
+            continue
+        try:
+            suite = load_suite(path)
+        except SuiteError as e:
+            log.warning("%s: bounds files unknown (suite invalid: %s)", dag_id, e)
+            return []
+        found = []
+        for check in suite.checks:
+            rel = getattr(check, "bounds_file", None)
+            if rel:
+                target = (include / rel).resolve()
+                if include in target.parents and target not in found:
+                    found.append(target)
+        return found
+    return []
+
+
+def recenter_accepted(store: ResultsStore, points: list[dict[str, Any]]) -> list[str]:
+    """Re-center the bounds of accepted change points' benchmarks onto their new level.
+
+    The new center is the median of the points' ``median_after`` per benchmark (one
+    benchmark is shared by the cells of one model); the interval keeps its width, as the
+    torchprime runbook asks of a re-baseline: the noise did not change, the level did.
+    Returns one line per benchmark touched (or why it was not).
+    """
+    import statistics
+
+    del store  # the points carry what is needed; kept for a uniform triage signature
+    by_bench: dict[tuple[str, str], list[float]] = {}
+    for p in points:
+        level = p.get("median_after")
+        if p.get("benchmark") and level is not None and math.isfinite(level):
+            by_bench.setdefault((p["dag_id"], p["benchmark"]), []).append(float(level))
+    lines = []
+    for (dag_id, bench), levels in sorted(by_bench.items()):
+        center = statistics.median(levels)
+        touched = False
+        for path in suite_bounds_files(dag_id):
+            bounds = load_bounds(path)
+            b = bounds.benchmarks.get(bench)
+            if b is None:
+                continue
+            lo, hi = b.step_time_lower_bound, b.step_time_upper_bound
+            if lo is None or hi is None:
+                lines.append(f"{bench} in {path.name}: kept (no two-sided interval to move)")
+                touched = True
+                continue
+            half = (hi - lo) / 2
+            b.step_time_lower_bound = max(0.0, center - half)
+            b.step_time_upper_bound = center + half
+            b.average = center
+            meta = bounds.metadata or BoundsMetadata()
+            meta.recentered_on_accept = {  # type: ignore[attr-defined]
+                "benchmark": bench,
+                "level": center,
+                "at": datetime.now(UTC).isoformat(),
+            }
+            bounds.metadata = meta
+            write_bounds(path, bounds)
+            line = (
+                f"{bench} in {path.name}: [{lo:.6g}, {hi:.6g}] -> "
+                f"[{b.step_time_lower_bound:.6g}, {b.step_time_upper_bound:.6g}] "
+                f"(accepted level {center:.6g}, width kept)"
+            )
+            log.info("bounds %s", line)
+            lines.append(line)
+            touched = True
+        if not touched:
+            lines.append(f"{bench}: no bounds file of {dag_id} holds it")
+    return lines
