@@ -32,6 +32,7 @@ from accelmatrix.spec.suite_parts import (
     Budget,
     ExcludeRule,
     HangDetection,
+    HistorySpec,
     Model,
     ParamSpec,
     QuarantineRule,
@@ -92,6 +93,7 @@ class Suite(Model):
     )
     budget: Budget | None = None
     regression: RegressionRules = RegressionRules()
+    history: HistorySpec = HistorySpec()
     slot_order: Literal["machine_time", "throughput"] = Field(
         "machine_time",
         description=(
@@ -328,6 +330,7 @@ __all__ = [
     "Budget",
     "ExcludeRule",
     "HangDetection",
+    "HistorySpec",
     "Machine",
     "Model",
     "ParamSpec",

@@ -239,6 +239,61 @@ class RegressionRules(Model):
     flaky_flips: PositiveInt = 3
 
 
+# Metric names whose higher values are better (throughput and its kin); any other metric
+# is taken as lower-is-better (times, latencies, memory, loss) unless the suite says so.
+HIGHER_IS_BETTER_HINTS = ("throughput", "per_s", "per_sec", "qps", "mfu", "accuracy", "flops")
+
+
+class HistorySpec(Model):
+    """Which perf series the suite's history follows, and how changes in them are found.
+
+    A series is one metric of one cell over runs, by logical date. Every metric a check
+    judges is followed; ``track`` adds more (with or without bounds). Each point of a
+    series is one statistic of the metric over the run's steps (``median`` unless
+    ``track`` says otherwise; a scalar metric is itself).
+    """
+
+    track: dict[str, Literal["median", "mean", "last", "min", "max"]] = Field(
+        default_factory=dict,
+        description="extra metrics to follow, each with the statistic of its steps",
+    )
+    higher_is_better: list[str] = Field(
+        default_factory=list, description="metrics where a rise is an improvement"
+    )
+    lower_is_better: list[str] = Field(
+        default_factory=list, description="metrics where a rise is a regression"
+    )
+    window: Annotated[int, Field(ge=10, le=1000)] = Field(
+        60, description="points per series the gate re-analyses after each run"
+    )
+    penalty: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="detector penalty per change (default 6; higher: fewer, surer)"
+    )
+    min_effect: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="smallest change reported, in the series' noise sigmas (default 1)"
+    )
+    min_change: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="smallest relative change reported (0.02 = 2 %; default 0)"
+    )
+
+    @model_validator(mode="after")
+    def _directions(self) -> HistorySpec:
+        both = sorted(set(self.higher_is_better) & set(self.lower_is_better))
+        if both:
+            raise ValueError(
+                f"history: {', '.join(both)} cannot be both higher and lower is better"
+            )
+        return self
+
+    def higher_is_better_for(self, metric: str) -> bool:
+        if metric in self.higher_is_better:
+            return True
+        if metric in self.lower_is_better:
+            return False
+        name = metric.lower()
+        return any(h in name for h in HIGHER_IS_BETTER_HINTS)
+
+
 def _label(v: Scalar) -> str:
     if isinstance(v, bool):
         return str(v).lower()
