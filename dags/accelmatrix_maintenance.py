@@ -1,9 +1,14 @@
-"""accelmatrix maintenance DAG: re-center step-time bounds and classify perf series, daily.
+"""accelmatrix maintenance DAG, daily: change points over every series' whole history, then
+bounds re-centered only onto levels nobody has to decide about.
 
-Thin on purpose: the logic is in accelmatrix.history.bounds_job (nothing heavy imported at
-parse time). ``recenter_bounds`` rewrites each bounds file from the history window (a
-benchmark with fewer than ``min_samples`` samples keeps its bounds; the log shows old ->
-new); ``classify_series`` stores every suite's series verdicts for the matrix page.
+Thin on purpose: the logic is in accelmatrix.history (nothing heavy imported at parse
+time). ``analyse_history`` recomputes every suite's change points over all its points (the
+gate re-analyses only the last ``history.window`` points after each run), notifies new
+regression groups once, and stores the series verdicts for the matrix page.
+``recenter_bounds`` then rewrites each bounds file from the history window, using only
+points after a series' last accepted change point and before any change still untriaged
+or acknowledged; a benchmark with an open regression keeps its bounds (the log says
+which change holds it), as does one with fewer than ``min_samples`` samples.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from airflow.sdk import DAG, Param, get_current_context, task
 
 with DAG(
     dag_id="accelmatrix_maintenance",
-    description="Re-center step-time bounds from the perf history; classify perf series",
+    description="Change points over the whole perf history; bounds re-centered, never across a regression",
     schedule="@daily",
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
@@ -22,10 +27,13 @@ with DAG(
     tags=["accelmatrix", "maintenance"],
     params={
         "bounds_files": Param(
-            ["bounds/step_time_bounds.yaml"],
+            [],
             type="array",
             items={"type": "string"},
-            description="bounds files to re-center, relative to the include dir",
+            description=(
+                "bounds files to re-center, relative to the include dir "
+                "(empty: every bounds file a suite's checks read)"
+            ),
         ),
         "window_days": Param(30, type="integer", minimum=1, description="history window"),
         "confidence_level": Param(
@@ -56,9 +64,9 @@ with DAG(
         )
 
     @task(retries=0)
-    def classify_series() -> dict:
-        from accelmatrix.history.bounds_job import maintenance_classify
+    def analyse_history() -> dict:
+        from accelmatrix.history.bounds_job import maintenance_history
 
-        return maintenance_classify(now=_end())
+        return maintenance_history(now=_end())
 
-    recenter_bounds() >> classify_series()
+    analyse_history() >> recenter_bounds()

@@ -28,6 +28,7 @@ from accelmatrix.evaluation.bounds import (
     load_bounds,
     write_bounds,
 )
+from accelmatrix.results.changes import OPEN_STATES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,14 +113,25 @@ def recenter(
     end = now or datetime.now(UTC)
     start = end - timedelta(days=window_days)
     report = RecenterReport(path=path, query_start=start, query_end=end)
+    if store is None:
+        from accelmatrix.store_access import results_store
+
+        store = results_store()
     h = history(store, metric=metric, since=start, until=end)
     h = h[h["benchmark"].isin(list(bounds.benchmarks)) & h["value"].map(_finite)]
+    keep, held = baseline_points(h, store.get_change_points(metric=metric))
+    h = h[keep]
     samples = {b: g["value"].tolist() for b, g in h.groupby("benchmark")}
 
     sizes: dict[str, int] = {}
     for name, bench in bounds.benchmarks.items():
         values = samples.get(name, [])
         old = (bench.step_time_lower_bound, bench.step_time_upper_bound)
+        if name in held:
+            change = Change(name, len(values), old, None, held[name])
+            log.info("bounds %s", change.line())
+            report.changes.append(change)
+            continue
         if len(values) < min_samples:
             reason = (
                 f"only {len(values)} sample(s) of {metric} between {start:%Y-%m-%d %H:%M} and "
@@ -160,6 +172,63 @@ def recenter(
     else:
         log.info("%s unchanged: no benchmark had %d sample(s) in the window", path, min_samples)
     return report
+
+
+def baseline_points(
+    h: pd.DataFrame, change_points: list[dict[str, Any]]
+) -> tuple[pd.Series, dict[str, str]]:
+    """Which history points may set the bounds, and the benchmarks to hold as they are.
+
+    Bounds follow only a level that nobody has to decide about, so a regression is never
+    folded into them by the daily re-centering:
+
+    * ``accepted`` change point: its new level is the baseline; points before it go.
+    * ``untriaged`` or ``acknowledged`` change point (either direction): a person has yet
+      to say whether the new level is the baseline; points from it on go. A regression in
+      that state holds the benchmark's bounds outright (returned with the reason), even
+      when enough older points remain.
+    * ``fixed`` or ``infrastructure``: the points of the bad level, up to the series' next
+      change point, go; the level around them counts.
+    * ``invalid`` (noise): ignored.
+
+    ``h`` is a history frame (dag_id, cell_id, metric, time, benchmark); returns a boolean
+    mask over it and {benchmark: reason} of the held benchmarks.
+    """
+    import pandas as pd
+
+    keep = pd.Series(True, index=h.index)
+    held: dict[str, str] = {}
+    by_series: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for cp in change_points:
+        by_series.setdefault((cp["dag_id"], cp["cell_id"], cp["metric"]), []).append(cp)
+    if not by_series or h.empty:
+        return keep, held
+    times = pd.to_datetime(h["time"], utc=True)
+    for (dag_id, cell_id, metric), cps in by_series.items():
+        rows = (h["dag_id"] == dag_id) & (h["cell_id"] == cell_id) & (h["metric"] == metric)
+        if not rows.any():
+            continue
+        cps = sorted(cps, key=lambda c: c["logical_date"])
+        for i, cp in enumerate(cps):
+            at = pd.Timestamp(cp["logical_date"])
+            state = cp["state"]
+            if state == "accepted":
+                keep &= ~(rows & (times < at))
+            elif state in OPEN_STATES:
+                keep &= ~(rows & (times >= at))
+                if cp["direction"] == "regression":
+                    for bench in set(h.loc[rows, "benchmark"]) - {""}:
+                        held.setdefault(
+                            bench,
+                            f"held: open regression in {cell_id} {metric} from "
+                            f"{at:%Y-%m-%d} ({state}, change {cp['change']:+.1%}); bounds "
+                            "never re-center across it: accept, fix or mark it first",
+                        )
+            elif state in ("fixed", "infrastructure"):
+                nxt = pd.Timestamp(cps[i + 1]["logical_date"]) if i + 1 < len(cps) else None
+                span = times >= at if nxt is None else (times >= at) & (times < nxt)
+                keep &= ~(rows & span)
+    return keep, held
 
 
 def _finite(x: Any) -> bool:
@@ -214,10 +283,18 @@ def maintenance_recenter(
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The maintenance DAG's ``recenter_bounds`` task: every file (relative to the include
-    dir, no ``..``), one report line per benchmark; returns a JSON-able summary."""
+    dir, no ``..``; none given: every bounds file a suite's checks read), one report line
+    per benchmark; returns a JSON-able summary."""
     from accelmatrix import settings
+    from accelmatrix.spec.loader import suite_files
 
     include = settings.include_dir().resolve()
+    if not bounds_files:
+        found: list[Path] = []
+        for path in suite_files(settings.suites_dir()):
+            found += [p for p in suite_bounds_files(path.stem) if p not in found]
+        bounds_files = [str(p.relative_to(include)) for p in found]
+        log.info("bounds files read by the suites: %s", ", ".join(bounds_files) or "none")
     out: dict[str, Any] = {}
     for rel in bounds_files:
         path = (include / rel).resolve()
@@ -239,28 +316,52 @@ def maintenance_recenter(
     return out
 
 
-def maintenance_classify(*, now: datetime | None = None) -> dict[str, dict[str, int]]:
-    """The maintenance DAG's ``classify_series`` task: every suite with runs in the store,
-    with its own ``regression:`` rules when its suite file still exists (defaults if not)."""
-    from accelmatrix import settings
+def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
+    """The maintenance DAG's ``analyse_history`` task, for every suite with runs in the
+    store: change points over each series' whole history (the gate looks only at the last
+    ``history.window`` points), one notification per new regression group, and the
+    series verdicts, with the suite's own settings when its suite file still exists
+    (defaults if not)."""
+    from accelmatrix import alerts, settings
+    from accelmatrix.history.changes import tracked_metrics, update_changes
     from accelmatrix.history.series import classify_suite, rules_of
-    from accelmatrix.spec.loader import SuiteError, load_suite
-    from accelmatrix.spec.suite import RegressionRules
+    from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
+    from accelmatrix.spec.suite import HistorySpec, RegressionRules
     from accelmatrix.store_access import results_store
 
     store = results_store()
-    out: dict[str, dict[str, int]] = {}
+    paths = {p.stem: p for p in suite_files(settings.suites_dir())}
+    out: dict[str, Any] = {}
     for dag_id in store.suite_dag_ids():
-        spec = RegressionRules()
-        path = settings.suites_dir() / f"{dag_id}.yaml"
-        if path.exists():
+        suite = None
+        if dag_id in paths:
             try:
-                spec = load_suite(path).regression
+                suite = load_suite(paths[dag_id])
             except SuiteError as e:
-                log.warning("%s: default regression rules (suite invalid: %s)", dag_id, e)
-        rules, window = rules_of(spec)
-        verdicts, _ = classify_suite(store, dag_id, rules=rules, window_days=window, now=now)
-        out[dag_id] = {k: int(v) for k, v in verdicts["status"].value_counts().items()}
+                log.warning("%s: default history settings (suite invalid: %s)", dag_id, e)
+        regression = suite.regression if suite else RegressionRules()
+        spec = suite.history if suite else HistorySpec()
+        tracked = tracked_metrics(suite) if suite else {}
+        summary: dict[str, Any] = {}
+        update = None
+        if tracked:
+            update = update_changes(store, dag_id, spec, tracked, full=True)
+            sinks = suite.notify.alerts if suite and suite.notify else []
+            new = [g for g in update.new_groups if g["direction"] == "regression"]
+            if sinks and new:
+                alerts.deliver_groups(sinks, store, new)
+            summary["changes"] = update.line()
+        rules, window = rules_of(regression)
+        verdicts, _ = classify_suite(
+            store,
+            dag_id,
+            rules=rules,
+            window_days=window,
+            now=now,
+            open_regressions=update.open_regressions if update else None,
+        )
+        summary["series"] = {k: int(v) for k, v in verdicts["status"].value_counts().items()}
+        out[dag_id] = summary
     return out
 
 

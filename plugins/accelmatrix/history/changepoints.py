@@ -9,10 +9,15 @@ function of an array; the store and Airflow are elsewhere (``history.changes``).
 How it decides, and why each step is there:
 
 1. **Noise scale from the series itself.** ``sigma`` is the median absolute deviation of
-   the first differences (/ sqrt 2, x 1.4826: the Gaussian-consistent scale). Differences
-   cancel the level, so a step does not inflate it, and a median ignores outliers. Every
-   threshold below is in these sigmas, so a 5 % step is large in a 1 %-noise series and
-   small in a 10 %-noise one ("noise-aware").
+   differences between points (/ sqrt 2, x 1.4826: the Gaussian-consistent scale), the
+   larger of neighbours and points ``noise_lag`` apart (at most an eighth of the series).
+   Differences cancel the level, so a step barely moves it, and a median ignores
+   outliers. The longer lag makes a series that wanders (drift, weekly cycles, noise that
+   is correlated night to night) count its wandering as noise, instead of being cut into
+   a staircase of "significant" steps; on white noise both lags agree. The root-mean-
+   square of the (cleaned, clipped) neighbour differences is a floor: from 20 points, or
+   with heavy tails, the median alone runs low. Every threshold below is in these sigmas,
+   so a 5 % step is large in a 1 %-noise series and small in a 10 %-noise one.
 2. **A lone point is never a change.** A point far (> ``outlier`` sigmas) from both its
    neighbours (the last point: from its one neighbour) is replaced by them before
    segmentation. A real step keeps a neighbour on its own level, so its points survive;
@@ -71,6 +76,7 @@ class Detector:
     min_change: float = 0.0  # smallest relative change reported (0.02 = 2 %)
     max_p: float = 1e-3
     outlier: float = 4.0  # a point this many sigmas from both neighbours is an outlier
+    noise_lag: int = 14  # sigma also from points this far apart: two weeks of nights
     # A floor under sigma, relative to the series' median level: a series of identical
     # values has no noise to scale by, and any difference would be infinitely significant.
     min_relative_sigma: float = 1e-4
@@ -143,7 +149,7 @@ def detect_many(
             by_len.setdefault(a.size, []).append(i)
     for n, idx in by_len.items():
         raw = np.stack([arrays[i] for i in idx])
-        sigma = _noise_sigma(raw, detector.min_relative_sigma)
+        sigma = _noise_sigma(raw, detector.min_relative_sigma, detector.noise_lag)
         clean = _replace_outliers(raw, sigma, detector.outlier)
         sigma = np.maximum(sigma, _spread_sigma(clean, sigma))
         z = clean / sigma[:, None]
@@ -158,18 +164,21 @@ def detect_many(
 # -- the steps ------------------------------------------------------------------------------
 
 
-def _noise_sigma(x: np.ndarray, min_relative: float) -> np.ndarray:
-    """Per row: 1.4826 * MAD(diff) / sqrt(2), floored (see Detector.min_relative_sigma)."""
-    d = np.diff(x, axis=1)
-    mad = np.median(np.abs(d - np.median(d, axis=1, keepdims=True)), axis=1)
-    sigma = _MAD_TO_SIGMA * mad / math.sqrt(2)
+def _noise_sigma(x: np.ndarray, min_relative: float, lag: int = 1) -> np.ndarray:
+    """Per row: 1.4826 * MAD(x[t+k] - x[t]) / sqrt(2), the larger of k = 1 and k = lag
+    (at most an eighth of the series), floored (see Detector.min_relative_sigma)."""
+    sigma = np.zeros(x.shape[0])
+    for k in {1, max(1, min(lag, x.shape[1] // 8))}:
+        d = x[:, k:] - x[:, :-k]
+        mad = np.median(np.abs(d - np.median(d, axis=1, keepdims=True)), axis=1)
+        sigma = np.maximum(sigma, _MAD_TO_SIGMA * mad / math.sqrt(2))
     floor = np.maximum(min_relative * np.abs(np.median(x, axis=1)), 1e-12)
     return np.maximum(sigma, floor)
 
 
 def _spread_sigma(clean: np.ndarray, robust: np.ndarray) -> np.ndarray:
     """The root-mean-square of the first differences of the cleaned series, each clipped
-    at 5 robust sigmas (so a step counts as a big difference, not as noise), / sqrt 2.
+    at 3 robust sigmas (so a step counts as one ordinary difference, not as noise), / sqrt 2.
 
     The median-based sigma is robust but, from 20 or 60 points, easily 30 % low; and with
     heavy-tailed noise it measures the bulk, not the spread that drives a segment mean.
@@ -177,7 +186,7 @@ def _spread_sigma(clean: np.ndarray, robust: np.ndarray) -> np.ndarray:
     into "significant" shifts; on clean Gaussian noise both agree.
     """
     d = np.diff(clean, axis=1)
-    cap = (5 * math.sqrt(2) * robust)[:, None]
+    cap = (3 * math.sqrt(2) * robust)[:, None]
     d = np.clip(d, -cap, cap)
     return np.sqrt(np.mean(d * d, axis=1) / 2)
 

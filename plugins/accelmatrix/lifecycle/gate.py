@@ -49,6 +49,7 @@ def gate(
         state=RunState.FAILED if failed else RunState.PASSED,
         finished_at=utcnow(),
     )
+    from accelmatrix.evidence import evidence_url
     from accelmatrix.report_html import write_run_index
 
     run_dir = (
@@ -61,7 +62,7 @@ def gate(
         list(rows.values()),
         store.get_checks(ref.dag_id, ref.run_id),
     )
-    log.info("run report: %s", index)
+    log.info("run report: %s", evidence_url(ref.dag_id, index))
     costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
     summary["cost"] = sum(costs) if costs else None
     if costs:
