@@ -35,6 +35,7 @@ from accelmatrix.ui.trend_model import (
     _history,
     _trends,
     _verdicts,
+    attach_changes,
     current_bounds,
 )
 
@@ -211,6 +212,7 @@ def load_run_view(
         stopped_by=stopped_by,
     )
     trends = _trends(dag_id, hist, verdicts, max_series)
+    attach_changes(store, dag_id, trends, since=until - timedelta(days=window_days))
     return RunView(
         dag_id=dag_id,
         run=run,
