@@ -88,9 +88,8 @@ def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -
     single = t1 <= t0
     if single:  # one run: the point in the middle, one tick, no invented time span
         t0, t1 = t0 - 60, t1 + 60
-    else:  # a little room either side: no point or tick label on the plot's edge
-        pad = (t1 - t0) * X_PAD
-        t0, t1 = t0 - pad, t1 + pad
+    else:  # a little room either side, and the first point's own day tick in view
+        t0, t1 = x_range(t_lo, t_hi)
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def x(t: datetime) -> float:
@@ -120,8 +119,8 @@ def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -
                 f'<line class="xgrid" x1="{xx:.1f}" x2="{xx:.1f}" y1="{TOP}" y2="{TOP + ph}"/>'
             )
         parts.append(
-            f'<text class="tick xtick" x="{xx:.1f}" y="{H - 12}" text-anchor="{anchor}" '
-            f'data-time="{t.isoformat()}">{esc(label)}</text>'
+            f'<text class="tick xtick" data-time="{t.isoformat()}" x="{xx:.1f}" y="{H - 12}" '
+            f'text-anchor="{anchor}">{esc(label)}</text>'
         )
     # The band of bounds in force (each point was judged against these).
     band = [(t, lo, hi) for t, lo, hi in trend.band if not (math.isnan(lo) and math.isnan(hi))]
@@ -231,7 +230,7 @@ def x_ticks(
     if single or hi <= lo:
         return [(lo, f"{lo.astimezone(UTC):%Y-%m-%d %H:%M}", "middle")]
     span = hi.timestamp() - lo.timestamp()
-    t0, t1 = lo.timestamp() - span * X_PAD, hi.timestamp() + span * X_PAD
+    t0, t1 = x_range(lo, hi)
     px = width / (t1 - t0)  # px per second
     if span >= 2 * DAY:
         unit, steps = DAY, DAY_STEPS
@@ -259,6 +258,19 @@ def x_ticks(
         out.append((when, when.strftime(fmt), anchor))
         t += step
     return out
+
+
+def x_range(lo: datetime, hi: datetime) -> tuple[float, float]:
+    """The plotted time range (epoch seconds) for points from ``lo`` to ``hi``: a little
+    room either side (no point or label on the plot's edge) and, on a day axis, from the
+    first point's own midnight on, so its day's tick is drawn left of it (a nightly run at
+    23:00 is not read as the next day's)."""
+    a, b = lo.timestamp(), hi.timestamp()
+    pad = (b - a) * X_PAD
+    t0, t1 = a - pad, b + pad
+    if b - a >= 2 * DAY:
+        t0 = min(t0, a // DAY * DAY)
+    return t0, t1
 
 
 def _label_w(fmt: str) -> float:
