@@ -217,3 +217,87 @@ def test_triage_permissions_who_and_when_and_origin(site: Site) -> None:
             c, site, f"/accelmatrix/suites/{DAG}/changes/change/{cid}/triage", {"state": "invalid"}
         )
         assert r.status_code == 303 and r.headers["location"].endswith(f"#change-{cid}")
+
+
+def test_chromium_editor_triages_from_the_navigation_view(site: Site, tmp_path) -> None:  # noqa: ANN001
+    """As a person does it: log in through Airflow's form as the editor, open the suite's
+    trend from the navigation entry, follow the change mark to its group on the history
+    page, set a state with the form (the page's CSP allows forms to 'self' only; Chromium
+    sends the Origin) and land back on the entry, which now names the editor."""
+    from test_matrix_page_server import _browser, _shadow, _wait
+
+    pw = json.loads((site.stack.home / "simple_auth_manager_passwords.json.generated").read_text())
+    driver = _browser(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    s = site.store()
+    try:  # a fresh group for this test (the other test has triaged the planted one)
+        from test_history_page import DATES
+
+        gid = s.save_change_group(
+            DAG,
+            {
+                "kind": "infrastructure",
+                "direction": "regression",
+                "logical_date": DATES[-1] + timedelta(days=30),
+                "summary": "machine kind cpu slowed 2 cells",
+                "cells": ["c=a", "c=b"],
+                "state": "untriaged",
+            },
+        )
+        s.save_change_point(DAG, {"group_id": gid}, id=site.planted.change)
+        s.set_triage("change", site.planted.change, "untriaged", by="setup")
+    finally:
+        s.close()
+    try:
+        driver.get(f"{site.base}/auth/login?next={site.base}/")
+        _wait(lambda: driver.find_element(By.NAME, "username")).send_keys("editor")
+        driver.find_element(By.NAME, "password").send_keys(pw["editor"])
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        _wait(lambda: any(c["name"] == "_token" for c in driver.get_cookies()))
+        run_id = site.planted.run_ids[-1]
+        from urllib.parse import quote
+
+        driver.get(f"{site.base}/plugin/accelmatrix/suites/{DAG}?run_id={quote(run_id, safe='')}")
+        mark = _wait(lambda: _shadow(driver).find_element(By.CSS_SELECTOR, "g.change a.cp-group"))
+        driver.save_screenshot(str(tmp_path / "trend-change.png"))
+        # Follow the change's line: its group's entry on the history page, in the view.
+        label = mark.find_element(By.CSS_SELECTOR, "text.cp-label")
+        assert label.text.strip() == "+5.0 %"
+        label.click()
+        _wait(lambda: f"/plugin/accelmatrix/suites/{DAG}/history" in driver.current_url)
+        assert driver.current_url.endswith(f"#group-{gid}")
+        row = _wait(lambda: _shadow(driver).find_element(By.CSS_SELECTOR, f"tr#group-{gid}"))
+        assert row.get_attribute("data-state") == "untriaged"
+        Select(row.find_element(By.CSS_SELECTOR, "select[name=state]")).select_by_value(
+            "infrastructure"
+        )
+        row.find_element(By.CSS_SELECTOR, "input[name=note]").send_keys("cpu pool drained")
+        row.find_element(By.CSS_SELECTOR, "form.triage button").click()
+        _wait(
+            lambda: _shadow(driver).find_element(
+                By.CSS_SELECTOR, f"tr#group-{gid}[data-state=infrastructure]"
+            )
+        )
+        assert driver.current_url.endswith(
+            f"/plugin/accelmatrix/suites/{DAG}/history?runs=30#group-{gid}"
+        )
+        row = _shadow(driver).find_element(By.CSS_SELECTOR, f"tr#group-{gid}")
+        assert "by editor" in row.text and "cpu pool drained" in row.text
+        driver.save_screenshot(str(tmp_path / "history-triaged.png"))
+        g = site.group(gid)
+        assert (g["state"], g["state_by"]) == ("infrastructure", "editor")
+
+        # The page on its own (not in the view): the same form, back to the app's page.
+        driver.get(f"{site.base}/accelmatrix/suites/{DAG}/history")
+        row = _wait(lambda: driver.find_element(By.CSS_SELECTOR, f"tr#group-{gid}"))
+        Select(row.find_element(By.CSS_SELECTOR, "select[name=state]")).select_by_value("fixed")
+        row.find_element(By.CSS_SELECTOR, "form.triage button").click()
+        _wait(lambda: driver.find_element(By.CSS_SELECTOR, f"tr#group-{gid}[data-state=fixed]"))
+        assert (
+            driver.current_url
+            == f"{site.base}/accelmatrix/suites/{DAG}/history?runs=30#group-{gid}"
+        )
+    finally:
+        driver.quit()

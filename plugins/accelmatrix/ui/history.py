@@ -472,7 +472,7 @@ def render_changes(
             + (f" on {esc(where)}" if e.metrics and where else "")
             + ("</span>" if e.metrics else "")
             + f'</td><td class="cells" title="{esc(", ".join(e.cells))}">'
-            f"{e.series_count} series: {esc(cell_text)}</td>"
+            f"{e.series_count or len(e.cells)} series: {esc(cell_text)}</td>"
             f'<td class="pct">{esc(_change_text(e))}</td>'
             f'<td class="builds">{builds}{first}</td>'
             f'<td class="state">{state}</td>' + (f"<td>{form}</td>" if can_edit else "") + "</tr>"
