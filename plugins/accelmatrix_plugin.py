@@ -14,6 +14,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from accelmatrix.ui.asgi import app as _matrix_app
+from accelmatrix.ui.trigger_guard import TriggerGuard
 
 URL_PREFIX = "/accelmatrix"
 
@@ -21,6 +22,9 @@ URL_PREFIX = "/accelmatrix"
 class AccelmatrixPlugin(AirflowPlugin):
     name = "accelmatrix"
     fastapi_apps = [{"app": _matrix_app, "url_prefix": URL_PREFIX, "name": "accelmatrix matrix"}]
+    # A suite run its plan would refuse (a `cells` glob selecting nothing, a param out of
+    # range) is refused at trigger time, with the CLI's message (ui/trigger_guard.py).
+    fastapi_root_middlewares = [{"middleware": TriggerGuard, "name": "accelmatrix trigger guard"}]
     # A React app, not an external view: Airflow 3.3.2 shows external views in an iframe
     # sandboxed without allow-top-navigation or allow-popups, where the page's log, Data
     # Docs and run links did nothing. A React app is rendered in Airflow's own page; ours

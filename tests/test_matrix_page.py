@@ -364,7 +364,8 @@ def test_no_runs_and_unknown_run(store: ResultsStore) -> None:
 
 
 def test_plugin_module_is_cheap_to_import() -> None:
-    """Every Airflow component imports the plugin: it adds nothing but the lazy wrapper.
+    """Every Airflow component imports the plugin: it adds nothing but the lazy wrapper and
+    the trigger guard's middleware class (standard library only).
     (Airflow's settings already loaded the package and its cluster policy, accelmatrix.policy,
     through the ``airflow.policy`` entry point: that much and no more.)"""
     code = (
@@ -373,7 +374,8 @@ def test_plugin_module_is_cheap_to_import() -> None:
         "['accelmatrix', 'accelmatrix.policy'], before; "
         "import accelmatrix_plugin as p; "
         "added = sorted(set(sys.modules) - before); print(added); "
-        "assert added == ['accelmatrix.ui', 'accelmatrix.ui.asgi', 'accelmatrix_plugin'], added; "
+        "assert added == ['accelmatrix.ui', 'accelmatrix.ui.asgi', 'accelmatrix.ui.trigger_guard', "
+        "'accelmatrix_plugin'], added; "
         "(a,) = p.AccelmatrixPlugin.fastapi_apps; assert a['url_prefix'] == '/accelmatrix'; "
         "(v,) = p.AccelmatrixPlugin.react_apps; assert v['url_route'] == 'accelmatrix'; "
         "assert v['bundle_url'] == 'accelmatrix/static/matrix-view.js'"

@@ -169,7 +169,7 @@ def test_every_route_requires_airflow_authentication(site: Site) -> None:
         cookie = {"Cookie": f"_token={site.token}"}
         r = c.get(f"/accelmatrix/suites/demo?run_id={old_run}", headers=cookie)
         assert r.status_code == 200 and "selected>" + site.run_ids[0] in r.text
-        # Data Docs: served, sandboxed; anything else under the artifacts dir is not.
+        # Evidence (Data Docs, a cell's logs): served, sandboxed; nothing else is.
         r = c.get(site.docs, headers=bearer)
         assert r.status_code == 200 and "Data Docs of model=a,config=x" in r.text
         assert r.headers["content-security-policy"].startswith("sandbox")
@@ -177,7 +177,8 @@ def test_every_route_requires_airflow_authentication(site: Site) -> None:
             "/accelmatrix/suites/demo/files/x/y/data_docs/%2e%2e/%2e%2e/%2e%2e/results.db",
             "/accelmatrix/suites/demo/files/%2e%2e/%2e%2e/results.db",
             "/accelmatrix/suites/demo/files/%2Fetc%2Fpasswd",
-            site.docs.replace("data_docs/index.html", "output.log"),
+            site.docs.replace("data_docs/index.html", "fetched.json"),  # a marker
+            site.docs.replace("data_docs/index.html", "files"),  # a directory
         ):
             r = c.get(bad, headers=bearer)
             assert r.status_code == 404, (bad, r.status_code)

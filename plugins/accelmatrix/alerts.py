@@ -132,7 +132,50 @@ def deliver(sinks: list[Any], events: list[dict[str, Any]], store: Any = None) -
                 notify.send_alert(sink, ev, store)
                 sent += 1
             except Exception as e:  # noqa: BLE001 - the verdict stands whatever a sink does
-                log.error(
-                    "alert %s %s not sent to %s: %s", ev["cell_id"], ev["event"], sink.conn_id, e
-                )
+                _not_sent(f"alert {ev['cell_id']} {ev['event']}", sink, e)
     return sent
+
+
+def deliver_groups(sinks: list[Any], store: Any, groups: list[dict[str, Any]]) -> int:
+    """Notify each change group once, to every sink; ``notified_at`` records that it went
+    out (to at least one sink), so a later pass never sends it again."""
+    from accelmatrix import notify
+
+    sent = 0
+    for g in groups:
+        row = store.get_change_group(g["id"])
+        if row is None or row["notified_at"] is not None:
+            continue
+        ev = notify.group_event(row, store.get_change_points(row["dag_id"], group_id=row["id"]))
+        ok = False
+        for sink in sinks:
+            try:
+                notify.send_change_group(sink, ev)
+                ok = True
+                sent += 1
+            except Exception as e:  # noqa: BLE001 - the verdict stands whatever a sink does
+                _not_sent(f"change group {row['id']}", sink, e)
+        if ok:
+            store.save_change_group(row["dag_id"], {"notified_at": datetime.now(UTC)}, id=row["id"])
+    return sent
+
+
+_UNDEFINED_SAID: set[str] = set()
+
+
+def _not_sent(what: str, sink: Any, e: Exception) -> None:
+    """Log a delivery failure; a sink whose connection does not exist is said once per
+    process, with what to configure, instead of an error per alert."""
+    if "isn't defined" in str(e) or "not defined" in str(e):
+        if sink.conn_id not in _UNDEFINED_SAID:
+            _UNDEFINED_SAID.add(sink.conn_id)
+            log.warning(
+                "alerts go nowhere: the Airflow connection %r is not defined. To receive "
+                "them, add it, e.g. `airflow connections add %s --conn-type http "
+                "--conn-host hooks.slack.com --conn-schema https --conn-extra "
+                '\'{"endpoint": "/services/..."}\'` (the suite\'s notify.alerts names it)',
+                sink.conn_id,
+                sink.conn_id,
+            )
+        return
+    log.error("%s not sent to %s: %s", what, sink.conn_id, e)

@@ -1,8 +1,11 @@
 """`python -m accelmatrix validate|plan|pools` for pre-commit, CI and operators.
 
-validate  check suite files exactly as the DAG factory does; exit 1 on any error
-plan      print the run plan (cells to run, cells excluded and why) of each suite
-pools     print the Airflow pools the suites need; --apply creates them via the airflow CLI
+validate      check suite files exactly as the DAG factory does; exit 1 on any error
+plan          print the run plan (cells to run, cells excluded and why) of each suite
+pools         print the Airflow pools the suites need; --apply creates them via the airflow CLI
+changepoints  the change points of a series in a CSV file (time,value), or the stored
+              change points of a suite (--suite DAG_ID)
+triage        set the state of a change group or change point (who and when are recorded)
 """
 
 from __future__ import annotations
@@ -107,6 +110,81 @@ def cmd_pools(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def cmd_changepoints(args: argparse.Namespace) -> int:
+    """Exit 0 with JSON (or a table) on stdout; exit 2 with one line on stderr for bad
+    input: the file, the field and what is allowed, never a traceback."""
+    import json
+
+    if args.suite:
+        if args.file:
+            return _usage_error("give either FILE.csv or --suite DAG_ID, not both")
+        from accelmatrix.history.report import changes_json, changes_table
+        from accelmatrix.store_access import results_store
+
+        store = results_store()
+        known = set(store.suite_dag_ids())
+        if args.suite not in known:
+            allowed = ", ".join(sorted(known)) or "(none has results yet)"
+            return _usage_error(f"--suite {args.suite!r}: no results for it; suites: {allowed}")
+        if args.json:
+            print(json.dumps(changes_json(store, args.suite), indent=2))
+        else:
+            print(changes_table(store, args.suite, only_open=False) or "no change points")
+        return 0
+    if not args.file:
+        return _usage_error("give FILE.csv (header time,value) or --suite DAG_ID")
+    from accelmatrix.history.changepoints import detect
+    from accelmatrix.history.csv_series import SeriesFileError, read_series
+
+    try:
+        times, values = read_series(Path(args.file))
+    except SeriesFileError as e:
+        return _usage_error(str(e))
+    found = detect(values)
+    out = []
+    for cp in found:
+        d = cp.as_dict()
+        out.append(
+            {
+                "index": cp.index,
+                "time": times[cp.index],
+                **{k: v for k, v in d.items() if k != "index"},
+            }
+        )
+    print(json.dumps({"change_points": out}, indent=2))
+    return 0
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    import getpass
+
+    from accelmatrix.history.triage import TRIAGE_STATES, apply_triage
+    from accelmatrix.store_access import results_store
+
+    if args.state not in TRIAGE_STATES:
+        return _usage_error(f"--state {args.state!r}: allowed {', '.join(TRIAGE_STATES)}")
+    by = args.user or getpass.getuser()
+    try:
+        result = apply_triage(
+            results_store(),
+            args.what,
+            args.id,
+            args.state,
+            by=by,
+            note=args.note,
+            dag_id=args.suite,
+        )
+    except KeyError as e:
+        return _usage_error(str(e).strip("'\""))
+    print(result.line())
+    return 0
+
+
+def _usage_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m accelmatrix",
@@ -128,5 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("files", nargs="*")
     o.add_argument("--apply", action="store_true")
     o.set_defaults(func=cmd_pools)
+    c = sub.add_parser(
+        "changepoints",
+        help="change points of a CSV series (time,value) or of a suite's stored series",
+    )
+    c.add_argument("file", nargs="?", help="CSV with the header time,value (ISO date or integer)")
+    c.add_argument("--suite", help="list the stored change points of this suite (its DAG id)")
+    c.add_argument("--json", action="store_true", help="with --suite: JSON instead of a table")
+    c.set_defaults(func=cmd_changepoints)
+    t = sub.add_parser("triage", help="set the state of a change group or change point")
+    t.add_argument("what", choices=["group", "change"])
+    t.add_argument("id", type=int)
+    t.add_argument(
+        "--state",
+        required=True,
+        help="untriaged, acknowledged, accepted, invalid, infrastructure or fixed",
+    )
+    t.add_argument("--note", help="why (kept with the state)")
+    t.add_argument("--user", help="who sets it (default: the login name)")
+    t.add_argument("--suite", help="refuse unless the group/change is of this suite")
+    t.set_defaults(func=cmd_triage)
     args = ap.parse_args(argv)
     return args.func(args)

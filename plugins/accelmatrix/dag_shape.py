@@ -31,7 +31,7 @@ from accelmatrix import settings
 log = logging.getLogger(__name__)
 
 # Bump when the fields below or their derivation change: old cache entries are ignored.
-SHAPE_VERSION = 2
+SHAPE_VERSION = 3
 # The trigger form lists at most this many cell ids in the `cells` param's description.
 LISTED_CELLS = 64
 
@@ -72,13 +72,10 @@ class DagShape:
             machines = suite.axis_labels("machine")
         else:
             machines = [suite.machine or next(iter(suite.machines))]
-        params = {}
-        for name, p in suite.params.items():
-            schema: dict[str, Any] = {"type": p.type}
-            for key in ("enum", "minimum", "maximum", "pattern"):
-                if getattr(p, key) is not None:
-                    schema[key] = getattr(p, key)
-            params[name] = {"default": p.default, "description": p.description, "schema": schema}
+        params = {
+            name: {"default": p.default, "description": p.description, "schema": p.json_schema()}
+            for name, p in suite.params.items()
+        }
         return cls(
             dag_id=dag_id,
             description=suite.description or "",

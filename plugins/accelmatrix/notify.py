@@ -256,3 +256,122 @@ def send_alert(sink: Any, alert: dict[str, Any], store: Any = None) -> int:
         notifier.status,
     )
     return int(notifier.status or 0)
+
+
+# -- change groups (accelmatrix.history.grouping decides what; these say it) ----------------
+def history_url(dag_id: str, group_id: int | None = None, base_url: str | None = None) -> str:
+    """The suite's history page on the matrix page (the trend charts and the group list)."""
+    if base_url is None:
+        from airflow.configuration import conf
+
+        base_url = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
+    url = f"{base_url.rstrip('/')}/accelmatrix/suites/{quote(dag_id, safe='')}/history"
+    return url + (f"#group-{group_id}" if group_id is not None else "")
+
+
+def group_event(group: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The notification of a change group: the cause, its size, builds and links."""
+    dag_id = group["dag_id"]
+    return {
+        "dag_id": dag_id,
+        "group_id": group["id"],
+        "kind": group["kind"],
+        "direction": group["direction"],
+        "summary": group["summary"],
+        "series_count": group["series_count"],
+        "cells": list(group["cells"]),
+        "machines": list(group["machines"]),
+        "build": group.get("runtime_version"),
+        "previous_build": group.get("prev_runtime_version"),
+        "logical_date": group["logical_date"].isoformat(),
+        "change_median": group.get("change_median"),
+        "run_url": run_url(dag_id, group["run_id"]) if group.get("run_id") else "",
+        "trend_url": history_url(dag_id, group["id"]),
+        "points": [
+            {
+                "cell_id": p["cell_id"],
+                "metric": p["metric"],
+                "machine": p["machine"],
+                "before": p["median_before"],
+                "after": p["median_after"],
+                "change": p["change"],
+                "p_value": p["p_value"],
+                "run_url": run_url(dag_id, p["run_id"]),
+            }
+            for p in points
+        ],
+    }
+
+
+def group_text(ev: dict[str, Any]) -> tuple[str, str]:
+    """(one-line title, markdown body) of a change-group notification."""
+    cause = {"build": "build", "infrastructure": "infrastructure", "series": "series"}[ev["kind"]]
+    title = f"[accelmatrix] {ev['dag_id']}: perf {ev['direction']} ({cause}): {ev['summary']}"
+    lines = [
+        f"*Suite* `{ev['dag_id']}`: {ev['summary']}",
+        f"*Builds* {ev['previous_build'] or '-'} -> {ev['build'] or '-'} "
+        f"(first at logical date {ev['logical_date'][:10]})",
+        f"*Series* {ev['series_count']} in {len(ev['cells'])} cell(s) on "
+        f"{', '.join(ev['machines']) or '-'}",
+    ]
+    for p in ev["points"][:20]:
+        lines.append(
+            f"- `{p['cell_id']}` {p['metric']}: {p['before']:.6g} -> {p['after']:.6g} "
+            f"({p['change']:+.1%}, p={p['p_value']:.2g}) <{p['run_url']}|run>"
+        )
+    if len(ev["points"]) > 20:
+        lines.append(f"- ... and {len(ev['points']) - 20} more")
+    lines.append(f"Trend: {ev['trend_url']}")
+    return title, "\n".join(lines)
+
+
+def send_change_group(sink: Any, ev: dict[str, Any]) -> int:
+    """Deliver one change-group notification to one sink, in its format (a github sink
+    with a repo gets a new issue for the group)."""
+    title, body = group_text(ev)
+    labels = [*getattr(sink, "labels", []), "perf", ev["direction"], ev["kind"]]
+    if sink.format == "github" and sink.repo:
+        notifier = GithubIssueNotifier(
+            github_conn_id=sink.conn_id,
+            repo=sink.repo,
+            title=title[:256],
+            body=body.replace("*", "**"),
+            labels=labels,
+            issue_number=None,
+            close=False,
+        )
+        notifier.notify({})
+        return 200
+    if sink.format == "github":
+        payload: dict[str, Any] = {
+            "title": title[:256],
+            "body": body.replace("*", "**"),
+            "labels": labels,
+        }
+        headers = {"Accept": "application/vnd.github+json"}
+    else:
+        payload = {
+            "text": title,
+            "blocks": [
+                {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+                {"type": "section", "text": {"type": "mrkdwn", "text": body[:3000]}},
+                {
+                    "type": "context",
+                    "elements": [{"type": "mrkdwn", "text": f"<{ev['trend_url']}|trend>"}],
+                },
+            ],
+            "accelmatrix": ev,
+        }
+        headers = {}
+    notifier = HttpJsonNotifier(
+        http_conn_id=sink.conn_id, payload=payload, headers=headers, timeout=sink.timeout_seconds
+    )
+    notifier.notify({})
+    log.info(
+        "change group %s of %s sent to %s (HTTP %s)",
+        ev["group_id"],
+        ev["dag_id"],
+        sink.conn_id,
+        notifier.status,
+    )
+    return int(notifier.status or 0)

@@ -64,12 +64,15 @@ def history(
     since: datetime | None = None,
     until: datetime | None = None,
     dedupe: bool = True,
+    stats: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """The history of ``metric`` (None: every metric a perf check judged), oldest first.
 
     ``since``/``until`` bound the logical date (aware datetimes, inclusive). ``benchmark``
-    keeps only rows of that benchmark. Columns: HISTORY_COLUMNS, plus one ``axis.NAME``
-    column per axis seen.
+    keeps only rows of that benchmark. ``stats`` (metric -> median | mean | last | min |
+    max) adds those metrics, each point being that statistic over the run's steps (the
+    median when not given). Columns: HISTORY_COLUMNS, plus one ``axis.NAME`` column per
+    axis seen.
     """
     import pandas as pd
 
@@ -77,15 +80,22 @@ def history(
         from accelmatrix.store_access import results_store
 
         store = results_store()
+    stats = dict(stats or {})
     raw = store.history_rows(
-        dag_id=dag_id, suite=suite, metric=metric, benchmark=benchmark, since=since, until=until
+        dag_id=dag_id,
+        suite=suite,
+        metric=metric,
+        benchmark=benchmark,
+        since=since,
+        until=until,
+        extra_metrics=sorted(stats),
     )
     runs = pd.DataFrame.from_records(raw["runs"])
     if runs.empty:
         return pd.DataFrame(columns=HISTORY_COLUMNS)
     key = ["dag_id", "run_id", "cell_id"]
 
-    values = _metric_values(raw["metrics"])
+    values = _metric_values(raw["metrics"], stats)
     checks = _perf_checks(raw["checks"])
     df = values.merge(checks, on=[*key, "metric"], how="outer")
     if benchmark is not None:
@@ -139,17 +149,33 @@ def history(
     return out
 
 
-def _metric_values(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One value per (run, cell, metric): the median over steps, with the step count."""
+def _metric_values(rows: list[dict[str, Any]], stats: dict[str, str]) -> pd.DataFrame:
+    """One value per (run, cell, metric): the median over steps (or the metric's statistic
+    in ``stats``), with the step count."""
     import pandas as pd
 
     cols = ["dag_id", "run_id", "cell_id", "metric", "value", "points"]
     if not rows:
         return pd.DataFrame(columns=cols)
-    m = pd.DataFrame.from_records(rows, columns=["dag_id", "run_id", "cell_id", "name", "value"])
+    m = pd.DataFrame.from_records(
+        rows, columns=["dag_id", "run_id", "cell_id", "name", "step", "value"]
+    )
     m["value"] = m["value"].astype("float64")
+    m = m.sort_values("step", kind="mergesort", na_position="first")
     g = m.groupby(["dag_id", "run_id", "cell_id", "name"], sort=False)["value"]
     out = g.agg(value="median", points="size").reset_index()
+    for stat in sorted(set(stats.values()) - {"median"}):
+        names = [n for n, s in stats.items() if s == stat]
+        sub = m[m["name"].isin(names)]
+        if sub.empty:
+            continue
+        agg = sub.groupby(["dag_id", "run_id", "cell_id", "name"], sort=False)["value"].agg(stat)
+        key = ["dag_id", "run_id", "cell_id", "name"]
+        out = out.merge(agg.rename("_stat").reset_index(), on=key, how="left")
+        out["value"] = out["_stat"].where(
+            out["_stat"].notna() | ~out["name"].isin(names), out["value"]
+        )
+        out = out.drop(columns="_stat")
     return out.rename(columns={"name": "metric"})[cols]
 
 

@@ -44,12 +44,19 @@ def classify_suite(
     rules: Rules | None = None,
     window_days: int = 30,
     now: datetime | None = None,
+    open_regressions: set[tuple[str, str]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Classify every bounded series of ``dag_id`` in the window, store and return them.
 
-    Returns (verdicts, history): one row per series, and the history they came from (the
-    trend of an alert is read from it).
+    ``regression`` means the series has an open regression change point
+    (``open_regressions``: (cell, metric) pairs, from ``history.changes``); points out of
+    bounds at the end without one are ``suspicious``: bounds say "unusual", only a change
+    point says "moved". Without ``open_regressions`` the bounds rules alone decide.
+
+    Returns (verdicts, history): one row per series, and the history they came from.
     """
+    import pandas as pd
+
     from accelmatrix.history.frame import history
 
     now = now or datetime.now(UTC)
@@ -57,6 +64,13 @@ def classify_suite(
     h = history(store, metric=None, dag_id=dag_id, since=since, until=now)
     h = h[h["benchmark"] != ""]  # a series without bounds has no violations to judge
     verdicts = classify(h, rules or Rules())
+    if open_regressions is not None and len(verdicts):
+        moved = [
+            (c, m) in open_regressions
+            for c, m in zip(verdicts["cell_id"], verdicts["metric"], strict=True)
+        ]
+        status = verdicts["status"].where(verdicts["status"] != "regression", "suspicious")
+        verdicts["status"] = status.where(~pd.Series(moved, index=verdicts.index), "regression")
     rows = [
         {
             "benchmark": r.benchmark,

@@ -56,7 +56,7 @@ def fetch_artifacts(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef)
     copied = backend.collect(resource, globs, files_dir)
     art.mkdir(parents=True, exist_ok=True)
     (art / FETCHED).write_text(json.dumps({**key, "files": copied}))
-    log.info("collected %d artifact(s) into %s", len(copied), files_dir)
+    log.info("collected %d artifact(s)", len(copied))
     for rel in copied[:50]:
         log.info("  %s", rel)
     return copied

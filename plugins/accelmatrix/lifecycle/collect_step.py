@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -67,9 +68,7 @@ def _collect(
     copied = fetched_artifacts(cell, resource, ref)
     if copied is not None:
         log.info(
-            "run already collected %d artifact(s) into %s (before it released the machine)",
-            len(copied),
-            files_dir,
+            "run already collected %d artifact(s) (before it released the machine)", len(copied)
         )
     else:
         copied = fetch_artifacts(cell, resource, ref)
@@ -94,12 +93,32 @@ def _collect(
     store = results_store()
     store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
     log.info("stored %d metric value(s)", len(collected.rows))
+    _log_file_urls(ref, art, [files_dir / rel for rel in copied])
     return {
         "artifacts": len(copied),
         "metrics": len(collected.rows),
         "diagnostics": collected.diagnostics,
         "errors": collected.errors,
     }, collected.errors
+
+
+# At most this many collected artifacts are linked in the log (the rest: the run report).
+LINKED_ARTIFACTS = 50
+
+
+def _log_file_urls(ref: RunRef, art: Path, artifacts: list[Path]) -> None:
+    """The cell's files as the matrix page serves them: links, not worker paths."""
+    from accelmatrix.evidence import evidence_url
+
+    found = [p for p in (art / "output.log", art / "metrics.json") if p.is_file()]
+    found += [p for p in artifacts[:LINKED_ARTIFACTS] if p.is_file()]
+    if not found:
+        return
+    log.info("the cell's files in the browser (log, metrics, artifacts):")
+    for p in found:
+        log.info("  %s", evidence_url(ref.dag_id, p))
+    if len(artifacts) > LINKED_ARTIFACTS:
+        log.info("  ... and %d more artifact(s)", len(artifacts) - LINKED_ARTIFACTS)
 
 
 def _json_default(o: Any) -> Any:

@@ -134,40 +134,40 @@ def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
     return cut
 
 
-def _regressions(suite: Any, ref: RunRef) -> dict[str, list[dict[str, Any]]]:
-    """Classify the suite's perf series (series_status); the regressed ones by cell.
+def _perf_history(suite: Any, ref: RunRef) -> Any:
+    """Bring the suite's change points up to date (``history.changes``), store the series
+    verdicts the page shows (``series_status``), and log what moved as a table.
 
-    A suite that never had a bounded perf verdict has no series: skipped without importing
-    pandas (about a second at the very end of every run of a functional suite).
+    Returns the ChangeUpdate, or None for a suite that follows no metric (skipped without
+    importing pandas: about a second at the very end of every run of a functional suite).
     """
-    from accelmatrix.history.series import classify_suite, rules_of, trend
+    from accelmatrix.history.changes import tracked_metrics, update_changes
+    from accelmatrix.history.frame import history
+    from accelmatrix.history.report import changes_table
+    from accelmatrix.history.series import classify_suite, rules_of
 
     store = results_store()
-    if not store.has_perf_checks(ref.dag_id):
-        log.info("no perf series in %s: nothing to classify", ref.dag_id)
-        return {}
-    regressions: dict[str, list[dict[str, Any]]] = {}
+    tracked = tracked_metrics(suite)
+    if not tracked:
+        log.info("no perf series in %s: nothing to analyse", ref.dag_id)
+        return None
+    hist = history(store, metric=None, dag_id=ref.dag_id, stats=tracked)
+    update = update_changes(store, ref.dag_id, suite.history, tracked, hist=hist)
     rules, window = rules_of(suite.regression)
-    verdicts, hist = classify_suite(store, ref.dag_id, rules=rules, window_days=window)
-    for r in verdicts[verdicts["status"] == "regression"].itertuples(index=False):
-        points = trend(hist, r.cell_id, r.benchmark, r.metric)
-        log.warning("perf regression: %s %s %s: %s", r.benchmark, r.cell_id, r.metric, points)
-        regressions.setdefault(r.cell_id, []).append(
-            {
-                "benchmark": r.benchmark,
-                "metric": r.metric,
-                "lower": points[-1]["lower"],
-                "upper": points[-1]["upper"],
-                "points": points,
-            }
-        )
-    return regressions
+    classify_suite(
+        store, ref.dag_id, rules=rules, window_days=window, open_regressions=update.open_regressions
+    )
+    table = changes_table(store, ref.dag_id)
+    if table:
+        log.warning("perf changes of %s not yet triaged or fixed:\n%s", ref.dag_id, table)
+    return update
 
 
 def _history_and_alerts(
     suite_path: str, planned: list[dict[str, Any]], ref: RunRef, rows: dict[str, dict[str, Any]]
 ) -> None:
-    """Classify the suite's perf series (series_status) and update its per-cell alerts.
+    """Update the suite's perf history (change points, groups, one notification per new
+    regression group) and its per-cell failure alerts.
 
     After the verdict is known and never able to change it: a problem here is logged.
     """
@@ -176,11 +176,14 @@ def _history_and_alerts(
 
     suite = load_suite(suite_path)
     store = results_store()
-    regressions: dict[str, list[dict[str, Any]]] = {}
+    sinks = suite.notify.alerts if suite.notify else []
     try:
-        regressions = _regressions(suite, ref)
-    except Exception:  # noqa: BLE001 - classification must never flip the run's verdict
-        log.exception("perf series of %s not classified", ref.dag_id)
+        update = _perf_history(suite, ref)
+        if update is not None and sinks:
+            regressions = [g for g in update.new_groups if g["direction"] == "regression"]
+            alerts.deliver_groups(sinks, store, regressions)
+    except Exception:  # noqa: BLE001 - the perf history must never flip the run's verdict
+        log.exception("perf history of %s not updated", ref.dag_id)
     run = store.get_run(ref.dag_id, ref.run_id) or {}
     latest = store.latest_logical_date(ref.dag_id)
     if run.get("logical_date") and latest and run["logical_date"] < latest:
@@ -195,14 +198,12 @@ def _history_and_alerts(
             ref.run_id,
             planned,
             rows,
-            regressions=regressions,
             run_url=notify.run_url(ref.dag_id, ref.run_id),
         )
         for ev in events:
             log.info(
                 "alert %s: %s (%s x%d)", ev["event"], ev["cell_id"], ev["kind"], ev["recurrences"]
             )
-        sinks = suite.notify.alerts if suite.notify else []
         if sinks and events:
             alerts.deliver(sinks, events, store)
     except Exception:  # noqa: BLE001 - same: alerts are advisory

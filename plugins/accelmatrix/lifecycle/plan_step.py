@@ -36,16 +36,25 @@ def plan_run(
 ) -> list[dict[str, Any]]:
     """Expand the suite for this run, log the plan, record every cell as planned/excluded."""
     from accelmatrix.spec.loader import load_suite
-    from accelmatrix.spec.plan import expand
+    from accelmatrix.spec.plan import PlanError, expand
 
     suite = load_suite(suite_path)
     user_params = {k: v for k, v in params.items() if k in suite.params}
     only = params.get("cells") or None
     if only == ["*"]:
         only = None
-    plan = expand(suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date)
+    try:
+        plan = expand(suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date)
+    except PlanError as e:  # e.g. a `cells` glob that selects nothing: the run is refused
+        raise _refuse(str(e)) from None
     for line in plan.table().splitlines():  # one record per line: readable in the task log
         log.info("%s", line)
+    if not plan.cells:
+        # A run that tests nothing must never be green (nor become the suite's latest run).
+        raise _refuse(
+            f"no cell to run: all {len(plan.excluded)} cell(s) of {ref.dag_id} are excluded "
+            "with these params (the plan above says why)"
+        )
     if plan.runtime_version:
         log.info("runtime version under test: %s", plan.runtime_version)
     from accelmatrix.pricing import hourly_price
@@ -158,4 +167,11 @@ def _check_budget(suite, plan, params, ref: RunRef, run_fields: dict[str, Any]) 
 
 
 class PlanRejected(AirflowFailException):
-    """The run must not start (over budget): deterministic, never retried."""
+    """The run must not start (over budget, nothing selected): deterministic, never retried."""
+
+
+def _refuse(message: str) -> PlanRejected:
+    """The plan's refusal, logged line by line (the task log's last words) and raised."""
+    for line in message.splitlines():
+        log.error("%s", line)
+    return PlanRejected(message)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from accelmatrix.evidence import evidence_url
 from accelmatrix.operators.base import CellOperator
 
 
@@ -76,5 +77,5 @@ class EvaluateCellOperator(CellOperator):
     def _log_result(self, result: dict[str, Any]) -> None:
         self.log.info("checks for %s:\n%s", self.cell["id"], result["table"])
         if result["data_docs"]:
-            self.log.info("Data Docs: %s", result["data_docs"])
+            self.log.info("Data Docs: %s", evidence_url(self.dag_id, result["data_docs"]))
         self.log.info("evaluation took %.2f s", result["seconds"])

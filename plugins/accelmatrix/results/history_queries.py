@@ -36,13 +36,15 @@ class HistoryQueries(StoreCore):
         benchmark: str | None = None,
         since: Any = None,
         until: Any = None,
+        extra_metrics: Any = (),
     ) -> dict[str, list[dict[str, Any]]]:
         """The raw rows perf history is built from (see accelmatrix.history.frame).
 
         ``{"runs": [...], "cells": [...], "metrics": [...], "checks": [...]}`` restricted
         to runs of ``dag_id``/``suite`` whose logical date is in [since, until], metric rows
         named ``metric`` (default: every metric a perf check judged) and perf check rows
-        (those with a ``metric``), optionally of one ``benchmark``. Four indexed queries rather than one wide join: each table is read
+        (those with a ``metric``), optionally of one ``benchmark``; ``extra_metrics`` adds
+        metric rows of those names (the suite's tracked metrics, judged or not). Four indexed queries rather than one wide join: each table is read
         once and pandas does the join.
         """
         since_ = schema.to_utc(since)
@@ -86,6 +88,7 @@ class HistoryQueries(StoreCore):
             check_rows = rows_of(checks, *check_filter)
             # Without ``metric``: only metrics some perf check judged, not every loss curve.
             names = [metric] if metric else sorted({c["metric"] for c in check_rows})
+            names = sorted({*names, *extra_metrics})
             metric_rows = rows_of(metrics, metrics.c.name.in_(names)) if names else []
         for r in metric_rows:
             if r["step"] == SCALAR_STEP:

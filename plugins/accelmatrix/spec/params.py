@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from accelmatrix.spec.plan import PlanError, expand
 from accelmatrix.spec.suite import ParamSpec, Suite
 
 # Not a suite param, but every suite DAG has it (dag_factory._params).
@@ -27,14 +28,7 @@ class ParamsError(ValueError):
 
 def param_schema(p: ParamSpec) -> dict[str, Any]:
     """The JSON schema of one param, as the trigger form's Param gets it."""
-    schema: dict[str, Any] = {"type": p.type}
-    for key in ("enum", "minimum", "maximum", "pattern"):
-        value = getattr(p, key)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # "less than the minimum of 8", not "of 8.0"
-        if value is not None:
-            schema[key] = value
-    return schema
+    return p.json_schema()
 
 
 def parse_params(text: str | None, suite: Suite, source: str) -> dict[str, Any]:
@@ -75,9 +69,10 @@ def check_params(suite: Suite, values: dict[str, Any], source: str) -> None:
 
 
 def _describe(schema: dict[str, Any]) -> str:
-    parts = [schema["type"]]
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    parts = [" or ".join(types)]
     if "enum" in schema:
-        parts.append("one of " + ", ".join(map(repr, schema["enum"])))
+        parts.append("one of " + ", ".join(repr(v) for v in schema["enum"] if v is not None))
     if "minimum" in schema:
         parts.append(f">= {schema['minimum']:g}")
     if "maximum" in schema:
@@ -87,3 +82,28 @@ def _describe(schema: dict[str, Any]) -> str:
     if "items" in schema:
         parts[0] = "array of strings"
     return ", ".join(parts)
+
+
+def check_run_conf(suite: Suite, dag_id: str, conf: dict[str, Any], source: str) -> None:
+    """What ``plan`` would refuse about a run triggered with ``conf``, refused up front.
+
+    The param values as ``check_params`` checks them (ParamsError), then the `cells` globs:
+    one that selects no cell this run could run, or a run with no cell at all, is a
+    PlanError naming the valid cell ids. ``POST .../dagRuns`` (the trigger form too) gets
+    this through accelmatrix.ui.trigger_guard, ``plan --params``/``--cells`` through the
+    same ``expand``.
+    """
+    check_params(suite, conf, source)
+    only = conf.get("cells") or None
+    if only == ["*"]:
+        only = None
+    user_params = {k: v for k, v in conf.items() if k in suite.params}
+    plan = expand(suite, dag_id, params=user_params, only=only)
+    if not plan.cells:
+        raise PlanError(
+            f"no cell to run: all {len(plan.excluded)} cell(s) of {dag_id} are excluded with "
+            "these params ("
+            + "; ".join(f"{e.id}: {e.reason}" for e in plan.excluded[:8])
+            + (" ..." if len(plan.excluded) > 8 else "")
+            + ")"
+        )

@@ -130,6 +130,10 @@ def expand(
         run_vars["run.runtime_version"] = runtime_version
     plan = Plan(suite_id=suite_id, runtime_version=runtime_version)
     names = list(suite.axes)
+    # Each glob of ``only`` -> the cells it matched, with the reason each is not run (None:
+    # it runs). A glob that selects no runnable cell is a mistake, never an empty run.
+    globs: dict[str, list[tuple[str, str | None]]] = {g: [] for g in only or []}
+    runnable: list[str] = []  # the ids a glob may select in this run, in matrix order
     for combo in itertools.product(*(list(values[n]) for n in names)):
         axes = dict(zip(names, combo, strict=True))
         cid = cell_id(axes)
@@ -141,10 +145,16 @@ def expand(
             ),
             None,
         ) or unsupported_reason(suite, axes)
-        if reason is None and only and not any(fnmatch.fnmatchcase(cid, g) for g in only):
-            reason = "not selected by the `cells` param"
         if reason is None:
             reason = _param_axis_reason(suite.param_axes, axes, resolved_params)
+        if reason is None:
+            runnable.append(cid)
+        if only:
+            matched = [g for g in only if fnmatch.fnmatchcase(cid, g)]
+            for g in matched:
+                globs[g].append((cid, reason))
+            if reason is None and not matched:
+                reason = "not selected by the `cells` param"
         if reason is not None:
             plan.excluded.append(Excluded(id=cid, axes=axes, reason=reason))
             continue
@@ -200,12 +210,47 @@ def expand(
             )
         )
 
+    if unselected := [g for g, hits in globs.items() if not any(r is None for _, r in hits)]:
+        raise PlanError(_unselected_message(suite_id, unselected, globs, runnable))
     if len(plan.cells) > MAX_CELLS:
         raise PlanError(
             f"the matrix has {len(plan.cells)} cells after exclusions; Airflow maps at most "
             f"{MAX_CELLS} ([core] max_map_length): split the suite or exclude cells"
         )
     return plan
+
+
+# The refusal of a glob that selects nothing lists at most this many valid cell ids.
+LISTED_IDS = 64
+
+
+def _unselected_message(
+    suite_id: str,
+    unselected: list[str],
+    globs: dict[str, list[tuple[str, str | None]]],
+    runnable: list[str],
+) -> str:
+    """Why the `cells` globs are refused, and the ids a glob could select instead."""
+    lines = []
+    for g in unselected:
+        if not (hits := globs[g]):
+            lines.append(f"cells: {g!r} matches no cell id of {suite_id}")
+            continue
+        why = "; ".join(f"{cid} ({reason})" for cid, reason in hits[:8])
+        more = f" ... and {len(hits) - 8} more" if len(hits) > 8 else ""
+        lines.append(f"cells: {g!r} matches only cells this run excludes: {why}{more}")
+    if not runnable:
+        lines.append(f"no cell of {suite_id} can run with these params")
+        return "\n".join(lines)
+    listed = runnable[:LISTED_IDS]
+    more = f" ... and {len(runnable) - len(listed)} more" if len(runnable) > len(listed) else ""
+    example = listed[0].split(",")[0] + ",*"
+    lines.append(
+        f"valid cell ids ({len(runnable)}; a glob like {example} selects several): "
+        + "; ".join(listed)
+        + more
+    )
+    return "\n".join(lines)
 
 
 def _with_exit_status(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from accelmatrix.spec.suite_parts import (
     Budget,
     ExcludeRule,
     HangDetection,
+    HistorySpec,
     Model,
     ParamSpec,
     QuarantineRule,
@@ -92,6 +93,7 @@ class Suite(Model):
     )
     budget: Budget | None = None
     regression: RegressionRules = RegressionRules()
+    history: HistorySpec = HistorySpec()
     slot_order: Literal["machine_time", "throughput"] = Field(
         "machine_time",
         description=(
@@ -202,7 +204,7 @@ class Suite(Model):
                     f"param_axes: no axis named {axis!r} (axes: {', '.join(self.axes)})"
                 )
             spec = self.params.get(axis)
-            if spec is None or spec.type != "string" or not spec.enum:
+            if spec is None or spec.base_type != "string" or not spec.enum:
                 raise ValueError(
                     f"param_axes: {axis!r} needs a string param named {axis!r} with an enum "
                     f"of its values (and optionally 'all'): {', '.join(self.axis_labels(axis))}"
@@ -256,7 +258,7 @@ class Suite(Model):
 
         if self.budget is not None and self.budget.param is not None:
             spec = self.params.get(self.budget.param)
-            if spec is None or spec.type not in ("number", "integer"):
+            if spec is None or spec.base_type not in ("number", "integer"):
                 raise ValueError(
                     f"budget.param: {self.budget.param!r} must name a number or integer param "
                     f"(params: {', '.join(self.params) or 'none'})"
@@ -328,6 +330,7 @@ __all__ = [
     "Budget",
     "ExcludeRule",
     "HangDetection",
+    "HistorySpec",
     "Machine",
     "Model",
     "ParamSpec",

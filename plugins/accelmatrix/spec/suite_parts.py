@@ -186,10 +186,19 @@ class QuarantineRule(Model):
     reason: str = Field(min_length=1)
 
 
-class ParamSpec(Model):
-    """A UI trigger-form param (rendered by Airflow's Param, validated by JSON schema)."""
+ParamType = Literal["string", "integer", "number", "boolean", "array", "null"]
 
-    type: Literal["string", "integer", "number", "boolean", "array"] = "string"
+
+class ParamSpec(Model):
+    """A UI trigger-form param (rendered by Airflow's Param, validated by JSON schema).
+
+    ``type`` is one JSON type or a list of them (``[string, "null"]``: an optional string).
+    A param whose default is null, or an empty string, is optional: its schema admits null
+    whatever ``type`` says, because Airflow's trigger form requires a value for every field
+    whose type does not include null (an empty default left Trigger disabled).
+    """
+
+    type: ParamType | list[ParamType] = "string"
     default: Any = None
     description: str | None = None
     enum: list[Scalar] | None = None
@@ -197,12 +206,45 @@ class ParamSpec(Model):
     maximum: float | None = None
     pattern: str | None = Field(None, description="regex a string value must match (search)")
 
+    @property
+    def types(self) -> list[str]:
+        """The JSON types a value may have, "null" included when the param is optional."""
+        types = [self.type] if isinstance(self.type, str) else list(self.type)
+        optional = self.default is None or (self.default == "" and "string" in types)
+        if optional and "null" not in types:
+            types.append("null")
+        return types
+
+    @property
+    def base_type(self) -> str:
+        """The param's type apart from null (the first one listed)."""
+        return next((t for t in self.types if t != "null"), "null")
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of the param, as the trigger form's Param gets it."""
+        types = self.types
+        schema: dict[str, Any] = {"type": types[0] if len(types) == 1 else types}
+        for key in ("enum", "minimum", "maximum", "pattern"):
+            value = getattr(self, key)
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # "less than the minimum of 8", not "of 8.0"
+            if value is not None:
+                schema[key] = value
+        if "enum" in schema and "null" in types and None not in schema["enum"]:
+            schema["enum"] = [*schema["enum"], None]  # enum applies to null too
+        return schema
+
     @model_validator(mode="after")
     def _default_fits(self) -> ParamSpec:
+        if isinstance(self.type, list):
+            if not self.type or len(set(self.type)) != len(self.type):
+                raise ValueError(f"type {self.type} must list each JSON type once")
+            if self.type == ["null"]:
+                raise ValueError('type ["null"] admits no value: add the type of a value')
         if self.enum is not None and self.default is not None and self.default not in self.enum:
             raise ValueError(f"default {self.default!r} is not one of enum {self.enum}")
         if self.pattern is not None:
-            if self.type != "string":
+            if "string" not in self.types:
                 raise ValueError("pattern only applies to string params")
             try:
                 rx = re.compile(self.pattern)
@@ -237,6 +279,61 @@ class RegressionRules(Model):
     regression_run: Annotated[int, Field(ge=2)] = 2
     suspicious_run: Annotated[int, Field(ge=3)] = 3
     flaky_flips: PositiveInt = 3
+
+
+# Metric names whose higher values are better (throughput and its kin); any other metric
+# is taken as lower-is-better (times, latencies, memory, loss) unless the suite says so.
+HIGHER_IS_BETTER_HINTS = ("throughput", "per_s", "per_sec", "qps", "mfu", "accuracy", "flops")
+
+
+class HistorySpec(Model):
+    """Which perf series the suite's history follows, and how changes in them are found.
+
+    A series is one metric of one cell over runs, by logical date. Every metric a check
+    judges is followed; ``track`` adds more (with or without bounds). Each point of a
+    series is one statistic of the metric over the run's steps (``median`` unless
+    ``track`` says otherwise; a scalar metric is itself).
+    """
+
+    track: dict[str, Literal["median", "mean", "last", "min", "max"]] = Field(
+        default_factory=dict,
+        description="extra metrics to follow, each with the statistic of its steps",
+    )
+    higher_is_better: list[str] = Field(
+        default_factory=list, description="metrics where a rise is an improvement"
+    )
+    lower_is_better: list[str] = Field(
+        default_factory=list, description="metrics where a rise is a regression"
+    )
+    window: Annotated[int, Field(ge=10, le=1000)] = Field(
+        60, description="points per series the gate re-analyses after each run"
+    )
+    penalty: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="detector penalty per change (default 6; higher: fewer, surer)"
+    )
+    min_effect: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="smallest change reported, in the series' noise sigmas (default 1)"
+    )
+    min_change: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="smallest relative change reported (0.02 = 2 %; default 0)"
+    )
+
+    @model_validator(mode="after")
+    def _directions(self) -> HistorySpec:
+        both = sorted(set(self.higher_is_better) & set(self.lower_is_better))
+        if both:
+            raise ValueError(
+                f"history: {', '.join(both)} cannot be both higher and lower is better"
+            )
+        return self
+
+    def higher_is_better_for(self, metric: str) -> bool:
+        if metric in self.higher_is_better:
+            return True
+        if metric in self.lower_is_better:
+            return False
+        name = metric.lower()
+        return any(h in name for h in HIGHER_IS_BETTER_HINTS)
 
 
 def _label(v: Scalar) -> str:

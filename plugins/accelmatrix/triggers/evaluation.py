@@ -21,6 +21,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
+from accelmatrix.evidence import evidence_url
+
 
 class EvaluationTrigger(BaseTrigger):
     def __init__(self, cell: dict[str, Any], dag_id: str, run_id: str, end_task: bool = False):
@@ -59,7 +61,7 @@ class EvaluationTrigger(BaseTrigger):
             return
         self.log.info("checks for %s:\n%s", cell_id, result["table"])
         if result["data_docs"]:
-            self.log.info("Data Docs: %s", result["data_docs"])
+            self.log.info("Data Docs: %s", evidence_url(self.dag_id, result["data_docs"]))
         self.log.info("evaluation took %.2f s", result["seconds"])
         # Recorded here, not only by a resumed task: the verdict must not depend on a worker.
         # The store's writes are idempotent, so a resumed task recording again is harmless.

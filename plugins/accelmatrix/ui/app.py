@@ -38,6 +38,11 @@ PAGE_CSP = (
 # session.
 FILE_CSP = "sandbox allow-scripts allow-popups allow-popups-to-escape-sandbox"
 
+# A workload's files shown as text in the browser (the rest is downloaded).
+TEXT_SUFFIXES = frozenset(
+    {".log", ".txt", ".json", ".jsonl", ".csv", ".tsv", ".xml", ".yaml", ".yml", ".md", ".out"}
+)
+
 _store_lock = threading.Lock()
 _store: ResultsStore | None = None
 
@@ -302,18 +307,26 @@ def create_app() -> FastAPI:
         )
 
     @app.get("/suites/{dag_id}/files/{path:path}")
-    def data_docs(dag_id: str, path: str, user: User) -> FileResponse:
+    def evidence(dag_id: str, path: str, user: User) -> FileResponse:
+        """A run's evidence (ui/files.py): the run report, a cell's Data Docs, logs,
+        metrics and collected artifacts. Task-log content: read access to the task logs."""
         require(user, dag_id, DagAccessEntity.TASK_LOGS)
-        target = files.data_docs_file(dag_id, path)
-        if target is None:
-            raise HTTPException(status_code=404, detail="no such Data Docs file")
+        found = files.evidence_file(dag_id, path)
+        if found is None:
+            raise HTTPException(status_code=404, detail="no such evidence file")
+        target, kind = found
+        headers = {
+            "Content-Security-Policy": FILE_CSP,
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store",
+        }
+        if kind in (files.DOCS, files.RUN_REPORT):
+            return FileResponse(target, headers=headers)
+        # What a workload wrote is shown as text or downloaded, never rendered as a page.
+        if target.suffix.lower() in TEXT_SUFFIXES or files.CELL_FILES.fullmatch(target.name):
+            return FileResponse(target, media_type="text/plain; charset=utf-8", headers=headers)
         return FileResponse(
-            target,
-            headers={
-                "Content-Security-Policy": FILE_CSP,
-                "X-Content-Type-Options": "nosniff",
-                "Cache-Control": "no-store",
-            },
+            target, media_type="application/octet-stream", filename=target.name, headers=headers
         )
 
     return app

@@ -1,35 +1,71 @@
-"""Which artifact files the matrix page may serve: Data Docs of one suite, nothing else.
+"""Which artifact files the matrix page may serve: a run's evidence, nothing else.
 
 The URL path comes from the browser, so it is hostile until proven otherwise: ``..``,
-absolute paths, symlinks that point out of the tree, and files that are not Data Docs
-(workload logs, traces, anything a workload wrote) are all refused the same way (None ->
-404), so a probe learns nothing about what exists outside.
+absolute paths, symlinks that point out of the tree, and files that are not evidence (a work
+dir, the results database, another suite's files, a marker file) are all refused the same
+way (None -> 404), so a probe learns nothing about what exists outside.
+
+Evidence, relative to the suite's artifacts dir ``<artifacts>/<dag>/``:
+
+* ``<run>/index.html``: the run report the gate writes (every cell, its state and links);
+* ``<run>/<cell>/data_docs/...``: the cell's Great Expectations Data Docs;
+* ``<run>/<cell>/<log or metrics file>``: the workload's output, stdout and stderr (earlier
+  attempts' too), the runner's resource samples, status and the collected metrics table;
+* ``<run>/<cell>/files/...``: the artifacts collected from the cell's machine (metrics
+  files, profiler traces, anything the suite's ``artifacts`` globs name).
+
+Every class is checked again after symlinks are resolved.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path, PurePosixPath
 
 from accelmatrix import settings
 
 # <artifacts>/<dag>/<run>/<cell>/data_docs/...: the part that names the Data Docs tree.
 DOCS_DIR = "data_docs"
+FILES_DIR = "files"
+REPORT = "index.html"
 _DOCS_DEPTH = 2
+# The files a cell's artifacts dir holds beside data_docs/ and files/ that are evidence.
+CELL_FILES = re.compile(
+    r"(output(-\d+)?|stdout|stderr|runner)\.log(\.\d+)?"
+    r"|metrics\.json|train_metrics\.json|status\.json(\.\d+)?|resources\.jsonl(\.\d+)?"
+)
+# Kinds of served file: how the app sends each (ui/app.py).
+DOCS, RUN_REPORT, CELL_FILE, ARTIFACT = "docs", "report", "cell", "artifact"
 
 
 def suite_root(dag_id: str) -> Path:
     return settings.artifacts_dir() / settings.safe_name(dag_id)
 
 
-def data_docs_file(dag_id: str, rel: str) -> Path | None:
-    """The file ``rel`` (posix, relative to the suite's artifacts dir) if it is a regular
-    file inside some cell's Data Docs tree of that suite, after resolving symlinks."""
+def kind_of(parts: tuple[str, ...]) -> str | None:
+    """Which kind of evidence the relative path ``parts`` names, or None."""
+    if len(parts) == 2 and parts[1] == REPORT:
+        return RUN_REPORT
+    if len(parts) <= _DOCS_DEPTH:
+        return None
+    if parts[_DOCS_DEPTH] == DOCS_DIR and len(parts) > _DOCS_DEPTH + 1:
+        return DOCS
+    if parts[_DOCS_DEPTH] == FILES_DIR and len(parts) > _DOCS_DEPTH + 1:
+        return ARTIFACT
+    if len(parts) == _DOCS_DEPTH + 1 and CELL_FILES.fullmatch(parts[_DOCS_DEPTH]):
+        return CELL_FILE
+    return None
+
+
+def evidence_file(dag_id: str, rel: str) -> tuple[Path, str] | None:
+    """(file, kind) for ``rel`` (posix, relative to the suite's artifacts dir) if it is a
+    regular file of that suite's evidence, after resolving symlinks; else None."""
     if not rel or "\x00" in rel or "\\" in rel:
         return None
     parts = PurePosixPath(rel).parts
     if PurePosixPath(rel).is_absolute() or any(p in ("..", ".", "") for p in parts):
         return None
-    if len(parts) <= _DOCS_DEPTH + 1 or parts[_DOCS_DEPTH] != DOCS_DIR:
+    if kind_of(parts) is None:
         return None
     try:
         root = suite_root(dag_id).resolve(strict=True)
@@ -40,7 +76,13 @@ def data_docs_file(dag_id: str, rel: str) -> Path | None:
         inside = target.relative_to(root).parts
     except ValueError:
         return None
-    # Re-check after symlinks: still under <run>/<cell>/data_docs of this suite.
-    if len(inside) <= _DOCS_DEPTH + 1 or inside[_DOCS_DEPTH] != DOCS_DIR:
+    kind = kind_of(inside)  # re-checked after symlinks: still evidence of this suite
+    if kind is None or not target.is_file():
         return None
-    return target if target.is_file() else None
+    return target, kind
+
+
+def data_docs_file(dag_id: str, rel: str) -> Path | None:
+    """The file ``rel`` if it is a regular file inside some cell's Data Docs tree."""
+    found = evidence_file(dag_id, rel)
+    return found[0] if found and found[1] == DOCS else None

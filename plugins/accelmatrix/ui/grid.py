@@ -7,7 +7,7 @@ or ``q`` (URL component): cell ids and axis values are user input from a suite f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from urllib.parse import quote
 
@@ -131,6 +131,28 @@ def docs_url(app_base: str, dag_id: str, cell: CellView) -> str | None:
     return f"{app_base}/suites/{q(dag_id)}/files/{path}"
 
 
+# A failed cell links the log of each of these steps besides its failing step's: the
+# workload's output (run) and the verdict table (evaluate), whichever failed first.
+BOTH_LOGS = (("run", "run log", "runlog"), ("evaluate", "evaluate log", "evallog"))
+
+
+def _step_log_links(cell: CellView, ui_base: str, dag_id: str, run_id: str) -> list[str]:
+    """The run and evaluate logs of a failed cell, beside its ``log`` link."""
+    if cell.kind not in ("failed", "infra") or (cell.step or "run") in RUN_LEVEL_STEPS:
+        return []
+    out = []
+    for step, label, cls in BOTH_LOGS:
+        if step == (cell.step or "run"):
+            continue
+        url = log_url(ui_base, dag_id, run_id, replace(cell, step=step))
+        if url:
+            out.append(
+                f'<a class="{cls}" href="{esc(url)}" data-step="{step}" '
+                f'title="log of the {step} task">{label}</a>'
+            )
+    return out
+
+
 def render_cell(cell: CellView, ui_base: str, app_base: str, dag_id: str, run_id: str) -> str:
     title = [cell.cell_id, f"state: {cell.state}"]
     if cell.quarantined:
@@ -149,6 +171,7 @@ def render_cell(cell: CellView, ui_base: str, app_base: str, dag_id: str, run_id
             f'<a class="log" href="{esc(log)}" data-step="{esc(step)}" '
             f'title="log of the {esc(step)} task">log</a>'
         )
+    links += _step_log_links(cell, ui_base, dag_id, run_id)
     docs = docs_url(app_base, dag_id, cell)
     if docs:
         links.append(f'<a class="docs" href="{esc(docs)}" target="_blank" rel="noopener">docs</a>')

@@ -1,0 +1,375 @@
+"""The change points of a suite's perf series, kept current in the results store.
+
+Pure functions over frames do the work; ``update_changes`` is the one edge that reads the
+history and writes the store. The gate calls it after each run over the last ``window``
+points of every series (incremental: the newest nights are where changes appear); the
+maintenance DAG calls it over every point (``full``), which also finds slow changes that
+need more than a window to stand out.
+
+``find_changes``  series -> change points with their runs, builds and statistics
+``match``         found vs stored: a change re-found within one point of where it was
+                  stored is the same change (its triage is kept); an untriaged one no
+                  longer found is retracted (a 2-night blip at the end that went away)
+``group``         one group per cause (``history.grouping``), one notification per group
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from accelmatrix.history.changepoints import DEFAULT, Detector, detect_many
+from accelmatrix.history.grouping import as_utc, regroup
+from accelmatrix.results.changes import OPEN_STATES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from accelmatrix.results.store import ResultsStore
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ChangeUpdate",
+    "detector_for",
+    "find_changes",
+    "match",
+    "tracked_metrics",
+    "update_changes",
+]
+
+SERIES = ("cell_id", "metric")
+
+
+def tracked_metrics(suite: Any) -> dict[str, str]:
+    """metric -> statistic of its steps, for every metric a check of ``suite`` judges and
+    every metric its ``history.track`` adds."""
+    out: dict[str, str] = {}
+    for check in suite.checks:
+        metric = getattr(check, "metric", None)
+        if isinstance(metric, str) and metric:
+            out.setdefault(metric, "median")
+    out.update(suite.history.track)
+    return out
+
+
+def detector_for(spec: Any) -> Detector:
+    """The default detector with the suite's ``history`` overrides."""
+    overrides = {
+        k: getattr(spec, k)
+        for k in ("penalty", "min_effect", "min_change")
+        if getattr(spec, k, None) is not None
+    }
+    return Detector(**{**DEFAULT.__dict__, **overrides})
+
+
+def find_changes(
+    hist: pd.DataFrame,
+    *,
+    higher_is_better: Callable[[str], bool],
+    detector: Detector = DEFAULT,
+    window: int | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(change points, series): the change points of every (cell, metric) series of
+    ``hist`` (a ``history.frame.history`` frame), over its last ``window`` points (None:
+    all), and one row per series analysed (machine, first time analysed, times).
+
+    A change point row carries what the store keeps (``results.schema.change_points``)
+    plus ``near`` (the logical dates of the points around it: where a stored change may
+    have been put before) and ``analysed_from``.
+    """
+    import numpy as np
+    import pandas as pd
+
+    h = hist[np.isfinite(hist["value"].to_numpy(dtype="float64"))]
+    h = h.sort_values([*SERIES, "time"], kind="mergesort")
+    keys, arrays, frames = [], [], []
+    for key, g in h.groupby(list(SERIES), sort=True):
+        g = g if window is None else g.tail(window)
+        keys.append(key)
+        arrays.append(g["value"].to_numpy(dtype="float64"))
+        frames.append(g)
+    series_rows = []
+    rows = []
+    for key, g, found in zip(keys, frames, detect_many(arrays, detector), strict=True):
+        times = list(g["time"])
+        series_rows.append(
+            {
+                "cell_id": key[0],
+                "metric": key[1],
+                "machine": _last(g, "machine"),
+                "points": len(g),
+                "analysed_from": times[0],
+                "times": times,
+            }
+        )
+        for cp in found:
+            after, before = g.iloc[cp.index], g.iloc[cp.index - 1]
+            rising = cp.after.median > cp.before.median
+            better = rising == higher_is_better(key[1])
+            rows.append(
+                {
+                    "cell_id": key[0],
+                    "metric": key[1],
+                    "benchmark": after.get("benchmark") or None,
+                    "machine": after.get("machine"),
+                    "backend": after.get("backend"),
+                    "run_id": after["run_id"],
+                    "logical_date": after["time"],
+                    "runtime_version": after.get("runtime_version"),
+                    "prev_run_id": before["run_id"],
+                    "prev_logical_date": before["time"],
+                    "prev_runtime_version": before.get("runtime_version"),
+                    "position": cp.index,
+                    "n_before": cp.before.n,
+                    "n_after": cp.after.n,
+                    "mean_before": cp.before.mean,
+                    "mean_after": cp.after.mean,
+                    "median_before": cp.before.median,
+                    "median_after": cp.after.median,
+                    "std_before": cp.before.std,
+                    "std_after": cp.after.std,
+                    "change": cp.change,
+                    "effect": cp.effect,
+                    "p_value": cp.p_value,
+                    "direction": "improvement" if better else "regression",
+                    "near": times[max(0, cp.index - 1) : cp.index + 2],
+                    "analysed_from": times[0],
+                }
+            )
+    return pd.DataFrame(rows), pd.DataFrame(series_rows)
+
+
+def _last(g: pd.DataFrame, col: str) -> Any:
+    if col not in g:
+        return None
+    v = g[col].dropna()
+    return v.iloc[-1] if len(v) else None
+
+
+@dataclass
+class Matched:
+    """What to write: changes to insert, stored ones to update (id -> fields), stored
+    untriaged ones to delete (retracted)."""
+
+    insert: list[dict[str, Any]] = field(default_factory=list)
+    update: dict[int, dict[str, Any]] = field(default_factory=dict)
+    retract: list[dict[str, Any]] = field(default_factory=list)
+
+
+STORED_FIELDS = (
+    "benchmark",
+    "machine",
+    "backend",
+    "run_id",
+    "logical_date",
+    "runtime_version",
+    "prev_run_id",
+    "prev_logical_date",
+    "prev_runtime_version",
+    "position",
+    "n_before",
+    "n_after",
+    "mean_before",
+    "mean_after",
+    "median_before",
+    "median_after",
+    "std_before",
+    "std_after",
+    "change",
+    "effect",
+    "p_value",
+    "direction",
+)
+
+
+def match(
+    found: list[dict[str, Any]], stored: list[dict[str, Any]], series: pd.DataFrame
+) -> Matched:
+    """Pair found change points with stored ones (same series and direction, the stored
+    one at one of the found one's ``near`` dates). Stored changes inside the analysed part
+    of a series (after its first ``min_size`` points, where a change could be found) that
+    were not re-found are retracted if nobody triaged them; triaged ones stay as they are.
+    """
+    out = Matched()
+    by_series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for s in stored:
+        by_series.setdefault((s["cell_id"], s["metric"]), []).append(s)
+    used: set[int] = set()
+    for f in found:
+        candidates = [
+            s
+            for s in by_series.get((f["cell_id"], f["metric"]), [])
+            if s["id"] not in used
+            and s["direction"] == f["direction"]
+            and any(_same_time(s["logical_date"], t) for t in f["near"])
+        ]
+        values = {k: _plain(f[k]) for k in STORED_FIELDS}
+        if candidates:
+            best = min(candidates, key=lambda s: abs(s["position"] - f["position"]))
+            used.add(best["id"])
+            out.update[best["id"]] = values
+        else:
+            out.insert.append({"cell_id": f["cell_id"], "metric": f["metric"], **values})
+    analysed = (
+        {(r.cell_id, r.metric): list(r.times) for r in series.itertuples(index=False)}
+        if len(series)
+        else {}
+    )
+    for key, rows in by_series.items():
+        times = analysed.get(key)
+        if not times:
+            continue
+        # A change at the window's first points cannot be re-found: it has no "before".
+        findable_from = times[min(len(times) - 1, DEFAULT.min_size)]
+        for s in rows:
+            if s["id"] in used or s["state"] != "untriaged":
+                continue
+            if as_utc(s["logical_date"]) >= as_utc(findable_from):
+                out.retract.append(s)
+    return out
+
+
+@dataclass
+class ChangeUpdate:
+    """What one pass did to a suite's change points."""
+
+    dag_id: str
+    series: int = 0
+    found: int = 0
+    inserted: int = 0
+    updated: int = 0
+    retracted: int = 0
+    new_groups: list[dict[str, Any]] = field(default_factory=list)
+    open_regressions: set[tuple[str, str]] = field(default_factory=set)  # (cell, metric)
+
+    def line(self) -> str:
+        return (
+            f"change points of {self.dag_id}: {self.series} series, {self.found} change(s) "
+            f"found; {self.inserted} new, {self.updated} updated, {self.retracted} retracted; "
+            f"{len(self.new_groups)} new group(s)"
+        )
+
+
+def update_changes(
+    store: ResultsStore,
+    dag_id: str,
+    spec: Any,
+    tracked: dict[str, str],
+    *,
+    full: bool = False,
+    hist: pd.DataFrame | None = None,
+) -> ChangeUpdate:
+    """Find the change points of ``dag_id``'s series of the ``tracked`` metrics (see
+    ``tracked_metrics``) and bring the store up to date: matched changes updated, new
+    ones inserted and grouped, retracted ones deleted. ``spec`` is the suite's ``history``
+    block (spec.suite_parts.HistorySpec); ``hist`` the suite's history (read when not
+    given)."""
+    from accelmatrix.history.frame import history
+
+    if hist is None:
+        hist = history(store, metric=None, dag_id=dag_id, stats=tracked)
+    hist = hist[hist["metric"].isin(list(tracked))]
+    found, series = find_changes(
+        hist,
+        higher_is_better=spec.higher_is_better_for,
+        detector=detector_for(spec),
+        window=None if full else spec.window,
+    )
+    up = ChangeUpdate(dag_id, series=len(series), found=len(found))
+    found_rows = found.to_dict("records") if len(found) else []
+    stored = store.get_change_points(dag_id)
+    m = match(found_rows, stored, series)
+    touched_groups: set[int] = set()
+    for cp_id, values in m.update.items():
+        store.save_change_point(dag_id, values, id=cp_id)
+    up.updated = len(m.update)
+    new_ids = []
+    for values in m.insert:
+        new_ids.append(store.save_change_point(dag_id, values))
+    up.inserted = len(new_ids)
+    if m.retract:
+        for s in m.retract:
+            log.info(
+                "change point retracted: %s %s at %s (no longer found)",
+                s["cell_id"],
+                s["metric"],
+                s["logical_date"],
+            )
+            if s["group_id"] is not None:
+                touched_groups.add(int(s["group_id"]))
+        store.delete_change_points([s["id"] for s in m.retract])
+    up.retracted = len(m.retract)
+
+    # Group every change point without a group (the new ones, and any whose group went).
+    points = store.get_change_points(dag_id)
+    groups = store.get_change_groups(dag_id)
+    plan = regroup(points, groups, series)
+    before = {g["id"]: g for g in groups}
+    for gid, fields in plan.updates.items():
+        old = before[gid]
+        if any(old.get(k) != v for k, v in fields.items()):
+            store.save_change_group(dag_id, fields, id=gid)
+        touched_groups.discard(gid)
+    for new in plan.creates:
+        members = new.pop("members")
+        gid = store.save_change_group(dag_id, new)
+        for cp_id in members:
+            store.save_change_point(dag_id, {"group_id": gid}, id=cp_id)
+        up.new_groups.append({**new, "id": gid, "members": members})
+    for cp_id, gid in plan.assign.items():
+        # A change joining a group a person already triaged takes the group's state.
+        group = before[gid]
+        values: dict[str, Any] = {"group_id": gid}
+        if group["state"] != "untriaged":
+            values.update(
+                state=group["state"], state_by=group["state_by"], state_at=group["state_at"]
+            )
+        store.save_change_point(dag_id, values, id=cp_id)
+    for gid in touched_groups | set(plan.emptied):
+        _settle_empty_group(store, dag_id, gid)
+    up.open_regressions = {
+        (p["cell_id"], p["metric"])
+        for p in store.get_change_points(dag_id, states=OPEN_STATES)
+        if p["direction"] == "regression"
+    }
+    log.info("%s", up.line())
+    return up
+
+
+def _settle_empty_group(store: ResultsStore, dag_id: str, gid: int) -> None:
+    """A group whose change points were all retracted: gone if nobody heard of it, else
+    kept and marked invalid (it paged someone; the record says it went away)."""
+    if store.get_change_points(dag_id, group_id=gid):
+        return
+    group = store.get_change_group(gid)
+    if group is None:
+        return
+    if group["notified_at"] is None and group["state"] == "untriaged":
+        store.delete_change_groups([gid])
+    elif group["state"] == "untriaged":
+        store.set_triage(
+            "group", gid, "invalid", by="accelmatrix", note="every change point was retracted"
+        )
+
+
+def _plain(v: Any) -> Any:
+    """numpy/pandas scalars and timestamps as the store's Python types."""
+    import pandas as pd
+
+    if v is None:
+        return None
+    if isinstance(v, pd.Timestamp):
+        return None if pd.isna(v) else as_utc(v.to_pydatetime())
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def _same_time(a: Any, b: Any) -> bool:
+    return as_utc(a) == as_utc(b)

@@ -1,0 +1,120 @@
+"""A suite's change points as text and JSON: for the gate's log and the CLI.
+
+Open regression groups first (they need a person), then the rest, newest first; under
+each group its change points, one line each, with before -> after, the change, its
+significance and the builds, so the log on its own says what moved, where and from when.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from accelmatrix.results.changes import OPEN_STATES
+
+if TYPE_CHECKING:
+    from accelmatrix.results.store import ResultsStore
+
+__all__ = ["changes_json", "changes_table", "ordered_groups"]
+
+
+def ordered_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Open regression groups first, then the others; newest first within each."""
+
+    def key(g: dict[str, Any]) -> tuple[int, float]:
+        urgent = g["direction"] == "regression" and g["state"] in OPEN_STATES
+        return (0 if urgent else 1, -g["logical_date"].timestamp())
+
+    return sorted(groups, key=key)
+
+
+def changes_table(store: ResultsStore, dag_id: str, *, only_open: bool = True) -> str:
+    """The suite's change groups and points as an aligned text table ('' when none)."""
+    groups = ordered_groups(store.get_change_groups(dag_id))
+    if only_open:
+        groups = [g for g in groups if g["direction"] == "regression" and g["state"] in OPEN_STATES]
+    if not groups:
+        return ""
+    points = store.get_change_points(dag_id)
+    lines = []
+    for g in groups:
+        who = f" by {g['state_by']}" if g.get("state_by") else ""
+        lines.append(
+            f"group {g['id']} [{g['kind']}, {g['state']}{who}] {g['logical_date']:%Y-%m-%d}: "
+            f"{g['summary']}"
+        )
+        members = [p for p in points if p["group_id"] == g["id"]]
+        rows = [
+            (
+                p["cell_id"],
+                p["metric"],
+                p.get("machine") or "-",
+                f"{_num(p['median_before'])} -> {_num(p['median_after'])}",
+                _pct(p["change"]),
+                f"{p['p_value']:.1e}" if _finite(p["p_value"]) else "-",
+                f"{p.get('prev_runtime_version') or '-'} -> {p.get('runtime_version') or '-'}",
+                str(p["id"]),
+            )
+            for p in members
+        ]
+        header = (
+            "cell",
+            "metric",
+            "machine",
+            "median before -> after",
+            "change",
+            "p",
+            "builds",
+            "id",
+        )
+        lines += _aligned([header, *rows], indent="  ")
+    return "\n".join(lines)
+
+
+def changes_json(store: ResultsStore, dag_id: str) -> dict[str, Any]:
+    """Every change group of the suite with its change points (JSON-able)."""
+    groups = ordered_groups(store.get_change_groups(dag_id))
+    points = store.get_change_points(dag_id)
+    grouped = {g["id"] for g in groups}
+    return {
+        "dag_id": dag_id,
+        "groups": [
+            {
+                **_jsonable(g),
+                "change_points": [_jsonable(p) for p in points if p["group_id"] == g["id"]],
+            }
+            for g in groups
+        ],
+        "ungrouped": [_jsonable(p) for p in points if p["group_id"] not in grouped],
+    }
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in row.items():
+        if hasattr(v, "isoformat"):
+            v = v.isoformat()
+        elif isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def _aligned(rows: list[tuple[str, ...]], indent: str = "") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def _num(v: Any) -> str:
+    return f"{v:.6g}" if _finite(v) else "-"
+
+
+def _pct(v: Any) -> str:
+    return f"{v:+.1%}" if _finite(v) else "-"
