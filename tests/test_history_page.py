@@ -524,3 +524,52 @@ def test_same_origin_rule(headers: dict[str, str], ok: bool) -> None:
     from accelmatrix.ui.app import same_origin
 
     assert same_origin(_request(headers), "https://airflow.example.com/") is ok
+
+
+def test_tracked_metric_without_bounds_is_drawn_with_its_change(
+    store: ResultsStore, tmp_path: Path
+) -> None:
+    """A metric the suite's ``history.track`` follows with no perf check (no bounds) gets
+    its own chart, its points the statistic the detector reads (here the mean of the steps),
+    and its change point marked."""
+    planted = plant_backfill(store)
+    suite = (Path(__file__).parents[1] / "include" / "suites" / "local_smoke.yaml").read_text()
+    suite += "\nhistory:\n  track: {tokens_per_s: mean}\n  higher_is_better: [tokens_per_s]\n"
+    (tmp_path / "suites").mkdir(exist_ok=True)
+    (tmp_path / "suites" / f"{DAG}.yaml").write_text(suite)
+    for i, run_id in enumerate(planted.run_ids):
+        level = 100.0 if i < FIRST_BAD else 90.0
+        steps = [
+            {"name": "tokens_per_s", "step": s, "value": level + d}
+            for s, d in enumerate((-1, 0, 4))
+        ]
+        store.replace_metrics(DAG, run_id, "c=b", steps)
+    store.save_change_point(
+        DAG,
+        {
+            "cell_id": "c=b",
+            "metric": "tokens_per_s",
+            "run_id": planted.run_ids[FIRST_BAD],
+            "logical_date": DATES[FIRST_BAD],
+            "runtime_version": f"nightly-{DATES[FIRST_BAD]:%Y-%m-%d}",
+            "position": FIRST_BAD,
+            "n_before": 3,
+            "n_after": 4,
+            "mean_before": 101.0,
+            "mean_after": 91.0,
+            "change": -0.099,
+            "direction": "regression",
+        },
+    )
+    view = model.load_run_view(store, DAG, planted.run_ids[-1])
+    (t,) = [t for t in view.trends if t.metric == "tokens_per_s"]
+    assert t.benchmark == "" and t.band == [] and [s.cell_id for s in t.series] == ["c=b"]
+    assert [round(p.value, 3) for p in t.series[0].points] == [101.0] * 3 + [91.0] * 4
+    assert [c.build for c in t.series[0].changes] == ["nightly-2026-11-24"]
+    page = render.run_page(view, ui_base="", app_base=APP)
+    assert "<b>tokens_per_s</b> &middot; tracked, no bounds" in page
+    assert page.count('class="change ') == 2  # step_time of c=a, tokens_per_s of c=b
+    # Without the suite file: no such chart, the page still renders.
+    (tmp_path / "suites" / f"{DAG}.yaml").unlink()
+    view = model.load_run_view(store, DAG, planted.run_ids[-1])
+    assert [t.metric for t in view.trends] == ["step_time", "step_time"]

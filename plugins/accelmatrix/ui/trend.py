@@ -206,7 +206,11 @@ def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -
         detail = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(trend.hidden.items()))
         legend.append(f'<li class="hidden">{hidden} more series not drawn ({esc(detail)})</li>')
     regs = trend.regressions
-    caption = f"<b>{esc(trend.benchmark)}</b> &middot; {esc(trend.metric)}"
+    caption = (
+        f"<b>{esc(trend.benchmark)}</b> &middot; {esc(trend.metric)}"
+        if trend.benchmark
+        else f"<b>{esc(trend.metric)}</b> &middot; tracked, no bounds"
+    )
     if regs:
         caption += f' <span class="badge b-regression">{len(regs)} regression(s)</span>'
     if n_changes:

@@ -192,8 +192,77 @@ def attach_changes(
             s.changes = [
                 ChangeMark.from_row(r)
                 for r in by_key.get((t.metric, s.cell_id), [])
-                if r.get("benchmark") in (None, t.benchmark)
+                if not r.get("benchmark") or r.get("benchmark") == t.benchmark
             ]
+
+
+def tracked_trends(
+    store: ResultsStore,
+    dag_id: str,
+    since: datetime,
+    until: datetime,
+    max_series: int,
+    judged: set[str],
+) -> list[Trend]:
+    """Charts of the metrics the suite's ``history.track`` adds that no perf check judges
+    (no bounds: no band, no verdict), read the way the change-point detector reads them
+    (``history.frame.history`` with the suite's per-metric statistic over steps), so the
+    points drawn are the points analysed. Only when the suite file loads and tracks such
+    a metric: pandas is imported then, never on the common path."""
+    try:
+        from accelmatrix.history.changes import tracked_metrics
+        from accelmatrix.spec.loader import load_suite, resolve_suite
+
+        suite = load_suite(resolve_suite(dag_id, settings.suites_dir()))
+        stats = {m: st for m, st in tracked_metrics(suite).items() if m not in judged}
+    except Exception:  # noqa: BLE001 - a missing or broken suite: no extra charts
+        return []
+    if not stats:
+        return []
+    from accelmatrix.history.frame import history
+
+    try:
+        h = history(store, metric=None, dag_id=dag_id, since=since, until=until, stats=stats)
+    except Exception:  # noqa: BLE001 - the extra charts never break the page
+        log.warning("matrix page: tracked metrics of %s not readable", dag_id, exc_info=True)
+        return []
+    if h.empty:
+        return []
+    h = h[h["metric"].isin(list(stats))]
+    out = []
+    for metric in sorted(stats):
+        rows = h[h["metric"] == metric]
+        series = []
+        for cid, g in rows.groupby("cell_id", sort=True):
+            pts = [
+                Point(
+                    t.to_pydatetime(),
+                    math.nan if v is None or v != v else float(v),
+                    math.nan,
+                    math.nan,
+                    run_id=run_id,
+                    build=b if isinstance(b, str) and b else None,
+                )
+                for t, v, run_id, b in zip(
+                    g["time"], g["value"], g["run_id"], g["runtime_version"], strict=True
+                )
+            ]
+            pts.sort(key=lambda p: p.time)
+            series.append(Series(str(cid), "no_bounds", pts))
+        if not series:
+            continue
+        hidden = {"not drawn": len(series) - max_series} if len(series) > max_series else {}
+        out.append(
+            Trend(
+                benchmark="",
+                metric=metric,
+                series=series[:max_series],
+                band=[],
+                current=None,
+                hidden=hidden,
+            )
+        )
+    return out
 
 
 def _verdicts(
