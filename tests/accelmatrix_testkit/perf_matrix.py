@@ -51,7 +51,12 @@ class PerfMatrix:
             )
             if hit and night >= c.night:
                 factor *= 1 + c.change
-        return base * (1 + 0.1 * self.models.index(model)) * factor * (1 + self.cv * rng.standard_normal())
+        return (
+            base
+            * (1 + 0.1 * self.models.index(model))
+            * factor
+            * (1 + self.cv * rng.standard_normal())
+        )
 
     def plant(self, store, nights: range | None = None) -> None:
         """Write the runs of ``nights`` (default: all) to ``store``."""

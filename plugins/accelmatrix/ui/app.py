@@ -14,13 +14,14 @@ import logging
 import threading
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Form, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from accelmatrix.history.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import files, history, model, render
 
@@ -76,6 +77,31 @@ def _page_base(request: Request) -> str:
     return ui_base + VIEW_ROUTE if request.headers.get(EMBED_HEADER) == "1" else app_base
 
 
+def same_origin(request: Request, base_url: str | None = None) -> bool:
+    """Whether a state-changing request comes from a page of this server (CSRF defence).
+
+    The page authenticates with Airflow's ``_token`` cookie, which a browser also sends
+    with a form another site POSTs here (SameSite=Lax stops that only across sites, not
+    from another port or subdomain of the same one). Browsers send ``Origin`` with every
+    POST (``Referer`` where an old one does not): it must name this server, as the
+    request's ``Host`` (or a proxy's ``X-Forwarded-Host``) or Airflow's ``[api] base_url``
+    names it. A request with no Origin and no Referer, or ``Origin: null``, is refused. A
+    request carrying its own ``Authorization: Bearer`` token is no CSRF risk (a browser
+    never adds one by itself) and passes: scripts may triage with a token."""
+    if request.headers.get("authorization", "").lower().startswith("bearer "):
+        return True
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if not source or source.strip().lower() == "null":
+        return False
+    src = urlsplit(source.strip())
+    if src.scheme not in ("http", "https") or not src.netloc:
+        return False
+    hosts = {request.headers.get("host"), request.headers.get("x-forwarded-host")}
+    if base_url:
+        hosts.add(urlsplit(base_url).netloc)
+    return src.netloc.lower() in {h.strip().lower() for h in hosts if h}
+
+
 def create_app() -> FastAPI:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import (
@@ -98,6 +124,18 @@ def create_app() -> FastAPI:
     def require(user: Any, dag_id: str, entity: Any = DagAccessEntity.RUN) -> None:
         if not allowed(user, dag_id, entity):
             raise HTTPException(status_code=403, detail="Forbidden")
+
+    def may_triage(user: Any, dag_id: str) -> bool:
+        """Setting a change's triage state edits what the suite's runs mean: the same
+        right as editing one of its DAG runs (Airflow's PATCH of a run's state or note asks
+        for PUT on DagAccessEntity.RUN). SimpleAuthManager: roles user, op and admin;
+        viewer not."""
+        return get_auth_manager().is_authorized_dag(
+            method="PUT",
+            access_entity=DagAccessEntity.RUN,
+            details=DagDetails(id=dag_id),
+            user=user,
+        )
 
     def html(body: str, status_code: int = 200) -> HTMLResponse:
         return HTMLResponse(
@@ -199,7 +237,74 @@ def create_app() -> FastAPI:
             raise HTTPException(status_code=404, detail=str(e)) from None
         if view is None:
             raise HTTPException(status_code=404, detail=f"no results recorded for {dag_id!r}")
-        return html(render.history_page(view, page_base=_page_base(request), n_runs=n))
+        _, app_base = _bases(request)
+        return html(
+            render.history_page(
+                view,
+                page_base=_page_base(request),
+                n_runs=n,
+                form_base=app_base,
+                can_edit=may_triage(user, dag_id),
+            )
+        )
+
+    @app.post("/suites/{dag_id}/changes/{what}/{change_id}/triage")
+    def triage(
+        request: Request,
+        dag_id: str,
+        what: str,
+        change_id: int,
+        user: User,
+        state: Annotated[str, Form(max_length=64)],
+        note: Annotated[str, Form()] = "",
+        runs: Annotated[int, Form()] = history.DEFAULT_RUNS,
+        embed: Annotated[str, Form(max_length=1)] = "",
+    ) -> RedirectResponse:
+        """Set a change group's (``what=group``) or change point's (``change``) triage
+        state from the history page's form; who is the logged-in user. Then back to the
+        history page at that entry (303: the browser GETs it)."""
+        try:
+            from airflow.configuration import conf
+
+            base_url = conf.get("api", "base_url", fallback=None)
+        except Exception:  # noqa: BLE001 - no configured base URL: the Host header decides
+            base_url = None
+        if not same_origin(request, base_url):
+            raise HTTPException(
+                status_code=403, detail="refused: a form posted from another site (origin)"
+            )
+        require(user, dag_id)
+        if not may_triage(user, dag_id):
+            raise HTTPException(
+                status_code=403, detail=f"setting a state needs edit access to {dag_id!r}"
+            )
+        if what not in ("group", "change"):
+            raise HTTPException(status_code=404, detail=f"no change kind {what!r}")
+        if len(note) > history.NOTE_MAX:
+            raise HTTPException(
+                status_code=400, detail=f"note longer than {history.NOTE_MAX} characters"
+            )
+        try:
+            apply_triage(
+                results_store(),
+                what,
+                change_id,
+                state,
+                by=user.get_name(),
+                note=note.strip() or None,
+                dag_id=dag_id,
+            )
+        except KeyError as e:
+            raise HTTPException(status_code=404, detail=str(e).strip("'\"")) from None
+        except ValueError as e:
+            raise HTTPException(status_code=400, detail=str(e)) from None
+        ui_base, app_base = _bases(request)
+        base = ui_base + VIEW_ROUTE if embed == "1" else app_base
+        n = max(1, min(runs, history.MAX_RUNS))
+        anchor = f"group-{change_id}" if what == "group" else f"change-{change_id}"
+        return RedirectResponse(
+            f"{base}/suites/{quote(dag_id, safe='')}/history?runs={n}#{anchor}", status_code=303
+        )
 
     @app.get("/suites/{dag_id}/files/{path:path}")
     def evidence(dag_id: str, path: str, user: User) -> FileResponse:

@@ -7,27 +7,47 @@ run's page at the cell. Rows are marked from the verdict sequence over the runs 
 passing earlier in the window), ``flaky`` (2+ flips between pass and fail); perf series
 the gate classified as a regression are marked ``regression``. Marked rows come first.
 
+Runs are ordered by logical date, then build (``runtime_version``), then start: a backfill
+of last week's builds started today sits where its dates are, not among today's runs, and
+every column header is distinct (date and build, a start time where those repeat).
+
+Above the grid, the suite's change groups (one cause behind the change points of a night:
+a build, a machine kind, a single series; ``accelmatrix.history``) are listed, open
+regressions first, each with its builds, cells, change and triage state; a user who may
+edit the suite's DAG sets the state there (a form POSTed to the app's triage route).
+
 Read in one query over the cells table (30,720 rows for 1,024 cells x 30 runs) and
 rendered as one string join: bench/bench_page.py times it against the <= 1 s goal.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from accelmatrix.results import schema
+from accelmatrix.results.changes import OPEN_STATES, TRIAGE_STATES
 from accelmatrix.ui.grid import LABELS, esc, q
 from accelmatrix.ui.model import cell_kind, run_finished, run_time
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
 
+log = logging.getLogger(__name__)
+
 DEFAULT_RUNS = 30
 MAX_RUNS = 100
+# Change groups listed besides the open regressions (all of which are listed), newest first.
+MAX_OTHER_GROUPS = 30
+MAX_CELLS_SHOWN = 4
+NOTE_MAX = 500  # characters of a triage note
 MARKS = ("new", "broken", "regression", "flaky")
 MARK_TEXT = {
     "new": "newly failing",
@@ -52,10 +72,47 @@ class Row:
 
 
 @dataclass
+class ChangeEntry:
+    """One line of the change list: a change group, or a change point no group holds."""
+
+    what: str  # group | change (the triage route's kind)
+    id: int
+    kind: str  # build | infrastructure | series
+    direction: str  # regression | improvement
+    summary: str
+    cells: list[str]
+    metrics: list[str]
+    machines: list[str]
+    series_count: int
+    change: float | None  # median relative change
+    change_min: float | None
+    change_max: float | None
+    logical_date: datetime | None
+    build: str | None
+    prev_logical_date: datetime | None
+    prev_build: str | None
+    run_id: str | None
+    state: str
+    state_by: str | None
+    state_at: datetime | None
+    note: str | None
+
+    @property
+    def anchor(self) -> str:
+        return f"{self.what}-{self.id}" if self.what == "change" else f"group-{self.id}"
+
+    @property
+    def open_regression(self) -> bool:
+        return self.direction == "regression" and self.state in OPEN_STATES
+
+
+@dataclass
 class HistoryView:
     dag_id: str
     runs: list[dict[str, Any]]  # oldest first
     rows: list[Row]
+    changes: list[ChangeEntry] = field(default_factory=list)  # open regressions first
+    changes_hidden: int = 0  # older closed groups not listed
 
     @property
     def counts(self) -> dict[str, int]:
@@ -65,7 +122,7 @@ class HistoryView:
 def load_history(
     store: ResultsStore, dag_id: str, n_runs: int = DEFAULT_RUNS
 ) -> HistoryView | None:
-    runs = list(reversed(store.get_runs(dag_id, limit=max(1, min(n_runs, MAX_RUNS)))))
+    runs = runs_in_order(store, dag_id, max(1, min(n_runs, MAX_RUNS)))
     if not runs:
         return None
     pos = {r["run_id"]: i for i, r in enumerate(runs)}
@@ -96,7 +153,108 @@ def load_history(
         rows.values(),
         key=lambda r: (min((rank[m] for m in r.marks), default=len(rank)), r.order),
     )
-    return HistoryView(dag_id, runs, ordered)
+    changes, hidden = load_changes(store, dag_id)
+    return HistoryView(dag_id, runs, ordered, changes, hidden)
+
+
+def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[dict[str, Any]]:
+    """The suite's latest ``n_runs`` runs, oldest first, placed by logical date (a run
+    without one by its start), then build (``runtime_version``), then start: the order of
+    the builds tested, whenever the runs happened to execute."""
+    r = schema.runs.c
+    when = func.coalesce(r.logical_date, r.started_at, r.created_at)
+    stmt = (
+        select(schema.runs)
+        .where(r.dag_id == dag_id)
+        .order_by(when.desc(), r.runtime_version.desc(), r.started_at.desc(), r.run_id.desc())
+        .limit(n_runs)
+    )
+    with store._reading() as conn:  # noqa: SLF001 - one read-only query, no store API for it
+        runs = [dict(row._mapping) for row in conn.execute(stmt)]
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(
+        runs,
+        key=lambda x: (
+            run_time(x) or epoch,
+            x.get("runtime_version") or "",
+            x.get("started_at") or epoch,
+            x["run_id"],
+        ),
+    )
+
+
+def load_changes(store: ResultsStore, dag_id: str) -> tuple[list[ChangeEntry], int]:
+    """The change list: every open regression group (untriaged or acknowledged), newest
+    first, then the other groups, newest first, up to ``MAX_OTHER_GROUPS`` (and how many
+    more there are). A change point no group holds is listed as its own entry."""
+    try:
+        groups = store.get_change_groups(dag_id)
+        loose = [p for p in store.get_change_points(dag_id) if p.get("group_id") is None]
+    except Exception:  # noqa: BLE001 - an older store without the tables: no list
+        log.warning("history: change groups of %s not readable", dag_id, exc_info=True)
+        return [], 0
+    entries = [_group_entry(g) for g in groups] + [_point_entry(p) for p in loose]
+    epoch = datetime.min.replace(tzinfo=UTC)
+    entries.sort(key=lambda e: (e.logical_date or epoch, e.id), reverse=True)
+    first = [e for e in entries if e.open_regression]
+    rest = [e for e in entries if not e.open_regression]
+    return first + rest[:MAX_OTHER_GROUPS], max(0, len(rest) - MAX_OTHER_GROUPS)
+
+
+def _group_entry(g: dict[str, Any]) -> ChangeEntry:
+    return ChangeEntry(
+        what="group",
+        id=int(g["id"]),
+        kind=g.get("kind") or "series",
+        direction=g.get("direction") or "regression",
+        summary=g.get("summary") or "",
+        cells=[str(c) for c in g.get("cells") or []],
+        metrics=[str(m) for m in g.get("metrics") or []],
+        machines=[str(m) for m in g.get("machines") or []],
+        series_count=int(g.get("series_count") or 0),
+        change=g.get("change_median"),
+        change_min=g.get("change_min"),
+        change_max=g.get("change_max"),
+        logical_date=g.get("logical_date"),
+        build=g.get("runtime_version"),
+        prev_logical_date=g.get("prev_logical_date"),
+        prev_build=g.get("prev_runtime_version"),
+        run_id=g.get("run_id"),
+        state=g.get("state") or "untriaged",
+        state_by=g.get("state_by"),
+        state_at=g.get("state_at"),
+        note=g.get("note"),
+    )
+
+
+def _point_entry(p: dict[str, Any]) -> ChangeEntry:
+    return ChangeEntry(
+        what="change",
+        id=int(p["id"]),
+        kind="series",
+        direction=p.get("direction") or "regression",
+        summary=f"{p['metric']} of {p['cell_id']}: {_pct(p.get('change'))}",
+        cells=[p["cell_id"]],
+        metrics=[p["metric"]],
+        machines=[p["machine"]] if p.get("machine") else [],
+        series_count=1,
+        change=p.get("change"),
+        change_min=None,
+        change_max=None,
+        logical_date=p.get("logical_date"),
+        build=p.get("runtime_version"),
+        prev_logical_date=p.get("prev_logical_date"),
+        prev_build=p.get("prev_runtime_version"),
+        run_id=p.get("run_id"),
+        state=p.get("state") or "untriaged",
+        state_by=p.get("state_by"),
+        state_at=p.get("state_at"),
+        note=p.get("note"),
+    )
+
+
+def _pct(v: float | None) -> str:
+    return "?" if v is None or not math.isfinite(v) else f"{v * 100:+.1f} %"
 
 
 def _mark(row: Row, runs: list[dict[str, Any]], perf_regression: bool) -> None:
@@ -120,16 +278,26 @@ def _mark(row: Row, runs: list[dict[str, Any]], perf_regression: bool) -> None:
         row.marks.append("flaky")
 
 
-def render_history(view: HistoryView, *, page_base: str, n_runs: int) -> str:
+def render_history(
+    view: HistoryView,
+    *,
+    page_base: str,
+    n_runs: int,
+    form_base: str | None = None,
+    can_edit: bool = False,
+) -> str:
     """Compact on purpose: 30,720 squares at 1,024 x 30, so a square is one <a> (no table
     cell around it), its link names the run without needless escapes and the cell by its
-    plan index (``#c<index>``, the anchor the run page gives each cell)."""
+    plan index (``#c<index>``, the anchor the run page gives each cell).
+
+    ``form_base``: this app's base, where triage forms are POSTed (the navigation entry's
+    view cannot take a POST); ``can_edit``: the user may edit the suite's DAG, so the
+    change list carries triage forms."""
     suite = f"{page_base}/suites/{q(view.dag_id)}"
     run_links = [f"{suite}?run_id={quote(r['run_id'], safe=':')}" for r in view.runs]
     heads = "".join(
-        f'<a class="run" href="{esc(link)}" title="{esc(r["run_id"])} '
-        f'({esc(r.get("state") or "-")})">{esc(_short(r))}</a>'
-        for r, link in zip(view.runs, run_links, strict=True)
+        f'<a class="run" href="{esc(link)}" title="{esc(_run_title(r))}">{esc(label)}</a>'
+        for r, link, label in zip(view.runs, run_links, run_labels(view.runs), strict=True)
     )
     body = []
     for row in view.rows:
@@ -164,9 +332,12 @@ def render_history(view: HistoryView, *, page_base: str, n_runs: int) -> str:
         f'<nav class="crumbs"><a href="{esc(page_base)}/">suites</a> / '
         f'<a href="{esc(suite)}">{esc(view.dag_id)}</a> / history</nav>'
         f"<h1>{esc(view.dag_id)}: last {len(view.runs)} runs</h1>"
-        f'<p class="meta" id="history-meta">{len(view.rows)} cells; {esc(counts)}. '
-        f"Oldest run left, newest right; each square links to that run's cell. "
-        f"Show the last{others} runs.</p>"
+        + render_changes(
+            view, page_base=page_base, n_runs=n_runs, form_base=form_base, can_edit=can_edit
+        )
+        + f'<h2>Cells</h2><p class="meta" id="history-meta">{len(view.rows)} cells; '
+        f"{esc(counts)}. Oldest build left, newest right (by logical date, then build); "
+        f"each square links to that run's cell. Show the last{others} runs.</p>"
         f'<ul class="legend">{legend}</ul>'
         f'<div class="gridwrap"><table class="history" id="history"><thead><tr>'
         f'<th class="corner">cell</th><th>marks</th><th class="sq">{heads}</th></tr></thead>'
@@ -179,6 +350,148 @@ def _short(run: dict[str, Any]) -> str:
     return f"{when:%m-%d}" if when else run["run_id"][:8]
 
 
+def run_labels(runs: list[dict[str, Any]]) -> list[str]:
+    """Column headers, one per run, all distinct: the logical date and the build; where
+    those repeat (a date tested twice, or runs without a build), the start time too, and
+    the run id as the last resort."""
+    labels = []
+    for r in runs:
+        build = r.get("runtime_version")
+        labels.append(f"{_short(r)} {build}" if build else _short(r))
+    seen = Counter(labels)
+    for i, r in enumerate(runs):
+        if seen[labels[i]] > 1:
+            started = r.get("started_at") or r.get("created_at")
+            if started:
+                labels[i] += f" {started.astimezone(UTC):%H:%M}"
+    seen = Counter(labels)
+    return [
+        f"{lb} {r['run_id']}" if seen[lb] > 1 else lb for lb, r in zip(labels, runs, strict=True)
+    ]
+
+
+def _run_title(r: dict[str, Any]) -> str:
+    parts = [r["run_id"], f"state {r.get('state') or '-'}"]
+    if r.get("logical_date"):
+        parts.append(f"logical date {r['logical_date'].astimezone(UTC):%Y-%m-%d %H:%M} UTC")
+    if r.get("runtime_version"):
+        parts.append(f"build {r['runtime_version']}")
+    if r.get("started_at"):
+        parts.append(f"started {r['started_at'].astimezone(UTC):%Y-%m-%d %H:%M} UTC")
+    return "; ".join(parts)
+
+
+# -- the change list ------------------------------------------------------------------------
+KIND_TEXT = {
+    "build": "build",
+    "infrastructure": "infrastructure",
+    "series": "series",
+}
+
+
+def triage_action(form_base: str, dag_id: str, e: ChangeEntry) -> str:
+    """The triage route of an entry (``app.py``)."""
+    return f"{form_base}/suites/{q(dag_id)}/changes/{e.what}/{e.id}/triage"
+
+
+def _when(t: datetime | None, fmt: str = "%Y-%m-%d") -> str:
+    return t.astimezone(UTC).strftime(fmt) if t else "?"
+
+
+def _change_text(e: ChangeEntry) -> str:
+    text = _pct(e.change)
+    lo, hi = e.change_min, e.change_max
+    if lo is not None and hi is not None and (lo != hi) and math.isfinite(lo) and math.isfinite(hi):
+        text += f" ({_pct(lo)} to {_pct(hi)})"
+    return text
+
+
+def render_changes(
+    view: HistoryView,
+    *,
+    page_base: str,
+    n_runs: int,
+    form_base: str | None,
+    can_edit: bool,
+) -> str:
+    """The change list above the grid: open regressions first, a triage form per entry
+    for users who may edit the suite's DAG."""
+    suite = f"{page_base}/suites/{q(view.dag_id)}"
+    n_open = sum(e.open_regression for e in view.changes)
+    if not view.changes:
+        return (
+            '<h2>Changes</h2><p class="meta" id="changes-meta">No change point found in this '
+            "suite's perf series.</p>"
+        )
+    embedded = form_base is not None and form_base != page_base
+    rows = []
+    for e in view.changes:
+        cells = e.cells[:MAX_CELLS_SHOWN]
+        more = len(e.cells) - len(cells)
+        cell_text = ", ".join(cells) + (f" +{more} more" if more > 0 else "")
+        builds = (
+            f"{esc(e.prev_build or '?')} ({esc(_when(e.prev_logical_date))}) &rarr; "
+            if e.prev_build or e.prev_logical_date
+            else ""
+        )
+        first = f"{esc(e.build or '?')} ({esc(_when(e.logical_date))})"
+        if e.run_id:
+            href = f"{suite}?run_id={quote(e.run_id, safe=':')}"
+            first = f'<a class="first-run" href="{esc(href)}">{first}</a>'
+        state = f'<b class="st-{esc(e.state)}">{esc(e.state)}</b>'
+        if e.state_by:
+            state += f" by {esc(e.state_by)}"
+        if e.state_at:
+            state += f" {esc(_when(e.state_at, '%Y-%m-%d %H:%M'))} UTC"
+        if e.note:
+            state += f'<span class="note">{esc(e.note)}</span>'
+        form = ""
+        if can_edit and form_base is not None:
+            options = "".join(
+                f'<option value="{s}"{" selected" if s == e.state else ""}>{s}</option>'
+                for s in TRIAGE_STATES
+            )
+            form = (
+                f'<form class="triage" method="post" '
+                f'action="{esc(triage_action(form_base, view.dag_id, e))}">'
+                f'<select name="state" aria-label="state">{options}</select> '
+                f'<input name="note" maxlength="{NOTE_MAX}" placeholder="note" '
+                f'aria-label="note"> <input type="hidden" name="runs" value="{n_runs}">'
+                + ('<input type="hidden" name="embed" value="1">' if embedded else "")
+                + '<button type="submit">set</button></form>'
+            )
+        where = ", ".join(e.machines) if e.machines else ""
+        rows.append(
+            f'<tr id="{esc(e.anchor)}" class="change-entry d-{esc(e.direction)}'
+            f'{" open" if e.open_regression else ""}" data-what="{e.what}" data-id="{e.id}" '
+            f'data-state="{esc(e.state)}" data-kind="{esc(e.kind)}">'
+            f'<td><span class="badge g-{esc(e.kind)}">{esc(KIND_TEXT.get(e.kind, e.kind))}'
+            f'</span><span class="dir">{esc(e.direction)}</span></td>'
+            f'<td class="summary">{esc(e.summary)}'
+            + (f'<span class="sub">{esc(", ".join(e.metrics))}' if e.metrics else "")
+            + (f" on {esc(where)}" if e.metrics and where else "")
+            + ("</span>" if e.metrics else "")
+            + f'</td><td class="cells" title="{esc(", ".join(e.cells))}">'
+            f"{e.series_count or len(e.cells)} series: {esc(cell_text)}</td>"
+            f'<td class="pct">{esc(_change_text(e))}</td>'
+            f'<td class="builds">{builds}{first}</td>'
+            f'<td class="state">{state}</td>' + (f"<td>{form}</td>" if can_edit else "") + "</tr>"
+        )
+    more = (
+        f" {view.changes_hidden} older closed change(s) not listed." if view.changes_hidden else ""
+    )
+    head = "<th>cause</th><th>what moved</th><th>cells</th><th>change</th>"
+    head += "<th>builds (last good &rarr; first at the new level)</th><th>state</th>"
+    head += "<th>triage</th>" if can_edit else ""
+    return (
+        f'<h2>Changes</h2><p class="meta" id="changes-meta">{n_open} open regression(s) '
+        f"first, then the rest, newest first.{esc(more)}"
+        + ("" if can_edit else " Setting a state needs edit access to this suite's DAG.")
+        + f'</p><table class="changes" id="changes"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 CSS = """
 table.history{border-collapse:collapse;font-size:11px}
 table.history th{background:#edf2f7;padding:2px 4px;border:1px solid #cbd5e0;white-space:nowrap}
@@ -188,4 +501,16 @@ table.history .sq>*{flex:0 0 14px;width:14px;height:14px;margin:1px;display:bloc
 table.history a.run{writing-mode:vertical-rl;transform:rotate(180deg);height:auto;font-weight:400}
 table.history td.marks{white-space:nowrap}
 .b-new{background:#c53030}.b-broken{background:#9b2c2c}
+table.changes{border-collapse:collapse;font-size:12px;margin-bottom:8px}
+table.changes th,table.changes td{border:1px solid #cbd5e0;padding:3px 6px;text-align:left;
+vertical-align:top}
+table.changes th{background:#edf2f7}
+table.changes tr.open{background:#fff5f5}table.changes tr:target{outline:2px solid #1e5bb8}
+table.changes .dir{display:block;font-size:11px;color:#4a5568}
+table.changes .sub,table.changes .note{display:block;font-size:11px;color:#4a5568}
+table.changes td.cells{max-width:260px}table.changes td.pct{white-space:nowrap;font-weight:600}
+table.changes .d-regression td.pct{color:#c53030}table.changes .d-improvement td.pct{color:#2f855a}
+table.changes form.triage{margin:0;white-space:nowrap}
+table.changes input[name=note]{width:140px}
+.g-build{background:#c53030}.g-infrastructure{background:#b7791f}.g-series{background:#4a5568}
 """.strip()

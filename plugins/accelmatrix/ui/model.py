@@ -35,7 +35,9 @@ from accelmatrix.ui.trend_model import (
     _history,
     _trends,
     _verdicts,
+    attach_changes,
     current_bounds,
+    tracked_trends,
 )
 
 if TYPE_CHECKING:
@@ -211,6 +213,9 @@ def load_run_view(
         stopped_by=stopped_by,
     )
     trends = _trends(dag_id, hist, verdicts, max_series)
+    since = until - timedelta(days=window_days)
+    trends += tracked_trends(store, dag_id, since, until, max_series, {t.metric for t in trends})
+    attach_changes(store, dag_id, trends, since=since)
     return RunView(
         dag_id=dag_id,
         run=run,

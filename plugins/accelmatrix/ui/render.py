@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from accelmatrix.ui import history
+from accelmatrix.ui import history, trend
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_time
 from accelmatrix.ui.trend import render_trend
@@ -55,6 +55,8 @@ ul.series-legend .s-flaky .status{color:#b7791f;font-weight:700}
 """.strip()
     + "\n"
     + history.CSS
+    + "\n"
+    + trend.CSS
 )
 
 
@@ -135,7 +137,10 @@ def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | Non
         dag_id=view.dag_id,
         run_id=run["run_id"],
     )
-    charts = "".join(render_trend(t, f"trend-{i}") for i, t in enumerate(view.trends))
+    suite_url = f"{page_base}/suites/{q(view.dag_id)}"
+    charts = "".join(
+        render_trend(t, f"trend-{i}", suite_url=suite_url) for i, t in enumerate(view.trends)
+    )
     source = (
         "verdicts as stored after the latest run"
         if view.verdict_source == "series_status"
@@ -145,7 +150,10 @@ def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | Non
         f'<h2>Trends</h2><p class="meta">{esc(view.window_days)} days up to this run; '
         f"{source}. Band: bounds each point was judged against;"
         + (" dashed: bounds in the bounds file now;" if any(t.current for t in view.trends) else "")
-        + f" red rings: points outside their bounds.</p>{charts}"
+        + " red rings: points outside their bounds;"
+        + " dashed verticals: change points at their first run (hover: before and after,"
+        + " builds, state; click: its group on the history page, or the run)."
+        + f"</p>{charts}"
         if view.trends
         else '<h2>Trends</h2><p class="meta">No perf check has judged this suite in the window.</p>'
     )
@@ -165,6 +173,15 @@ def message_page(title: str, text: str, link: tuple[str, str] | None = None) -> 
     return page(title, f"<h1>{esc(title)}</h1><p>{esc(text)}{extra}</p>")
 
 
-def history_page(view: history.HistoryView, *, page_base: str, n_runs: int) -> str:
-    body = history.render_history(view, page_base=page_base, n_runs=n_runs)
+def history_page(
+    view: history.HistoryView,
+    *,
+    page_base: str,
+    n_runs: int,
+    form_base: str | None = None,
+    can_edit: bool = False,
+) -> str:
+    body = history.render_history(
+        view, page_base=page_base, n_runs=n_runs, form_base=form_base, can_edit=can_edit
+    )
     return page(f"{view.dag_id} history", body)

@@ -2,19 +2,33 @@
 
 One chart per (benchmark, metric): the bounds in force at each point as a band, the bounds
 in the bounds file today as dashed lines, one line per cell, points outside their bounds
-ringed in red, and series classified as a regression drawn thick and labelled.
+ringed in red, series classified as a regression drawn thick and labelled, and each stored
+change point of a drawn series marked at its first run: a dashed vertical (its tooltip says
+before -> after, % change, p-value, builds and triage state; it links to the change's group
+on the history page) and a diamond on the point (links to that run's page).
+
+The x-axis ticks sit on whole days (UTC midnight), so a point of a nightly build sits just
+right of its own day's label; each point's tooltip names its build and logical date.
 """
 
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import UTC, datetime
+from urllib.parse import quote
 
 from accelmatrix.ui.grid import esc
-from accelmatrix.ui.model import Trend
+from accelmatrix.ui.trend_model import ChangeMark, Point, Series, Trend
 
 W, H = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 14, 34
+X_PAD = 0.03  # of the time span, either side
+CHAR_W = 6.3  # px per character of an 11px tick label (a generous estimate)
+# Whole days between x-axis ticks, fewest first; hours when the chart spans under 2 days.
+DAY_STEPS = (1, 2, 3, 7, 14, 28, 56, 91, 182, 364)
+HOUR_STEPS = (1, 2, 3, 6, 12, 24)
+MIN_TICK_GAP = 12  # px between two tick labels
+DAY = 86400
 PALETTE = (
     "#1f77b4",
     "#2ca02c",
@@ -47,8 +61,12 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [lo + i * step for i in range(n)]
 
 
-def render_trend(trend: Trend, chart_id: str) -> str:
-    """The chart as an <svg> element plus an HTML legend (one <figure>)."""
+def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -> str:
+    """The chart as an <svg> element plus an HTML legend (one <figure>).
+
+    ``suite_url``: the suite's matrix page (``<page base>/suites/<dag>``), where a change
+    point's links lead (its group on the history page, its first run); without it a change
+    point is drawn with its tooltip only."""
     points = [p for s in trend.series for p in s.points]
     times = [p.time for p in points] + [t for t, _, _ in trend.band]
     if not times:
@@ -65,10 +83,13 @@ def render_trend(trend: Trend, chart_id: str) -> str:
     y0, y1 = (min(ys), max(ys)) if ys else (0.0, 1.0)
     pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
     y0, y1 = max(0.0, y0 - pad) if y0 >= 0 else y0 - pad, y1 + pad
-    t0, t1 = min(times).timestamp(), max(times).timestamp()
+    t_lo, t_hi = min(times), max(times)
+    t0, t1 = t_lo.timestamp(), t_hi.timestamp()
     single = t1 <= t0
     if single:  # one run: the point in the middle, one tick, no invented time span
         t0, t1 = t0 - 60, t1 + 60
+    else:  # a little room either side, and the first point's own day tick in view
+        t0, t1 = x_range(t_lo, t_hi)
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def x(t: datetime) -> float:
@@ -91,19 +112,15 @@ def render_trend(trend: Trend, chart_id: str) -> str:
             f'<text class="tick" x="{LEFT - 6}" y="{yy + 4:.1f}" text-anchor="end">'
             f"{esc(_fmt(v))}</text>"
         )
-    span = t1 - t0
-    fmt = "%Y-%m-%d" if span > 2 * 86400 else "%m-%d %H:%M"
-    ticks = [(min(times), "middle")] if single else []
-    for i in range(0 if single else 5):
-        t = datetime.fromtimestamp(t0 + span * i / 4, tz=min(times).tzinfo)
-        ticks.append((t, "start" if i == 0 else "end" if i == 4 else "middle"))
-    if single:
-        fmt = "%Y-%m-%d %H:%M"
-    for t, anchor in ticks:
+    for t, label, anchor in x_ticks(t_lo, t_hi, pw, single=single):
         xx = x(t)
+        if not single:
+            parts.append(
+                f'<line class="xgrid" x1="{xx:.1f}" x2="{xx:.1f}" y1="{TOP}" y2="{TOP + ph}"/>'
+            )
         parts.append(
-            f'<text class="tick" x="{xx:.1f}" y="{H - 12}" text-anchor="{anchor}">'
-            f"{esc(t.strftime(fmt))}</text>"
+            f'<text class="tick xtick" data-time="{t.isoformat()}" x="{xx:.1f}" y="{H - 12}" '
+            f'text-anchor="{anchor}">{esc(label)}</text>'
         )
     # The band of bounds in force (each point was judged against these).
     band = [(t, lo, hi) for t, lo, hi in trend.band if not (math.isnan(lo) and math.isnan(hi))]
@@ -142,7 +159,7 @@ def render_trend(trend: Trend, chart_id: str) -> str:
             f'<polyline points="{coords}" stroke="{colour}"/>'
         )
         for a, b, p in pts:
-            label = f"{s.cell_id} {p.time:%Y-%m-%d %H:%M}: {_fmt(p.value)}"
+            label = point_label(s.cell_id, p)
             if p.violated:
                 label += f" outside [{_fmt(p.lower)}, {_fmt(p.upper)}]"
             ring = ' class="violation"' if p.violated else ""
@@ -157,6 +174,25 @@ def render_trend(trend: Trend, chart_id: str) -> str:
                 ' text-anchor="end">regression</text>'
             )
         parts.append("</g>")
+    n_changes = 0
+    for s in trend.series:
+        for c in s.changes:
+            if not t0 <= c.time.timestamp() <= t1:
+                continue  # outside the window drawn
+            at = _point_at(s, c.time)
+            parts.append(
+                _change_mark(
+                    c,
+                    s.cell_id,
+                    trend.metric,
+                    x(c.time),
+                    None if at is None else y(at.value),
+                    suite_url,
+                    TOP,
+                    TOP + ph,
+                )
+            )
+            n_changes += 1
     parts.append("</svg>")
     legend = []
     for i, s in enumerate(trend.series):
@@ -170,11 +206,184 @@ def render_trend(trend: Trend, chart_id: str) -> str:
         detail = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(trend.hidden.items()))
         legend.append(f'<li class="hidden">{hidden} more series not drawn ({esc(detail)})</li>')
     regs = trend.regressions
-    caption = f"<b>{esc(trend.benchmark)}</b> &middot; {esc(trend.metric)}"
+    caption = (
+        f"<b>{esc(trend.benchmark)}</b> &middot; {esc(trend.metric)}"
+        if trend.benchmark
+        else f"<b>{esc(trend.metric)}</b> &middot; tracked, no bounds"
+    )
     if regs:
         caption += f' <span class="badge b-regression">{len(regs)} regression(s)</span>'
+    if n_changes:
+        caption += f' <span class="badge b-change">{n_changes} change point(s)</span>'
     return (
         f'<figure class="chart" data-benchmark="{esc(trend.benchmark)}">'
         f"<figcaption>{caption}</figcaption>{''.join(parts)}"
         f'<ul class="series-legend">{"".join(legend)}</ul></figure>'
     )
+
+
+# -- the x-axis ------------------------------------------------------------------------------
+def x_ticks(
+    lo: datetime, hi: datetime, width: float, *, single: bool = False
+) -> list[tuple[datetime, str, str]]:
+    """(instant, label, text-anchor) of the x-axis ticks for points from ``lo`` to ``hi``
+    drawn ``width`` px wide: on whole days (UTC midnight), every 1, 2, 3, 7, ... days, as
+    many as fit with their labels apart; on whole hours when the points span under 2 days.
+    A label names the instant under it, so a point sits right of its day's tick, never
+    under another day's label. One run: its own time, the only tick."""
+    if single or hi <= lo:
+        return [(lo, f"{lo.astimezone(UTC):%Y-%m-%d %H:%M}", "middle")]
+    span = hi.timestamp() - lo.timestamp()
+    t0, t1 = x_range(lo, hi)
+    px = width / (t1 - t0)  # px per second
+    if span >= 2 * DAY:
+        unit, steps = DAY, DAY_STEPS
+        fmts = ("%Y-%m-%d", "%m-%d")
+    else:
+        unit, steps = 3600, HOUR_STEPS
+        fmts = ("%m-%d %H:%M", "%H:%M")
+    step, fmt = steps[-1] * unit, fmts[-1]
+    for n in steps:
+        gap = n * unit * px
+        wide = next((f for f in fmts if gap >= _label_w(f) + MIN_TICK_GAP), None)
+        if wide is not None:
+            step, fmt = n * unit, wide
+            break
+    first = math.ceil(t0 / step) * step  # whole days (UTC) since the epoch, step-aligned
+    out = []
+    t = first
+    while t <= t1:
+        when = datetime.fromtimestamp(t, tz=UTC)
+        xx = (t - t0) * px
+        half = _label_w(fmt) / 2
+        anchor = (
+            "start" if xx - half < -LEFT + 2 else "end" if xx + half > width + RIGHT else "middle"
+        )
+        out.append((when, when.strftime(fmt), anchor))
+        t += step
+    return out
+
+
+def x_range(lo: datetime, hi: datetime) -> tuple[float, float]:
+    """The plotted time range (epoch seconds) for points from ``lo`` to ``hi``: a little
+    room either side (no point or label on the plot's edge) and, on a day axis, from the
+    first point's own midnight on, so its day's tick is drawn left of it (a nightly run at
+    23:00 is not read as the next day's)."""
+    a, b = lo.timestamp(), hi.timestamp()
+    pad = (b - a) * X_PAD
+    t0, t1 = a - pad, b + pad
+    if b - a >= 2 * DAY:
+        t0 = min(t0, a // DAY * DAY)
+    return t0, t1
+
+
+def _label_w(fmt: str) -> float:
+    return len(datetime(2026, 12, 31, 23, 59, tzinfo=UTC).strftime(fmt)) * CHAR_W
+
+
+def point_label(cell_id: str, p: Point) -> str:
+    """A point's tooltip names its build and logical date (what a bisect needs)."""
+    build = f" build {p.build}" if p.build else ""
+    return f"{cell_id}{build} {p.time.astimezone(UTC):%Y-%m-%d %H:%M} UTC: {_fmt(p.value)}"
+
+
+# -- change points ---------------------------------------------------------------------------
+def _point_at(s: Series, when: datetime) -> Point | None:
+    """The series' point of the change's first run (same time), else the first after it."""
+    later = [p for p in s.points if p.time >= when and not math.isnan(p.value)]
+    return min(later, key=lambda p: p.time) if later else None
+
+
+def _pct(change: float | None) -> str:
+    return "?" if change is None or not math.isfinite(change) else f"{change * 100:+.1f} %"
+
+
+def _day(t: datetime | None) -> str:
+    return f"{t.astimezone(UTC):%Y-%m-%d}" if t else "?"
+
+
+def change_tooltip(c: ChangeMark, cell_id: str, metric: str) -> str:
+    """Before -> after, % change, significance, the builds and the triage state."""
+    lines = [f"{c.direction} of {metric} on {cell_id}: {_pct(c.change)}"]
+    if c.mean_before is not None and c.mean_after is not None:
+        lines.append(f"mean {_fmt(c.mean_before)} -> {_fmt(c.mean_after)}")
+    if c.median_before is not None and c.median_after is not None:
+        lines.append(f"median {_fmt(c.median_before)} -> {_fmt(c.median_after)}")
+    if c.p_value is not None:
+        lines.append(f"p-value {c.p_value:.2g}")
+    lines.append(
+        f"builds {c.prev_build or '?'} ({_day(c.prev_time)}) -> {c.build or '?'} "
+        f"({_day(c.time)}): the first run at the new level"
+    )
+    state = f"state {c.state}"
+    if c.state_by:
+        state += f" by {c.state_by}"
+    if c.state_at:
+        state += f" at {c.state_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    lines.append(state)
+    return "\n".join(lines)
+
+
+def change_links(c: ChangeMark, suite_url: str) -> tuple[str, str]:
+    """(its group's entry on the history page, the matrix page of its first run)."""
+    anchor = f"group-{c.group_id}" if c.group_id is not None else f"change-{c.id}"
+    return (
+        f"{suite_url}/history#{anchor}",
+        f"{suite_url}?run_id={quote(c.run_id, safe=':')}",
+    )
+
+
+def _change_mark(
+    c: ChangeMark,
+    cell_id: str,
+    metric: str,
+    xx: float,
+    yy: float | None,
+    suite_url: str | None,
+    top: float,
+    bottom: float,
+) -> str:
+    """A vertical line at the change's first run (links to its group), a label with the %
+    change, and a diamond on the series' point there (links to the run)."""
+    tip = f"<title>{esc(change_tooltip(c, cell_id, metric))}</title>"
+    group_href, run_href = change_links(c, suite_url) if suite_url is not None else ("", "")
+
+    def link(cls: str, href: str, inner: str) -> str:
+        if not href:
+            return f'<g class="{cls}">{tip}{inner}</g>'
+        return f'<a class="{cls}" href="{esc(href)}">{tip}{inner}</a>'
+
+    right = xx > W - RIGHT - 60
+    label_x = xx - 3 if right else xx + 3
+    line = (
+        f'<line class="cp-hit" x1="{xx:.1f}" x2="{xx:.1f}" y1="{top}" y2="{bottom}"/>'
+        f'<line class="cp-line" x1="{xx:.1f}" x2="{xx:.1f}" y1="{top}" y2="{bottom}"/>'
+        f'<text class="cp-label" x="{label_x:.1f}" y="{top + 10}" '
+        f'text-anchor="{"end" if right else "start"}">{esc(_pct(c.change))}</text>'
+    )
+    out = [
+        f'<g class="change c-{esc(c.direction)} t-{esc(c.state)}" data-change-id="{c.id}" '
+        f'data-group-id="{"" if c.group_id is None else c.group_id}" '
+        f'data-cell-id="{esc(cell_id)}" data-time="{c.time.astimezone(UTC).isoformat()}" '
+        f'data-build="{esc(c.build or "")}" data-state="{esc(c.state)}">',
+        link("cp-group", group_href, line),
+    ]
+    if yy is not None:
+        d = f"M{xx:.1f},{yy - 7:.1f}L{xx + 7:.1f},{yy:.1f}L{xx:.1f},{yy + 7:.1f}L{xx - 7:.1f},{yy:.1f}Z"
+        out.append(link("cp-run", run_href, f'<path class="cp-mark" d="{d}"/>'))
+    out.append("</g>")
+    return "".join(out)
+
+
+CSS = """
+svg.trend .xgrid{stroke:#edf2f7}
+svg.trend .change .cp-line{stroke:#c53030;stroke-width:1.5;stroke-dasharray:4 3}
+svg.trend .change .cp-hit{stroke:transparent;stroke-width:10}
+svg.trend .change .cp-mark{fill:#fff;stroke:#c53030;stroke-width:2.5}
+svg.trend .change .cp-label{fill:#c53030;font-weight:700}
+svg.trend .c-improvement .cp-line,svg.trend .c-improvement .cp-mark{stroke:#2f855a}
+svg.trend .c-improvement .cp-label{fill:#2f855a}
+svg.trend .change:not(.t-untriaged):not(.t-acknowledged) .cp-line{stroke-opacity:.45}
+svg.trend .change:hover .cp-line{stroke-width:3}
+.b-change{background:#744210}
+""".strip()

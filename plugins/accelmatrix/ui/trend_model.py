@@ -35,6 +35,8 @@ class Point:
     value: float
     lower: float
     upper: float
+    run_id: str | None = None
+    build: str | None = None  # the run's runtime_version (which build was tested)
 
     @property
     def violated(self) -> bool:
@@ -43,10 +45,59 @@ class Point:
 
 
 @dataclass
+class ChangeMark:
+    """A stored change point of a drawn series (``change_points`` row): where the level
+    moved, from which build on, by how much, and what people decided about it."""
+
+    id: int
+    group_id: int | None
+    time: datetime  # logical date of the first run at the new level
+    run_id: str
+    build: str | None
+    prev_time: datetime | None
+    prev_run_id: str | None
+    prev_build: str | None
+    mean_before: float | None
+    mean_after: float | None
+    median_before: float | None
+    median_after: float | None
+    change: float | None  # mean_after / mean_before - 1
+    p_value: float | None
+    direction: str  # regression | improvement
+    state: str
+    state_by: str | None
+    state_at: datetime | None
+
+    @classmethod
+    def from_row(cls, r: dict[str, Any]) -> ChangeMark:
+        return cls(
+            id=int(r["id"]),
+            group_id=r.get("group_id"),
+            time=r["logical_date"],
+            run_id=r["run_id"],
+            build=r.get("runtime_version"),
+            prev_time=r.get("prev_logical_date"),
+            prev_run_id=r.get("prev_run_id"),
+            prev_build=r.get("prev_runtime_version"),
+            mean_before=r.get("mean_before"),
+            mean_after=r.get("mean_after"),
+            median_before=r.get("median_before"),
+            median_after=r.get("median_after"),
+            change=r.get("change"),
+            p_value=r.get("p_value"),
+            direction=r.get("direction") or "regression",
+            state=r.get("state") or "untriaged",
+            state_by=r.get("state_by"),
+            state_at=r.get("state_at"),
+        )
+
+
+@dataclass
 class Series:
     cell_id: str
     status: str
     points: list[Point]
+    changes: list[ChangeMark] = field(default_factory=list)  # oldest first
 
 
 @dataclass
@@ -82,6 +133,7 @@ def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime)
             if r["logical_date"] not in latest or latest[r["logical_date"]] < rank:
                 latest[r["logical_date"]] = rank
     out: History = {}
+    builds = _builds(store, dag_id, {r["run_id"] for r in rows})
     for r in rows:
         when = r["logical_date"]
         if when is not None and latest[when][2] != r["run_id"]:
@@ -93,10 +145,123 @@ def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime)
             nan if r["value"] is None else float(r["value"]),
             nan if r["lower_bound"] is None else float(r["lower_bound"]),
             nan if r["upper_bound"] is None else float(r["upper_bound"]),
+            run_id=r["run_id"],
+            build=builds.get(r["run_id"]),
         )
         out.setdefault((r["benchmark"], r["metric"], r["cell_id"]), []).append(point)
     for pts in out.values():
         pts.sort(key=lambda p: p.time)
+    return out
+
+
+def _builds(store: ResultsStore, dag_id: str, run_ids: set[str]) -> dict[str, str]:
+    """run_id -> runtime_version (the build a run tested) of the window's runs: one narrow
+    read of the runs table (``perf_points`` does not carry it)."""
+    if not run_ids:
+        return {}
+    from sqlalchemy import select
+
+    from accelmatrix.results import schema
+
+    r = schema.runs.c
+    stmt = select(r.run_id, r.runtime_version).where(
+        r.dag_id == dag_id, r.run_id.in_(sorted(run_ids)), r.runtime_version.is_not(None)
+    )
+    with store._reading() as conn:  # noqa: SLF001 - one narrow read, no store API for it
+        return {run_id: build for run_id, build in conn.execute(stmt)}
+
+
+def attach_changes(
+    store: ResultsStore, dag_id: str, trends: list[Trend], since: datetime | None = None
+) -> None:
+    """Hang the stored change points (``change_points``) on the drawn series they belong to:
+    same cell and metric, and same benchmark when the change point names one. A change
+    point older than ``since`` (outside the chart's window) is left out."""
+    if not trends:
+        return
+    try:
+        rows = store.get_change_points(dag_id, since=since)
+    except Exception:  # noqa: BLE001 - an older store without the table: no marks
+        log.warning("matrix page: change points of %s not readable", dag_id, exc_info=True)
+        return
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault((r["metric"], r["cell_id"]), []).append(r)
+    for t in trends:
+        for s in t.series:
+            s.changes = [
+                ChangeMark.from_row(r)
+                for r in by_key.get((t.metric, s.cell_id), [])
+                if not r.get("benchmark") or r.get("benchmark") == t.benchmark
+            ]
+
+
+def tracked_trends(
+    store: ResultsStore,
+    dag_id: str,
+    since: datetime,
+    until: datetime,
+    max_series: int,
+    judged: set[str],
+) -> list[Trend]:
+    """Charts of the metrics the suite's ``history.track`` adds that no perf check judges
+    (no bounds: no band, no verdict), read the way the change-point detector reads them
+    (``history.frame.history`` with the suite's per-metric statistic over steps), so the
+    points drawn are the points analysed. Only when the suite file loads and tracks such
+    a metric: pandas is imported then, never on the common path."""
+    try:
+        from accelmatrix.history.changes import tracked_metrics
+        from accelmatrix.spec.loader import load_suite, resolve_suite
+
+        suite = load_suite(resolve_suite(dag_id, settings.suites_dir()))
+        stats = {m: st for m, st in tracked_metrics(suite).items() if m not in judged}
+    except Exception:  # noqa: BLE001 - a missing or broken suite: no extra charts
+        return []
+    if not stats:
+        return []
+    from accelmatrix.history.frame import history
+
+    try:
+        h = history(store, metric=None, dag_id=dag_id, since=since, until=until, stats=stats)
+    except Exception:  # noqa: BLE001 - the extra charts never break the page
+        log.warning("matrix page: tracked metrics of %s not readable", dag_id, exc_info=True)
+        return []
+    if h.empty:
+        return []
+    h = h[h["metric"].isin(list(stats))]
+    out = []
+    for metric in sorted(stats):
+        rows = h[h["metric"] == metric]
+        series = []
+        for cid, g in rows.groupby("cell_id", sort=True):
+            pts = [
+                Point(
+                    t.to_pydatetime(),
+                    math.nan if v is None or v != v else float(v),
+                    math.nan,
+                    math.nan,
+                    run_id=run_id,
+                    build=b if isinstance(b, str) and b else None,
+                )
+                for t, v, run_id, b in zip(
+                    g["time"], g["value"], g["run_id"], g["runtime_version"], strict=True
+                )
+            ]
+            pts.sort(key=lambda p: p.time)
+            series.append(Series(str(cid), "no_bounds", pts))
+        if not series:
+            continue
+        hidden = {"not drawn": len(series) - max_series} if len(series) > max_series else {}
+        out.append(
+            Trend(
+                benchmark="",
+                metric=metric,
+                series=series[:max_series],
+                band=[],
+                current=None,
+                hidden=hidden,
+            )
+        )
     return out
 
 
