@@ -10,6 +10,7 @@ from sqlalchemy import (
     Table,
     and_,
     delete,
+    func,
     insert,
     select,
     update,
@@ -164,13 +165,18 @@ class RunCellStore(StoreCore):
         return dict(row._mapping) if row is not None else None
 
     def get_runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """The DAG's runs, newest first (by start, then creation): the matrix page's run
-        picker and its "latest run"."""
+        """The DAG's runs, newest build first: by logical date (a run without one, by its
+        start), then start, then creation. The matrix page's run picker and its "latest
+        run": after a backfill of last week's builds, the latest is still today's build,
+        not the backfill run that happened to start last."""
         self._check_id("dag_id", dag_id, schema.ID_LEN)
+        when = func.coalesce(runs.c.logical_date, runs.c.started_at)
         stmt = (
             select(runs)
             .where(runs.c.dag_id == dag_id)
             .order_by(
+                when.is_(None),
+                when.desc(),
                 runs.c.started_at.is_(None),
                 runs.c.started_at.desc(),
                 runs.c.created_at.desc(),
