@@ -270,8 +270,21 @@ def update_changes(
     given)."""
     from accelmatrix.history.frame import history
 
-    if hist is None:
-        hist = history(store, metric=None, dag_id=dag_id, stats=tracked)
+    with store.changes_lock(dag_id):
+        if hist is None:
+            hist = history(store, metric=None, dag_id=dag_id, stats=tracked)
+        return _update(store, dag_id, spec, tracked, full=full, hist=hist)
+
+
+def _update(
+    store: ResultsStore,
+    dag_id: str,
+    spec: Any,
+    tracked: dict[str, str],
+    *,
+    full: bool,
+    hist: pd.DataFrame,
+) -> ChangeUpdate:
     hist = hist[hist["metric"].isin(list(tracked))]
     found, series = find_changes(
         hist,

@@ -143,7 +143,6 @@ def _perf_history(suite: Any, ref: RunRef) -> Any:
     importing pandas: about a second at the very end of every run of a functional suite).
     """
     from accelmatrix.history.changes import tracked_metrics, update_changes
-    from accelmatrix.history.frame import history
     from accelmatrix.history.report import changes_table
     from accelmatrix.history.series import classify_suite, rules_of
 
@@ -152,8 +151,7 @@ def _perf_history(suite: Any, ref: RunRef) -> Any:
     if not tracked:
         log.info("no perf series in %s: nothing to analyse", ref.dag_id)
         return None
-    hist = history(store, metric=None, dag_id=ref.dag_id, stats=tracked)
-    update = update_changes(store, ref.dag_id, suite.history, tracked, hist=hist)
+    update = update_changes(store, ref.dag_id, suite.history, tracked)
     rules, window = rules_of(suite.regression)
     classify_suite(
         store, ref.dag_id, rules=rules, window_days=window, open_regressions=update.open_regressions

@@ -7,15 +7,19 @@ and when. Triage of a group applies to every change point in it (one decision pe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import fcntl
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy.engine import Connection, make_url
 
 from accelmatrix.results import schema
-from accelmatrix.results.core import StoreCore
+from accelmatrix.results.core import StoreCore, _advisory_key
 from accelmatrix.results.schema import change_groups, change_points, utcnow
 
 __all__ = ["OPEN_STATES", "TRIAGE_STATES", "ChangePointStore"]
@@ -170,6 +174,54 @@ class ChangePointStore(StoreCore):
             else self.get_change_points(ids=[id])
         )
         return rows[0]
+
+    # ------------------------------------------------------------------------------ passes
+
+    @contextmanager
+    def changes_lock(self, dag_id: str, timeout_s: float = 300.0) -> Iterator[None]:
+        """Hold the suite's change-point lock: one pass (read, match, write, group) at a
+        time per suite, across processes.
+
+        A pass is many short transactions, so the database's own write lock does not keep
+        two gates of one suite (``max_active_runs`` > 1, a backfill beside the nightly)
+        from both inserting the same change or both opening a group. PostgreSQL: a
+        session advisory lock on a connection held for the pass. SQLite: an exclusive
+        ``flock`` on a file beside the database (every writer is on this machine anyway).
+        Other dialects: no lock (the unique key on change points still refuses doubles).
+        """
+        url = make_url(self.url)
+        backend = url.get_backend_name()
+        if backend == "postgresql":
+            engine = self._get_engine()
+            with engine.connect() as conn:
+                key = _advisory_key("change_points", dag_id)
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            return
+        if backend != "sqlite" or not url.database or url.database == ":memory:":
+            yield
+            return
+        path = Path(url.database).with_name(Path(url.database).name + ".changes.lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+") as f:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"change-point lock {path} held for over {timeout_s:.0f} s"
+                        ) from None
+                    time.sleep(0.1)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     # ------------------------------------------------------------------------------ helpers
 
