@@ -5,6 +5,7 @@ real `airflow backfill create` of three dates (plus a re-run of one) checked in 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -103,20 +104,30 @@ def _wait_all(stack, dag_id: str, n: int, timeout: float) -> list[dict]:
 
 
 @pytest.mark.integration
-def test_backfill_three_dates_then_rerun_one(tmp_path):
-    """`airflow backfill create` of three nightly builds on a real scheduler; the build of
-    the second day regressed (simulated by ``slow_from``), so the last two points violate
-    the bounds: history keyed by logical date, a stored ``regression`` verdict, one alert
-    (opened, then escalated with the trend) at a local receiver; then a re-run of the first
-    date keeps its run id and replaces its rows."""
+def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
+    """`airflow backfill create` of 14 nightly builds on a real scheduler; from the 9th
+    build on, step time is 5 % higher: inside the bounds band (+-10 %) and 5x the example's
+    build-to-build noise. At the end exactly one change point is stored, at the 9th build,
+    one notification went out, the trend chart marks it, and the maintenance DAG did not
+    re-center the bounds across it; accepting it on the page re-centers them onto the new
+    level, width kept."""
+    from accelmatrix.evaluation.bounds import load_bounds
     from accelmatrix.results.store import ResultsStore
     from accelmatrix_testkit import AirflowStack
 
+    include = tmp_path / "include"
+    shutil.copytree(ROOT / "include", include, ignore=shutil.ignore_patterns("__pycache__"))
+    bounds_path = include / "bounds" / "nightly_perf_bounds.yaml"
+    before_text = bounds_path.read_text()
+    old = load_bounds(bounds_path).benchmarks["nightly-small"]
     suites = tmp_path / "suites"
     suites.mkdir()
-    (suites / "nightly_perf.yaml").write_text(SUITE.read_text())
+    raw = yaml.safe_load(SUITE.read_text())
+    raw["max_active_runs"] = 3  # the gates of concurrent runs take turns (changes_lock)
+    (suites / "nightly_perf.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     today = datetime.now(UTC).date()
-    days = [today - timedelta(days=k) for k in (3, 2, 1)]
+    days = [today - timedelta(days=14 - k) for k in range(14)]
+    slow = days[8]
     home = tmp_path / "airflow"
     started = time.monotonic()
     with Receiver() as rx:
@@ -124,16 +135,17 @@ def test_backfill_three_dates_then_rerun_one(tmp_path):
             home=home,
             dags_folder=ROOT / "dags",
             suites_dir=suites,
-            parallelism=4,
+            parallelism=6,
             env_extra={
                 # Only the backfill creates runs: no scheduled run of "today" in between.
                 "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
                 "AIRFLOW_CONN_ACCELMATRIX_ALERTS": _conn(rx.port, extra={"endpoint": "/alerts"}),
+                "ACCELMATRIX_INCLUDE_DIR": str(include),
             },
         ) as stack:
-            stack.create_pool("accelmatrix_cpu_small", 2, include_deferred=True)
+            stack.create_pool("accelmatrix_cpu_small", 3, include_deferred=True)
             stack.wait_for_dag("nightly_perf")
-            conf = json.dumps({"slow_from": days[1].isoformat()})
+            conf = json.dumps({"slow_from": slow.isoformat()})
             # SQLite metadata DB shared with a running scheduler: a write can meet "database is
             # locked" on a busy machine; the failed attempt rolled back, so try again.
             for _attempt in range(3):
@@ -149,70 +161,81 @@ def test_backfill_three_dates_then_rerun_one(tmp_path):
                     "--dag-run-conf",
                     conf,
                     "--max-active-runs",
-                    "1",
+                    "3",
                 )
                 if created.returncode == 0 or "database is locked" not in created.stderr:
                     break
             assert created.returncode == 0, created.stderr[-3000:]
-            runs = _wait_all(stack, "nightly_perf", 3, timeout=300)
-            first = min(runs, key=lambda r: r["logical_date"])
-            t_three = time.monotonic() - started
-            # Re-run the first date. `backfill create --reprocess-behavior completed` does
-            # exactly this for a date that already has a run: it clears that run (same
-            # run_id, airflow/models/backfill.py _handle_clear_run) and re-queues it. The
-            # clear is sent directly because the scheduler marks a backfill complete only
-            # every 30 s, and one backfill per DAG may run at a time.
-            stack.api(
-                "POST",
-                f"dags/nightly_perf/dagRuns/{first['dag_run_id']}/clear",
-                json={"dry_run": False},
-            )
-            t_rerun_start = time.monotonic() - started
-            deadline = time.monotonic() + 180
-            while True:
-                now = {r["dag_run_id"]: r for r in _runs(stack, "nightly_perf")}
-                r0 = now[first["dag_run_id"]]
-                if r0["state"] in ("success", "failed") and r0["end_date"] != first["end_date"]:
-                    break
-                assert time.monotonic() < deadline, r0
-                time.sleep(1)
-            rerun_runs = list(now.values())
-    elapsed = time.monotonic() - started
+            runs = _wait_all(stack, "nightly_perf", 14, timeout=1200)
+            t_backfill = time.monotonic() - started
+            assert {r["state"] for r in runs} == {"success"}, [
+                (r["dag_run_id"], r["state"]) for r in runs
+            ]
+
+            # The maintenance DAG: a full pass, then bounds re-centering, held by the change.
+            stack.wait_for_dag("accelmatrix_maintenance")
+            m_run = stack.trigger("accelmatrix_maintenance")
+            assert stack.wait_for_run("accelmatrix_maintenance", m_run, timeout=300) == "success"
+            held = stack.api(
+                "GET",
+                f"dags/accelmatrix_maintenance/dagRuns/{m_run}/taskInstances/recenter_bounds"
+                "/xcomEntries/return_value",
+            )["value"]
+            assert bounds_path.read_text() == before_text, "re-centered across the regression"
+
+            store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
+            try:
+                points = store.get_change_points("nightly_perf")
+                groups = store.get_change_groups("nightly_perf")
+                assert len(points) == 1 and len(groups) == 1, (points, groups)
+                cp, group = points[0], groups[0]
+                # The trend chart on the run page of the newest build marks the change.
+                page = stack.client.get(
+                    "/accelmatrix/suites/nightly_perf", headers={"Accept": "text/html"}
+                )
+                assert page.status_code == 200, page.text[:500]
+                assert f'data-group-id="{group["id"]}"' in page.text
+                history_page = stack.client.get(
+                    "/accelmatrix/suites/nightly_perf/history", headers={"Accept": "text/html"}
+                )
+                assert f'id="group-{group["id"]}"' in history_page.text
+                # Accepting it on the page makes the new level the baseline.
+                accepted = stack.client.post(
+                    f"/accelmatrix/suites/nightly_perf/changes/group/{group['id']}/triage",
+                    data={"state": "accepted", "note": "expected: new kernel"},
+                    follow_redirects=False,
+                )
+                assert accepted.status_code == 303, accepted.text[:500]
+                group_after = store.get_change_group(group["id"])
+            finally:
+                store.close()
     assert stack.leftovers == []
-    assert len(rerun_runs) == 3  # the re-run reused the run, it did not add one
-    assert {r["run_type"] for r in rerun_runs} == {"backfill"}
+    elapsed = time.monotonic() - started
 
-    from accelmatrix.history.frame import history
-
-    store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
-    try:
-        h = history(store, dag_id="nightly_perf")
-        series = store.get_series_status("nightly_perf")
-        alerts = store.get_alerts("nightly_perf")
-        first_cells = store.get_cells("nightly_perf", first["dag_run_id"])
-    finally:
-        store.close()
-    assert [t.date() for t in h["logical_date"]] == days, h
-    assert list(h["runtime_version"]) == [f"nightly-{d.isoformat()}" for d in days]
-    assert list(h["run_type"]) == ["backfill"] * 3
-    assert set(h["benchmark"]) == {"nightly-small"} and set(h["cell_id"]) == {CELL}
-    fast, slow1, slow2 = h["value"]
-    assert fast < 0.03 < slow1 and slow2 > 0.03, h[["logical_date", "value"]]
-    assert list(h["passed"]) == [True, False, False]
-    assert (h["cost"] > 0).all() and (h["resource_held_seconds"] > 0).all()
-    # The re-run replaced the first date's rows: one cell row, updated after the rerun began.
-    assert len(first_cells) == 1 and first_cells[0]["state"] == "passed"
-
-    assert [(s["benchmark"], s["cell_id"], s["status"], s["points"]) for s in series] == [
-        ("nightly-small", CELL, "regression", 3)
-    ]
-    assert len(alerts) == 1 and alerts[0]["status"] == "open"
-    assert alerts[0]["kind"] == "regression" and alerts[0]["recurrences"] == 2
+    assert cp["logical_date"].date() == slow, cp
+    assert cp["runtime_version"] == f"nightly-{slow.isoformat()}"
+    assert cp["prev_runtime_version"] == f"nightly-{days[7].isoformat()}"
+    assert cp["direction"] == "regression" and 0.03 < cp["change"] < 0.07, cp
+    assert cp["n_before"] == 8 and cp["n_after"] == 6
+    assert old.step_time_lower_bound < cp["median_after"] < old.step_time_upper_bound, (
+        "the regression lies inside the bounds band: bounds alone never saw it"
+    )
+    assert group["kind"] == "series" and group["notified_at"] is not None
     sent = [body for path, _, body in rx.received if path == "/alerts"]
-    assert [b["text"].rsplit("(", 1)[-1] for b in sent] == ["failing)", "still failing)"], sent
-    assert "(out)" in sent[-1]["blocks"][1]["text"]["text"]
+    assert len(sent) == 1, sent
+    assert f"nightly-{slow.isoformat()}" in sent[0]["text"]
+    assert sent[0]["accelmatrix"]["trend_url"].endswith(f"#group-{group['id']}")
+    line = " ".join(held["bounds/nightly_perf_bounds.yaml"]["changes"])
+    assert "held: open regression" in line, held
+    assert group_after["state"] == "accepted" and group_after["state_by"] == "admin"
+    new = load_bounds(bounds_path).benchmarks["nightly-small"]
+    width = old.step_time_upper_bound - old.step_time_lower_bound
+    assert new.step_time_upper_bound - new.step_time_lower_bound == pytest.approx(width)
+    assert (new.step_time_lower_bound + new.step_time_upper_bound) / 2 == pytest.approx(
+        cp["median_after"]
+    )
     # A figure to read, not a bound: a wall-time assert fails on a busy machine, not on a bug.
     print(
-        f"backfill test: {elapsed:.0f} s ({t_three:.0f} s to the three runs, "
-        f"re-run queued at {t_rerun_start:.0f} s, stack start {stack.startup_seconds:.0f} s)"
+        f"backfill test: {elapsed:.0f} s ({t_backfill:.0f} s to the 14 runs, "
+        f"stack start {stack.startup_seconds:.0f} s)"
     )

@@ -57,7 +57,7 @@ __all__ = ["ChangePoint", "Detector", "Segment", "detect", "detect_many"]
 # 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian-consistent sigma.
 _MAD_TO_SIGMA = 1.482602218505602
 # A segment at the end with fewer points than this must look like a level, every point of
-# it past the midpoint (see _all_beyond_midpoint).
+# it past the midpoint; with fewer than twice this, its newest point (see _beyond_midpoint).
 _SHORT_TAIL = 4
 # A series shorter than this is penalised as if it had this many points: its noise
 # estimate, from a handful of differences, is too uncertain for the smaller penalty.
@@ -195,9 +195,7 @@ def _replace_outliers(x: np.ndarray, sigma: np.ndarray, k: float) -> np.ndarray:
     """Runs of one or two points that lie more than k sigmas, on the same side, from the
     level on both sides of them (the median of up to 3 points each side), where those two
     levels agree within k sigmas, take that level. A real step has a different level on
-    each side, so it is never touched. A run at the end has no later side: there only a
-    lone last point goes (judged against the points before it), and the merge judges a
-    2-point tail."""
+    each side, so it is never touched. A run at the end has no later side and is kept."""
     b, n = x.shape
     lim = (k * sigma)[:, None]
     pad = np.full((b, 3), np.nan)
@@ -232,8 +230,10 @@ def _replace_outliers(x: np.ndarray, sigma: np.ndarray, k: float) -> np.ndarray:
             near[:, 1:] |= np.abs(x[:, 1:] - x[:, :-1]) <= lim
             near[:, :-1] |= np.abs(x[:, :-1] - x[:, 1:]) <= lim
             hit &= ~near
-        if r == 2:
-            hit &= ~at_end  # a 2-point tail may be a new level: left to the merge
+        # A run at the end is left to the merge, which never takes one point for a level
+        # and judges a 2-point tail: its only context is the points before it, which may
+        # hold a blip the run returned from.
+        hit &= ~at_end
         rows, cols = np.nonzero(hit)
         for j in range(r):
             out[rows, start[cols] + j] = level[rows, cols]
@@ -316,7 +316,8 @@ def _merge(
                 short
                 or n2 < 2
                 or (tail and n2 < det.min_size and abs(shift) < det.tail_guard)
-                or (tail and n2 < _SHORT_TAIL and not _all_beyond_midpoint(z, a, cp, b))
+                or (tail and n2 < _SHORT_TAIL and not _beyond_midpoint(z, a, cp, b, cp))
+                or (tail and n2 < 2 * _SHORT_TAIL and not _beyond_midpoint(z, a, cp, b, b - 1))
                 or abs(shift) < det.min_effect
                 or _p_value(stat) > det.max_p
                 or abs(_relative(raw[a:cp], raw[cp:b])) < det.min_change
@@ -346,14 +347,15 @@ def _merge(
     return out
 
 
-def _all_beyond_midpoint(z: np.ndarray, a: int, cp: int, b: int) -> bool:
-    """Every point after ``cp`` is nearer the new level than the old one. A short segment
-    at the end that holds a 2-point blip and one ordinary point has the blip's strength
-    but not this shape; a new level has it."""
+def _beyond_midpoint(z: np.ndarray, a: int, cp: int, b: int, first: int) -> bool:
+    """Every point of ``z[first:b]`` is nearer the new level (after ``cp``) than the old
+    one (``a``..``cp``). For a short segment at the end: all its points (a 2-point blip
+    and one ordinary point have the blip's strength but not this shape), and for a longer
+    one the newest point (a level the series has already left is not reported)."""
     m0, m1 = float(z[a:cp].mean()), float(z[cp:b].mean())
     mid = (m0 + m1) / 2
-    after = z[cp:b]
-    return bool((after > mid).all() if m1 > m0 else (after < mid).all())
+    pts = z[first:b]
+    return bool((pts > mid).all() if m1 > m0 else (pts < mid).all())
 
 
 def _p_value(z: float) -> float:
