@@ -347,9 +347,8 @@ def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
         if tracked:
             update = update_changes(store, dag_id, spec, tracked, full=True)
             sinks = suite.notify.alerts if suite and suite.notify else []
-            new = [g for g in update.new_groups if g["direction"] == "regression"]
-            if sinks and new:
-                alerts.deliver_groups(sinks, store, new)
+            if sinks and update.to_notify:
+                alerts.deliver_groups(sinks, store, update.to_notify)
             summary["changes"] = update.line()
         rules, window = rules_of(regression)
         verdicts, _ = classify_suite(

@@ -168,7 +168,7 @@ def _noise_sigma(x: np.ndarray, min_relative: float, lag: int = 1) -> np.ndarray
     """Per row: 1.4826 * MAD(x[t+k] - x[t]) / sqrt(2), the larger of k = 1 and k = lag
     (at most an eighth of the series), floored (see Detector.min_relative_sigma)."""
     sigma = np.zeros(x.shape[0])
-    for k in {1, max(1, min(lag, x.shape[1] // 8))}:
+    for k in {1, max(1, min(lag, x.shape[1] // 16))}:
         d = x[:, k:] - x[:, :-k]
         mad = np.median(np.abs(d - np.median(d, axis=1, keepdims=True)), axis=1)
         sigma = np.maximum(sigma, _MAD_TO_SIGMA * mad / math.sqrt(2))

@@ -19,6 +19,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.history.changepoints import DEFAULT, Detector, detect_many
@@ -42,6 +43,16 @@ __all__ = [
 ]
 
 SERIES = ("cell_id", "metric")
+# A stored change re-found this many points from where it was is the same change, moved:
+# with a few points after it, a small step's position is uncertain by a night or two.
+MOVE = 3
+# A regression in one series alone is notified once it has held this many nights, or at
+# once if it is tail_guard sigmas large; one in several series at once (a build, a machine
+# kind) is notified at once: its siblings are the corroboration.
+CONFIRM_NIGHTS = 4
+# ... and only with this many points before it: from fewer, the series' noise is not known
+# well enough to page anyone on one series (the change is still stored and shown).
+MIN_HISTORY = 8
 
 
 def tracked_metrics(suite: Any) -> dict[str, str]:
@@ -75,54 +86,71 @@ def find_changes(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(change points, series): the change points of every (cell, metric) series of
     ``hist`` (a ``history.frame.history`` frame), over its last ``window`` points (None:
-    all), and one row per series analysed (machine, first time analysed, times).
+    all), and one row per series analysed (cell_id, metric, machine, points, and
+    ``times``: its points' logical dates as UTC datetime64 values, oldest first).
 
     A change point row carries what the store keeps (``results.schema.change_points``)
-    plus ``near`` (the logical dates of the points around it: where a stored change may
-    have been put before) and ``analysed_from``.
+    plus ``near`` and ``moved`` (the logical dates of the points around it: where a
+    stored change may have been put before).
+
+    Series are cut from one sorted frame as NumPy slices: a pandas group per series costs
+    ~2 ms, which is seconds for a 1,024-cell run's 3,072 series (bench/bench_history.py).
     """
     import numpy as np
     import pandas as pd
 
-    h = hist[np.isfinite(hist["value"].to_numpy(dtype="float64"))]
+    cols = ["cell_id", "metric", "time", "value", "run_id", "runtime_version", "machine"]
+    cols += ["backend", "benchmark"]
+    h = hist[[c for c in cols if c in hist.columns]]
+    h = h[np.isfinite(h["value"].to_numpy(dtype="float64"))]
     h = h.sort_values([*SERIES, "time"], kind="mergesort")
-    keys, arrays, frames = [], [], []
-    for key, g in h.groupby(list(SERIES), sort=True):
-        g = g if window is None else g.tail(window)
-        keys.append(key)
-        arrays.append(g["value"].to_numpy(dtype="float64"))
-        frames.append(g)
-    series_rows = []
-    rows = []
-    for key, g, found in zip(keys, frames, detect_many(arrays, detector), strict=True):
-        times = list(g["time"])
+    if window is not None and len(h):
+        h = h[h.groupby(list(SERIES), sort=False).cumcount(ascending=False) < window]
+    n = len(h)
+    col = {
+        c: h[c].to_numpy(dtype=object) if c in h.columns else np.full(n, None, dtype=object)
+        for c in cols
+    }
+    values = h["value"].to_numpy(dtype="float64")
+    times = (
+        pd.to_datetime(h["time"], utc=True).dt.tz_localize(None).to_numpy(dtype="datetime64[ns]")
+    )
+    cell, metric = col["cell_id"], col["metric"]
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = (cell[1:] != cell[:-1]) | (metric[1:] != metric[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    found_all = detect_many([values[a:b] for a, b in zip(starts, ends, strict=True)], detector)
+    series_rows, rows = [], []
+    for a, b, found in zip(starts, ends, found_all, strict=True):
+        machines = [m for m in col["machine"][a:b] if m is not None and m == m]
         series_rows.append(
             {
-                "cell_id": key[0],
-                "metric": key[1],
-                "machine": _last(g, "machine"),
-                "points": len(g),
-                "analysed_from": times[0],
-                "times": times,
+                "cell_id": cell[a],
+                "metric": metric[a],
+                "machine": machines[-1] if machines else None,
+                "points": int(b - a),
+                "times": times[a:b],
             }
         )
         for cp in found:
-            after, before = g.iloc[cp.index], g.iloc[cp.index - 1]
+            at = a + cp.index
             rising = cp.after.median > cp.before.median
-            better = rising == higher_is_better(key[1])
+            better = rising == higher_is_better(metric[a])
             rows.append(
                 {
-                    "cell_id": key[0],
-                    "metric": key[1],
-                    "benchmark": after.get("benchmark") or None,
-                    "machine": after.get("machine"),
-                    "backend": after.get("backend"),
-                    "run_id": after["run_id"],
-                    "logical_date": after["time"],
-                    "runtime_version": after.get("runtime_version"),
-                    "prev_run_id": before["run_id"],
-                    "prev_logical_date": before["time"],
-                    "prev_runtime_version": before.get("runtime_version"),
+                    "cell_id": cell[a],
+                    "metric": metric[a],
+                    "benchmark": col["benchmark"][at] or None,
+                    "machine": col["machine"][at],
+                    "backend": col["backend"][at],
+                    "run_id": col["run_id"][at],
+                    "logical_date": _aware64(times[at]),
+                    "runtime_version": col["runtime_version"][at],
+                    "prev_run_id": col["run_id"][at - 1],
+                    "prev_logical_date": _aware64(times[at - 1]),
+                    "prev_runtime_version": col["runtime_version"][at - 1],
                     "position": cp.index,
                     "n_before": cp.before.n,
                     "n_after": cp.after.n,
@@ -136,18 +164,20 @@ def find_changes(
                     "effect": cp.effect,
                     "p_value": cp.p_value,
                     "direction": "improvement" if better else "regression",
-                    "near": times[max(0, cp.index - 1) : cp.index + 2],
-                    "analysed_from": times[0],
+                    "near": [_aware64(t) for t in times[max(a, at - 1) : min(b, at + 2)]],
+                    "moved": [
+                        _aware64(t) for t in times[max(a, at - MOVE) : min(b, at + MOVE + 1)]
+                    ],
                 }
             )
     return pd.DataFrame(rows), pd.DataFrame(series_rows)
 
 
-def _last(g: pd.DataFrame, col: str) -> Any:
-    if col not in g:
-        return None
-    v = g[col].dropna()
-    return v.iloc[-1] if len(v) else None
+def _aware64(t: Any) -> datetime:
+    """A datetime64 (UTC, naive) as an aware UTC datetime."""
+    import pandas as pd
+
+    return pd.Timestamp(t).tz_localize(UTC).to_pydatetime()
 
 
 @dataclass
@@ -190,7 +220,7 @@ def match(
     found: list[dict[str, Any]], stored: list[dict[str, Any]], series: pd.DataFrame
 ) -> Matched:
     """Pair found change points with stored ones (same series and direction, the stored
-    one at one of the found one's ``near`` dates). Stored changes inside the analysed part
+    one at most MOVE points away: the nearest wins). Stored changes inside the analysed part
     of a series (after its first ``min_size`` points, where a change could be found) that
     were not re-found are retracted if nobody triaged them; triaged ones stay as they are.
     """
@@ -205,7 +235,7 @@ def match(
             for s in by_series.get((f["cell_id"], f["metric"]), [])
             if s["id"] not in used
             and s["direction"] == f["direction"]
-            and any(_same_time(s["logical_date"], t) for t in f["near"])
+            and any(_same_time(s["logical_date"], t) for t in f["moved"])
         ]
         values = {k: _plain(f[k]) for k in STORED_FIELDS}
         if candidates:
@@ -221,10 +251,10 @@ def match(
     )
     for key, rows in by_series.items():
         times = analysed.get(key)
-        if not times:
+        if times is None or not len(times):
             continue
         # A change at the window's first points cannot be re-found: it has no "before".
-        findable_from = times[min(len(times) - 1, DEFAULT.min_size)]
+        findable_from = _aware64(times[min(len(times) - 1, DEFAULT.min_size)])
         for s in rows:
             if s["id"] in used or s["state"] != "untriaged":
                 continue
@@ -244,6 +274,7 @@ class ChangeUpdate:
     updated: int = 0
     retracted: int = 0
     new_groups: list[dict[str, Any]] = field(default_factory=list)
+    to_notify: list[dict[str, Any]] = field(default_factory=list)  # see groups_to_notify
     open_regressions: set[tuple[str, str]] = field(default_factory=set)  # (cell, metric)
 
     def line(self) -> str:
@@ -335,7 +366,7 @@ def _update(
         up.new_groups.append({**new, "id": gid, "members": members})
     for cp_id, gid in plan.assign.items():
         # A change joining a group a person already triaged takes the group's state.
-        group = before[gid]
+        group = before.get(gid) or {"state": "untriaged"}
         values: dict[str, Any] = {"group_id": gid}
         if group["state"] != "untriaged":
             values.update(
@@ -344,6 +375,7 @@ def _update(
         store.save_change_point(dag_id, values, id=cp_id)
     for gid in touched_groups | set(plan.emptied):
         _settle_empty_group(store, dag_id, gid)
+    up.to_notify = groups_to_notify(store, dag_id, detector_for(spec))
     up.open_regressions = {
         (p["cell_id"], p["metric"])
         for p in store.get_change_points(dag_id, states=OPEN_STATES)
@@ -351,6 +383,27 @@ def _update(
     }
     log.info("%s", up.line())
     return up
+
+
+def groups_to_notify(store: ResultsStore, dag_id: str, detector: Detector) -> list[dict[str, Any]]:
+    """The suite's regression groups due a notification: not notified yet, still open, and
+    either several series (kind build or infrastructure) or one series with MIN_HISTORY
+    points before the change that has held its new level CONFIRM_NIGHTS nights or moved
+    ``tail_guard`` sigmas. A single series' tail report that goes away within a few nights
+    (a blip, a noisy stretch) never pages."""
+    due = []
+    for g in store.get_change_groups(dag_id, states=OPEN_STATES):
+        if g["notified_at"] is not None or g["direction"] != "regression":
+            continue
+        members = store.get_change_points(dag_id, group_id=g["id"])
+        if not members:
+            continue
+        held = max(p["n_after"] for p in members) >= CONFIRM_NIGHTS
+        large = max(abs(p["effect"] or 0) for p in members) >= detector.tail_guard
+        known = max(p["n_before"] for p in members) >= MIN_HISTORY
+        if g["kind"] != "series" or (known and (held or large)):
+            due.append(g)
+    return due
 
 
 def _settle_empty_group(store: ResultsStore, dag_id: str, gid: int) -> None:

@@ -3,8 +3,8 @@
 A build that slows 40 cells is one cause, not 40 alerts; a machine kind that runs slow
 one night while the other kinds stay flat is a different cause (infrastructure), and
 on-call should see which of the two it is before opening a chart. So change points of
-one suite, one direction and the same first run (within one point: a small change may be
-placed a night off) form a group, classified by where its members are:
+one suite, one direction and the same first run (within NEAR points: a small change may be placed a
+night or two off) form a group, classified by where its members are:
 
 ``infrastructure``  2+ cells, all on one machine kind, at least half of that kind's
                     cells, while another machine kind ran the same night and stayed flat
@@ -13,7 +13,7 @@ placed a night off) form a group, classified by where its members are:
 
 A change point found a night later than its siblings (a smaller effect needs more points)
 joins their group instead of opening another, and takes the group's triage state. The
-group is re-classified as it grows; it is notified once, when it is created.
+group is re-classified as it grows; it is notified once (history.changes decides when).
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
 
+# Change points of one direction at most this many points apart (in their series) are
+# taken as one night's cause.
+NEAR = 3
+
 
 @dataclass
 class GroupPlan:
@@ -41,8 +45,13 @@ class GroupPlan:
 def regroup(
     points: list[dict[str, Any]], groups: list[dict[str, Any]], series: pd.DataFrame
 ) -> GroupPlan:
-    """Plan the grouping of every ungrouped change point of one suite, and refresh every
-    group's fields from its members (they may have moved by a point since).
+    """Plan the suite's grouping for this pass, and refresh every group's fields.
+
+    A group somebody heard of (notified) or decided about (triaged) is fixed: its members
+    stay, and a new change point near its night joins it. Every other group is rebuilt
+    from scratch each pass (its members clustered again with the ungrouped points), so a
+    change whose position settled a night or two later still ends up with its siblings;
+    a rebuilt cluster keeps the id of the group most of its members came from.
 
     ``points`` and ``groups`` are the suite's stored rows; ``series`` is the frame of the
     series analysed (``history.changes.find_changes``): their machines and point times,
@@ -50,33 +59,39 @@ def regroup(
     """
     times = _times_by_series(series)
     plan = GroupPlan()
-    members: dict[int, list[dict[str, Any]]] = {g["id"]: [] for g in groups}
-    for p in points:
-        if p["group_id"] is not None and p["group_id"] in members:
-            members[p["group_id"]].append(p)
-    loose = [p for p in points if p["group_id"] is None or p["group_id"] not in members]
-    loose.sort(key=lambda p: (p["direction"], p["logical_date"], -abs(p["effect"] or 0)))
     by_id = {g["id"]: g for g in groups}
-    fresh: list[list[dict[str, Any]]] = []
+    fixed = {
+        g["id"]: [] for g in groups if g["notified_at"] is not None or g["state"] != "untriaged"
+    }
+    fluid = [gid for gid in by_id if gid not in fixed]
+    loose = []
+    for p in points:
+        if p["group_id"] in fixed:
+            fixed[p["group_id"]].append(p)
+        else:
+            loose.append(p)
+    loose.sort(key=lambda p: (p["direction"], p["logical_date"], -abs(p["effect"] or 0)))
+    clusters: list[list[dict[str, Any]]] = []
     for p in loose:
         near = _near(p, times)
         target = next(
             (
                 gid
-                for gid, ms in members.items()
+                for gid, ms in fixed.items()
                 if by_id[gid]["direction"] == p["direction"]
                 and ({by_id[gid]["logical_date"], *(m["logical_date"] for m in ms)} & near)
             ),
             None,
         )
         if target is not None:
-            members[target].append(p)
-            plan.assign[p["id"]] = target
+            fixed[target].append(p)
+            if p["group_id"] != target:
+                plan.assign[p["id"]] = target
             continue
         cluster = next(
             (
                 ms
-                for ms in fresh
+                for ms in clusters
                 if ms[0]["direction"] == p["direction"] and {m["logical_date"] for m in ms} & near
             ),
             None,
@@ -84,15 +99,27 @@ def regroup(
         if cluster is not None:
             cluster.append(p)
         else:
-            fresh.append([p])
-    for gid, ms in members.items():
+            clusters.append([p])
+    for gid, ms in fixed.items():
         if ms:
             plan.updates[gid] = _fields(ms, series)
-    for ms in fresh:
-        fields = _fields(ms, series)
-        fields["members"] = [p["id"] for p in ms]
-        plan.creates.append(fields)
-    plan.emptied = [gid for gid, ms in members.items() if not ms]
+        else:
+            plan.emptied.append(gid)
+    free = set(fluid)
+    for ms in sorted(clusters, key=len, reverse=True):
+        votes = Counter(p["group_id"] for p in ms if p["group_id"] in free)
+        if votes:
+            gid = votes.most_common(1)[0][0]
+            free.discard(gid)
+            plan.updates[gid] = _fields(ms, series)
+            for p in ms:
+                if p["group_id"] != gid:
+                    plan.assign[p["id"]] = gid
+        else:
+            fields = _fields(ms, series)
+            fields["members"] = [p["id"] for p in ms]
+            plan.creates.append(fields)
+    plan.emptied += sorted(free)
     return plan
 
 
@@ -105,8 +132,9 @@ def classify(
     if len(cells) >= 2 and len(machines) == 1:
         machine = next(iter(machines))
         ran: dict[Any, set[str]] = {}
+        w = _np64(when)
         for r in series.itertuples(index=False) if len(series) else []:
-            if any(as_utc(t) == when for t in r.times):
+            if (r.times == w).any():
                 ran.setdefault(r.machine, set()).add(r.cell_id)
         others_flat = any(m != machine and ran[m] for m in ran)
         share = len(cells) / max(1, len(ran.get(machine, set()) | cells))
@@ -174,24 +202,32 @@ def _fields(members: list[dict[str, Any]], series: pd.DataFrame) -> dict[str, An
     }
 
 
-def _times_by_series(series: pd.DataFrame) -> dict[tuple[str, str], list[datetime]]:
+def _times_by_series(series: pd.DataFrame) -> dict[tuple[str, str], Any]:
+    """(cell, metric) -> the series' times (UTC datetime64, oldest first)."""
     if not len(series):
         return {}
-    return {(r.cell_id, r.metric): [_py(t) for t in r.times] for r in series.itertuples()}
+    return {(r.cell_id, r.metric): r.times for r in series.itertuples()}
 
 
-def _near(p: dict[str, Any], times: dict[tuple[str, str], list[datetime]]) -> set[datetime]:
-    """The point's logical date and those of its neighbours in its series."""
+def _near(p: dict[str, Any], times: dict[tuple[str, str], Any]) -> set[datetime]:
+    """The point's logical date and those of the NEAR points either side in its series:
+    a small change's position is uncertain by a night or two."""
+    import numpy as np
+
     when = p["logical_date"]
-    ts = times.get((p["cell_id"], p["metric"]), [])
-    if when not in ts:
+    ts = times.get((p["cell_id"], p["metric"]))
+    if ts is None:
         return {when}
-    i = ts.index(when)
-    return set(ts[max(0, i - 1) : i + 2])
+    i = int(np.searchsorted(ts, _np64(when)))
+    if i >= len(ts) or ts[i] != _np64(when):
+        return {when}
+    return {as_utc(t) for t in ts[max(0, i - NEAR) : i + NEAR + 1]}
 
 
-def _py(t: Any) -> datetime:
-    return as_utc(t)
+def _np64(t: Any) -> Any:
+    import numpy as np
+
+    return np.datetime64(as_utc(t).replace(tzinfo=None), "ns")
 
 
 def as_utc(t: Any) -> datetime:

@@ -178,9 +178,8 @@ def _history_and_alerts(
     sinks = suite.notify.alerts if suite.notify else []
     try:
         update = _perf_history(suite, ref)
-        if update is not None and sinks:
-            regressions = [g for g in update.new_groups if g["direction"] == "regression"]
-            alerts.deliver_groups(sinks, store, regressions)
+        if update is not None and sinks and update.to_notify:
+            alerts.deliver_groups(sinks, store, update.to_notify)
     except Exception:  # noqa: BLE001 - the perf history must never flip the run's verdict
         log.exception("perf history of %s not updated", ref.dag_id)
     run = store.get_run(ref.dag_id, ref.run_id) or {}
