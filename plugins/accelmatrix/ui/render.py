@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from accelmatrix.ui import history, oncall
+from accelmatrix.ui import history, oncall, theme
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_time
 from accelmatrix.ui.trend import render_trend
@@ -57,6 +57,8 @@ ul.series-legend .s-flaky .status{color:#b7791f;font-weight:700}
     + history.CSS
     + "\n"
     + oncall.CSS
+    + "\n"
+    + theme.CSS
 )
 
 
