@@ -424,7 +424,21 @@ def test_data_docs(tmp_path: Path) -> None:
     assert not report.passed
     assert report.data_docs_index == docs / "index.html"
     index = report.data_docs_index.read_text()
-    assert "smoke.model=tiny_config=x" in index  # "/" is not allowed in GE store keys
+    # The title names the cell as it is ("/" is only replaced in GE's store keys), the
+    # summary counts checks as the verdict table does, and the failing checks come first.
+    assert "<h1>Data Docs of smoke.model=tiny/config=x</h1>" in index
+    n_checks = len(report.verdicts)
+    failed = [v.name for v in report.verdicts if not v.passed]
+    summary = re.search(r'<p id="summary">(.*?)</p>', index).group(1)
+    assert summary == (
+        f"Validation failed: {len(failed)} of {n_checks} checks failed: {', '.join(failed)}."
+    ), (summary, failed)
+    assert "expectation" not in summary
+    results = re.findall(r'<tr class="(pass|fail)"><td>([^<]*)</td>', index)
+    assert results[0][0] == "fail", results
+    names = list(dict.fromkeys(name for _, name in results))
+    assert set(names[: len(failed)]) == set(failed), names  # failing checks first
+    assert {name for k, name in results if k == "fail"} == set(failed)
     pages = [p for p in (docs / "validations").rglob("*.html")]
     assert len(pages) == 1
     page = pages[0].read_text()

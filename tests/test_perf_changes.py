@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
 
 from accelmatrix.history.bounds_job import recenter
 from accelmatrix.history.changes import update_changes
 from accelmatrix.history.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.suite_parts import HistorySpec
+from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACKED = {"step_time": "median"}

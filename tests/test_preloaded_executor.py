@@ -168,6 +168,10 @@ def test_evaluate_runs_in_its_task_process_without_deferring(tmp_path):
                 # A check failure is a test failure: red on the first try, never retried.
                 assert (ev["state"], ev["try_number"]) == ("failed", 1), summary
                 assert "check(s) failed: log_contains" in log, log[-3000:]
+                # The verdict table is the message: one line, no traceback after it.
+                assert "Task exited" in log, log[-3000:]
+                assert "error_detail" not in log and "Traceback" not in log, log[-3000:]
+                assert "Task failed with exception" not in log, log[-3000:]
         # Everything else is green on its first try, but the gate, red for the failed cells.
         others = [ti for (step, _), ti in by.items() if step not in ("evaluate", "gate")]
         assert {(ti["state"], ti["try_number"]) for ti in others} == {("success", 1)}, summary

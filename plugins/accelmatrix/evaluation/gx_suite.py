@@ -212,7 +212,8 @@ def run_suite(
 
     index = None
     if data_docs_dir is not None:
-        index = _build_docs(ctx, data_docs_dir, result, name)
+        # GE's stores need the path-safe name; the page's title shows the cell id as it is.
+        index = _build_docs(ctx, data_docs_dir, result, suite_name)
     return SuiteRun(by_check, index)
 
 

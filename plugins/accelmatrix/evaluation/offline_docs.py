@@ -87,36 +87,51 @@ def _replace(tag: str, logo: str) -> str:
 
 
 def _index(docs_dir: Path, pages: list[Path], result: Any, suite_name: str) -> str:
+    """Our index: the title names the cell as it is (``suite.model=a,config=b``, not GE's
+    path-safe key), the summary counts checks as the verdict table and the matrix page do
+    (a check is one or more expectations and passes when all of them do), and the failing
+    checks come first."""
     esc = html.escape
-    rows = []
+    checks: dict[Any, list[Any]] = {}
     for r in getattr(result, "results", []) or []:
-        cfg = r.expectation_config
-        meta = cfg.meta or {}
-        kwargs = cfg.kwargs or {}
-        bounds = ", ".join(
-            f"{k}={kwargs[k]}" for k in ("min_value", "max_value") if kwargs.get(k) is not None
-        )
-        observed = (r.result or {}).get("observed_value")
-        ok = bool(r.success)
-        rows.append(
-            f'<tr class="{"pass" if ok else "fail"}"><td>{esc(str(meta.get("check", "")))}</td>'
-            f"<td>{esc(str(cfg.type))}<br><code>{esc(str(kwargs.get('column', '')))}</code></td>"
-            f"<td>{esc(bounds)}</td><td>{esc(str(observed))}</td>"
-            f"<td>{'PASS' if ok else 'FAIL'}</td></tr>"
-        )
-    stats = getattr(result, "statistics", None) or {}
+        meta = r.expectation_config.meta or {}
+        checks.setdefault(meta.get("check_index", meta.get("check", "")), []).append(r)
+    ordered = sorted(checks.values(), key=lambda rs: all(bool(r.success) for r in rs))
+    rows = []
+    failed_names = []
+    for rs in ordered:
+        if not all(bool(r.success) for r in rs):
+            failed_names.append(str((rs[0].expectation_config.meta or {}).get("check", "")))
+        for r in sorted(rs, key=lambda r: bool(r.success)):  # its failing expectation first
+            cfg = r.expectation_config
+            meta = cfg.meta or {}
+            kwargs = cfg.kwargs or {}
+            bounds = ", ".join(
+                f"{k}={kwargs[k]}" for k in ("min_value", "max_value") if kwargs.get(k) is not None
+            )
+            observed = (r.result or {}).get("observed_value")
+            ok = bool(r.success)
+            rows.append(
+                f'<tr class="{"pass" if ok else "fail"}"><td>{esc(str(meta.get("check", "")))}</td>'
+                f"<td>{esc(str(cfg.type))}<br><code>{esc(str(kwargs.get('column', '')))}</code></td>"
+                f"<td>{esc(bounds)}</td><td>{esc(str(observed))}</td>"
+                f"<td>{'PASS' if ok else 'FAIL'}</td></tr>"
+            )
     links = "".join(
         f'<li><a href="{esc(p.relative_to(docs_dir).as_posix())}">'
         f"{esc(p.relative_to(docs_dir).as_posix())}</a></li>"
         for p in pages
     )
-    verdict = "passed" if getattr(result, "success", False) else "failed"
+    n, bad = len(checks), len(failed_names)
+    summary = f"{n - bad} of {n} check{'s' if n != 1 else ''} passed"
+    if bad:
+        summary = f"{bad} of {n} check{'s' if n != 1 else ''} failed: " + ", ".join(failed_names)
+    verdict = "failed" if bad or not getattr(result, "success", False) else "passed"
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>Data Docs of {esc(suite_name)}</title>{STYLE}</head><body>"
         f"<h1>Data Docs of {esc(suite_name)}</h1>"
-        f'<p id="summary">Validation {verdict}: {stats.get("successful_expectations", "?")} of '
-        f"{stats.get('evaluated_expectations', '?')} expectation(s) met.</p>"
+        f'<p id="summary">Validation {verdict}: {esc(summary)}.</p>'
         '<table id="expectations"><tr><th>check</th><th>expectation</th><th>bounds</th>'
         f"<th>observed</th><th>result</th></tr>{''.join(rows)}</table>"
         f"<h2>Great Expectations pages</h2><ul>{links}</ul>"

@@ -11,6 +11,10 @@ it is imported already:
 
 Either way the verdict table lands in this task's log once and the verdicts in the results
 store.
+
+A cell whose checks failed is a test failure, not an error: the verdict table is the
+message, so the task fails without a traceback (ChecksFailed). An evaluation that could not
+run is an error and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +24,26 @@ from typing import Any
 
 from accelmatrix.evidence import evidence_url
 from accelmatrix.operators.base import CellOperator
+
+
+class ChecksFailed(SystemExit):
+    """The cell's checks failed: fail the task with one line and no traceback.
+
+    Airflow 3.3.2's task runner logs every other exception, AirflowFailException included,
+    with ``log.exception`` (an 8-frame traceback under the verdict table); a SystemExit it
+    logs as one ``Task exited`` line with its code, here the failure's message, and fails
+    the task like any failure (``evaluate`` has no retries, so it is final).
+    """
+
+
+def _final(record: Any) -> Any:
+    """Run ``record`` (lifecycle.record_evaluation); a failed verdict becomes ChecksFailed."""
+    from accelmatrix.lifecycle import CellFailed
+
+    try:
+        return record()
+    except CellFailed as e:
+        raise ChecksFailed(str(e)) from None
 
 
 class EvaluateCellOperator(CellOperator):
@@ -58,7 +82,7 @@ class EvaluateCellOperator(CellOperator):
             lifecycle.record_evaluation_error(self.cell, ref, f"{type(e).__name__}: {e}")
             raise
         self._log_result(result)
-        return lifecycle.record_evaluation(self.cell, ref, result)
+        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, result))
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Only for events that hand the evaluation back to a worker (older triggers)."""
@@ -72,7 +96,7 @@ class EvaluateCellOperator(CellOperator):
             raise RuntimeError(f"evaluation failed to run: {error}")
         if not event.get("logged"):
             self._log_result(event["result"])
-        return lifecycle.record_evaluation(self.cell, ref, event["result"])
+        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, event["result"]))
 
     def _log_result(self, result: dict[str, Any]) -> None:
         self.log.info("checks for %s:\n%s", self.cell["id"], result["table"])

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accelmatrix.history.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.ui import files, history, model, render
+from accelmatrix.ui import files, history, model, oncall, render
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +221,109 @@ def create_app() -> FastAPI:
         if view is None:
             what = f"run {run_id!r} of {dag_id!r}" if run_id else f"any run of {dag_id!r}"
             raise HTTPException(status_code=404, detail=f"no results recorded for {what}")
+        panel, shown = oncall_panel(request, user, view, store)
         return html(
-            render.run_page(view, ui_base=ui_base, app_base=app_base, page_base=_page_base(request))
+            render.run_page(
+                view,
+                ui_base=ui_base,
+                app_base=app_base,
+                page_base=_page_base(request),
+                panel=panel,
+                cells=shown,
+            )
+        )
+
+    def oncall_panel(
+        request: Request, user: Any, view: model.RunView, store: ResultsStore
+    ) -> tuple[str, list[model.CellView]]:
+        """Filters, the re-run form, cost and owners (ui/oncall.py, ui/rerun.py)."""
+        from accelmatrix.ui import rerun
+
+        filters = oncall.parse_filters(request.query_params.multi_items())
+        shown = oncall.apply(view.cells, filters)
+        run_id = view.run["run_id"]
+        panel = oncall.render_panel(
+            cells=view.cells,
+            shown=shown,
+            axes=view.axes,
+            filters=filters,
+            dag_id=view.dag_id,
+            run_id=run_id,
+            page_base=_page_base(request),
+            app_base=_bases(request)[1],
+            embedded=request.headers.get(EMBED_HEADER) == "1",
+            can_rerun=may_edit(user, view.dag_id),
+            cost=oncall.run_cost(store.get_cells(view.dag_id, run_id)),
+            owners=rerun.dag_owners(view.dag_id),
+            reruns=rerun.reruns(view.dag_id, run_id),
+        )
+        return panel, shown
+
+    def may_edit(user: Any, dag_id: str) -> bool:
+        # What Airflow's clearTaskInstances endpoint itself requires.
+        return get_auth_manager().is_authorized_dag(
+            method="PUT",
+            access_entity=DagAccessEntity.TASK_INSTANCE,
+            details=DagDetails(id=dag_id),
+            user=user,
+        )
+
+    @app.post("/suites/{dag_id}/rerun")
+    async def rerun_failed(request: Request, dag_id: str, user: User) -> Response:
+        """Re-run the failed cells the form names (ui/rerun.py): edit access to the DAG,
+        same-origin only, through Airflow's clear API; then back to the run's page."""
+        from starlette.concurrency import run_in_threadpool
+
+        from accelmatrix.ui import rerun
+
+        require(user, dag_id)
+        if not may_edit(user, dag_id):
+            raise HTTPException(status_code=403, detail="re-running cells needs edit access")
+        from airflow.configuration import conf
+
+        try:
+            rerun.check_same_origin(
+                request.headers, request.url.scheme, conf.get("api", "base_url", fallback="")
+            )
+        except rerun.Refused as e:
+            raise HTTPException(status_code=e.status, detail=e.reason) from None
+        form = await request.form()
+        run_id = str(form.get("run_id") or "")
+        wanted = {str(c) for c in form.getlist("cell")}
+        if not run_id or not wanted:
+            raise HTTPException(status_code=400, detail="no run or no cell to re-run")
+        view = await run_in_threadpool(model.load_run_view, results_store(), dag_id, run_id)
+        if view is None:
+            raise HTTPException(status_code=404, detail=f"no results recorded for {run_id!r}")
+        todo, _ = oncall.targets(c for c in view.cells if c.cell_id in wanted)
+        if not todo:
+            raise HTTPException(status_code=409, detail="none of these cells failed")
+        ui_base, app_base = _bases(request)
+        host, port = request.scope.get("server") or ("127.0.0.1", 8080)
+        who = user.get_name()
+        try:
+            cleared = await run_in_threadpool(
+                lambda: rerun.clear_cells(
+                    server=f"{request.url.scheme}://{host}:{port}",
+                    ui_base=ui_base,
+                    dag_id=dag_id,
+                    run_id=run_id,
+                    todo=todo,
+                    user=user,
+                    note=f"re-run of failed cells from the test matrix by {who}",
+                )
+            )
+        except rerun.Refused as e:
+            raise HTTPException(status_code=e.status, detail=e.reason) from None
+        await run_in_threadpool(rerun.record, dag_id, run_id, who, todo, cleared)
+        back = (ui_base + VIEW_ROUTE) if form.get("view") == "1" else app_base
+        query = [("run_id", run_id)] + [
+            (k, str(v)) for k, v in form.multi_items() if k in ("failed", "axis")
+        ]
+        from urllib.parse import urlencode
+
+        return RedirectResponse(
+            f"{back}/suites/{quote(dag_id, safe='')}?{urlencode(query)}", status_code=303
         )
 
     @app.get("/suites/{dag_id}/history", response_class=HTMLResponse)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from accelmatrix.ui import history, trend
+from accelmatrix.ui import history, oncall, theme, trend
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_time
 from accelmatrix.ui.trend import render_trend
@@ -57,6 +57,10 @@ ul.series-legend .s-flaky .status{color:#b7791f;font-weight:700}
     + history.CSS
     + "\n"
     + trend.CSS
+    + "\n"
+    + oncall.CSS
+    + "\n"
+    + theme.CSS
 )
 
 
@@ -114,9 +118,19 @@ def _picker(view: RunView, page_base: str) -> str:
     )
 
 
-def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | None = None) -> str:
+def run_page(
+    view: RunView,
+    *,
+    ui_base: str,
+    app_base: str,
+    page_base: str | None = None,
+    panel: str = "",
+    cells: list | None = None,
+) -> str:
     """``app_base``: this app (Data Docs files); ``page_base``: where links to the other
-    matrix pages go (the app, or the navigation entry's view inside Airflow's UI)."""
+    matrix pages go (the app, or the navigation entry's view inside Airflow's UI).
+    ``panel``: HTML above the grid (ui/oncall.py); ``cells``: the cells shown (filtered),
+    all of the run's when None (the legend counts the whole run either way)."""
     page_base = app_base if page_base is None else page_base
     run = view.run
     run_link = f"{ui_base}/dags/{q(view.dag_id)}/runs/{q(run['run_id'])}"
@@ -130,7 +144,7 @@ def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | Non
             meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
     meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
     grid = render_grid(
-        view.cells,
+        view.cells if cells is None else cells,
         view.axes,
         ui_base=ui_base,
         app_base=app_base,
@@ -163,7 +177,7 @@ def run_page(view: RunView, *, ui_base: str, app_base: str, page_base: str | Non
         "history of the last runs</a>)</nav>"
         f"<h1>{esc(view.dag_id)}</h1>{_picker(view, page_base)}"
         f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
-        f"{render_legend(view.counts)}{grid}{trends}"
+        f"{render_legend(view.counts)}{panel}{grid}{trends}"
     )
     return page(f"{view.dag_id} {run['run_id']}", body)
 

@@ -44,12 +44,28 @@ function routerPath(url) {
   return `${path}${url.search}${url.hash}`;
 }
 
+// Airflow 3.3.2 keeps its color mode with next-themes: class "dark" or "light" on the
+// document element. The page's CSS (ui/theme.py) styles the dark theme as :host(.am-dark).
+function followTheme(el) {
+  const apply = () => {
+    const dark = document.documentElement.classList.contains("dark");
+    el.classList.toggle("am-dark", dark);
+    el.dataset.theme = dark ? "dark" : "light";
+  };
+  apply();
+  const watch = new MutationObserver(apply);
+  watch.observe(document.documentElement, { attributes: true, attributeFilter: ["class"] });
+  return () => watch.disconnect();
+}
+
 function MatrixView() {
   const location = useLocation();
   const navigate = useNavigate();
   const host = React.useRef(null);
   const sub = location.pathname.startsWith(ROUTE) ? location.pathname.slice(ROUTE.length) : "";
   const src = new URL(`accelmatrix${sub || "/"}${location.search}`, document.baseURI).href;
+
+  React.useEffect(() => followTheme(host.current), []);
 
   React.useEffect(() => {
     const el = host.current;
@@ -114,7 +130,8 @@ function MatrixView() {
   return React.createElement("div", {
     ref: host,
     id: "accelmatrix-view",
-    style: { height: "100%", overflow: "auto", background: "#fff" },
+    // No background here: the page's :host rules set it (light or dark, ui/theme.py).
+    style: { height: "100%", overflow: "auto" },
   });
 }
 
