@@ -21,7 +21,8 @@ script that prints, not a timed test; every figure says which goal it answers:
                  every machine kind, +5 % from night 30) and one machine-kind slowdown
                  (kind k2, every model, +8 % from night 45), planted night by night into
                  a SQLite store with ``update_changes`` after each night as the gate runs
-                 it. Notifications (new regression groups, all passes) / causes <= 1.1, and
+                 it. Notifications (the groups the gate hands to alerts.deliver_groups, all passes) /
+                 causes <= 1.1, and
                  each final group names its cause; over several seeds, with the delay
                  from each cause to its group's creation.
 
@@ -498,20 +499,20 @@ def grouping_seed(seed: int) -> dict:
             pm.plant(store, range(n, n + 1))
             up = update_changes(store, pm.dag_id, spec, tracked)
             for g in up.new_groups:
-                created[g["id"]] = n
-                if g["direction"] == "regression":
-                    # What alerts.deliver_groups records once a sink took the notification.
-                    store.save_change_group(
-                        pm.dag_id, {"notified_at": datetime.now(UTC)}, id=g["id"]
-                    )
-                    notified.append(
-                        {
-                            "night": n,
-                            "kind": g["kind"],
-                            "machine": g["machine"],
-                            "cells": g["cells"],
-                        }
-                    )
+                created.setdefault(g["id"], n)
+            # The groups the gate hands to alerts.deliver_groups; it records notified_at
+            # once a sink took the notification.
+            for g in up.to_notify:
+                created.setdefault(g["id"], n)
+                store.save_change_group(pm.dag_id, {"notified_at": datetime.now(UTC)}, id=g["id"])
+                notified.append(
+                    {
+                        "night": n,
+                        "kind": g["kind"],
+                        "machine": g["machine"],
+                        "cells": g["cells"],
+                    }
+                )
         groups = store.get_change_groups(pm.dag_id)
         members: dict[int, set[str]] = {}
         for p in store.get_change_points(pm.dag_id):
