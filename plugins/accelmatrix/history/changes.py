@@ -53,6 +53,9 @@ CONFIRM_NIGHTS = 4
 # ... and only with this many points before it: from fewer, the series' noise is not known
 # well enough to page anyone on one series (the change is still stored and shown).
 MIN_HISTORY = 8
+# The gate's window pass takes back only reports with fewer points after them than this (a
+# tail that went away); the maintenance DAG's full pass decides about the others.
+RETRACT_AFTER = 8
 
 
 def tracked_metrics(suite: Any) -> dict[str, str]:
@@ -217,12 +220,20 @@ STORED_FIELDS = (
 
 
 def match(
-    found: list[dict[str, Any]], stored: list[dict[str, Any]], series: pd.DataFrame
+    found: list[dict[str, Any]],
+    stored: list[dict[str, Any]],
+    series: pd.DataFrame,
+    *,
+    retract_after: int | None = None,
 ) -> Matched:
     """Pair found change points with stored ones (same series and direction, the stored
     one at most MOVE points away: the nearest wins). Stored changes inside the analysed part
     of a series (after its first ``min_size`` points, where a change could be found) that
     were not re-found are retracted if nobody triaged them; triaged ones stay as they are.
+    ``retract_after``: retract only changes stored with fewer points after them than this
+    (the gate's window pass: it may take back a report at the end of a series, a blip
+    that went away, but not a change the maintenance DAG found over the whole history,
+    which a 60-point window cannot always see).
     """
     out = Matched()
     by_series: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -257,6 +268,8 @@ def match(
         findable_from = _aware64(times[min(len(times) - 1, DEFAULT.min_size)])
         for s in rows:
             if s["id"] in used or s["state"] != "untriaged":
+                continue
+            if retract_after is not None and s["n_after"] >= retract_after:
                 continue
             if as_utc(s["logical_date"]) >= as_utc(findable_from):
                 out.retract.append(s)
@@ -303,8 +316,19 @@ def update_changes(
 
     with store.changes_lock(dag_id):
         if hist is None:
-            hist = history(store, metric=None, dag_id=dag_id, stats=tracked)
+            since = None if full else _window_start(store, dag_id, spec.window)
+            hist = history(store, metric=None, dag_id=dag_id, stats=tracked, since=since)
         return _update(store, dag_id, spec, tracked, full=full, hist=hist)
+
+
+def _window_start(store: ResultsStore, dag_id: str, window: int) -> datetime | None:
+    """The time of the suite's ``window``-th newest run: the gate reads no older history
+    (a year of nightly runs is ~6x the rows it needs). None when there are fewer runs."""
+    runs = store.get_runs(dag_id, limit=window)
+    if len(runs) < window:
+        return None
+    last = runs[-1]
+    return last["logical_date"] or last["started_at"] or last["created_at"]
 
 
 def _update(
@@ -326,7 +350,7 @@ def _update(
     up = ChangeUpdate(dag_id, series=len(series), found=len(found))
     found_rows = found.to_dict("records") if len(found) else []
     stored = store.get_change_points(dag_id)
-    m = match(found_rows, stored, series)
+    m = match(found_rows, stored, series, retract_after=None if full else RETRACT_AFTER)
     touched_groups: set[int] = set()
     for cp_id, values in m.update.items():
         store.save_change_point(dag_id, values, id=cp_id)
