@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["classify_suite", "rules_of", "trend"]
+__all__ = ["classify_suite", "rules_of"]
 
 
 def rules_of(spec: Any) -> tuple[Rules, int]:
@@ -90,23 +90,6 @@ def classify_suite(
     counts = verdicts["status"].value_counts().to_dict() if len(verdicts) else {}
     log.info("series of %s over %d day(s): %s", dag_id, window_days, counts or "none")
     return verdicts, h
-
-
-def trend(history: pd.DataFrame, cell_id: str, benchmark: str, metric: str, last: int = 5):
-    """The last ``last`` points of a series as dicts: time, value, lower, upper, violated."""
-    s = history[
-        (history["cell_id"] == cell_id)
-        & (history["benchmark"] == benchmark)
-        & (history["metric"] == metric)
-    ].sort_values("time")
-    out = []
-    for r in s.tail(last).itertuples(index=False):
-        lo, hi, v = float(r.lower), float(r.upper), float(r.value)
-        violated = (lo == lo and v < lo) or (hi == hi and v > hi)
-        out.append(
-            {"time": _aware(r.time), "value": v, "lower": lo, "upper": hi, "violated": violated}
-        )
-    return out
 
 
 def _aware(t: Any) -> datetime | None:
