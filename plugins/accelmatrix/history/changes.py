@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.history.changepoints import DEFAULT, Detector, detect_many
-from accelmatrix.history.grouping import as_utc, regroup
+from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
 from accelmatrix.results.changes import OPEN_STATES
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ MIN_HISTORY = 8
 # The gate's window pass takes back only reports with fewer points after them than this (a
 # tail that went away); the maintenance DAG's full pass decides about the others.
 RETRACT_AFTER = 8
+# ... and only once it was missing from this many passes in a row.
+RETRACT_MISSES = 2
 
 
 def tracked_metrics(suite: Any) -> dict[str, str]:
@@ -191,6 +193,7 @@ class Matched:
     insert: list[dict[str, Any]] = field(default_factory=list)
     update: dict[int, dict[str, Any]] = field(default_factory=dict)
     retract: list[dict[str, Any]] = field(default_factory=list)
+    missed: list[dict[str, Any]] = field(default_factory=list)  # not found, not yet retracted
 
 
 STORED_FIELDS = (
@@ -252,7 +255,7 @@ def match(
         if candidates:
             best = min(candidates, key=lambda s: abs(s["position"] - f["position"]))
             used.add(best["id"])
-            out.update[best["id"]] = values
+            out.update[best["id"]] = {**values, "missing": 0}
         else:
             out.insert.append({"cell_id": f["cell_id"], "metric": f["metric"], **values})
     analysed = (
@@ -272,7 +275,10 @@ def match(
             if retract_after is not None and s["n_after"] >= retract_after:
                 continue
             if as_utc(s["logical_date"]) >= as_utc(findable_from):
-                out.retract.append(s)
+                if s["missing"] + 1 >= RETRACT_MISSES:
+                    out.retract.append(s)
+                else:
+                    out.missed.append(s)
     return out
 
 
@@ -359,6 +365,8 @@ def _update(
     for values in m.insert:
         new_ids.append(store.save_change_point(dag_id, values))
     up.inserted = len(new_ids)
+    for s in m.missed:
+        store.save_change_point(dag_id, {"missing": s["missing"] + 1}, id=s["id"])
     if m.retract:
         for s in m.retract:
             log.info(
@@ -388,9 +396,16 @@ def _update(
         for cp_id in members:
             store.save_change_point(dag_id, {"group_id": gid}, id=cp_id)
         up.new_groups.append({**new, "id": gid, "members": members})
+    for gid in plan.reopen:
+        store.save_change_group(
+            dag_id, {"state": "untriaged", "state_by": None, "state_at": None, "note": None}, id=gid
+        )
+        log.info("change group %s reopened: a change it lost was found again", gid)
     for cp_id, gid in plan.assign.items():
         # A change joining a group a person already triaged takes the group's state.
         group = before.get(gid) or {"state": "untriaged"}
+        if gid in plan.reopen:
+            group = {"state": "untriaged"}
         values: dict[str, Any] = {"group_id": gid}
         if group["state"] != "untriaged":
             values.update(
@@ -419,7 +434,7 @@ def groups_to_notify(store: ResultsStore, dag_id: str, detector: Detector) -> li
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
         if g["notified_at"] is not None or g["direction"] != "regression":
             continue
-        members = store.get_change_points(dag_id, group_id=g["id"])
+        members = [p for p in store.get_change_points(dag_id, group_id=g["id"]) if not p["missing"]]
         if not members:
             continue
         held = max(p["n_after"] for p in members) >= CONFIRM_NIGHTS
@@ -442,7 +457,7 @@ def _settle_empty_group(store: ResultsStore, dag_id: str, gid: int) -> None:
         store.delete_change_groups([gid])
     elif group["state"] == "untriaged":
         store.set_triage(
-            "group", gid, "invalid", by="accelmatrix", note="every change point was retracted"
+            "group", gid, "invalid", by=RETRACTED_BY, note="every change point was retracted"
         )
 
 

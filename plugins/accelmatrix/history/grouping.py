@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
 
+# Who closes a group whose change points were all taken back (history.changes).
+RETRACTED_BY = "accelmatrix"
 # Change points of one direction at most this many points apart (in their series) are
 # taken as one night's cause.
 NEAR = 3
@@ -40,6 +42,9 @@ class GroupPlan:
     updates: dict[int, dict[str, Any]] = field(default_factory=dict)  # group id -> fields
     assign: dict[int, int] = field(default_factory=dict)  # change point id -> group id
     emptied: list[int] = field(default_factory=list)  # groups left without a member
+    # Groups accelmatrix itself closed (every member taken back) that a change came back to:
+    # open again, untriaged, instead of passing their "invalid" on to it.
+    reopen: set[int] = field(default_factory=set)
 
 
 def regroup(
@@ -87,6 +92,9 @@ def regroup(
             fixed[target].append(p)
             if p["group_id"] != target:
                 plan.assign[p["id"]] = target
+            group = by_id[target]
+            if group["state"] == "invalid" and group["state_by"] == RETRACTED_BY:
+                plan.reopen.add(target)
             continue
         cluster = next(
             (

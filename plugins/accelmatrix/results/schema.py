@@ -338,6 +338,10 @@ change_points = Table(
     Column("state_by", String(LABEL_LEN), nullable=True),
     Column("state_at", UtcDateTime, nullable=True),
     Column("note", Text, nullable=True),
+    # Passes in a row that analysed its series without finding it again: a report is taken
+    # back only after two (history.changes.RETRACT_MISSES), so a change at the edge of
+    # significance does not flicker out and back in, losing its group and its triage.
+    Column("missing", Integer, nullable=False, default=0),
     Column("detected_at", UtcDateTime, nullable=False, default=utcnow),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     UniqueConstraint("dag_id", "cell_id", "metric", "logical_date", name="uq_change_points"),

@@ -65,6 +65,7 @@ def upgrade() -> None:
             sa.Column("state_by", sa.String(LABEL_LEN), nullable=True),
             sa.Column("state_at", UTC_TS, nullable=True),
             sa.Column("note", sa.Text, nullable=True),
+            sa.Column("missing", sa.Integer, nullable=False),
             sa.Column("detected_at", UTC_TS, nullable=False),
             sa.Column("updated_at", UTC_TS, nullable=False),
             sa.UniqueConstraint(
