@@ -119,6 +119,45 @@ def test_the_preloaded_heap_stays_out_of_the_schedulers_garbage_collections(tmp_
     _run_fresh(code, tmp_path, timeout=180)
 
 
+def test_idle_workers_stop_on_sigterm(tmp_path):
+    """The 3.3.2 scheduler sets its SIGTERM handler before it starts the executor; in a
+    forked worker that handler returns without doing anything (``_exit_gracefully``: ``if not
+    _is_parent_process(): return``). A plain LocalExecutor's idle workers therefore ignore
+    SIGTERM; this executor's stop on it, and the scheduler keeps its handler. Both stop on
+    ``end()`` as before. (The preload is left out here: it does not touch signals.)"""
+    code = (
+        "import multiprocessing, os, signal, time\n"
+        "from airflow.executors.local_executor import LocalExecutor\n"
+        "import accelmatrix.executor as mod\n"
+        "def like_the_scheduler(signum, frame):\n"
+        "    if multiprocessing.current_process().name != 'MainProcess':\n"
+        "        return\n"
+        "    raise SystemExit(0)\n"
+        "signal.signal(signal.SIGTERM, like_the_scheduler)\n"
+        "mod.preload_task_side = lambda: []\n"
+        "def alive_after_sigterm(ex):\n"
+        "    ex.start()\n"
+        "    try:\n"
+        "        assert len(ex.workers) == 2, ex.workers\n"
+        "        time.sleep(1)  # both in their idle loop\n"
+        "        for pid in ex.workers:\n"
+        "            os.kill(pid, signal.SIGTERM)\n"
+        "        deadline = time.monotonic() + 5\n"
+        "        while time.monotonic() < deadline:\n"
+        "            if not any(p.is_alive() for p in ex.workers.values()):\n"
+        "                break\n"
+        "            time.sleep(0.1)\n"
+        "        return sum(p.is_alive() for p in ex.workers.values())\n"
+        "    finally:\n"
+        "        ex.end()\n"
+        "assert alive_after_sigterm(LocalExecutor(parallelism=2)) == 2\n"
+        "assert alive_after_sigterm(mod.PreloadedLocalExecutor(parallelism=2)) == 0\n"
+        "assert signal.getsignal(signal.SIGTERM) is like_the_scheduler\n"
+        "print('ok')\n"
+    )
+    _run_fresh(code, tmp_path, timeout=120)
+
+
 @pytest.mark.integration
 def test_evaluate_runs_in_its_task_process_without_deferring(tmp_path):
     script = tmp_path / "workload.py"

@@ -4,7 +4,8 @@ Under LocalExecutor the workers are forked from the scheduler when the executor 
 every task process is forked from a worker. This subclass preloads the task side
 (``accelmatrix.preload``) in the scheduler just before the workers are forked, so every task
 process starts warm and ``evaluate`` runs in its own task process instead of deferring. Apart
-from the garbage collector (below) it changes nothing else of LocalExecutor.
+from the garbage collector and its workers' SIGTERM (both below) it changes nothing else of
+LocalExecutor.
 
 The preload puts ~435,000 objects (pandas, Great Expectations, pyarrow) on the scheduler's
 heap, where the scheduling loop paid for them: each full garbage collection walked them all.
@@ -15,6 +16,16 @@ created later are collected as before. Measured on a 64-cell run (bench_lifecycl
 collection in the scheduler 0.35-0.62 s -> 0.09-0.12 s, all its collections 5.7 -> 2.5 s of
 CPU per run.
 
+Its idle workers stop on SIGTERM. The 3.3.2 scheduler installs its SIGTERM handler
+(``SchedulerJobRunner.register_signals``) before it starts the executor, and a forked worker
+inherits it: in any process but the scheduler's main one that handler just returns
+(``_exit_gracefully``: ``if not _is_parent_process(): return``), so an idle LocalExecutor
+worker ignores SIGTERM, and one orphaned by a scheduler that died without stopping it
+(SIGKILL, a crash) waits on its queue until it is SIGKILLed. Here each worker resets SIGTERM
+to its default as it starts, as a worker that was spawned instead of forked has it; a busy
+worker is unchanged (the task supervisor forwards SIGTERM to its task while the task runs).
+A scheduler that stops normally still ends its workers itself (``LocalExecutor.end``).
+
 Configure with ``AIRFLOW__CORE__EXECUTOR=accelmatrix.executor.PreloadedLocalExecutor``. The
 CeleryExecutor counterpart is ``accelmatrix.celery_config``.
 """
@@ -22,6 +33,8 @@ CeleryExecutor counterpart is ``accelmatrix.celery_config``.
 from __future__ import annotations
 
 import gc
+import signal
+from multiprocessing import util as mp_util
 
 from airflow.executors.local_executor import LocalExecutor
 
@@ -32,6 +45,8 @@ class PreloadedLocalExecutor(LocalExecutor):
     """LocalExecutor that preloads the task side before it forks its workers."""
 
     def start(self) -> None:
+        # Runs in each process multiprocessing forks from here on: the workers.
+        mp_util.register_after_fork(self, _default_sigterm)
         # Only a forked worker inherits the imports; a spawned one (macOS) starts cold.
         if self.is_mp_using_fork:
             preload_task_side()
@@ -45,3 +60,8 @@ class PreloadedLocalExecutor(LocalExecutor):
         # collected: once per respawn, and a worker respawns only after one died.
         if gc.get_freeze_count() == 0:
             gc.freeze()
+
+
+def _default_sigterm(_executor: PreloadedLocalExecutor) -> None:
+    """In a forked worker: SIGTERM ends it again (not the scheduler's inherited handler)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
