@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +79,7 @@ def detector_for(spec: Any) -> Detector:
         for k in ("penalty", "min_effect", "min_change")
         if getattr(spec, k, None) is not None
     }
-    return Detector(**{**DEFAULT.__dict__, **overrides})
+    return replace(DEFAULT, **overrides)
 
 
 def find_changes(
