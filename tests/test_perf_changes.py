@@ -23,6 +23,9 @@ from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACKED = {"step_time": "median"}
+# The detector and grouping alone: re-tests (history.confirm) are tested in
+# test_confirm_bisect.py; here a group notifies on the nightly points.
+NIGHTLY_ONLY = HistorySpec(confirm={"enabled": False})
 
 
 @pytest.fixture
@@ -38,7 +41,7 @@ def nightly(store: ResultsStore, pm: PerfMatrix, nights: range) -> list[dict]:
     sent = []
     for n in nights:
         pm.plant(store, range(n, n + 1))
-        for g in update_changes(store, pm.dag_id, HistorySpec(), TRACKED).to_notify:
+        for g in update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED).to_notify:
             store.save_change_group(pm.dag_id, {"notified_at": pm.date(n)}, id=g["id"])
             sent.append(g)
     return sent
@@ -84,7 +87,7 @@ def test_a_two_night_excursion_at_the_end_is_retracted_when_it_returns(store: Re
         store.replace_metrics(
             pm.dag_id, rid, pm.cell("m0", "k0"), [{"name": "step_time", "value": 1.2, "step": None}]
         )
-        update_changes(store, pm.dag_id, HistorySpec(), TRACKED)
+        update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)
     (cp,) = store.get_change_points(pm.dag_id)
     assert cp["run_id"] == run and cp["n_after"] == 2 and cp["change"] > 0.15
     group_id = cp["group_id"]
@@ -93,12 +96,12 @@ def test_a_two_night_excursion_at_the_end_is_retracted_when_it_returns(store: Re
     # and so does its group (nobody was notified of it).
     pm.nights = 44
     pm.plant(store, range(42, 43))
-    update_changes(store, pm.dag_id, HistorySpec(), TRACKED)
+    update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)
     (kept,) = store.get_change_points(pm.dag_id)
     assert kept["id"] == cp["id"] and kept["missing"] == 1
     assert store.get_change_groups(pm.dag_id)[0]["id"] == group_id
     pm.plant(store, range(43, 44))
-    update_changes(store, pm.dag_id, HistorySpec(), TRACKED)
+    update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)
     assert store.get_change_points(pm.dag_id) == []
     assert store.get_change_group(group_id) is None
 
@@ -177,7 +180,7 @@ def test_bounds_never_recenter_across_an_open_regression(
                     }
                 ],
             )
-    update_changes(store, pm.dag_id, HistorySpec(), TRACKED)  # the points learn their benchmark
+    update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)  # the points learn their benchmark
     end = pm.date(pm.nights)
     report = recenter(path, store=store, window_days=60, min_samples=5, now=end)
     (change,) = report.changes

@@ -148,7 +148,12 @@ def deliver_groups(sinks: list[Any], store: Any, groups: list[dict[str, Any]]) -
         row = store.get_change_group(g["id"])
         if row is None or row["notified_at"] is not None:
             continue
-        ev = notify.group_event(row, store.get_change_points(row["dag_id"], group_id=row["id"]))
+        retests = store.get_confirmations(row["dag_id"], group_id=row["id"])
+        ev = notify.group_event(
+            row,
+            store.get_change_points(row["dag_id"], group_id=row["id"]),
+            retests[0] if retests else None,
+        )
         ok = False
         for sink in sinks:
             try:

@@ -78,6 +78,7 @@ def plan_task(suite_path: str) -> list[dict[str, Any]]:
         run_type=str(getattr(rt, "value", rt) or "")
         if (rt := getattr(dr, "run_type", None))
         else None,
+        conf=dict(getattr(dr, "conf", None) or {}),
     )
     # The cells themselves are in the results store; Airflow maps over references to them
     # (lifecycle/plan_step.py says why).

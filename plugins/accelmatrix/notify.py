@@ -269,10 +269,29 @@ def history_url(dag_id: str, group_id: int | None = None, base_url: str | None =
     return url + (f"#group-{group_id}" if group_id is not None else "")
 
 
-def group_event(group: dict[str, Any], points: list[dict[str, Any]]) -> dict[str, Any]:
-    """The notification of a change group: the cause, its size, builds and links."""
+def group_event(
+    group: dict[str, Any],
+    points: list[dict[str, Any]],
+    confirmation: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The notification of a change group: the cause, its size, builds and links, and its
+    re-test (``history.followup``): verdict, culprit build, bisect steps."""
     dag_id = group["dag_id"]
+    retest = None
+    if confirmation is not None:
+        retest = {
+            "state": confirmation["state"],
+            "good_build": confirmation.get("good_build"),
+            "suspect_build": confirmation.get("suspect_build"),
+            "culprit": confirmation.get("culprit"),
+            "last_good": confirmation.get("last_good"),
+            "reason": confirmation.get("reason"),
+            "decision": confirmation.get("decision"),
+            "steps": confirmation.get("steps") or [],
+            "runs": list(confirmation.get("run_ids") or []),
+        }
     return {
+        "confirmation": retest,
         "dag_id": dag_id,
         "group_id": group["id"],
         "kind": group["kind"],
@@ -321,6 +340,20 @@ def group_text(ev: dict[str, Any]) -> tuple[str, str]:
         )
     if len(ev["points"]) > 20:
         lines.append(f"- ... and {len(ev['points']) - 20} more")
+    if (c := ev.get("confirmation")) is not None:
+        lines.append(f"*Re-test* {c['state']}: {c['good_build']} vs {c['suspect_build']}")
+        for d in (c.get("decision") or {}).values():
+            lines.append(
+                f"- medians {d['median_good']:.6g} -> {d['median_suspect']:.6g} "
+                f"({d['change']:+.1%}, p={d['p_worse']:.2g}, {d['n_good']} + "
+                f"{d['n_suspect']} runs): {d['verdict']}"
+            )
+        for step in c["steps"]:
+            lines.append(f"- bisect {step['build']}: {step['verdict']} ({step['n']} runs)")
+        if c.get("culprit"):
+            lines.append(f"*First bad build* {c['culprit']} (last good {c['last_good']})")
+        if c.get("reason"):
+            lines.append(f"_{c['reason']}_")
     lines.append(f"Trend: {ev['trend_url']}")
     return title, "\n".join(lines)
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ChangePoint", "Detector", "Segment", "detect", "detect_many"]
+__all__ = ["ChangePoint", "Detector", "Segment", "detect", "detect_many", "noise_sigma"]
 
 # 1 / Phi^-1(3/4): turns a median absolute deviation into a Gaussian-consistent sigma.
 _MAD_TO_SIGMA = 1.482602218505602
@@ -159,6 +159,15 @@ def detect_many(
             cps = _backtrack(last[row], n)
             out[i] = _merge(raw[row], z[row], cps, float(sigma[row]), detector)
     return out
+
+
+def noise_sigma(values: Sequence[float] | np.ndarray, detector: Detector = DEFAULT) -> float:
+    """The noise scale ``detect`` measures a series' shifts in (step 1 of the module doc),
+    for callers that judge one new point against the series (``history.confirm``)."""
+    raw = np.asarray(values, dtype=np.float64)[None, :]
+    sigma = _noise_sigma(raw, detector.min_relative_sigma, detector.noise_lag)
+    clean = _replace_outliers(raw, sigma, detector.outlier)
+    return float(np.maximum(sigma, _spread_sigma(clean, sigma))[0])
 
 
 # -- the steps ------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.history.changepoints import DEFAULT, Detector, detect_many
+from accelmatrix.history.changepoints import DEFAULT, ChangePoint, Detector, Segment, detect_many
+from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
+from accelmatrix.history.followup import NOTIFY_STATES
 from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
 from accelmatrix.results.changes import OPEN_STATES
 
@@ -58,6 +60,9 @@ MIN_HISTORY = 8
 RETRACT_AFTER = 8
 # ... and only once it was missing from this many passes in a row.
 RETRACT_MISSES = 2
+# Re-test verdicts (history.followup) after which a change is real, whatever the detector
+# says of its tail later (a one-night suspect is never re-found by it).
+CONFIRMED_STATES = ("confirmed", "found", "ambiguous")
 
 
 def tracked_metrics(suite: Any) -> dict[str, str]:
@@ -88,6 +93,7 @@ def find_changes(
     higher_is_better: Callable[[str], bool],
     detector: Detector = DEFAULT,
     window: int | None = None,
+    suspects: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(change points, series): the change points of every (cell, metric) series of
     ``hist`` (a ``history.frame.history`` frame), over its last ``window`` points (None:
@@ -97,6 +103,11 @@ def find_changes(
     A change point row carries what the store keeps (``results.schema.change_points``)
     plus ``near`` and ``moved`` (the logical dates of the points around it: where a
     stored change may have been put before).
+
+    ``suspects``: also report a series whose newest point alone lies
+    ``confirm.SUSPECT_SIGMAS`` worse than the nights before it (``newest_point_suspect``)
+    and where the detector reports nothing in the newest points: a one-point change at the
+    end, for the re-test to confirm or reject the same night (``history.followup``).
 
     Series are cut from one sorted frame as NumPy slices: a pandas group per series costs
     ~2 ms, which is seconds for a 1,024-cell run's 3,072 series (bench/bench_history.py).
@@ -139,10 +150,14 @@ def find_changes(
                 "times": times[a:b],
             }
         )
+        found = list(found)
+        hib = higher_is_better(metric[a])
+        if suspects and not any(cp.index >= b - a - SUSPECT_TAIL for cp in found):
+            found.extend(_suspect(values[a:b], hib))
         for cp in found:
             at = a + cp.index
             rising = cp.after.median > cp.before.median
-            better = rising == higher_is_better(metric[a])
+            better = rising == hib
             rows.append(
                 {
                     "cell_id": cell[a],
@@ -176,6 +191,43 @@ def find_changes(
                 }
             )
     return pd.DataFrame(rows), pd.DataFrame(series_rows)
+
+
+# The detector's report of a change in this many newest points makes the newest-point
+# suspect rule redundant for that series.
+SUSPECT_TAIL = 3
+
+
+def _suspect(values: Any, higher_is_better: bool) -> list[ChangePoint]:
+    """The newest point as a one-point change, when it is a suspect (else nothing)."""
+    import numpy as np
+
+    hit = newest_point_suspect(values, higher_is_better=higher_is_better)
+    if hit is None:
+        return []
+    _change, effect = hit
+    n = len(values)
+    base = np.asarray(values[max(0, n - 1 - SUSPECT_BASELINE) : n - 1], dtype="float64")
+    last = float(values[-1])
+    before = Segment(
+        n=len(base),
+        mean=float(base.mean()),
+        median=float(np.median(base)),
+        std=float(base.std(ddof=1)) if len(base) > 1 else 0.0,
+    )
+    after = Segment(n=1, mean=last, median=last, std=0.0)
+    sign = -1.0 if higher_is_better else 1.0
+    return [
+        ChangePoint(
+            index=n - 1,
+            before=before,
+            after=after,
+            change=last / before.median - 1 if before.median else math.inf,
+            effect=sign * effect,
+            p_value=0.5 * math.erfc(effect / math.sqrt(2)),
+            sigma=abs(last - before.median) / effect if effect else 0.0,
+        )
+    ]
 
 
 def _aware64(t: Any) -> datetime:
@@ -272,6 +324,8 @@ def match(
         for s in rows:
             if s["id"] in used or s["state"] != "untriaged":
                 continue
+            if s.get("confirm_state") in CONFIRMED_STATES:
+                continue  # the re-runs reproduced it: no later night's silence takes it back
             if retract_after is not None and s["n_after"] >= retract_after:
                 continue
             if as_utc(s["logical_date"]) >= as_utc(findable_from):
@@ -347,11 +401,13 @@ def _update(
     hist: pd.DataFrame,
 ) -> ChangeUpdate:
     hist = hist[hist["metric"].isin(list(tracked))]
+    confirming = bool(getattr(getattr(spec, "confirm", None), "enabled", False))
     found, series = find_changes(
         hist,
         higher_is_better=spec.higher_is_better_for,
         detector=detector_for(spec),
         window=None if full else spec.window,
+        suspects=confirming and not full,
     )
     up = ChangeUpdate(dag_id, series=len(series), found=len(found))
     found_rows = found.to_dict("records") if len(found) else []
@@ -414,7 +470,7 @@ def _update(
         store.save_change_point(dag_id, values, id=cp_id)
     for gid in touched_groups | set(plan.emptied):
         _settle_empty_group(store, dag_id, gid)
-    up.to_notify = groups_to_notify(store, dag_id, detector_for(spec))
+    up.to_notify = groups_to_notify(store, dag_id, detector_for(spec), confirming=confirming)
     up.open_regressions = {
         (p["cell_id"], p["metric"])
         for p in store.get_change_points(dag_id, states=OPEN_STATES)
@@ -424,15 +480,28 @@ def _update(
     return up
 
 
-def groups_to_notify(store: ResultsStore, dag_id: str, detector: Detector) -> list[dict[str, Any]]:
-    """The suite's regression groups due a notification: not notified yet, still open, and
-    either several series (kind build or infrastructure) or one series with MIN_HISTORY
-    points before the change that has held its new level CONFIRM_NIGHTS nights or moved
-    ``tail_guard`` sigmas. A single series' tail report that goes away within a few nights
-    (a blip, a noisy stretch) never pages."""
+def groups_to_notify(
+    store: ResultsStore, dag_id: str, detector: Detector, *, confirming: bool = False
+) -> list[dict[str, Any]]:
+    """The suite's regression groups due a notification: not notified yet and still open.
+
+    With re-tests (``confirming``: the suite's ``history.confirm.enabled``), a group is due
+    once its re-test ended in a state that notifies (``followup.NOTIFY_STATES``: confirmed,
+    with its culprit, or could not be confirmed, with the reason); a change the re-runs
+    did not reproduce never pages. Without, a group is due when it has several series
+    (kind build or infrastructure), or one series with MIN_HISTORY points before the change
+    that has held its new level CONFIRM_NIGHTS nights or moved ``tail_guard`` sigmas, so a
+    single series' tail report that goes away within a few nights never pages."""
+    retests = (
+        {c["group_id"]: c["state"] for c in store.get_confirmations(dag_id)} if confirming else {}
+    )
     due = []
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
         if g["notified_at"] is not None or g["direction"] != "regression":
+            continue
+        if confirming:
+            if retests.get(g["id"]) in NOTIFY_STATES:
+                due.append(g)
             continue
         members = [p for p in store.get_change_points(dag_id, group_id=g["id"]) if not p["missing"]]
         if not members:

@@ -31,6 +31,9 @@ __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
 
 # Who closes a group whose change points were all taken back (history.changes).
 RETRACTED_BY = "accelmatrix"
+# Who closes a group whose change the re-runs did not reproduce (history.followup). Such a
+# group says nothing about a later change near its night: a new change never joins it.
+NOT_REPRODUCED_BY = "accelmatrix-confirm"
 # Change points of one direction at most this many points apart (in their series) are
 # taken as one night's cause.
 NEAR = 3
@@ -84,6 +87,7 @@ def regroup(
                 gid
                 for gid, ms in fixed.items()
                 if by_id[gid]["direction"] == p["direction"]
+                and by_id[gid]["state_by"] != NOT_REPRODUCED_BY
                 and ({by_id[gid]["logical_date"], *(m["logical_date"] for m in ms)} & near)
             ),
             None,

@@ -15,7 +15,13 @@ from accelmatrix.results.changes import OPEN_STATES
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
 
-__all__ = ["changes_json", "changes_table", "ordered_groups"]
+__all__ = [
+    "changes_json",
+    "changes_table",
+    "confirmation_line",
+    "confirmation_lines",
+    "ordered_groups",
+]
 
 
 def ordered_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -36,6 +42,7 @@ def changes_table(store: ResultsStore, dag_id: str, *, only_open: bool = True) -
     if not groups:
         return ""
     points = store.get_change_points(dag_id)
+    retests = {c["group_id"]: c for c in store.get_confirmations(dag_id)}
     lines = []
     for g in groups:
         who = f" by {g['state_by']}" if g.get("state_by") else ""
@@ -68,6 +75,8 @@ def changes_table(store: ResultsStore, dag_id: str, *, only_open: bool = True) -
             "id",
         )
         lines += _aligned([header, *rows], indent="  ")
+        if (c := retests.get(g["id"])) is not None:
+            lines += ["  " + ln for ln in confirmation_lines(c)]
     return "\n".join(lines)
 
 
@@ -75,6 +84,7 @@ def changes_json(store: ResultsStore, dag_id: str) -> dict[str, Any]:
     """Every change group of the suite with its change points (JSON-able)."""
     groups = ordered_groups(store.get_change_groups(dag_id))
     points = store.get_change_points(dag_id)
+    retests = {c["group_id"]: _jsonable(c) for c in store.get_confirmations(dag_id)}
     grouped = {g["id"] for g in groups}
     return {
         "dag_id": dag_id,
@@ -82,11 +92,59 @@ def changes_json(store: ResultsStore, dag_id: str) -> dict[str, Any]:
             {
                 **_jsonable(g),
                 "change_points": [_jsonable(p) for p in points if p["group_id"] == g["id"]],
+                "confirmation": retests.get(g["id"]),
             }
             for g in groups
         ],
         "ungrouped": [_jsonable(p) for p in points if p["group_id"] not in grouped],
     }
+
+
+def confirmation_line(c: dict[str, Any]) -> str:
+    """One line on a group's re-test: its state, the decisive comparison, the culprit."""
+    text = f"re-test {c['id']} of group {c['group_id']}: {c['state']}"
+    decision = c.get("decision") or {}
+    if decision:
+        d = max(decision.values(), key=lambda d: abs(d.get("change") or 0))
+        text += (
+            f" ({c.get('good_build') or '-'} median {_num(d.get('median_good'))} vs "
+            f"{c.get('suspect_build') or '-'} median {_num(d.get('median_suspect'))}, "
+            f"{_pct(d.get('change'))}, p={_p(d.get('p_worse'))}, "
+            f"{d.get('n_good')} + {d.get('n_suspect')} runs)"
+        )
+    if c.get("culprit"):
+        text += f"; first bad build {c['culprit']} (last good {c.get('last_good') or '-'})"
+    if c.get("reason"):
+        text += f"; {c['reason']}"
+    if c.get("run_id"):
+        text += f"; waiting for run {c['run_id']}"
+    return text
+
+
+def confirmation_lines(c: dict[str, Any]) -> list[str]:
+    """``confirmation_line`` and, for a bisect, its steps as a small table."""
+    lines = [confirmation_line(c)]
+    steps = c.get("steps") or []
+    if steps:
+        rows = [("build", "runs", "median good", "median build", "p", "verdict")]
+        rows += [
+            (
+                s["build"],
+                str(s.get("n") or 0),
+                _num(s.get("median_good")),
+                _num(s.get("median_build")),
+                _p(s.get("p_value")),
+                s["verdict"],
+            )
+            for s in steps
+        ]
+        lines.append(f"bisect of {len(c.get('builds') or [])} builds:")
+        lines += _aligned(rows, indent="  ")
+    return lines
+
+
+def _p(v: Any) -> str:
+    return f"{v:.2g}" if _finite(v) else "-"
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -171,18 +171,31 @@ def _history_and_alerts(
     After the verdict is known and never able to change it: a problem here is logged.
     """
     from accelmatrix import alerts, notify
+    from accelmatrix.spec.followup import followup_of
     from accelmatrix.spec.loader import load_suite
 
     suite = load_suite(suite_path)
     store = results_store()
     sinks = suite.notify.alerts if suite.notify else []
+    run = store.get_run(ref.dag_id, ref.run_id) or {}
+    followup = followup_of(run.get("params"))
+    if followup is not None:
+        # A re-test of named builds: its samples decide a confirmation or a bisect step;
+        # they are no point of the nightly series, and its cells open no per-cell alert.
+        _advance_followup(suite, ref, run, followup, sinks)
+        return
     try:
         update = _perf_history(suite, ref)
-        if update is not None and sinks and update.to_notify:
-            alerts.deliver_groups(sinks, store, update.to_notify)
+        if update is not None:
+            from accelmatrix.history.followup import start_confirmations
+
+            start_confirmations(
+                store, suite, ref.dag_id, dict(run.get("params") or {}), _trigger(ref.dag_id)
+            )
+            if sinks and update.to_notify:
+                alerts.deliver_groups(sinks, store, update.to_notify)
     except Exception:  # noqa: BLE001 - the perf history must never flip the run's verdict
         log.exception("perf history of %s not updated", ref.dag_id)
-    run = store.get_run(ref.dag_id, ref.run_id) or {}
     latest = store.latest_logical_date(ref.dag_id)
     if run.get("logical_date") and latest and run["logical_date"] < latest:
         # A re-test of an older build (a backfill) says nothing about the current one: it
@@ -206,6 +219,58 @@ def _history_and_alerts(
             alerts.deliver(sinks, events, store)
     except Exception:  # noqa: BLE001 - same: alerts are advisory
         log.exception("alerts of %s not updated", ref.dag_id)
+
+
+def _advance_followup(
+    suite: Any, ref: RunRef, run: dict[str, Any], followup: Any, sinks: list[Any]
+) -> None:
+    """A follow-up run's gate: move its re-test on (``history.followup.advance``); when it
+    ended in a state that notifies, its group is notified now, with the verdict."""
+    from accelmatrix import alerts
+    from accelmatrix.history.followup import NOTIFY_STATES, advance
+    from accelmatrix.history.report import confirmation_line
+
+    store = results_store()
+    try:
+        row = advance(
+            store,
+            suite,
+            ref.dag_id,
+            ref.run_id,
+            followup,
+            dict(run.get("params") or {}),
+            _trigger(ref.dag_id),
+        )
+        if row is None:
+            return
+        log.info("%s", confirmation_line(row))
+        group = store.get_change_group(row["group_id"])
+        if sinks and group is not None and row["state"] in NOTIFY_STATES:
+            alerts.deliver_groups(sinks, store, [group])
+    except Exception:  # noqa: BLE001 - like the perf history: never flips the verdict
+        log.exception("re-test of %s not advanced", ref.dag_id)
+
+
+def _trigger(dag_id: str) -> Any:
+    """Start a run of ``dag_id`` through Airflow's execution API, as TriggerDagRunOperator
+    does (the task keeps running): True if created, False if the run id already exists."""
+
+    def trigger(run_id: str, conf: dict[str, Any]) -> bool:
+        from airflow.sdk.exceptions import ErrorType
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import ErrorResponse, TriggerDagRun
+
+        comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+        if comms is None:
+            raise RuntimeError("not inside an Airflow task: cannot trigger a run")
+        msg = comms.send(TriggerDagRun(dag_id=dag_id, run_id=run_id, conf=conf))
+        if isinstance(msg, ErrorResponse):
+            if msg.error == ErrorType.DAGRUN_ALREADY_EXISTS:
+                return False
+            raise RuntimeError(f"Airflow refused to trigger {dag_id} {run_id}: {msg.detail}")
+        return True
+
+    return trigger
 
 
 def _notify(

@@ -14,6 +14,7 @@ reads its own (``cell_spec``) in one keyed SELECT.
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import Any
 
@@ -33,8 +34,15 @@ def plan_run(
     *,
     logical_date: datetime | None = None,
     run_type: str | None = None,
+    conf: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Expand the suite for this run, log the plan, record every cell as planned/excluded."""
+    """Expand the suite for this run, log the plan, record every cell as planned/excluded.
+
+    A run whose ``conf`` holds ``accelmatrix_followup`` is a re-test of named builds
+    (``spec.followup``): its plan is the suspect cells x builds x repeats, and it is
+    recorded with run type ``confirm`` or ``bisect`` (never a point of the perf series).
+    """
+    from accelmatrix.spec.followup import FOLLOWUP_KEY, expand_followup, followup_of
     from accelmatrix.spec.loader import load_suite
     from accelmatrix.spec.plan import PlanError, expand
 
@@ -44,7 +52,26 @@ def plan_run(
     if only == ["*"]:
         only = None
     try:
-        plan = expand(suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date)
+        followup = followup_of(conf) or followup_of(params)
+        if followup is not None:
+            log.info(
+                "%s run %d of re-test %d: builds %s, %d run(s) each, cells %s",
+                followup.kind,
+                followup.round,
+                followup.confirmation,
+                " and ".join(followup.builds),
+                followup.repeats,
+                ", ".join(followup.cells),
+            )
+            plan = expand_followup(
+                suite, ref.dag_id, followup, params=user_params, logical_date=logical_date
+            )
+            run_type = followup.kind
+            params = {**params, FOLLOWUP_KEY: followup.model_dump()}
+        else:
+            plan = expand(
+                suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date
+            )
     except PlanError as e:  # e.g. a `cells` glob that selects nothing: the run is refused
         raise _refuse(str(e)) from None
     for line in plan.table().splitlines():  # one record per line: readable in the task log
@@ -75,8 +102,15 @@ def plan_run(
         "started_at": utcnow(),
     }
     store = results_store()
-    if suite.budget is not None:
-        _check_budget(suite, plan, params, ref, run_fields)
+    if suite.budget is not None or (followup is not None and followup.max_usd is not None):
+        try:
+            _check_budget(suite, plan, params, ref, run_fields, followup)
+        except PlanRejected as e:
+            if followup is not None:
+                from accelmatrix.history.followup import refused_by_plan
+
+                refused_by_plan(store, ref.dag_id, ref.run_id, followup, str(e))
+            raise
     # A re-run of this run (cleared, or a backfill re-processing its logical date under the
     # same run_id) replaces the previous attempt's cells, metrics and verdicts.
     removed = store.reset_run(ref.dag_id, ref.run_id)
@@ -143,19 +177,27 @@ def planned_cells(ref: RunRef, cells: list[dict[str, Any]]) -> list[dict[str, An
     return [c if "workload" in c else specs[c["id"]] for c in cells]
 
 
-def _check_budget(suite, plan, params, ref: RunRef, run_fields: dict[str, Any]) -> None:
-    """Fail the plan, recording the run as over budget, when the estimate is too high."""
+def _check_budget(
+    suite, plan, params, ref: RunRef, run_fields: dict[str, Any], followup: Any = None
+) -> None:
+    """Fail the plan, recording the run as over budget, when the estimate is too high. A
+    follow-up run is also held to ``history.confirm.max_usd`` (the lower limit wins)."""
     from accelmatrix.pricing import BudgetExceeded, check_budget
 
     budget = suite.budget
-    limit, source = budget.max_usd, "budget.max_usd of the suite"
-    if budget.param and params.get(budget.param) is not None:
-        limit, source = float(params[budget.param]), f"param {budget.param}"
+    limit, source, expected = math.inf, "", None
+    if budget is not None:
+        limit, source = budget.max_usd, "budget.max_usd of the suite"
+        if budget.param and params.get(budget.param) is not None:
+            limit, source = float(params[budget.param]), f"param {budget.param}"
+        expected = budget.expected_seconds
+    if followup is not None and followup.max_usd is not None and followup.max_usd < limit:
+        limit, source = followup.max_usd, "history.confirm.max_usd of the suite"
     try:
         estimate = check_budget(
             [c.to_dict() for c in plan.cells],
             max_usd=limit,
-            expected_seconds=budget.expected_seconds,
+            expected_seconds=expected,
             source=source,
         )
     except BudgetExceeded as e:

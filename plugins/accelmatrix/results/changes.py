@@ -17,10 +17,11 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import IntegrityError
 
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore, _advisory_key
-from accelmatrix.results.schema import change_groups, change_points, utcnow
+from accelmatrix.results.schema import change_groups, change_points, confirmations, utcnow
 
 __all__ = ["OPEN_STATES", "TRIAGE_STATES", "ChangePointStore"]
 
@@ -41,6 +42,9 @@ _POINT_FIELDS = tuple(
 )
 _GROUP_FIELDS = tuple(
     c.name for c in change_groups.columns if c.name not in ("id", "dag_id", "updated_at")
+)
+_CONFIRMATION_FIELDS = tuple(
+    c.name for c in confirmations.columns if c.name not in ("id", "dag_id", "updated_at")
 )
 
 
@@ -137,6 +141,48 @@ class ChangePointStore(StoreCore):
             return conn.execute(stmt).rowcount
 
         return self._write(tx)
+
+    # ----------------------------------------------------------------------- confirmations
+
+    def start_confirmation(
+        self, dag_id: str, group_id: int, fields: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Record the re-test of a group; None when the group already has one (the unique
+        key decides, so two gates racing start one re-test, never two)."""
+        try:
+            cid = self._save(
+                confirmations, _CONFIRMATION_FIELDS, dag_id, {**fields, "group_id": group_id}, None
+            )
+        except IntegrityError:
+            return None
+        return self.get_confirmations(ids=[cid])[0]
+
+    def get_confirmations(
+        self,
+        dag_id: str | None = None,
+        *,
+        group_id: int | None = None,
+        ids: Iterable[int] | None = None,
+        states: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Re-tests, oldest first."""
+        c = confirmations.c
+        where = []
+        if dag_id is not None:
+            where.append(c.dag_id == dag_id)
+        if group_id is not None:
+            where.append(c.group_id == int(group_id))
+        if ids is not None:
+            where.append(c.id.in_([int(i) for i in ids]))
+        if states is not None:
+            where.append(c.state.in_(list(states)))
+        with self._reading() as conn:
+            rows = conn.execute(select(confirmations).where(*where).order_by(c.id))
+            return [dict(r._mapping) for r in rows]
+
+    def save_confirmation(self, dag_id: str, fields: Mapping[str, Any], *, id: int) -> int:
+        """Update the given fields of a re-test."""
+        return self._save(confirmations, _CONFIRMATION_FIELDS, dag_id, fields, id)
 
     # ------------------------------------------------------------------------------ triage
 

@@ -49,7 +49,8 @@ class HistoryQueries(StoreCore):
         """
         since_ = schema.to_utc(since)
         until_ = schema.to_utc(until)
-        run_q = select(runs)
+        # Follow-up runs re-test named builds: samples of a confirmation, not nights.
+        run_q = select(runs).where(_nightly(runs.c.run_type))
         if dag_id is not None:
             run_q = run_q.where(runs.c.dag_id == dag_id)
         if suite is not None:
@@ -130,6 +131,7 @@ class HistoryQueries(StoreCore):
                 checks.c.dag_id == dag_id,
                 checks.c.metric.is_not(None),
                 checks.c.benchmark.is_not(None),
+                _nightly(runs.c.run_type),
             )
         )
         undated = runs.c.logical_date.is_(None)
@@ -143,3 +145,8 @@ class HistoryQueries(StoreCore):
             )
         with self._reading() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def _nightly(run_type: Any) -> Any:
+    """Rows of runs that are points of the perf series (not follow-up re-tests)."""
+    return or_(run_type.is_(None), run_type.not_in(schema.FOLLOWUP_RUN_TYPES))

@@ -342,6 +342,10 @@ change_points = Table(
     # back only after two (history.changes.RETRACT_MISSES), so a change at the edge of
     # significance does not flicker out and back in, losing its group and its triage.
     Column("missing", Integer, nullable=False, default=0),
+    # The re-test of this change (accelmatrix.history.followup): confirmed | not_reproduced |
+    # undecided | failed | refused, and the decision (both samples' medians, spread, p).
+    Column("confirm_state", String(LABEL_LEN), nullable=True),
+    Column("confirm", JsonText, nullable=True),
     Column("detected_at", UtcDateTime, nullable=False, default=utcnow),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     UniqueConstraint("dag_id", "cell_id", "metric", "logical_date", name="uq_change_points"),
@@ -380,6 +384,43 @@ change_groups = Table(
     Column("created_at", UtcDateTime, nullable=False, default=utcnow),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     Index("ix_change_groups_dag", "dag_id", "logical_date"),
+)
+
+# The run types (runs.run_type) of a suite's follow-up runs: re-tests of named builds for a
+# confirmation or a bisect step. They are never points of the suite's perf series.
+FOLLOWUP_RUN_TYPES = ("confirm", "bisect")
+
+# The re-test of one suspect group (accelmatrix.history.followup): a confirm run of the suite
+# (last good and suspect build, interleaved, repeated), more rounds while undecided, then a
+# bisect of the builds in between, one suite run per step. One row per group at most: the
+# unique key is what keeps a re-run gate or a restarted scheduler from starting a second.
+confirmations = Table(
+    "confirmations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dag_id", String(ID_LEN), nullable=False),
+    Column("group_id", Integer, nullable=False),  # change_groups.id
+    # confirming | bisecting | confirmed | not_reproduced | undecided | failed | refused |
+    # found | ambiguous (the last seven are final)
+    Column("state", String(LABEL_LEN), nullable=False),
+    # What is re-tested: [{change_id, cell_id, metric, statistic, higher_is_better, claimed}]
+    Column("targets", JsonText, nullable=False, default=lambda: []),
+    Column("good_build", String(LABEL_LEN), nullable=True),
+    Column("suspect_build", String(LABEL_LEN), nullable=True),
+    Column("builds", JsonText, nullable=False, default=lambda: []),  # the bisect's range
+    Column("round", Integer, nullable=False, default=0),  # runs started so far
+    Column("run_id", String(ID_LEN), nullable=True),  # the follow-up run in flight
+    Column("run_ids", JsonText, nullable=False, default=lambda: []),
+    Column("samples", JsonText, nullable=False, default=lambda: {}),  # current comparison
+    Column("decision", JsonText, nullable=True),  # the confirmation's verdict, per target
+    Column("steps", JsonText, nullable=False, default=lambda: []),  # the bisect's steps
+    Column("culprit", String(LABEL_LEN), nullable=True),
+    Column("last_good", String(LABEL_LEN), nullable=True),
+    Column("cost", MetricValue, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False, default=utcnow),
+    Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
+    UniqueConstraint("dag_id", "group_id", name="uq_confirmations_group"),
 )
 
 # Columns callers may set through upsert_run / upsert_cell: everything but the key and the

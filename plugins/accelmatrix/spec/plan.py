@@ -104,12 +104,15 @@ def expand(
     params: dict[str, Any] | None = None,
     only: list[str] | None = None,
     logical_date: datetime | None = None,
+    runtime_version: str | None = None,
 ) -> Plan:
     """Every combination of the axes, minus exclusions, minus cells not selected by ``only``.
 
     ``params`` are the run's param values (defaults from the suite where missing); ``only``
     is a list of fnmatch globs over cell ids (the `cells` UI param); ``logical_date`` (the
-    DAG run's; None: now) resolves the ``${run.*}`` placeholders.
+    DAG run's; None: now) resolves the ``${run.*}`` placeholders; ``runtime_version``, when
+    given, is the build under test instead of the suite's template (a re-test of a named
+    build: ``spec.followup``).
     """
     values = {name: {} for name in suite.axes}
     for name, raw in suite.axes.items():
@@ -124,9 +127,9 @@ def expand(
 
     run_vars = run_variables(logical_date)
     param_vars = {f"params.{k}": v for k, v in resolved_params.items()}
-    runtime_version = None
-    if suite.runtime_version is not None:
+    if runtime_version is None and suite.runtime_version is not None:
         runtime_version = render(suite.runtime_version, {**run_vars, **param_vars})
+    if runtime_version is not None:
         run_vars["run.runtime_version"] = runtime_version
     plan = Plan(suite_id=suite_id, runtime_version=runtime_version)
     names = list(suite.axes)

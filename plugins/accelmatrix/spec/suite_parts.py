@@ -34,7 +34,7 @@ LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CELLS = 1024  # Airflow's [core] max_map_length default
-RESERVED_PARAMS = ("cells",)
+RESERVED_PARAMS = ("cells", "accelmatrix_followup")
 
 Scalar = str | int | float | bool
 
@@ -286,6 +286,42 @@ class RegressionRules(Model):
 HIGHER_IS_BETTER_HINTS = ("throughput", "per_s", "per_sec", "qps", "mfu", "accuracy", "flops")
 
 
+class ConfirmSpec(Model):
+    """How a suspect regression is re-tested before it notifies (``history.confirm``).
+
+    The suspect cells run on the last good build and the suspect build, interleaved,
+    ``repeats`` times each; an undecided test doubles them, up to ``max_repeats``. A change
+    spanning several builds is then bisected with the same repeats (``bisect``). Every
+    confirm and bisect run is an ordinary run of the suite's DAG, under its pools and
+    budget; ``max_usd`` caps each one's estimated cost, ``max_cells`` how many of a
+    group's cells are re-tested (the largest changes first).
+    """
+
+    enabled: bool = Field(True, description="re-test suspect changes before notifying")
+    repeats: Annotated[int, Field(ge=3, le=50)] = Field(
+        5, description="runs per build in the first round (doubled while undecided)"
+    )
+    max_repeats: Annotated[int, Field(ge=3, le=200)] = Field(
+        20, description="most runs per build over all rounds"
+    )
+    max_cells: Annotated[int, Field(ge=1, le=64)] = Field(
+        4, description="most cells of one suspect group re-tested"
+    )
+    max_usd: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="most one confirm or bisect run may cost (estimated before it starts)"
+    )
+    bisect: bool = Field(True, description="bisect the builds between the last good and first bad")
+
+    @model_validator(mode="after")
+    def _cap(self) -> ConfirmSpec:
+        if self.max_repeats < self.repeats:
+            raise ValueError(
+                f"history.confirm: max_repeats ({self.max_repeats}) is below repeats "
+                f"({self.repeats})"
+            )
+        return self
+
+
 class HistorySpec(Model):
     """Which perf series the suite's history follows, and how changes in them are found.
 
@@ -316,6 +352,16 @@ class HistorySpec(Model):
     )
     min_change: Annotated[float, Field(ge=0)] | None = Field(
         None, description="smallest relative change reported (0.02 = 2 %; default 0)"
+    )
+    confirm: ConfirmSpec = Field(
+        default_factory=ConfirmSpec, description="re-test suspect changes (and bisect them)"
+    )
+    builds: list[str] | None = Field(
+        None,
+        description=(
+            "argv printing the builds between ${from} and ${to}, one per line (not needed "
+            "when runtime_version names builds by ${run.ds})"
+        ),
     )
 
     @model_validator(mode="after")
