@@ -49,6 +49,7 @@ for _var in (
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import resource  # noqa: E402
@@ -474,10 +475,21 @@ BUILD_NIGHT, BUILD_CHANGE, BUILD_MODEL = 30, 0.05, "m1"
 INFRA_NIGHT, INFRA_CHANGE, INFRA_MACHINE = 45, 0.08, "k2"
 
 
-def grouping_seed(seed: int) -> dict:
-    """One seed of the planted matrix, night by night, ``update_changes`` after each."""
-    from accelmatrix.history.changes import update_changes
+def grouping_seed(seed: int, confirm: bool = False) -> dict:
+    """One seed of the planted matrix, night by night, ``update_changes`` after each.
+
+    ``confirm``: as a suite with re-tests on (the default) runs it: after each night's pass
+    the gate starts the re-tests of new groups, and their follow-up runs report what the
+    builds really are (the planted levels, fresh machine noise: ``plant_followup``); a group
+    notifies once its re-test confirmed it or could not."""
+    import numpy as np
+
+    from accelmatrix.history.changepoints import DEFAULT
+    from accelmatrix.history.changes import groups_to_notify, update_changes
+    from accelmatrix.history.followup import advance, start_confirmations
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.followup import FOLLOWUP_KEY, Followup
+    from accelmatrix.spec.loader import load_suite
     from accelmatrix.spec.suite_parts import HistorySpec
     from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
 
@@ -489,20 +501,41 @@ def grouping_seed(seed: int) -> dict:
             Cause("infrastructure", INFRA_NIGHT, INFRA_CHANGE, machine=INFRA_MACHINE),
         ],
     )
-    spec = HistorySpec(confirm={"enabled": False})  # notifications on nightly points alone
+    spec = HistorySpec(confirm={"enabled": confirm})
     tracked = {"step_time": "median"}
     notified: list[dict] = []
     created: dict[int, int] = {}
+    followups = 0
+    rng = np.random.default_rng(seed + 1000)  # the re-runs' machine noise
     with tempfile.TemporaryDirectory() as tmp:
         store = ResultsStore(f"sqlite:///{tmp}/results.db")
+        suite_path = Path(tmp) / f"{pm.dag_id}.yaml"
+        suite_path.write_text(pm.suite_yaml())
+        suite = load_suite(suite_path)
+        queue: list[tuple[str, dict]] = []
+
+        def trigger(run_id: str, conf: dict) -> bool:
+            queue.append((run_id, conf))
+            return True
+
         for n in range(pm.nights):
             pm.plant(store, range(n, n + 1))
             up = update_changes(store, pm.dag_id, spec, tracked)
             for g in up.new_groups:
                 created.setdefault(g["id"], n)
+            due = up.to_notify
+            if confirm:
+                start_confirmations(store, suite, pm.dag_id, {}, trigger)
+                while queue:
+                    run_id, conf = queue.pop(0)
+                    fu = Followup.model_validate(conf[FOLLOWUP_KEY])
+                    pm.plant_followup(store, suite, run_id, fu, rng, now=n)
+                    advance(store, suite, pm.dag_id, run_id, fu, {}, trigger)
+                    followups += 1
+                due = groups_to_notify(store, pm.dag_id, DEFAULT, confirming=True)
             # The groups the gate hands to alerts.deliver_groups; it records notified_at
             # once a sink took the notification.
-            for g in up.to_notify:
+            for g in due:
                 created.setdefault(g["id"], n)
                 store.save_change_group(pm.dag_id, {"notified_at": datetime.now(UTC)}, id=g["id"])
                 notified.append(
@@ -552,6 +585,7 @@ def grouping_seed(seed: int) -> dict:
             )
     return {
         "seed": seed,
+        "followups": followups,
         "notified": notified,
         "final": final,
         "build_ok": build_ok,
@@ -561,20 +595,22 @@ def grouping_seed(seed: int) -> dict:
     }
 
 
-def bench_grouping(seeds: int, workers: int) -> None:
+def bench_grouping(seeds: int, workers: int, confirm: bool = False) -> None:
     causes = 2
     print(
-        f"== grouping: 4 models x 3 machine kinds x 60 nights, build +{BUILD_CHANGE:.0%} "
+        f"== grouping{' with re-tests' if confirm else ' (re-tests off)'}: 4 models x 3 "
+        f"machine kinds x 60 nights, build +{BUILD_CHANGE:.0%} "
         f"({BUILD_MODEL}, night {BUILD_NIGHT}), infrastructure +{INFRA_CHANGE:.0%} "
         f"({INFRA_MACHINE}, night {INFRA_NIGHT}); update_changes after every night; "
         f"{seeds} seeds"
     )
     t0 = time.perf_counter()
+    run = functools.partial(grouping_seed, confirm=confirm)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(grouping_seed, range(seeds)))
+            results = list(pool.map(run, range(seeds)))
     else:
-        results = [grouping_seed(s) for s in range(seeds)]
+        results = [run(s) for s in range(seeds)]
     wall = time.perf_counter() - t0
     ratios = []
     for r in results:
@@ -611,14 +647,21 @@ def bench_grouping(seeds: int, workers: int) -> None:
         "  kind of each notification when sent (cause -> kind: count): "
         + ", ".join(f"{c} -> {k}: {v}" for (c, k), v in sorted(first_kind.items()))
     )
-    for name in ("build", "infra"):
-        d = [r[f"{name}_delay"] for r in results if r[f"{name}_delay"] is not None]
+    for name, night in (("build", BUILD_NIGHT), ("infra", INFRA_NIGHT)):
+        d = []
+        for r in results:
+            sent = [x["night"] for x in r["notified"] if _cause_of(x) == name]
+            if sent:
+                d.append(min(sent) - night)
         missing = seeds - len(d)
         print(
-            f"  {name} detection delay (nights from the cause to its group's creation): "
+            f"  {name}: nights from the cause to its notification: "
             f"{sorted(d)}, median {statistics.median(d) if d else 'n/a'}"
-            + (f"; no group in {missing} seed(s)" if missing else "")
+            + (f"; never notified in {missing} seed(s)" if missing else "")
         )
+    if confirm:
+        runs = [r["followups"] for r in results]
+        print(f"  follow-up runs per seed: {runs}, median {statistics.median(runs)}")
     print(f"  ({wall:.0f} s wall, {workers} process(es))")
 
 
@@ -654,6 +697,9 @@ def main() -> None:
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--seeds", type=int, default=None, help="grouping: seeds")
     ap.add_argument("--workers", type=int, default=2, help="grouping: processes")
+    ap.add_argument(
+        "--confirm", action="store_true", help="grouping: with re-tests (history.confirm)"
+    )
     a = ap.parse_args()
     only = [s.strip() for s in a.only.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -671,7 +717,7 @@ def main() -> None:
     if "gate" in only:
         bench_gate(8 if q else 64, 60, store_pass=True)
     if "grouping" in only:
-        bench_grouping(a.seeds or (2 if q else 10), a.workers)
+        bench_grouping(a.seeds or (2 if q else 10), a.workers, confirm=a.confirm)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"total {time.perf_counter() - t0:.0f} s, peak RSS {peak:.0f} MiB")
 

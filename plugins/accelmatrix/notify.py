@@ -326,6 +326,11 @@ def group_text(ev: dict[str, Any]) -> tuple[str, str]:
     """(one-line title, markdown body) of a change-group notification."""
     cause = {"build": "build", "infrastructure": "infrastructure", "series": "series"}[ev["kind"]]
     title = f"[accelmatrix] {ev['dag_id']}: perf {ev['direction']} ({cause}): {ev['summary']}"
+    retest = ev.get("confirmation") or {}
+    if retest.get("culprit"):
+        title += f"; {retest['state']}: first bad build {retest['culprit']}"
+    elif retest:
+        title += f"; re-test: {retest['state'].replace('_', ' ')}"
     lines = [
         f"*Suite* `{ev['dag_id']}`: {ev['summary']}",
         f"*Builds* {ev['previous_build'] or '-'} -> {ev['build'] or '-'} "

@@ -11,10 +11,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
 DAY0 = datetime(2026, 9, 1, tzinfo=UTC)
+
+# A suite file for a planted matrix (models x machine kinds, builds named by date): what a
+# re-test plans its follow-up runs from (``spec.followup.expand_followup``).
+SUITE_YAML = """
+description: planted perf matrix
+owners: [ml-infra]
+runtime_version: nightly-${{run.ds}}
+axes:
+  model: [{models}]
+  machine: [{machines}]
+machines:
+{machine_specs}
+workload:
+  run: ["${{python}}", "-c", "print('step_time: 1s')"]
+  timeout: 60
+checks:
+  - {{type: log_contains, pattern: step_time}}
+"""
 
 
 @dataclass
@@ -43,13 +62,24 @@ class PerfMatrix:
     def date(self, night: int) -> datetime:
         return DAY0 + timedelta(days=night)
 
-    def value(self, rng: np.random.Generator, model: str, machine: str, night: int, base: float):
+    def value(
+        self,
+        rng: np.random.Generator,
+        model: str,
+        machine: str,
+        night: int,
+        base: float,
+        build_night: int | None = None,
+    ):
+        """The metric of one cell on ``night``, testing the build of ``build_night`` (default:
+        that night's): a build cause follows the build, an infrastructure cause the night
+        (the machine kind is slow now, whatever build it runs)."""
         factor = 1.0
+        build_night = night if build_night is None else build_night
         for c in self.causes:
-            hit = (c.kind == "build" and c.model == model) or (
-                c.kind == "infrastructure" and c.machine == machine
-            )
-            if hit and night >= c.night:
+            if c.kind == "build" and c.model == model and build_night >= c.night:
+                factor *= 1 + c.change
+            if c.kind == "infrastructure" and c.machine == machine and night >= c.night:
                 factor *= 1 + c.change
         return (
             base
@@ -102,3 +132,56 @@ class PerfMatrix:
                             for me in self.metrics
                         ],
                     )
+
+    def suite_yaml(self, extra: str = "") -> str:
+        """The text of a suite file for this matrix (``extra`` appended: a history block)."""
+        specs = "\n".join(f"  {m}: {{backend: local, hourly_cost: 1.0}}" for m in self.machines)
+        return (
+            SUITE_YAML.format(
+                models=", ".join(self.models),
+                machines=", ".join(self.machines),
+                machine_specs=specs,
+            )
+            + extra
+        )
+
+    def plant_followup(
+        self,
+        store,
+        suite: Any,
+        run_id: str,
+        followup: Any,
+        rng: np.random.Generator,
+        *,
+        now: int | None = None,
+        empty: bool = False,
+    ) -> None:
+        """Write a follow-up run (a re-test) as the suite's cells would report it: each cell
+        the value its build has (the level of the build's night with the planted causes)
+        with fresh machine noise, on the machines as they are on night ``now`` (default: the
+        build's night); ``empty``: the cells report nothing (an infrastructure failure)."""
+        from accelmatrix.spec.followup import FOLLOWUP_KEY, base_cell, expand_followup
+
+        store.upsert_run(
+            self.dag_id,
+            run_id,
+            suite=self.dag_id,
+            run_type=followup.kind,
+            params={FOLLOWUP_KEY: followup.model_dump()},
+            started_at=datetime.now(UTC),
+            state="passed",
+        )
+        for c in expand_followup(suite, self.dag_id, followup).cells:
+            _cid, build = base_cell(c.id)
+            night = (datetime.strptime(build[-10:], "%Y-%m-%d").replace(tzinfo=UTC) - DAY0).days
+            model, machine = c.axes["model"], c.axes["machine"]
+            store.upsert_cell(
+                self.dag_id, run_id, c.id, axes=c.axes, machine=machine, state="passed"
+            )
+            rows = []
+            for me, base in self.metrics.items():
+                if not empty:
+                    at = night if now is None else now
+                    value = self.value(rng, model, machine, at, base, build_night=night)
+                    rows.append({"name": me, "value": value, "step": None})
+            store.replace_metrics(self.dag_id, run_id, c.id, rows)

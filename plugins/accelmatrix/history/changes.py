@@ -282,7 +282,8 @@ def match(
     retract_after: int | None = None,
 ) -> Matched:
     """Pair found change points with stored ones (same series and direction, the stored
-    one at most MOVE points away: the nearest wins). Stored changes inside the analysed part
+    one at most MOVE points away: the nearest in time wins; one stored at the very night
+    always). Stored changes inside the analysed part
     of a series (after its first ``min_size`` points, where a change could be found) that
     were not re-found are retracted if nobody triaged them; triaged ones stay as they are.
     ``retract_after``: retract only changes stored with fewer points after them than this
@@ -296,16 +297,33 @@ def match(
         by_series.setdefault((s["cell_id"], s["metric"]), []).append(s)
     used: set[int] = set()
     for f in found:
+        values = {k: _plain(f[k]) for k in STORED_FIELDS}
+        series_rows = by_series.get((f["cell_id"], f["metric"]), [])
+        # A stored change at the very night found is that change (or, in the other
+        # direction, a different one that night: then this report is dropped, as one night
+        # holds one change per series and the unique key says so).
+        here = [s for s in series_rows if _same_time(s["logical_date"], f["logical_date"])]
+        if here:
+            s = here[0]
+            if s["id"] not in used and s["direction"] == f["direction"]:
+                used.add(s["id"])
+                out.update[s["id"]] = {**values, "missing": 0}
+            continue
         candidates = [
             s
             for s in by_series.get((f["cell_id"], f["metric"]), [])
             if s["id"] not in used
             and s["direction"] == f["direction"]
             and any(_same_time(s["logical_date"], t) for t in f["moved"])
+            # A suspect the re-runs did not reproduce says nothing about a change the
+            # detector finds on another night near it: that one is new, and re-tested.
+            and s.get("confirm_state") != "not_reproduced"
         ]
-        values = {k: _plain(f[k]) for k in STORED_FIELDS}
         if candidates:
-            best = min(candidates, key=lambda s: abs(s["position"] - f["position"]))
+            best = min(
+                candidates,
+                key=lambda s: abs(as_utc(s["logical_date"]) - as_utc(f["logical_date"])),
+            )
             used.add(best["id"])
             out.update[best["id"]] = {**values, "missing": 0}
         else:
@@ -485,10 +503,12 @@ def groups_to_notify(
 ) -> list[dict[str, Any]]:
     """The suite's regression groups due a notification: not notified yet and still open.
 
-    With re-tests (``confirming``: the suite's ``history.confirm.enabled``), a group is due
-    once its re-test ended in a state that notifies (``followup.NOTIFY_STATES``: confirmed,
+    With re-tests (``confirming``: the suite's ``history.confirm.enabled``), a build or
+    series group is due once its re-test ended in a state that notifies (``followup.NOTIFY_STATES``: confirmed,
     with its culprit, or could not be confirmed, with the reason); a change the re-runs
-    did not reproduce never pages. Without, a group is due when it has several series
+    did not reproduce never pages. An infrastructure group (one machine kind moved, the
+    others on the same builds did not) is no build's change to re-test; it is due, as
+    every group without re-tests, when it has several series
     (kind build or infrastructure), or one series with MIN_HISTORY points before the change
     that has held its new level CONFIRM_NIGHTS nights or moved ``tail_guard`` sigmas, so a
     single series' tail report that goes away within a few nights never pages."""
@@ -499,7 +519,7 @@ def groups_to_notify(
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
         if g["notified_at"] is not None or g["direction"] != "regression":
             continue
-        if confirming:
+        if confirming and g["kind"] != "infrastructure":
             if retests.get(g["id"]) in NOTIFY_STATES:
                 due.append(g)
             continue

@@ -110,10 +110,16 @@ def start_confirmations(
         return []
     have = {c["group_id"] for c in store.get_confirmations(dag_id)}
     started: list[dict[str, Any]] = []
+    builds: list[dict[str, Any]] | None = None
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
         if len(started) >= MAX_NEW_PER_RUN:
             break
         if g["direction"] != "regression" or g["notified_at"] is not None or g["id"] in have:
+            continue
+        if g["kind"] == "infrastructure":
+            # One machine kind moved while the others, on the same builds, did not: re-running
+            # builds on that kind would compare two builds on one slow machine. It is not a
+            # build's change to confirm; it notifies as infrastructure.
             continue
         points = [
             p
@@ -140,7 +146,9 @@ def start_confirmations(
                     "claimed": abs(p["change"] or 0.0),
                 }
             )
-        good, suspect = g["prev_runtime_version"], g["runtime_version"]
+        if builds is None:
+            builds = _nights(store, dag_id)
+        good, suspect = _sandwich(builds, points[0])
         row = store.start_confirmation(
             dag_id,
             g["id"],
@@ -175,6 +183,40 @@ def start_confirmations(
         )
         _launch(store, suite, row, "confirm", [good, suspect], cells, spec.repeats, params, trigger)
     return started
+
+
+# A change the detector placed (not a lone newest point) is re-tested across this many
+# more nights on each side: with a few nights after it, a small step's position is
+# uncertain by a night or two, and re-testing two builds both on one side of the real
+# change would call a real regression "not reproduced". The bisect then finds the night.
+SANDWICH_MARGIN = 1
+
+
+def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
+    """The suite's runs that are points of its series, oldest first."""
+    from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
+
+    rows = [r for r in store.get_runs(dag_id) if r.get("run_type") not in FOLLOWUP_RUN_TYPES]
+    return list(reversed(rows))
+
+
+def _sandwich(nights: list[dict[str, Any]], p: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(last good build, suspect build) to re-test for change point ``p``: the builds around
+    it, widened by SANDWICH_MARGIN nights each side when the detector placed it (a one-night
+    suspect at the newest point is exactly where it is)."""
+    good, suspect = p["prev_runtime_version"], p["runtime_version"]
+    if p["n_after"] <= 1:
+        return good, suspect
+    ids = [r["run_id"] for r in nights]
+    if p["run_id"] not in ids:
+        return good, suspect
+    first = ids.index(p["run_id"])
+    lo = max(0, first - 1 - SANDWICH_MARGIN)
+    hi = min(len(nights) - 1, first + SANDWICH_MARGIN, first + p["n_after"] - 1)
+    return (
+        nights[lo].get("runtime_version") or good,
+        nights[hi].get("runtime_version") or suspect,
+    )
 
 
 def _launch(

@@ -96,6 +96,8 @@ class ChangeEntry:
     state_by: str | None
     state_at: datetime | None
     note: str | None
+    # The group's re-test (results.schema.confirmations), if one was started.
+    retest: dict[str, Any] | None = None
 
     @property
     def anchor(self) -> str:
@@ -193,7 +195,12 @@ def load_changes(store: ResultsStore, dag_id: str) -> tuple[list[ChangeEntry], i
     except Exception:  # noqa: BLE001 - an older store without the tables: no list
         log.warning("history: change groups of %s not readable", dag_id, exc_info=True)
         return [], 0
-    entries = [_group_entry(g) for g in groups] + [_point_entry(p) for p in loose]
+    try:
+        retests = {c["group_id"]: c for c in store.get_confirmations(dag_id)}
+    except Exception:  # noqa: BLE001 - an older store without the table: no re-tests shown
+        retests = {}
+    entries = [_group_entry(g, retests.get(g["id"])) for g in groups]
+    entries += [_point_entry(p) for p in loose]
     epoch = datetime.min.replace(tzinfo=UTC)
     entries.sort(key=lambda e: (e.logical_date or epoch, e.id), reverse=True)
     first = [e for e in entries if e.open_regression]
@@ -201,8 +208,9 @@ def load_changes(store: ResultsStore, dag_id: str) -> tuple[list[ChangeEntry], i
     return first + rest[:MAX_OTHER_GROUPS], max(0, len(rest) - MAX_OTHER_GROUPS)
 
 
-def _group_entry(g: dict[str, Any]) -> ChangeEntry:
+def _group_entry(g: dict[str, Any], retest: dict[str, Any] | None = None) -> ChangeEntry:
     return ChangeEntry(
+        retest=retest,
         what="group",
         id=int(g["id"]),
         kind=g.get("kind") or "series",
@@ -406,6 +414,52 @@ def _change_text(e: ChangeEntry) -> str:
     return text
 
 
+def _retest_text(e: ChangeEntry, suite: str) -> str:
+    """The re-test cell: verdict, the decisive medians, the culprit, the bisect steps."""
+    c = e.retest
+    if c is None:
+        return '<span class="meta">-</span>'
+    out = f'<b class="rt-{esc(c["state"])}">{esc(c["state"].replace("_", " "))}</b>'
+    decision = c.get("decision") or {}
+    if decision:
+        d = max(decision.values(), key=lambda d: abs(d.get("change") or 0))
+        med = f"{_num(d.get('median_good'))} &rarr; {_num(d.get('median_suspect'))}"
+        p_text = f"{d['p_worse']:.2g}" if d.get("p_worse") is not None else "-"
+        out += (
+            f'<span class="sub">median {med} ({esc(_pct(d.get("change")))}, '
+            f"p={esc(p_text)}, {d['n_good']}+{d['n_suspect']} runs)</span>"
+        )
+    if c.get("culprit"):
+        out += (
+            f'<span class="sub culprit">first bad build <b>{esc(c["culprit"])}</b> '
+            f"(last good {esc(c.get('last_good') or '-')})</span>"
+        )
+    steps = c.get("steps") or []
+    if steps:
+        rows = "".join(
+            f"<tr><td>{esc(st['build'])}</td><td>{int(st.get('n') or 0)}</td>"
+            f"<td>{esc(_num(st.get('median_build')))}</td><td>{esc(st['verdict'])}</td></tr>"
+            for st in steps
+        )
+        out += (
+            '<table class="steps"><thead><tr><th>build</th><th>runs</th><th>median</th>'
+            f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    if c.get("reason"):
+        out += f'<span class="note">{esc(c["reason"])}</span>'
+    links = []
+    for i, r in enumerate(c.get("run_ids") or []):
+        href = f"{suite}?run_id={quote(r, safe=':')}"
+        links.append(f'<a href="{esc(href)}">{esc(r.split("__")[0])} {i + 1}</a>')
+    if links:
+        out += '<span class="sub runs">' + " ".join(links) + "</span>"
+    return out
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, int | float) and math.isfinite(v) else "-"
+
+
 def render_changes(
     view: HistoryView,
     *,
@@ -475,13 +529,15 @@ def render_changes(
             f"{e.series_count or len(e.cells)} series: {esc(cell_text)}</td>"
             f'<td class="pct">{esc(_change_text(e))}</td>'
             f'<td class="builds">{builds}{first}</td>'
+            f'<td class="retest">{_retest_text(e, suite)}</td>'
             f'<td class="state">{state}</td>' + (f"<td>{form}</td>" if can_edit else "") + "</tr>"
         )
     more = (
         f" {view.changes_hidden} older closed change(s) not listed." if view.changes_hidden else ""
     )
     head = "<th>cause</th><th>what moved</th><th>cells</th><th>change</th>"
-    head += "<th>builds (last good &rarr; first at the new level)</th><th>state</th>"
+    head += "<th>builds (last good &rarr; first at the new level)</th><th>re-test</th>"
+    head += "<th>state</th>"
     head += "<th>triage</th>" if can_edit else ""
     return (
         f'<h2>Changes</h2><p class="meta" id="changes-meta">{n_open} open regression(s) '
@@ -502,6 +558,10 @@ table.history a.run{writing-mode:vertical-rl;transform:rotate(180deg);height:aut
 table.history td.marks{white-space:nowrap}
 .b-new{background:#c53030}.b-broken{background:#9b2c2c}
 table.changes{border-collapse:collapse;font-size:12px;margin-bottom:8px}
+table.changes table.steps{border-collapse:collapse;font-size:11px;margin-top:2px}
+table.changes table.steps td,table.changes table.steps th{padding:1px 4px}
+table.changes .rt-confirmed,table.changes .rt-found{color:#c53030}
+table.changes .rt-not_reproduced{color:#2f855a}
 table.changes th,table.changes td{border:1px solid #cbd5e0;padding:3px 6px;text-align:left;
 vertical-align:top}
 table.changes th{background:#edf2f7}
