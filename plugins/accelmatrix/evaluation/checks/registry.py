@@ -36,7 +36,7 @@ def planner(model: type[BaseModel]) -> Callable[[Planner], Planner]:
 
     def add(fn: Planner) -> Planner:
         known = _PLANNERS.get(tag)
-        if known is not None and known.__qualname__ != fn.__qualname__:
+        if known is not None and _name(known) != _name(fn):
             raise ValueError(
                 f"check type {tag!r} has two planners: {known.__module__}.{known.__qualname__} "
                 f"and {fn.__module__}.{fn.__qualname__}"
@@ -45,6 +45,11 @@ def planner(model: type[BaseModel]) -> Callable[[Planner], Planner]:
         return fn
 
     return add
+
+
+def _name(obj: Any) -> str:
+    """Module and qualified name: the same function imported again (a reload) is no duplicate."""
+    return f"{obj.__module__}.{obj.__qualname__}"
 
 
 def planners() -> dict[str, Planner]:

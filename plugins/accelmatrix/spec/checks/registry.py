@@ -46,13 +46,18 @@ def register(model: type[M]) -> type[M]:
     """
     tag = check_type_of(model)
     known = _MODELS.get(tag)
-    if known is not None and known.__qualname__ != model.__qualname__:
+    if known is not None and _name(known) != _name(model):
         raise ValueError(
             f"check type {tag!r} is registered twice: {known.__module__}.{known.__qualname__} "
             f"and {model.__module__}.{model.__qualname__}"
         )
     _MODELS[tag] = model
     return model
+
+
+def _name(obj: Any) -> str:
+    """Module and qualified name: the same class imported again (a reload) is no duplicate."""
+    return f"{obj.__module__}.{obj.__qualname__}"
 
 
 def registered() -> dict[str, type[BaseModel]]:
