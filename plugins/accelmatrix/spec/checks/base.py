@@ -1,5 +1,6 @@
 """What every check model shares: the common fields, the derived name, and the field rules
-more than one family uses. Only pydantic is imported: suites are parsed at DAG parse time.
+more than one family uses (paths under a base dir: ``accelmatrix.spec.include_paths``).
+Only pydantic is imported: suites are parsed at DAG parse time.
 """
 
 from __future__ import annotations
@@ -8,9 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from accelmatrix.spec.include_paths import relative_path
-
-__all__ = ["CheckBase", "Reduce", "check_min_max", "relative_path"]
+__all__ = ["CheckBase", "Reduce", "check_min_max"]
 
 Reduce = Literal["last", "min", "max", "mean", "median"]
 

@@ -10,8 +10,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from accelmatrix.spec.checks.base import CheckBase, relative_path
+from accelmatrix.spec.checks.base import CheckBase
 from accelmatrix.spec.checks.registry import register
+from accelmatrix.spec.include_paths import relative_path
 
 __all__ = ["ElapsedRegressionCheck", "JunitCheck"]
 
