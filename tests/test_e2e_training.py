@@ -19,7 +19,7 @@ from test_dag_local import run_dag, store
 
 from accelmatrix import settings
 from accelmatrix.evaluation import CellOutputs, evaluate_cell
-from accelmatrix.evaluation.observe import RUNBOOK_ABOVE, RUNBOOK_BELOW
+from accelmatrix.evaluation.checks.training import RUNBOOK_ABOVE, RUNBOOK_BELOW
 from accelmatrix.spec.checks import parse_checks
 
 ROOT = Path(__file__).resolve().parents[1]

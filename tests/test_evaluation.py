@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.evaluation import CellOutputs, CheckVerdict, EvaluationReport, evaluate_cell
-from accelmatrix.evaluation.observe import RUNBOOK_ABOVE, RUNBOOK_BELOW
+from accelmatrix.evaluation.checks.training import RUNBOOK_ABOVE, RUNBOOK_BELOW
 from accelmatrix.spec.checks import parse_checks
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from accelmatrix.evaluation.observe import CheckPlan
-from accelmatrix.evaluation.observe_inference import plan_golden_cases
+from accelmatrix.evaluation.check_plan import CheckPlan
+from accelmatrix.evaluation.checks.inference import plan_golden_cases
 from accelmatrix.evaluation.report import CellOutputs
-from accelmatrix.spec.checks_inference import GoldenCasesCheck
+from accelmatrix.spec.checks.inference import GoldenCasesCheck
 
 ROOT = Path(__file__).resolve().parents[1]
 WL = ROOT / "include" / "workloads" / "inference"

@@ -201,7 +201,11 @@ def test_trend_charts_band_violations_regression(store: ResultsStore, env: Path)
         "benchmarks:\n  a: {step_time_lower_bound: 0.95, step_time_upper_bound: 1.05}\n"
         "  b: {step_time_lower_bound: 1.9, step_time_upper_bound: 2.1}\n"
     )
+    # A whole suite: the page reads it with the loader, as the DAG does.
     (env / "suites" / "demo.yaml").write_text(
+        "axes: {model: [a, b], config: [x, y, z]}\n"
+        "machines: {cpu: {backend: local}}\n"
+        "workload: {run: [echo]}\n"
         "checks:\n  - {type: step_time_within_bounds, bounds_file: bounds/demo.yaml,"
         " benchmark: '${axis.model}'}\n"
     )

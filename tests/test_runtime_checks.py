@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.evaluation import CellOutputs
+from accelmatrix.evaluation.checks.runtime import notebook_errors
 from accelmatrix.evaluation.observe import plan_checks
-from accelmatrix.evaluation.observe_runtime import notebook_errors
 from accelmatrix.spec.checks import parse_checks
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.evaluation.observe import CheckPlan, Expect
+from accelmatrix.evaluation.check_plan import CheckPlan, Expect
 
 if TYPE_CHECKING:
     import pandas as pd

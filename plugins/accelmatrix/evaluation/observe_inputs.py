@@ -1,11 +1,10 @@
 """A cell's outputs as the check planners read them: parsed once, shared by every check.
 
-``_Inputs`` holds what the planners of ``accelmatrix.evaluation.observe`` (and of the other
-``observe_*`` modules) look at: the log scanned in a single pass for every log check
+``CellInputs`` holds what the planners (``accelmatrix.evaluation.checks``) look at: the log scanned in a single pass for every log check
 (``_scan_log``), the metric rows as one series per metric ordered by step
 (``_metric_series``, the same reading as ``write_train_metrics``) and the bounds files,
-loaded once each. Separate from observe.py, which turns checks into ``CheckPlan``s: this is
-the reading of the outputs, that is the judging of them.
+loaded once each. Separate from the planners, which turn checks into ``CheckPlan``s: this
+is the reading of the outputs, they are the judging of them.
 """
 
 from __future__ import annotations
@@ -19,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, load_bounds
 from accelmatrix.evaluation.report import CellOutputs
-from accelmatrix.spec.checks import Check, LogContainsCheck, LogNotContainsCheck
+from accelmatrix.spec.checks import Check
+from accelmatrix.spec.checks.workload import LogContainsCheck, LogNotContainsCheck
+from accelmatrix.spec.include_paths import include_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +29,7 @@ MAX_SHOWN_LINES = 3  # matching log lines quoted in an observation
 MAX_LINE_CHARS = 160
 
 
-class _Inputs:
+class CellInputs:
     """Cell outputs, parsed once and shared by all checks of the cell."""
 
     def __init__(self, checks: list[Check], outputs: CellOutputs, include_dir: Path) -> None:
@@ -46,12 +47,20 @@ class _Inputs:
         return self._series.get(name)
 
     def bounds(self, rel: str) -> BoundsFile | BoundsError:
+        """The bounds file ``rel`` under the include dir, loaded once; a problem as the error.
+
+        The include-dir rule is applied again here: the suite validated the text with its
+        placeholders, and a rendered ``${axis.model}`` could still lead outside.
+        """
         path = self.include_dir / rel
         if path not in self._bounds:
             try:
+                include_file(self.include_dir, rel)
                 self._bounds[path] = load_bounds(path)
             except BoundsError as exc:
                 self._bounds[path] = exc
+            except ValueError as exc:
+                self._bounds[path] = BoundsError(str(exc))
         return self._bounds[path]
 
 

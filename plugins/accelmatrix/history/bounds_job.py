@@ -286,6 +286,7 @@ def maintenance_recenter(
     dir, no ``..``; none given: every bounds file a suite's checks read), one report line
     per benchmark; returns a JSON-able summary."""
     from accelmatrix import settings
+    from accelmatrix.spec.include_paths import include_file
     from accelmatrix.spec.loader import suite_files
 
     include = settings.include_dir().resolve()
@@ -297,9 +298,7 @@ def maintenance_recenter(
         log.info("bounds files read by the suites: %s", ", ".join(bounds_files) or "none")
     out: dict[str, Any] = {}
     for rel in bounds_files:
-        path = (include / rel).resolve()
-        if include not in path.parents:
-            raise ValueError(f"bounds_files: {rel!r} is outside the include dir {include}")
+        path = include_file(include, rel, field="bounds_files")
         rep = recenter(
             path,
             window_days=window_days,
@@ -368,6 +367,7 @@ def suite_bounds_files(dag_id: str) -> list[Path]:
     """The bounds files the suite ``dag_id``'s checks read (inside the include dir), from
     its suite file; none when the file is gone or invalid."""
     from accelmatrix import settings
+    from accelmatrix.spec.include_paths import include_file
     from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
 
     include = settings.include_dir().resolve()
@@ -381,11 +381,16 @@ def suite_bounds_files(dag_id: str) -> list[Path]:
             return []
         found = []
         for check in suite.checks:
-            rel = getattr(check, "bounds_file", None)
-            if rel:
-                target = (include / rel).resolve()
-                if include in target.parents and target not in found:
-                    found.append(target)
+            rel = getattr(check, "bounds_file", None)  # step_time_within_bounds, final_loss
+            if not rel:
+                continue
+            try:
+                target = include_file(include, rel)
+            except ValueError as e:  # a rendered placeholder may still lead outside
+                log.warning("%s: %s", dag_id, e)
+                continue
+            if target not in found:
+                found.append(target)
         return found
     return []
 

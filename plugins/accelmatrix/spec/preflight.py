@@ -94,7 +94,7 @@ class ConnectionPreflight(_Base):
 
 
 PreflightCheck = Annotated[
-    Union[  # noqa: UP007 - spelled out like spec.checks.Check
+    Union[  # noqa: UP007 - a fixed set, unlike spec.checks.Check (derived from its registry)
         CommandPreflight,
         HttpPreflight,
         DiskFreePreflight,

@@ -19,12 +19,9 @@ support machine cpu-2", shown in the run plan like any other exclusion.
 from __future__ import annotations
 
 import fnmatch
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from accelmatrix.spec.suite import Suite
 
 _NAME = r"^[a-z][a-z0-9_]*$"
 
@@ -39,7 +36,20 @@ class SupportRule(BaseModel):
     of: str = Field("machine", pattern=_NAME, description="the axis those values belong to")
 
 
-def validate_supports(suite: Suite) -> None:
+class AxesWithSupports(Protocol):
+    """What the rules are applied to: a suite's axes and its support rules.
+
+    A protocol, not ``Suite``: the suite model calls ``validate_supports`` from its own
+    validator, so naming the model here would make the two modules import each other.
+    """
+
+    axes: Any
+    supports: list[SupportRule]
+
+    def axis_labels(self, axis: str) -> list[str]: ...
+
+
+def validate_supports(suite: AxesWithSupports) -> None:
     """Raise ValueError naming the rule, value and field when a support rule cannot apply."""
     for i, rule in enumerate(suite.supports):
         where = f"supports[{i}]"
@@ -70,7 +80,7 @@ def validate_supports(suite: Suite) -> None:
                     )
 
 
-def unsupported_reason(suite: Suite, axes: dict[str, str]) -> str | None:
+def unsupported_reason(suite: AxesWithSupports, axes: dict[str, str]) -> str | None:
     """Why a cell's combination is unsupported, or None when every rule allows it."""
     for rule in suite.supports:
         value: Any = suite.axes[rule.axis][axes[rule.axis]]  # type: ignore[index]

@@ -345,33 +345,27 @@ def _median(values: list[float]) -> float:
 def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:
     """benchmark -> (lower, upper) from the bounds files the suite's perf checks name now.
 
-    Read from the suite YAML without validating the whole suite: the page must still draw
-    the history when the file has since broken. Any problem just leaves the lines out.
+    The suite is read by the loader, as the DAG reads it, and its perf checks are the
+    ``StepTimeWithinBoundsCheck``s in it. A suite that has since broken (or a file outside
+    the include dir) only leaves the lines out: the history is still drawn.
     """
     from accelmatrix.evaluation.bounds import BoundsError, load_bounds
-    from accelmatrix.spec.loader import read_yaml, resolve_suite
+    from accelmatrix.spec.checks.training import StepTimeWithinBoundsCheck
+    from accelmatrix.spec.include_paths import include_file
+    from accelmatrix.spec.loader import load_suite, resolve_suite
 
     out: dict[str, tuple[float | None, float | None]] = {}
     try:
-        raw = read_yaml(resolve_suite(dag_id, settings.suites_dir()))
+        suite = load_suite(resolve_suite(dag_id, settings.suites_dir()))
     except Exception:  # noqa: BLE001 - a missing or broken suite only loses the lines
         return out
-    checks = raw.get("checks") if isinstance(raw, dict) else None
-    files = {
-        c["bounds_file"]
-        for c in checks or []
-        if isinstance(c, dict)
-        and c.get("type") == "step_time_within_bounds"
-        and isinstance(c.get("bounds_file"), str)
-    }
-    include = settings.include_dir().resolve()
+    files = {c.bounds_file for c in suite.checks if isinstance(c, StepTimeWithinBoundsCheck)}
+    include = settings.include_dir()
     for f in sorted(files):
-        p = (include / f).resolve()
-        if not p.is_relative_to(include):
-            continue
         try:
+            p = include_file(include, f)
             loaded = load_bounds(p)
-        except BoundsError as e:
+        except (BoundsError, ValueError) as e:
             log.warning("matrix page: %s", e)
             continue
         for name, b in loaded.benchmarks.items():

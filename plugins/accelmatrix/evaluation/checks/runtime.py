@@ -1,8 +1,8 @@
-"""Observations of the runtime checks (`report_items`, `notebooks`); see observe.py.
+"""Planners of the runtime checks (`report_items`, `notebooks`).
 
-Notebook errors are read from the executed notebooks themselves (nbformat JSON: a code
-cell whose outputs contain an `error` output), not from the log, so the verdict holds
-even if the workload's own reporting was lost.
+Models: accelmatrix.spec.checks.runtime. Notebook errors are read from the executed
+notebooks themselves (nbformat JSON: a code cell whose outputs contain an `error` output),
+not from the log, so the verdict holds even if the workload's own reporting was lost.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accelmatrix.evaluation.observe import CheckPlan, Expect
+from accelmatrix.evaluation.check_plan import CheckPlan, Expect
+from accelmatrix.evaluation.checks.registry import planner
+from accelmatrix.evaluation.observe_inputs import CellInputs
+from accelmatrix.spec.checks.runtime import NotebooksCheck, ReportItemsCheck
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 EXCERPT_CHARS = 120
@@ -84,7 +87,8 @@ def notebook_errors(path: Path) -> list[NotebookError]:
     return errors
 
 
-def plan_notebooks(c: Any, p: CheckPlan, inp: Any) -> None:
+@planner(NotebooksCheck)
+def plan_notebooks(c: NotebooksCheck, p: CheckPlan, inp: CellInputs) -> None:
     files_dir: Path = inp.outputs.files_dir
     found = sorted(x for x in files_dir.glob(c.glob) if x.is_file()) if files_dir.is_dir() else []
     names = {x.name for x in found}
@@ -122,7 +126,8 @@ def plan_notebooks(c: Any, p: CheckPlan, inp: Any) -> None:
     ]
 
 
-def plan_report_items(c: Any, p: CheckPlan, inp: Any) -> None:
+@planner(ReportItemsCheck)
+def plan_report_items(c: ReportItemsCheck, p: CheckPlan, inp: CellInputs) -> None:
     n_col, failed_col = f"{p.prefix}__items", f"{p.prefix}__failed_items"
     path = inp.outputs.files_dir / c.path
     p.expected = f">= {c.min_items} item(s) in {c.path}, all passed"

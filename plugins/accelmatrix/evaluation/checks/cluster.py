@@ -1,11 +1,14 @@
-"""Observation of `workers_started` (see observe.py for the CheckPlan contract)."""
+"""Planner of `workers_started`. Model: accelmatrix.spec.checks.cluster."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from accelmatrix.evaluation.observe import CheckPlan, Expect, num
+from accelmatrix.evaluation.check_plan import CheckPlan, Expect, num
+from accelmatrix.evaluation.checks.registry import planner
+from accelmatrix.evaluation.observe_inputs import CellInputs
+from accelmatrix.spec.checks.cluster import WorkersStartedCheck
 
 
 def worker_starts(log_lines: Any, pattern: str) -> dict[str, float]:
@@ -22,7 +25,8 @@ def worker_starts(log_lines: Any, pattern: str) -> dict[str, float]:
     return starts
 
 
-def plan_workers_started(c: Any, p: CheckPlan, inp: Any) -> None:
+@planner(WorkersStartedCheck)
+def plan_workers_started(c: WorkersStartedCheck, p: CheckPlan, inp: CellInputs) -> None:
     n_col, late_col = f"{p.prefix}__workers_started", f"{p.prefix}__last_start_s"
     p.expected = f"{c.workers} worker(s) started, each within {num(c.within)} s of the job start"
     log_path = inp.outputs.log_path

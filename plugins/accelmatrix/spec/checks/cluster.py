@@ -1,4 +1,4 @@
-"""Checks of the cluster-validation suite. Observation code: evaluation.observe_cluster."""
+"""Checks of the cluster-validation suite. Observation code: evaluation.checks.cluster."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
-from accelmatrix.spec.checks import _CheckBase
+from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.registry import register
 
 __all__ = ["WorkersStartedCheck"]
 
 DEFAULT_PATTERN = r"worker (?P<worker>\d+) started at (?P<ts>[0-9]+(?:\.[0-9]+)?)"
 
 
-class WorkersStartedCheck(_CheckBase):
+@register
+class WorkersStartedCheck(CheckBase):
     """All `workers` workers logged their start within `within` seconds of the job's start.
 
     The successor of "all pods reach Running within 5 minutes". `pattern` matches one log

@@ -1,7 +1,7 @@
 """Checks of CI suites: JUnit test results and elapsed-time regression.
 
-Kept apart from spec/checks.py (which lists them in the ``Check`` union) so CI concerns stay
-in one place. Only pydantic is imported: suites are parsed at DAG parse time.
+Observation code: accelmatrix.evaluation.checks.ci. Only pydantic is imported: suites are
+parsed at DAG parse time.
 """
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from accelmatrix.spec.checks import _CheckBase, _relative_path
+from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.registry import register
+from accelmatrix.spec.include_paths import relative_path
 
 __all__ = ["ElapsedRegressionCheck", "JunitCheck"]
 
 
-class JunitCheck(_CheckBase):
+@register
+class JunitCheck(CheckBase):
     """Test results from JUnit XML files: counts within limits; failures are named.
 
     ``glob`` is relative to the cell's collected files; every matching file is summed (e.g.
@@ -33,13 +36,14 @@ class JunitCheck(_CheckBase):
     @field_validator("glob")
     @classmethod
     def _glob_relative(cls, v: str) -> str:
-        return _relative_path(v, "glob")
+        return relative_path(v, "glob")
 
     def _name_detail(self) -> str:
         return self.glob
 
 
-class ElapsedRegressionCheck(_CheckBase):
+@register
+class ElapsedRegressionCheck(CheckBase):
     """A duration metric against a stored baseline: above ``max_ratio`` x baseline fails.
 
     The baseline is the ``baseline_key`` entry of a YAML file under include/ (``baseline_file``,
@@ -57,7 +61,7 @@ class ElapsedRegressionCheck(_CheckBase):
     @field_validator("baseline_file")
     @classmethod
     def _file_relative(cls, v: str) -> str:
-        return _relative_path(v, "baseline_file")
+        return relative_path(v, "baseline_file")
 
     @model_validator(mode="after")
     def _ratio(self) -> ElapsedRegressionCheck:

@@ -2,7 +2,7 @@
 
 Both read structured files the workload leaves in the cell's files dir instead of a log a
 person has to scroll through (the system this replaces had no pass/fail at all).
-Observation code: accelmatrix.evaluation.observe_runtime.
+Observation code: accelmatrix.evaluation.checks.runtime.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from accelmatrix.spec.checks import _CheckBase, _relative_path
+from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.registry import register
+from accelmatrix.spec.include_paths import relative_path
 
 __all__ = ["NotebooksCheck", "ReportItemsCheck"]
 
 
-class ReportItemsCheck(_CheckBase):
+@register
+class ReportItemsCheck(CheckBase):
     """Every item of a JSON report `{"items": [{name, expected, observed, passed}]}` passed.
 
     The environment report of include/workloads/runtime/env_checks.py has this shape: one
@@ -31,13 +34,14 @@ class ReportItemsCheck(_CheckBase):
     @field_validator("path")
     @classmethod
     def _relative(cls, v: str) -> str:
-        return _relative_path(v, "path")
+        return relative_path(v, "path")
 
     def _name_detail(self) -> str:
         return self.path
 
 
-class NotebooksCheck(_CheckBase):
+@register
+class NotebooksCheck(CheckBase):
     """Executed notebooks (papermill output) contain no error, and the expected ones exist.
 
     `expected` lists notebook file names; a comma-separated string is accepted so it can
@@ -52,7 +56,7 @@ class NotebooksCheck(_CheckBase):
     @field_validator("glob")
     @classmethod
     def _relative(cls, v: str) -> str:
-        return _relative_path(v, "glob")
+        return relative_path(v, "glob")
 
     @property
     def expected_names(self) -> list[str]:

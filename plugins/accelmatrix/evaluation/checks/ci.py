@@ -1,6 +1,6 @@
-"""Observations for the CI checks (``junit``, ``elapsed_regression``); see observe.py.
+"""Planners of the CI checks (``junit``, ``elapsed_regression``).
 
-Registered into ``observe._PLANNERS``. Like every planner, these compute the numbers in
+Models: accelmatrix.spec.checks.ci. Like every planner, these compute the numbers in
 Python and leave Great Expectations only the "value in [min, max]" decisions; the failure
 text is what a developer reads first, so it names the failed tests.
 """
@@ -8,22 +8,23 @@ text is what a developer reads first, so it names the failed tests.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from accelmatrix.evaluation.observe import CheckPlan, Expect, _Inputs, _missing_metric, num
+from accelmatrix.evaluation.check_plan import CheckPlan, Expect, missing_metric, num
+from accelmatrix.evaluation.checks.registry import planner
+from accelmatrix.evaluation.observe_inputs import CellInputs
 from accelmatrix.metrics.junit import matching_files, parse_junit_glob
-from accelmatrix.spec.checks_ci import ElapsedRegressionCheck, JunitCheck
+from accelmatrix.spec.checks.ci import ElapsedRegressionCheck, JunitCheck
 
-__all__ = ["PLANNERS", "load_baseline"]
+__all__ = ["BaselineError", "load_baseline"]
 
 MAX_NAMED_FAILURES = 10
 
 
-def _plan_junit(c: JunitCheck, p: CheckPlan, inp: _Inputs) -> None:
+@planner(JunitCheck)
+def _plan_junit(c: JunitCheck, p: CheckPlan, inp: CellInputs) -> None:
     cols = {k: f"{p.prefix}__{k}" for k in ("files", "passed", "failed", "errored", "skipped")}
     files_dir = inp.outputs.files_dir
     files = matching_files(files_dir, c.glob)
@@ -100,7 +101,8 @@ def load_baseline(path: Path, key: str, metric: str) -> float:
     return float(value)
 
 
-def _plan_elapsed(c: ElapsedRegressionCheck, p: CheckPlan, inp: _Inputs) -> None:
+@planner(ElapsedRegressionCheck)
+def _plan_elapsed(c: ElapsedRegressionCheck, p: CheckPlan, inp: CellInputs) -> None:
     found_col, ratio_col = f"{p.prefix}__baseline_found", f"{p.prefix}__ratio"
     path = inp.include_dir / c.baseline_file
     p.expected = f"{c.metric} <= {num(c.max_ratio)} x baseline {c.baseline_key!r}"
@@ -124,7 +126,7 @@ def _plan_elapsed(c: ElapsedRegressionCheck, p: CheckPlan, inp: _Inputs) -> None
         p.failure = problem
         return
     if series is None:
-        _missing_metric(p, c.metric, inp)
+        missing_metric(p, c.metric, inp)
         return
     p.expected += f" ({num(baseline)} s)"
     p.observed = f"{num(value)} s = {num(ratio)} x baseline"
@@ -133,9 +135,3 @@ def _plan_elapsed(c: ElapsedRegressionCheck, p: CheckPlan, inp: _Inputs) -> None
         f"elapsed-time regression: {c.metric} {num(value)} s is {num(ratio)} x the baseline "
         f"{num(baseline)} s of {c.baseline_key!r} ({c.baseline_file}), above {num(c.max_ratio)}x"
     )
-
-
-PLANNERS: dict[type, Callable[[Any, CheckPlan, _Inputs], None]] = {
-    JunitCheck: _plan_junit,
-    ElapsedRegressionCheck: _plan_elapsed,
-}

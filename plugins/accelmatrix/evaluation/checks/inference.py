@@ -1,17 +1,17 @@
-"""Observation of the `golden_cases` check: read the case runner's results JSONL.
+"""Planner of the `golden_cases` check: read the case runner's results JSONL.
 
-Kept apart from observe.py (one module per check family); it imports nothing from
-observe.py at module level, so observe.py can import it for its planner table.
+Model: accelmatrix.spec.checks.inference.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from accelmatrix.evaluation.observe import CheckPlan
-    from accelmatrix.spec.checks_inference import GoldenCasesCheck
+from accelmatrix.evaluation.check_plan import CheckPlan, Expect
+from accelmatrix.evaluation.checks.registry import planner
+from accelmatrix.evaluation.observe_inputs import CellInputs
+from accelmatrix.spec.checks.inference import GoldenCasesCheck
 
 MAX_NAMED = 5  # failing cases quoted in the verdict
 
@@ -35,9 +35,8 @@ def read_results(path: Any) -> tuple[list[dict[str, Any]], str | None]:
     return rows, None
 
 
-def plan_golden_cases(c: GoldenCasesCheck, p: CheckPlan, inp: Any) -> None:
-    from accelmatrix.evaluation.observe import Expect
-
+@planner(GoldenCasesCheck)
+def plan_golden_cases(c: GoldenCasesCheck, p: CheckPlan, inp: CellInputs) -> None:
     failed_col, ran_col = f"{p.prefix}__failed_cases", f"{p.prefix}__ran_cases"
     rows, problem = read_results(inp.outputs.files_dir / c.results)
     by_status: dict[str, list[dict[str, Any]]] = {}

@@ -1,18 +1,23 @@
-"""Check types of inference suites (pydantic only: parsed with the suite at DAG parse time)."""
+"""Check types of inference suites (pydantic only: parsed with the suite at DAG parse time).
+
+Observation code: accelmatrix.evaluation.checks.inference.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from accelmatrix.spec.checks import _CheckBase
+from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.registry import register
+from accelmatrix.spec.include_paths import relative_path
 
 __all__ = ["GoldenCasesCheck"]
 
 
-class GoldenCasesCheck(_CheckBase):
+@register
+class GoldenCasesCheck(CheckBase):
     """At most ``max_failed`` golden cases failed, and at least ``min_cases`` ran.
 
     Reads the runner's results JSONL (one row per case and variant: name, variant, status,
@@ -27,9 +32,7 @@ class GoldenCasesCheck(_CheckBase):
     @field_validator("results")
     @classmethod
     def _relative(cls, v: str) -> str:
-        if not v.strip() or v.startswith("/") or ".." in re.split(r"[\\/]", v):
-            raise ValueError(f"results must be a relative path without '..', got {v!r}")
-        return v
+        return relative_path(v, "results")
 
     def _name_detail(self) -> str:
         return self.results
