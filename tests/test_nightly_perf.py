@@ -258,3 +258,20 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
         f"backfill test: {elapsed:.0f} s ({t_backfill:.0f} s to the 14 runs, "
         f"stack start {stack.startup_seconds:.0f} s)"
     )
+
+
+@pytest.mark.integration
+def test_a_run_told_to_test_a_build_tests_and_records_it(airflow_db):
+    """`{"build": ...}` in the conf replaces runtime_version for the run: the workload gets
+    that build and every result records it; a malformed name is refused at plan."""
+    from test_dag_local import run_dag, store
+
+    state, run_id, _tis = run_dag("nightly_perf", conf={"build": "nightly-2026-01-02"})
+    assert state == "success"
+    assert store().get_run("nightly_perf", run_id)["runtime_version"] == "nightly-2026-01-02"
+    (cell,) = store().get_cells("nightly_perf", run_id)
+    steps = [m for m in store().get_metrics("nightly_perf", run_id) if m["name"] == "step_time"]
+    assert cell["state"] == "passed" and len(steps) == 5
+    state, run_id, tis = run_dag("nightly_perf", conf={"build": "x; rm -rf /"})
+    assert state == "failed" and tis[("plan", "-1")] == "failed"
+    assert store().get_cells("nightly_perf", run_id) == []

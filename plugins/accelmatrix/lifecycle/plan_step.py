@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from datetime import datetime
 from typing import Any
 
@@ -70,7 +71,12 @@ def plan_run(
             params = {**params, FOLLOWUP_KEY: followup.model_dump()}
         else:
             plan = expand(
-                suite, ref.dag_id, params=user_params, only=only, logical_date=logical_date
+                suite,
+                ref.dag_id,
+                params=user_params,
+                only=only,
+                logical_date=logical_date,
+                runtime_version=_build_of(suite, conf, params),
             )
     except PlanError as e:  # e.g. a `cells` glob that selects nothing: the run is refused
         raise _refuse(str(e)) from None
@@ -141,6 +147,31 @@ def plan_run(
             excluded_reason=ex.reason,
         )
     return cells
+
+
+# A build named in a run's conf (`{"build": "nightly-2026-03-04"}`): what a re-test of one
+# build, or a person, asks for. It replaces the suite's runtime_version for the whole run.
+BUILD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+@/-]{0,249}$")
+
+
+def _build_of(suite: Any, conf: dict[str, Any] | None, params: dict[str, Any]) -> str | None:
+    """The build the run's conf names, checked; None when it names none."""
+    from accelmatrix.spec.plan import PlanError
+
+    build = (conf or {}).get("build") or params.get("build")
+    if build is None:
+        return None
+    if not isinstance(build, str) or not BUILD_RE.match(build):
+        raise PlanError(
+            f"conf build: {build!r} is not a build name (letters, digits and _.:+@/-, at most "
+            "250 characters)"
+        )
+    if suite.runtime_version is None:
+        raise PlanError(
+            "conf build: this suite names no build under test (no runtime_version), so a run "
+            "cannot be told to test one"
+        )
+    return build
 
 
 # What a cell reference carries: its name in the grid (id), its place in the plan (index)
