@@ -1,41 +1,21 @@
-"""Airflow plugin: the accelmatrix matrix page in the Airflow UI.
+"""The accelmatrix Airflow plugin for a source checkout that runs from this plugins folder.
 
+The plugin itself is ``accelmatrix.ui.plugin.AccelmatrixPlugin``. An installed accelmatrix
+(``pip install accelmatrix``, a wheel, or ``pip install -e .`` from a current checkout)
+registers it through the ``airflow.plugins`` entry point, which Airflow loads in every
+component; then this file defines nothing, so the plugin is not registered twice (Airflow
+would skip the second and report it as a plugin import error). Without the entry point
+(the package only on PYTHONPATH, or an install older than the entry point) this file is
+what registers it: Airflow takes every AirflowPlugin subclass in a plugins folder module.
 Airflow loads every ``*.py`` of the plugins folder that ``.airflowignore`` does not exclude
-(the ``accelmatrix/`` package is excluded: it is imported, not scanned). This file is
-imported by every component, so it imports only the lazy ASGI wrapper; the page's app is
-built by the api-server on its first request. The app is mounted at ``/accelmatrix`` and
-shown inside the UI at ``/plugin/accelmatrix`` (a top-level navigation entry) by a small
-React app that renders the app's pages in Airflow's own document, not in an iframe.
-Authentication: see accelmatrix/ui/app.py (plugin apps are not protected by Airflow itself).
+(the ``accelmatrix/`` package is excluded: it is imported, not scanned).
 """
 
 from __future__ import annotations
 
-from airflow.plugins_manager import AirflowPlugin
+from accelmatrix.ui.plugin import installed_with_entry_point
 
-from accelmatrix.ui.asgi import app as _matrix_app
-from accelmatrix.ui.trigger_guard import TriggerGuard
+if not installed_with_entry_point():
+    from accelmatrix.ui.plugin import AccelmatrixPlugin
 
-URL_PREFIX = "/accelmatrix"
-
-
-class AccelmatrixPlugin(AirflowPlugin):
-    name = "accelmatrix"
-    fastapi_apps = [{"app": _matrix_app, "url_prefix": URL_PREFIX, "name": "accelmatrix matrix"}]
-    # A suite run its plan would refuse (a `cells` glob selecting nothing, a param out of
-    # range) is refused at trigger time, with the CLI's message (ui/trigger_guard.py).
-    fastapi_root_middlewares = [{"middleware": TriggerGuard, "name": "accelmatrix trigger guard"}]
-    # A React app, not an external view: Airflow 3.3.2 shows external views in an iframe
-    # sandboxed without allow-top-navigation or allow-popups, where the page's log, Data
-    # Docs and run links did nothing. A React app is rendered in Airflow's own page; ours
-    # fetches the server-rendered page (accelmatrix/ui/static/matrix-view.js). Relative
-    # bundle URL: Airflow resolves it against the UI's base URL.
-    react_apps = [
-        {
-            "name": "Test matrix",
-            "bundle_url": f"{URL_PREFIX.lstrip('/')}/static/matrix-view.js",
-            "destination": "nav",
-            "url_route": "accelmatrix",
-            "nav_top_level": True,
-        }
-    ]
+    __all__ = ["AccelmatrixPlugin"]

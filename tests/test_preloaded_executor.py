@@ -93,6 +93,31 @@ def test_checks_are_warm_only_after_the_preload(tmp_path):
     _run_fresh(code, tmp_path, timeout=120)
 
 
+def test_a_backend_whose_extra_is_absent_is_no_preload_failure(tmp_path):
+    """Installed without ``accelmatrix[ssh]`` (docs/deploy.md), the SSH backend cannot be
+    preloaded: that is the deployment's choice, not a failure worth a traceback in every
+    worker's start. A module that is really missing (pandas here) is still reported.
+    (``sys.modules[name] = None`` makes ``import name`` raise ModuleNotFoundError, as an
+    uninstalled package does.)"""
+    code = (
+        "import sys, logging\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "sys.modules['paramiko'] = None\n"
+        "from accelmatrix.preload import import_task_side_modules\n"
+        "assert import_task_side_modules() == [], 'ssh without paramiko reported as failed'\n"
+        "assert 'accelmatrix.backends.ssh' not in sys.modules\n"
+        "sys.modules['paramiko'] = None\n"
+        "for m in [m for m in sys.modules if m == 'pandas' or m.startswith('pandas.')]:\n"
+        "    del sys.modules[m]\n"
+        "sys.modules['pandas'] = None\n"
+        "failed = import_task_side_modules()\n"
+        "assert 'pandas' in failed, failed\n"
+        "assert 'accelmatrix.backends.ssh' not in failed, failed\n"
+        "print('ok')\n"
+    )
+    _run_fresh(code, tmp_path, timeout=180)
+
+
 def test_the_preloaded_heap_stays_out_of_the_schedulers_garbage_collections(tmp_path):
     """Once the executor has forked its workers, the preloaded modules' objects are frozen
     (a full collection no longer walks them), and frozen again after LocalExecutor's

@@ -56,6 +56,25 @@ TASK_SIDE_MODULES = (
     "accelmatrix.backends.local",
     "accelmatrix.backends.ssh",
 )
+# Modules that need an optional extra (pyproject.toml): without it they are not preloaded,
+# and that is no failure (the deployment has no machine of that kind).
+OPTIONAL_MODULES = {"accelmatrix.backends.ssh": ("paramiko", "accelmatrix[ssh]")}
+
+
+def import_task_side_modules() -> list[str]:
+    """Import TASK_SIDE_MODULES; return those that failed (an absent extra is no failure)."""
+    failed = []
+    for name in TASK_SIDE_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            extra = OPTIONAL_MODULES.get(name)
+            if extra and isinstance(e, ModuleNotFoundError) and e.name == extra[0]:
+                log.info("not preloading %s: %s is not installed (%s)", name, *extra)
+                continue
+            log.exception("preloading %s failed; task processes will import it themselves", name)
+            failed.append(name)
+    return failed
 
 
 def preload_task_side() -> list[str]:
@@ -66,13 +85,7 @@ def preload_task_side() -> list[str]:
     in that task's log.
     """
     started = time.perf_counter()
-    failed = []
-    for name in TASK_SIDE_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            log.exception("preloading %s failed; task processes will import it themselves", name)
-            failed.append(name)
+    failed = import_task_side_modules()
     try:
         # What each task process computes once from files: the results schema's head
         # revision (Alembic reads its scripts), and the DAG file's own build (the suite

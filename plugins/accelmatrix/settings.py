@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# A source checkout runs the package from plugins/accelmatrix; an installed one lives in
+# site-packages, where REPO_ROOT is no repository and has no include/.
+FROM_CHECKOUT = Path(__file__).resolve().parent.parent.name == "plugins"
 
 
 def airflow_home() -> Path:
@@ -23,10 +26,14 @@ def home() -> Path:
 
 
 def include_dir() -> Path:
-    return Path(os.environ.get("ACCELMATRIX_INCLUDE_DIR", REPO_ROOT / "include"))
+    """Suites, workloads, bounds and pricing: the checkout's include/ when run from one,
+    else ``$AIRFLOW_HOME/include`` (where an Astro project keeps it)."""
+    default = REPO_ROOT / "include" if FROM_CHECKOUT else airflow_home() / "include"
+    return Path(os.environ.get("ACCELMATRIX_INCLUDE_DIR", default))
 
 
 def suites_dir() -> Path:
+    """The suite files the DAG file turns into DAGs (one DAG per ``*.yaml``)."""
     return Path(os.environ.get("ACCELMATRIX_SUITES_DIR", include_dir() / "suites"))
 
 
