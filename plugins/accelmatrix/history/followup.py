@@ -18,10 +18,12 @@ moves the re-test on:
     bisecting --step decided--> bisecting (next middle build) | found | ambiguous
     any --the runs gave no samples--> failed;  --over history.confirm.max_usd--> refused
 
-Every final state but ``not_reproduced`` lets the group notify (``NOTIFY_STATES``): a
-confirmed change with its culprit, and one that could not be confirmed (undecided at the
-cap, the runs failed, refused by the budget) with the reason. A change is never hidden
-because the re-test could not decide.
+A confirmed change notifies with its culprit (``found``; ``ambiguous`` when the bisect could
+not decide a step, saying between which builds), and so does one whose re-test could not
+run (``failed``: its runs gave no samples; ``refused``: over the budget), with the reason
+(``NOTIFY_STATES``). ``not_reproduced`` closes the group as invalid; ``undecided`` at the
+cap leaves it open on the history page, unpaged: the re-runs neither reproduced the change
+nor ruled it out.
 
 Follow-up runs never become points of the nightly series: they are recorded with run type
 ``confirm`` or ``bisect`` (``results.schema.FOLLOWUP_RUN_TYPES``), which history reads skip.
@@ -71,7 +73,10 @@ __all__ = [
 CONFIRMING, BISECTING = "confirming", "bisecting"
 FAILED, REFUSED = "failed", "refused"
 ACTIVE_STATES = (CONFIRMING, BISECTING)
-NOTIFY_STATES = (CONFIRMED, UNDECIDED, FAILED, REFUSED, FOUND, AMBIGUOUS)
+# Undecided at the cap is not among them: the re-runs neither reproduced the change nor ruled
+# it out, which is no reason to page anyone (the group stays open on the history page, with
+# the re-test's medians and p-value). A re-test that could not run is (failed, refused).
+NOTIFY_STATES = (CONFIRMED, FAILED, REFUSED, FOUND, AMBIGUOUS)
 # Who closes a group whose change the re-runs did not reproduce (triage's "by").
 CONFIRM_BY = NOT_REPRODUCED_BY
 # Re-tests a gate starts at most per run: a bad night over many cells is one group (a
