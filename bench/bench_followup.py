@@ -44,8 +44,16 @@ STEP = re.compile(r"step (\d+) step_time: ([0-9.]+)s")
 
 
 def workload(build: str, slow_from: str, step_ms: float) -> list[str]:
-    return [sys.executable, str(BENCH), "--build", build, "--slow-from", slow_from,
-            "--base-ms", str(step_ms)]  # fmt: skip
+    return [
+        sys.executable,
+        str(BENCH),
+        "--build",
+        build,
+        "--slow-from",
+        slow_from,
+        "--base-ms",
+        str(step_ms),
+    ]
 
 
 def run_direct(build: str, slow_from: str, step_ms: float) -> list[float]:
@@ -61,10 +69,25 @@ def plant_history(store, mondays: list[date], slow_from: str, step_ms: float) ->
         ld = datetime(d.year, d.month, d.day, tzinfo=UTC)
         run_id = f"scheduled__{ld.isoformat()}"
         build = f"nightly-{d.isoformat()}"
-        store.upsert_run(DAG, run_id, suite=DAG, logical_date=ld, run_type="scheduled",
-                         runtime_version=build, started_at=ld, state="passed")  # fmt: skip
-        store.upsert_cell(DAG, run_id, "model=small", axes={"model": "small"},
-                          machine="cpu-small", backend="local", state="passed")  # fmt: skip
+        store.upsert_run(
+            DAG,
+            run_id,
+            suite=DAG,
+            logical_date=ld,
+            run_type="scheduled",
+            runtime_version=build,
+            started_at=ld,
+            state="passed",
+        )
+        store.upsert_cell(
+            DAG,
+            run_id,
+            "model=small",
+            axes={"model": "small"},
+            machine="cpu-small",
+            backend="local",
+            state="passed",
+        )
         steps = run_direct(build, slow_from, step_ms)
         store.replace_metrics(
             DAG,
@@ -117,7 +140,6 @@ def main() -> int:
                 "POST",
                 f"dags/{DAG}/dagRuns",
                 json={
-                    "dag_run_id": f"scheduled__{ld.isoformat()}",
                     "logical_date": ld.isoformat(),
                     "conf": {"slow_from": slow, "step_ms": a.step_ms},
                 },

@@ -343,8 +343,13 @@ def test_a_lone_outlier_night_is_not_reproduced_and_never_notifies(tmp_path: Pat
 
 
 def test_an_infrastructure_failure_is_never_a_not_reproduced(tmp_path: Path) -> None:
-    pm = PerfMatrix(models=["m0"], machines=["k0"], causes=[Cause("build", 30, 0.1, model="m0")],
-                    nights=31, seed=4)  # fmt: skip
+    pm = PerfMatrix(
+        models=["m0"],
+        machines=["k0"],
+        causes=[Cause("build", 30, 0.1, model="m0")],
+        nights=31,
+        seed=4,
+    )
     loop = Loop(tmp_path, pm)
     for n in range(30):
         loop.night(n)
@@ -356,8 +361,13 @@ def test_an_infrastructure_failure_is_never_a_not_reproduced(tmp_path: Path) -> 
 
 
 def test_a_retest_over_its_budget_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    pm = PerfMatrix(models=["m0"], machines=["k0"], causes=[Cause("build", 30, 0.1, model="m0")],
-                    nights=31, seed=4)  # fmt: skip
+    pm = PerfMatrix(
+        models=["m0"],
+        machines=["k0"],
+        causes=[Cause("build", 30, 0.1, model="m0")],
+        nights=31,
+        seed=4,
+    )
     loop = Loop(tmp_path, pm, history="history:\n  confirm: {max_usd: 0.001}\n")
     for n in range(31):
         loop.night(n)
@@ -372,13 +382,24 @@ def test_a_retest_over_its_budget_is_refused_before_anything_runs(tmp_path: Path
 
 
 def test_a_stale_followup_run_changes_nothing(tmp_path: Path) -> None:
-    pm = PerfMatrix(models=["m0"], machines=["k0"], causes=[Cause("build", 30, 0.1, model="m0")],
-                    nights=31, seed=4)  # fmt: skip
+    pm = PerfMatrix(
+        models=["m0"],
+        machines=["k0"],
+        causes=[Cause("build", 30, 0.1, model="m0")],
+        nights=31,
+        seed=4,
+    )
     loop = Loop(tmp_path, pm)
     for n in range(31):
         loop.night(n)
     (retest,) = loop.retests()
-    fu = Followup(kind="confirm", confirmation=retest["id"], round=1, cells=["model=m0,machine=k0"],
-                  builds=["a", "b"], repeats=5)  # fmt: skip
+    fu = Followup(
+        kind="confirm",
+        confirmation=retest["id"],
+        round=1,
+        cells=["model=m0,machine=k0"],
+        builds=["a", "b"],
+        repeats=5,
+    )
     again = advance(loop.store, loop.suite, pm.dag_id, retest["run_ids"][0], fu, {}, loop.trigger)
     assert again["state"] == retest["state"] and loop.retests() == [retest]

@@ -345,7 +345,18 @@ def advance(
     return _after_step(store, suite, row, good, tested, policy, params, trigger)
 
 
-def _after_confirm(store, suite, row, good, suspect, policy, params, trigger):
+def _after_confirm(
+    store: ResultsStore,
+    suite: Any,
+    row: dict[str, Any],
+    good: str,
+    suspect: str,
+    policy: Policy,
+    params: dict[str, Any],
+    trigger: Trigger,
+) -> dict[str, Any]:
+    """The confirm round's verdict: another round, not reproduced, undecided, confirmed
+    (culprit = the suspect build for adjacent builds), or the bisect's first step."""
     decisions = _decide(row, good, suspect, policy)
     if decisions is None:
         return _finish(
@@ -360,8 +371,19 @@ def _after_confirm(store, suite, row, good, suspect, policy, params, trigger):
     verdict = _group_verdict(decisions)
     if verdict == UNDECIDED and (more := next_repeats(row["samples"]["_runs"], policy)) > 0:
         cells = sorted({t["cell_id"] for t in row["targets"]})
-        _launch(store, suite, row, "confirm", [good, suspect], cells, more, params, trigger,
-                samples=row["samples"], cost=row["cost"])  # fmt: skip
+        _launch(
+            store,
+            suite,
+            row,
+            "confirm",
+            [good, suspect],
+            cells,
+            more,
+            params,
+            trigger,
+            samples=row["samples"],
+            cost=row["cost"],
+        )
         return store.get_confirmations(ids=[row["id"]])[0]
     decision = {k: d.as_dict() for k, d in decisions.items()}
     _record_on_points(store, row, decisions)
@@ -399,44 +421,89 @@ def _after_confirm(store, suite, row, good, suspect, policy, params, trigger):
         )
     except BuildsError as e:
         return _finish(
-            store, row, CONFIRMED, decision=decision, reason=f"not bisected: {e}",
+            store,
+            row,
+            CONFIRMED,
+            decision=decision,
+            reason=f"not bisected: {e}",
             targets=targets,
-        )  # fmt: skip
+        )
     if len(builds) <= 2 or not suite.history.confirm.bisect:
         return _finish(
-            store, row, CONFIRMED, decision=decision, targets=targets,
+            store,
+            row,
+            CONFIRMED,
+            decision=decision,
+            targets=targets,
             culprit=suspect if len(builds) <= 2 else None,
             last_good=good if len(builds) <= 2 else None,
             reason=None if len(builds) <= 2 else "bisect is off (history.confirm.bisect)",
-        )  # fmt: skip
+        )
     nxt = Bisect(builds).next_build()
     if nxt is None:  # cannot happen with more than two builds; say so rather than guess
         return _finish(store, row, AMBIGUOUS, decision=decision, reason="no build to bisect")
     cells = sorted({t["cell_id"] for t in confirmed})
     log.info("change confirmed; bisecting %d builds from %s to %s", len(builds), good, suspect)
     _launch(
-        store, suite, {**row, "round": row["round"]}, "bisect", [good, nxt[1]], cells,
-        policy.repeats, params, trigger, state=BISECTING, decision=decision,
-        targets=targets, builds=builds, samples={}, steps=[], cost=row["cost"],
-    )  # fmt: skip
+        store,
+        suite,
+        row,
+        "bisect",
+        [good, nxt[1]],
+        cells,
+        policy.repeats,
+        params,
+        trigger,
+        state=BISECTING,
+        decision=decision,
+        targets=targets,
+        builds=builds,
+        samples={},
+        steps=[],
+        cost=row["cost"],
+    )
     return store.get_confirmations(ids=[row["id"]])[0]
 
 
-def _after_step(store, suite, row, good, build, policy, params, trigger):
+def _after_step(
+    store: ResultsStore,
+    suite: Any,
+    row: dict[str, Any],
+    good: str,
+    build: str,
+    policy: Policy,
+    params: dict[str, Any],
+    trigger: Trigger,
+) -> dict[str, Any]:
+    """A bisect step's verdict on ``build``: another round, the next step, or the end."""
     bisect = Bisect(list(row["builds"]), [Step(**s) for s in row["steps"]])
     due = bisect.next_build()
     if due is None or due[1] != build:
         return _finish(store, row, AMBIGUOUS, reason=f"bisect step for {build} was not due")
-    primary = [t for t in row["targets"] if (row["decision"] or {}).get(_key(t), {}).get(
-        "verdict") == CONFIRMED]  # fmt: skip
+    primary = [
+        t
+        for t in row["targets"]
+        if (row["decision"] or {}).get(_key(t), {}).get("verdict") == CONFIRMED
+    ]
     decisions = _decide({**row, "targets": primary}, good, build, policy)
     d = None if decisions is None else max(decisions.values(), key=lambda x: abs(x.change))
     verdict = UNDECIDED if d is None else _group_verdict(decisions)
     if verdict == UNDECIDED and d is not None:
         if (more := next_repeats(row["samples"]["_runs"], policy)) > 0:
             cells = sorted({t["cell_id"] for t in primary})
-            _launch(store, suite, row, "bisect", [good, build], cells, more, params, trigger,
-                    samples=row["samples"], cost=row["cost"])  # fmt: skip
+            _launch(
+                store,
+                suite,
+                row,
+                "bisect",
+                [good, build],
+                cells,
+                more,
+                params,
+                trigger,
+                samples=row["samples"],
+                cost=row["cost"],
+            )
             return store.get_confirmations(ids=[row["id"]])[0]
     step = Step(
         index=due[0],
@@ -453,13 +520,30 @@ def _after_step(store, suite, row, good, build, policy, params, trigger):
     nxt = bisect.next_build()
     if nxt is not None:
         cells = sorted({t["cell_id"] for t in primary})
-        _launch(store, suite, row, "bisect", [good, nxt[1]], cells, policy.repeats, params,
-                trigger, steps=steps, samples={}, cost=row["cost"])  # fmt: skip
+        _launch(
+            store,
+            suite,
+            row,
+            "bisect",
+            [good, nxt[1]],
+            cells,
+            policy.repeats,
+            params,
+            trigger,
+            steps=steps,
+            samples={},
+            cost=row["cost"],
+        )
         return store.get_confirmations(ids=[row["id"]])[0]
     if bisect.state == FOUND:
         return _finish(
-            store, row, FOUND, steps=steps, culprit=bisect.culprit, last_good=bisect.last_good,
-        )  # fmt: skip
+            store,
+            row,
+            FOUND,
+            steps=steps,
+            culprit=bisect.culprit,
+            last_good=bisect.last_good,
+        )
     return _finish(
         store,
         row,
@@ -514,15 +598,19 @@ def _samples(
 
 
 def _merge(old: dict[str, Any], new: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
-    out = {k: ({b: list(v) for b, v in d.items()} if isinstance(d, dict) else d)
-           for k, d in (old or {}).items()}  # fmt: skip
+    out = {
+        k: ({b: list(v) for b, v in d.items()} if isinstance(d, dict) else d)
+        for k, d in (old or {}).items()
+    }
     for key, by_build in new.items():
         for build, values in by_build.items():
             out.setdefault(key, {}).setdefault(build, []).extend(values)
     return out
 
 
-def _decide(row, good: str, tested: str, policy: Policy) -> dict[str, Decision] | None:
+def _decide(
+    row: dict[str, Any], good: str, tested: str, policy: Policy
+) -> dict[str, Decision] | None:
     """A decision per target with at least 2 samples of each build; None if none has."""
     out = {}
     for t in row["targets"]:
@@ -547,7 +635,9 @@ def _group_verdict(decisions: dict[str, Decision]) -> str:
     return UNDECIDED
 
 
-def _record_on_points(store: ResultsStore, row: dict[str, Any], decisions) -> None:
+def _record_on_points(
+    store: ResultsStore, row: dict[str, Any], decisions: dict[str, Decision]
+) -> None:
     """Each re-tested change point gets its verdict and the decision behind it."""
     for t in row["targets"]:
         d = decisions.get(_key(t))
