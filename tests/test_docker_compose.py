@@ -501,7 +501,7 @@ def test_workloads_never_see_secrets(services, example_env, monkeypatch):
         assert "AIRFLOW_ADMIN_PASSWORD" not in env, f"{name} must not get the admin password"
 
     # And the real filter agrees (the worker is where LocalBackend runs).
-    local = pytest.importorskip("accelmatrix.backends.local")
+    local = pytest.importorskip("accelmatrix.backends.local.backend")
     env_fn = getattr(getattr(local, "LocalBackend", None), "_env", None)
     if env_fn is None:
         pytest.skip("LocalBackend._env is gone; update this check")

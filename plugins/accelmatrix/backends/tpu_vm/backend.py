@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from accelmatrix.backends import ssh_keys, tpu_names
+from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import (
     Backend,
     CellContext,
@@ -45,13 +45,14 @@ from accelmatrix.backends.base import (
     ProvisionCheck,
 )
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
-from accelmatrix.backends.tpu_vm_inventory import (
+from accelmatrix.backends.tpu_vm import ssh_keys
+from accelmatrix.backends.tpu_vm.inventory import (
     IDENTITY_METADATA,
     READY,
     TpuInventory,
     _created_at,
 )
-from accelmatrix.backends.tpu_vm_workers import TpuWorkers, _worker_artifacts
+from accelmatrix.backends.tpu_vm.workers import TpuWorkers, _worker_artifacts
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuError,

@@ -53,8 +53,9 @@ from accelmatrix.backends.base import (
     JobStatus,
     ManagedResource,
 )
-from accelmatrix.backends.local import RUNNER, exact_identity
-from accelmatrix.backends.ssh_remote import (
+from accelmatrix.backends.local.record import exact_identity
+from accelmatrix.backends.runner import RUNNER
+from accelmatrix.backends.ssh.remote import (
     _GLOB_PY,
     DEFAULT_WORK_ROOT,
     INTERNAL_DIR,
@@ -68,7 +69,7 @@ from accelmatrix.backends.ssh_remote import (
     _last_line,
     expand_work_root,
 )
-from accelmatrix.backends.ssh_setup import SshSetup
+from accelmatrix.backends.ssh.setup import SshSetup
 from accelmatrix.hooks.ssh import (
     DirectTarget,
     RemoteHost,

@@ -26,7 +26,7 @@ from accelmatrix.backends.base import (
     SetupFailed,
 )
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
-from accelmatrix.backends.tpu_vm_inventory import READY
+from accelmatrix.backends.tpu_vm.inventory import READY
 from accelmatrix.hooks.tpu import TpuError, TpuVmHook
 
 log = logging.getLogger("accelmatrix.backends.tpu_vm")
@@ -45,7 +45,7 @@ class TpuWorkers:
     hook: TpuVmHook
 
     def _worker_backend(self, target: Any):
-        from accelmatrix.backends.ssh import DirectSshBackend
+        from accelmatrix.backends.ssh.backend import DirectSshBackend
 
         return DirectSshBackend(
             target, python=self.machine.python, work_root=self.machine.work_root, kind=self.kind

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix.backends.base import BackendError, InfrastructureError, LogFn, SetupFailed
-from accelmatrix.backends.ssh_remote import (
+from accelmatrix.backends.ssh.remote import (
     _PGID_LINE,
     KILL_GRACE_SECONDS,
     RemoteHostOps,

@@ -1,0 +1,7 @@
+"""The Cloud TPU VM machine family: a cell is a TPU node (or a queued resource) whose workers
+are SSH hosts.
+
+``backend`` (``TpuVmBackend``, named by the registry: provisioning and teardown through the
+gcloud hook), ``workers`` (the contract fanned out to one SSH backend per worker),
+``inventory`` (the janitor's listing), ``ssh_keys`` (the key the workers are reached with).
+"""
