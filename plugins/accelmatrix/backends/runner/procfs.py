@@ -3,7 +3,7 @@
 Written once for every place that asks (the local backend's kill and liveness checks, the
 SSH backend's liveness check over SFTP and its kill script on the host). Stdlib only and
 self-contained on purpose: the SSH backend sends this module's source to the host, where
-accelmatrix is not installed, ahead of its kill script (``SOURCE``).
+accelmatrix is not installed, ahead of its kill script (``ssh.remote``).
 
 A zombie is not alive here: it has exited, and it cannot be killed further.
 """
@@ -49,8 +49,3 @@ def pid_state(pid: int) -> list[bytes] | None:
             return stat_fields(f.read())
     except (OSError, IndexError):
         return None
-
-
-# This module as source text, for a script that runs where accelmatrix is not installed.
-with open(__file__, encoding="utf-8") as _f:
-    SOURCE = _f.read()

@@ -42,6 +42,9 @@ from accelmatrix.backends.base import (
     Backend,
     CellContext,
     InfrastructureError,
+    JobStatus,
+    LogFn,
+    ManagedResource,
     ProvisionCheck,
 )
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
@@ -50,9 +53,9 @@ from accelmatrix.backends.tpu_vm.inventory import (
     IDENTITY_METADATA,
     READY,
     TpuInventory,
-    _created_at,
+    created_at_of,
 )
-from accelmatrix.backends.tpu_vm.workers import TpuWorkers, _worker_artifacts
+from accelmatrix.backends.tpu_vm.workers import TpuWorkers, worker_artifacts_dir
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuError,
@@ -70,7 +73,7 @@ QR_GRACE_SECONDS = 120  # after valid-until, how long we still wait for the serv
 SSH_READY_SECONDS = 300  # a READY node's sshd and guest agent may need a moment
 
 
-class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
+class TpuVmBackend(Backend):
     kind = "tpu-vm"
 
     def __init__(
@@ -86,6 +89,7 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             gcp_conn_id=self.machine.gcp_conn_id, project_id=self.machine.project
         )
         self.poll_interval = poll_interval
+        self.workers = TpuWorkers(self.machine, self.kind, self.hook)
 
     # -- naming ------------------------------------------------------------------------------
     @staticmethod
@@ -163,7 +167,7 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
                         made.discard("queued resource")  # a retry: the request exists
                         qr = self.hook.describe_queued_resource(name, zone)
                     pending["deadline"] = (
-                        (_created_at(qr, now) or now)
+                        (created_at_of(qr, now) or now)
                         + int(m.valid_until_seconds or 0)
                         + QR_GRACE_SECONDS
                         + m.provision_timeout_seconds
@@ -309,7 +313,7 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             "ctx": resource["ctx"],
         }
         fresh = self._resource(resource["name"], resource["zone"], node, pending)
-        if fresh["hosts"] == resource["hosts"] and _created_at(node, None) == resource.get(
+        if fresh["hosts"] == resource["hosts"] and created_at_of(node, None) == resource.get(
             "created_at"
         ):
             return resource  # the very node provision returned
@@ -341,14 +345,14 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             target = DirectTarget(
                 host=w["host"], port=self.machine.ssh_port, user=self.machine.ssh_user, key_path=key
             )
-            backend = self._worker_backend(target)
+            backend = self.workers.backend_for(target)
             worker_ctx = CellContext(
                 dag_id=ctx.dag_id,
                 run_id=ctx.run_id,
                 # Distinct dirs per worker: on a real slice each worker is its own host; on
                 # a loopback test they share one.
                 cell_id=ctx.cell_id if n == 1 else f"{ctx.cell_id}.worker{i}",
-                artifacts_dir=_worker_artifacts(ctx.artifacts_dir, i),
+                artifacts_dir=worker_artifacts_dir(ctx.artifacts_dir, i),
                 ttl_seconds=ctx.ttl_seconds,
                 labels={"tpu-node": resource["name"], "worker": str(i)},
             )
@@ -420,10 +424,44 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             "workers": workers,
             "hosts": [w["host"] for w in workers],
             "labels": dict(node.get("labels") or pending.get("labels") or {}),
-            "created_at": _created_at(node, pending.get("started_at") or time.time()),
+            "created_at": created_at_of(node, pending.get("started_at") or time.time()),
             "artifacts_dir": pending["ctx"]["artifacts_dir"],
             "ctx": pending["ctx"],
         }
+
+    # -- execution on the workers (TpuWorkers) and the janitor's listing ---------------------
+    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+        return self.workers.variables(resource)
+
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        self.workers.setup(resource, commands, env, timeout, log)
+
+    def submit(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+    ) -> dict[str, Any]:
+        return self.workers.submit(resource, argv, env)
+
+    def poll(self, handle: dict[str, Any]) -> JobStatus:
+        return self.workers.poll(handle)
+
+    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+        return self.workers.read_logs(handle, offset)
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        self.workers.cancel(handle)
+
+    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+        return self.workers.collect(resource, globs, dest)
+
+    def list_managed(self) -> list[ManagedResource]:
+        return TpuInventory(self.machine, self.kind, self.hook).list_managed()
 
     def teardown(self, resource: dict[str, Any]) -> None:
         name = resource["name"]
@@ -433,7 +471,7 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             if node is not None and node.get("state") == READY:
                 # Stop the workload and keep the logs before the node goes; deleting the node
                 # alone would do on a real slice, but this also frees a shared test host.
-                for i, (b, r) in enumerate(self._workers(resource, "worker_resources")):
+                for i, (b, r) in enumerate(self.workers.of(resource, "worker_resources")):
                     try:
                         b.teardown(r)
                     except Exception as e:  # releasing the TPU matters more than its logs
