@@ -10,7 +10,7 @@ three steps so that the long wait for capacity holds no worker slot (see
    fresh). Otherwise ``tpu-vm create --async`` (on-demand / spot / preemptible / reserved),
    or, for ``capacity: queued``, a queued resource of the same name with
    ``--valid-until-duration``. The node's metadata carries ``ssh-keys`` with a key pair
-   generated for this node (``backends/ssh_keys.py``).
+   generated for this node (``tpu_vm/ssh_keys.py``).
 2. ``check_provision`` (cheap, called by the trigger): READY yet? FAILED, stockout, past
    valid-until or the provision timeout -> an infrastructure failure.
 3. ``finish_provision``: the workers' IPs from ``describe``, then each worker is prepared over
