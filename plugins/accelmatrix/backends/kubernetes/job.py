@@ -125,12 +125,15 @@ class KubernetesJobBackend(Backend):
         return get_clients(conn_id)
 
     def namespace(self, clients: KubeClients) -> str:
+        """The machine's namespace, else the connection's."""
         return self.machine.namespace or clients.namespace
 
     def api(self, clients: KubeClients, ns: str) -> JobApi:
+        """Creating and deleting the cell's objects (cheap: one per call, no state)."""
         return JobApi(clients, ns)
 
     def pods(self, clients: KubeClients, ns: str) -> JobPods:
+        """The verdict on a Job from its pods, with this machine's ContainerCreating limit."""
         return JobPods(clients, ns, float(self.machine.container_creating_timeout_seconds))
 
     @staticmethod

@@ -42,6 +42,8 @@ class JobManifest:
         self.machine = machine
 
     def env(self, env: dict[str, str]) -> list[dict[str, str]]:
+        """The container env: the suite's, the work dir, the node count; a CPU-only cell
+        hides any GPU the node has, so it cannot use one by accident."""
         m = self.machine
         values = dict(env)
         values["ACCELMATRIX_WORK_DIR"] = m.work_dir
@@ -51,6 +53,8 @@ class JobManifest:
         return [{"name": k, "value": v} for k, v in values.items()]
 
     def container(self, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+        """One container running ``argv`` as written (no shell), with the machine's
+        image, resources and the work volume."""
         if not argv or any(not isinstance(a, str) or "\x00" in a for a in argv):
             raise BackendError(f"invalid argv {argv!r}: empty, not strings or containing NUL")
         m = self.machine
@@ -86,6 +90,9 @@ class JobManifest:
         init_containers: list[dict[str, Any]] | None = None,
         nodes: int = 1,
     ) -> dict[str, Any]:
+        """A Job of ``role`` (workload or setup) around ``containers``: the pod template
+        (volume, node selector, tolerations), the cell's labels, and the record teardown
+        needs as an annotation (a janitor can release a Job it finds orphaned)."""
         m = self.machine
         if m.artifacts_volume:
             volume = {
