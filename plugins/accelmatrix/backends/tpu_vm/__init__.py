@@ -2,6 +2,7 @@
 are SSH hosts.
 
 ``backend`` (``TpuVmBackend``, named by the registry: provisioning and teardown through the
-gcloud hook), ``workers`` (the contract fanned out to one SSH backend per worker),
-``inventory`` (the janitor's listing), ``ssh_keys`` (the key the workers are reached with).
+gcloud hook), ``node_record`` (a node as the cell's resource record), ``workers`` (the
+contract fanned out to one SSH backend per worker), ``inventory`` (the janitor's listing),
+``ssh_keys`` (the key the workers are reached with).
 """

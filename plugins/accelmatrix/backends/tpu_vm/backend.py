@@ -55,6 +55,7 @@ from accelmatrix.backends.tpu_vm.inventory import (
     TpuInventory,
     created_at_of,
 )
+from accelmatrix.backends.tpu_vm.node_record import cell_context, node_resource
 from accelmatrix.backends.tpu_vm.workers import TpuWorkers, worker_artifacts_dir
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
@@ -276,13 +277,13 @@ class TpuVmBackend(Backend):
         provision.
         """
         name, zone = pending["name"], pending["zone"]
-        ctx = _context(pending["ctx"])
+        ctx = cell_context(pending["ctx"])
         try:
             with self.hook.authorized():
                 node = self.hook.describe_node(name, zone)
             if node.get("state") != READY:
                 raise InfrastructureError(f"TPU node {name} in {zone} is {node.get('state')}")
-            resource = self._resource(name, zone, node, pending)
+            resource = node_resource(self.kind, self.machine, name, zone, node, pending)
             resource["worker_resources"] = self._prepare_workers(resource, ctx)
             return resource
         except BaseException as exc:
@@ -312,12 +313,14 @@ class TpuVmBackend(Backend):
             "started_at": resource.get("created_at"),
             "ctx": resource["ctx"],
         }
-        fresh = self._resource(resource["name"], resource["zone"], node, pending)
+        fresh = node_resource(
+            self.kind, self.machine, resource["name"], resource["zone"], node, pending
+        )
         if fresh["hosts"] == resource["hosts"] and created_at_of(node, None) == resource.get(
             "created_at"
         ):
             return resource  # the very node provision returned
-        ctx = _context(resource["ctx"])
+        ctx = cell_context(resource["ctx"])
         fresh["worker_resources"] = self._prepare_workers(fresh, ctx)
         return fresh
 
@@ -392,43 +395,6 @@ class TpuVmBackend(Backend):
             exc.add_note(f"cleanup: could not delete {what} {name} in {zone}: {e}")
             return False
 
-    def _resource(
-        self, name: str, zone: str, node: dict[str, Any], pending: dict[str, Any]
-    ) -> dict[str, Any]:
-        workers = []
-        for i, ep in enumerate(node.get("networkEndpoints") or []):
-            external = (ep.get("accessConfig") or {}).get("externalIp")
-            workers.append(
-                {
-                    "index": i,
-                    "internal_ip": ep.get("ipAddress"),
-                    "external_ip": external,
-                    "host": external or ep.get("ipAddress"),
-                }
-            )
-        if not workers:
-            raise InfrastructureError(f"TPU node {name} in {zone} reports no workers")
-        full = node.get("name") or ""
-        parts = full.split("/")
-        return {
-            "backend": self.kind,
-            "name": name,
-            "node_name": full,
-            "project": parts[1] if len(parts) > 1 else self.machine.project,
-            "zone": zone,
-            "queued_resource": name if pending.get("queued") else None,
-            "accelerator_type": node.get("acceleratorType", self.machine.accelerator_type),
-            "runtime_version": node.get("runtimeVersion", self.machine.runtime_version),
-            "capacity": self.machine.capacity,
-            "state": node.get("state"),
-            "workers": workers,
-            "hosts": [w["host"] for w in workers],
-            "labels": dict(node.get("labels") or pending.get("labels") or {}),
-            "created_at": created_at_of(node, pending.get("started_at") or time.time()),
-            "artifacts_dir": pending["ctx"]["artifacts_dir"],
-            "ctx": pending["ctx"],
-        }
-
     # -- execution on the workers (TpuWorkers) and the janitor's listing ---------------------
     def variables(self, resource: dict[str, Any]) -> dict[str, str]:
         return self.workers.variables(resource)
@@ -487,17 +453,6 @@ class TpuVmBackend(Backend):
         from accelmatrix.hooks.ssh import forget_direct_hosts
 
         forget_direct_hosts(str(ssh_keys.key_path(name)))
-
-
-def _context(c: dict[str, Any]) -> CellContext:
-    """The CellContext a pending record or resource carries (it crosses task boundaries)."""
-    return CellContext(
-        dag_id=c["dag_id"],
-        run_id=c["run_id"],
-        cell_id=c["cell_id"],
-        artifacts_dir=Path(c["artifacts_dir"]),
-        ttl_seconds=int(c["ttl_seconds"]),
-    )
 
 
 __all__ = ["TpuVmBackend", "TpuError"]
