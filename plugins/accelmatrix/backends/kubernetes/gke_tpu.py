@@ -1,9 +1,10 @@
 """GkeTpuBackend: TPU slices on GKE, the k8s-jobset backend with XPK's pod shape.
 
 Everything of the contract is the JobSet backend's; only the pods differ, so only the
-manifest does (``GkeTpuManifest``, a ``JobSetManifest``): TPU node selectors, ``google.com/tpu`` chips per VM, the ``google.com/tpu`` toleration, host
-networking (as XPK: DCN traffic of multi-slice jobs bypasses the pod network), the TPU
-runtime ports, one node pool per slice, and the multi-slice environment.
+manifest does (``GkeTpuManifest``, a ``JobSetManifest``): TPU node selectors,
+``google.com/tpu`` chips per VM, the ``google.com/tpu`` toleration, host networking (as XPK:
+DCN traffic of multi-slice jobs bypasses the pod network), the TPU runtime ports, one node
+pool per slice, and the multi-slice environment.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ It is the ``k8s-job`` backend for everything a cell does before and after its wo
 (provision checks, the setup Job, the artifacts volume, teardown of the setup Job) and
 differs where a group of pods differs from one:
 
-* **submit** creates the JobSet of ``jobset_manifest.JobSetManifest`` (name from the cell identity, short
-  enough that every pod hostname is a DNS label). 409 reattaches, except to a JobSet that
+* **submit** creates the JobSet of ``jobset_manifest.JobSetManifest`` (name from the cell
+  identity, short enough that every pod hostname is a DNS label). 409 reattaches, except to a JobSet that
   already ended for infrastructure reasons (then it is replaced, as a retry should).
 * **poll** reads the JobSet, its pods and (with Kueue) its Workload; ``jobset_verdict``
   decides:

@@ -3,9 +3,9 @@
 The remote side mirrors LocalBackend so that both behave alike: the "machine" is a work dir
 on the host, ``<work_root>/<dag>/<run>/<cell>``, holding a resource record (resource.json,
 with the labels the janitor reads) and an internal ``.accelmatrix/`` dir with the same
-stdlib-only runner (``backends/runner/supervise.py``) that supervises local workloads, its logs and a copy of the
-include dir. The runner is started in its own session, so the workload survives both the
-run task (which defers) and the SSH channel that started it.
+stdlib-only runner (``backends/runner/supervise.py``) that supervises local workloads, its
+logs and a copy of the include dir. The runner is started in its own session, so the
+workload survives both the run task (which defers) and the SSH channel that started it.
 
 Why these choices:
 
