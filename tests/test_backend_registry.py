@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from accelmatrix import janitor
-from accelmatrix.backends.base import Backend, BackendError, get_backend
-from accelmatrix.backends.registry import CAPABILITIES, KINDS, kind_of, kinds_that
+from accelmatrix.backends.base import Backend, BackendError
+from accelmatrix.backends.registry import CAPABILITIES, KINDS, get_backend, kind_of, kinds_that
 from accelmatrix.spec.loader import SuiteError, load_suite
 from accelmatrix.spec.suite import Machine
 from accelmatrix_testkit import fault_matrix

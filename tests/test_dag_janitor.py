@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.backends.base import CellContext
-from accelmatrix.backends.local import LocalBackend
+from accelmatrix.backends.local.backend import LocalBackend
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import yaml
 from test_dag_local import ROOT, run_dag, store
 
 from accelmatrix import settings
-from accelmatrix.backends import ssh_keys
+from accelmatrix.backends.tpu_vm import ssh_keys
 
 pytest_plugins = ["tpu_env"]
 pytestmark = pytest.mark.integration

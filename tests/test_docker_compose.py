@@ -501,7 +501,7 @@ def test_workloads_never_see_secrets(services, example_env, monkeypatch):
         assert "AIRFLOW_ADMIN_PASSWORD" not in env, f"{name} must not get the admin password"
 
     # And the real filter agrees (the worker is where LocalBackend runs).
-    local = pytest.importorskip("accelmatrix.backends.local")
+    local = pytest.importorskip("accelmatrix.backends.local.backend")
     env_fn = getattr(getattr(local, "LocalBackend", None), "_env", None)
     if env_fn is None:
         pytest.skip("LocalBackend._env is gone; update this check")
@@ -733,7 +733,9 @@ def test_the_image_copies_no_emulator():
     for src in _copies(dockerfile_instructions()):
         path = ROOT / src
         shipped += [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    assert any(p.name == "k8s_job.py" for p in shipped), "the walk missed the backends"
+    assert any(p.as_posix().endswith("backends/kubernetes/job.py") for p in shipped), (
+        "the walk missed the backends"
+    )
     kit = [str(p.relative_to(ROOT)) for p in shipped if _is_test_kit(str(p.relative_to(ROOT)))]
     assert not kit, f"the image would contain the test kit: {kit}"
     importers = [
@@ -770,7 +772,10 @@ def test_the_installed_package_has_no_emulator(tmp_path):
     )
     (wheel,) = out.glob("accelmatrix-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "accelmatrix/backends/k8s_job.py" in names and "accelmatrix/ui/static" in " ".join(names)
+    assert (
+        "accelmatrix/backends/kubernetes/job.py" in names
+        and "accelmatrix/ui/static" in " ".join(names)
+    )
     kit = [n for n in names if _is_test_kit(n)]
     assert not kit, f"the accelmatrix wheel contains the test kit: {kit}"
 

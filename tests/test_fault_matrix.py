@@ -43,7 +43,7 @@ import yaml
 
 from accelmatrix import settings
 from accelmatrix.backends import tpu_names
-from accelmatrix.backends.base import get_backend
+from accelmatrix.backends.registry import get_backend
 from accelmatrix.lifecycle import EARLIER_FAILURES
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.fault_matrix import (

@@ -51,7 +51,7 @@ def cluster(tmp_path_factory):
 
 
 def test_the_jobset_is_the_one_xpk_makes_for_the_same_request(cluster, tmp_path):
-    from accelmatrix.backends.gke_tpu import GkeTpuBackend
+    from accelmatrix.backends.kubernetes.gke_tpu import GkeTpuBackend
 
     b = GkeTpuBackend(machine(kueue={"queue_name": "multislice-queue"}))
     r = b.provision(CellContext("tpu", "r", "model=llama", tmp_path / "a"))
@@ -123,7 +123,7 @@ def test_bad_tpu_machines_get_one_clear_error(tmp_path, change, needle):
 
 
 def test_two_single_vm_slices_run_with_their_slice_ids(cluster, tmp_path):
-    from accelmatrix.backends.gke_tpu import GkeTpuBackend
+    from accelmatrix.backends.kubernetes.gke_tpu import GkeTpuBackend
 
     b = GkeTpuBackend(machine(accelerator_type="v5litepod-4", topology="2x2"))
     r = b.provision(CellContext("tpu", "r", "model=tiny", tmp_path / "a"))

@@ -117,7 +117,7 @@ def _plant_unmanaged_local(root: Path) -> list[Path]:
 
 def test_local_orphans_reaped_fresh_and_unmanaged_kept(airflow_db, accel_home):
     from accelmatrix import settings
-    from accelmatrix.backends.local import LocalBackend
+    from accelmatrix.backends.local.backend import LocalBackend
 
     b = LocalBackend({"backend": "local"})
     orphan = b.provision(_ctx(accel_home, "model=old", ttl=-60))
@@ -148,7 +148,7 @@ def test_local_orphans_reaped_fresh_and_unmanaged_kept(airflow_db, accel_home):
 def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, accel_home):
     """A run stopped from outside: its machines go now (TTL not past), nobody else's do."""
     from accelmatrix import settings
-    from accelmatrix.backends.local import LocalBackend
+    from accelmatrix.backends.local.backend import LocalBackend
 
     b = LocalBackend({"backend": "local"})
     mine = [b.provision(_ctx(accel_home, f"n={i}", ttl=3600)) for i in range(2)]
@@ -174,7 +174,7 @@ def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, 
 # -- ssh --------------------------------------------------------------------------------------
 def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_path):
     from accelmatrix.backends.machines.ssh import SshMachine
-    from accelmatrix.backends.ssh import SshBackend
+    from accelmatrix.backends.ssh.backend import SshBackend
     from accelmatrix.hooks import ssh as ssh_hook
 
     spec = SshMachine(
@@ -195,7 +195,7 @@ def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_pa
         assert [d.resource.name for d in report.reaped] == [orphan["name"]]
         assert not report.failed, report.table()
         assert not Path(orphan["work_dir"]).exists()
-        from accelmatrix.backends.local import _pid_alive
+        from accelmatrix.backends.local.processes import pid_alive as _pid_alive
 
         deadline = time.time() + 10
         while _pid_alive(h["pid"]) and time.time() < deadline:
@@ -214,7 +214,7 @@ def test_tpu_orphans_reaped_through_gcloud(
     airflow_db, accel_home, emu, gcloud_in_environ, server, tmp_path
 ):
     from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
-    from accelmatrix.backends.tpu_vm import TpuVmBackend
+    from accelmatrix.backends.tpu_vm.backend import TpuVmBackend
 
     spec = TpuVmMachine.model_validate(
         {
@@ -275,7 +275,7 @@ def cluster(tmp_path_factory):
 
 
 def test_k8s_orphans_reaped_through_the_api(airflow_db, accel_home, cluster):
-    from accelmatrix.backends.k8s_job import KubernetesJobBackend
+    from accelmatrix.backends.kubernetes.job import KubernetesJobBackend
     from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
     from accelmatrix.hooks import k8s as k8s_hook
 

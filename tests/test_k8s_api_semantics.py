@@ -254,7 +254,7 @@ def test_invalid_jobs_are_refused_with_422_and_causes(cluster, api):
 
 
 def test_the_backend_names_a_refused_env_var_and_its_gpu_pods_are_valid(cluster, tmp_path):
-    from accelmatrix.backends.k8s_job import KubernetesJobBackend
+    from accelmatrix.backends.kubernetes.job import KubernetesJobBackend
     from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
     from accelmatrix.hooks import k8s as k8s_hook
 

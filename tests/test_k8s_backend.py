@@ -20,7 +20,7 @@ import pytest
 from pydantic import ValidationError
 
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
-from accelmatrix.backends.k8s_job import CONTAINER
+from accelmatrix.backends.kubernetes.job import CONTAINER
 from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
 from accelmatrix.hooks import k8s as k8s_hook
 from accelmatrix_testkit.k8s_emulator import Cluster
@@ -58,7 +58,7 @@ def machine(cluster, **kw) -> dict:
 
 
 def backend(cluster, **kw):
-    from accelmatrix.backends.k8s_job import KubernetesJobBackend
+    from accelmatrix.backends.kubernetes.job import KubernetesJobBackend
 
     return KubernetesJobBackend(machine(cluster, **kw))
 
@@ -367,10 +367,14 @@ def test_a_setup_job_left_by_a_killed_attempt_is_replaced(cluster, tmp_path):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "setup=killed"))
     name = r["setup_job_name"]
-    hung = b._job_body(
-        r, name, "setup", [b._container("setup-0", py("import time; time.sleep(600)"), {})], []
+    hung = b.manifest.job_body(
+        r,
+        name,
+        "setup",
+        [b.manifest.container("setup-0", py("import time; time.sleep(600)"), {})],
+        [],
     )
-    b._clients(r).batch.create_namespaced_job(r["namespace"], hung)
+    b.clients(r).batch.create_namespaced_job(r["namespace"], hung)
     lines: list[str] = []
     started = time.monotonic()
     b.setup(r, [py("print('fresh setup')")], {}, 60, lines.append)
@@ -533,7 +537,7 @@ def test_a_25_mib_log_streams_and_is_collected_whole(cluster, tmp_path):
     (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r["job_name"] in k]
     log = cluster.emulator.container_logs[(NS, pod, CONTAINER)]
     assert log.rotations >= 2  # 25 MiB of output (more in CRI lines) in 10 MiB files
-    current = b._clients(r).core.read_namespaced_pod_log(pod, NS, _preload_content=False).data
+    current = b.clients(r).core.read_namespaced_pod_log(pod, NS, _preload_content=False).data
     first, last = current.splitlines()[0], current.splitlines()[-1]  # the last file only
     assert len(current) < 10 * 1024 * 1024 and int(first[:8]) > 0 and int(last[:8]) == n - 1
     b.collect(r, [], tmp_path / "dest")

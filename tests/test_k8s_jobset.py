@@ -71,7 +71,7 @@ def _reset(cluster):
 
 
 def backend(cluster, **kw):
-    from accelmatrix.backends.k8s_jobset import KubernetesJobSetBackend
+    from accelmatrix.backends.kubernetes.jobset import KubernetesJobSetBackend
 
     spec = {
         "backend": "k8s-jobset",
@@ -369,7 +369,7 @@ def test_names_fit_every_derived_hostname(cluster, tmp_path):
     from kubernetes.client.exceptions import ApiException
 
     with pytest.raises(ApiException) as e:
-        api.create_jobset(b._clients(r), NS, body)
+        api.create_jobset(b.clients(r), NS, body)
     assert e.value.status == 422 and "63 characters" in e.value.body
 
 
@@ -398,7 +398,7 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
     wait(b, h, until=lambda st: len(running_pods(cluster, orphan["job_name"])) == 2)
     fresh = b.provision(CellContext("jobset_janitor", "gone_run", "model=new", accel_home / "b"))
     b.submit(fresh, sleep, {})
-    from accelmatrix.backends.k8s_job import KubernetesJobBackend
+    from accelmatrix.backends.kubernetes.job import KubernetesJobBackend
 
     single = KubernetesJobBackend(
         {"backend": "k8s-job", "kubernetes_conn_id": CONN_ID, "image": "x", "python": "python"}

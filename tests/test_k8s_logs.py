@@ -1,4 +1,4 @@
-"""The pod log spool (accelmatrix.backends.k8s_logs) against the emulator's kubelet logs:
+"""The pod log spool (accelmatrix.backends.kubernetes.logs) against the emulator's kubelet logs:
 a broken follow stream resumes without losing or repeating a line, and lines that rotated
 away while nobody followed are marked, not silently dropped."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from accelmatrix.backends import k8s_logs
+from accelmatrix.backends.kubernetes import logs as k8s_logs
 from accelmatrix_testkit.k8s_emulator import Cluster
 
 NS = "default"

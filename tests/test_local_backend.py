@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from accelmatrix.backends.base import CellContext, SetupFailed, get_backend
-from accelmatrix.backends.local import LocalBackend, _pid_alive
+from accelmatrix.backends.base import CellContext, SetupFailed
+from accelmatrix.backends.local.backend import LocalBackend
+from accelmatrix.backends.local.processes import pid_alive as _pid_alive
+from accelmatrix.backends.registry import get_backend
 
 SPEC = {"backend": "local"}
 
@@ -202,7 +204,7 @@ def test_a_setup_command_outliving_its_killed_task_is_stopped(accel_home, tmp_pa
         [
             sys.executable,
             "-c",
-            "import json, sys; from accelmatrix.backends.local import LocalBackend; "
+            "import json, sys; from accelmatrix.backends.local.backend import LocalBackend; "
             "LocalBackend({'backend': 'local'}).setup("
             "json.loads(sys.argv[1]), [json.loads(sys.argv[2])], {}, 120, print)",
             json.dumps(r),

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.backends.base import CellContext, SetupFailed
-from accelmatrix.backends.local import LocalBackend, _pid_alive
+from accelmatrix.backends.local.backend import LocalBackend
+from accelmatrix.backends.local.processes import pid_alive as _pid_alive
 
 SERVER = Path(__file__).resolve().parents[1] / "include" / "workloads" / "inference" / "server.py"
 
@@ -71,7 +72,7 @@ def test_service_never_ready_is_killed(resource):
 
 
 def test_backends_without_services_refuse():
-    from accelmatrix.backends.ssh import SshBackend
+    from accelmatrix.backends.ssh.backend import SshBackend
 
     b = SshBackend.__new__(SshBackend)
     b.machine_spec = {}

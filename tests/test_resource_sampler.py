@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelmatrix.backends.local import RUNNER
+from accelmatrix.backends.runner import RUNNER
 from accelmatrix.metrics.resources import resource_rows
 
 # Busy for ~2 s with ~80 MB resident, in a child process (samples cover the whole group).

@@ -150,7 +150,7 @@ def test_run_marked_failed_while_workloads_run(tmp_path, monkeypatch):
     assert stopped_after < WORKLOAD_SECONDS / 2, stopped_after
 
     # Nothing of the run is left: no process (checked above), no work dir, no record.
-    from accelmatrix.backends.local import LocalBackend
+    from accelmatrix.backends.local.backend import LocalBackend
 
     monkeypatch.setenv("ACCELMATRIX_HOME", str(accel))
     monkeypatch.setenv("ACCELMATRIX_WORK_DIR", str(accel / "work"))

@@ -21,11 +21,12 @@ import paramiko
 import pytest
 from pydantic import ValidationError
 
-from accelmatrix.backends import ssh as ssh_backend
-from accelmatrix.backends.base import BackendError, CellContext, SetupFailed, get_backend
-from accelmatrix.backends.local import _pid_alive
+from accelmatrix.backends.base import BackendError, CellContext, SetupFailed
+from accelmatrix.backends.local.processes import pid_alive as _pid_alive
 from accelmatrix.backends.machines.ssh import SshMachine
-from accelmatrix.backends.ssh import SshBackend, expand_work_root
+from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.ssh import backend as ssh_backend
+from accelmatrix.backends.ssh.backend import SshBackend, expand_work_root
 from accelmatrix.hooks import ssh as ssh_hook
 
 # tests/sshd.py: the session-wide server. Without /usr/sbin/sshd every test that needs it
@@ -219,7 +220,7 @@ def test_a_setup_command_outliving_its_killed_task_is_stopped_by_the_retry(
         [
             sys.executable,
             "-c",
-            "import json, sys; from accelmatrix.backends.ssh import SshBackend; "
+            "import json, sys; from accelmatrix.backends.ssh.backend import SshBackend; "
             "SshBackend(json.loads(sys.argv[1])).setup("
             "json.loads(sys.argv[2]), [json.loads(sys.argv[3])], {}, 120, print)",
             json.dumps(spec),

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from accelmatrix.backends import ssh_keys
-from accelmatrix.backends import tpu_vm as tpu_vm_module
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
-from accelmatrix.backends.local import _pid_alive
+from accelmatrix.backends.local.processes import pid_alive as _pid_alive
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
 from accelmatrix.backends.tpu_names import node_name
-from accelmatrix.backends.tpu_vm import TpuVmBackend
+from accelmatrix.backends.tpu_vm import backend as tpu_vm_module
+from accelmatrix.backends.tpu_vm import ssh_keys
+from accelmatrix.backends.tpu_vm.backend import TpuVmBackend
 from accelmatrix.hooks.tpu import TpuVmHook
 from accelmatrix.triggers.provision import ProvisionTrigger
 

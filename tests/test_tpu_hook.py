@@ -11,9 +11,10 @@ import shutil
 import pytest
 from pydantic import ValidationError
 
-from accelmatrix.backends.base import InfrastructureError, get_backend
+from accelmatrix.backends.base import InfrastructureError
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
-from accelmatrix.backends.tpu_vm import TpuVmBackend
+from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.tpu_vm.backend import TpuVmBackend
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuNotFound,

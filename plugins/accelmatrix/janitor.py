@@ -43,8 +43,8 @@ from accelmatrix.airflow_state import (
     OwnerLookup,
     SdkOwnerLookup,
 )
-from accelmatrix.backends.base import MANAGED_BY, ManagedResource, get_backend
-from accelmatrix.backends.registry import KINDS
+from accelmatrix.backends.base import MANAGED_BY, ManagedResource
+from accelmatrix.backends.registry import KINDS, get_backend
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger(__name__)

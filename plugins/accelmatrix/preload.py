@@ -53,8 +53,8 @@ TASK_SIDE_MODULES = (
     "accelmatrix.clearing",
     "accelmatrix.stopped",
     "accelmatrix.pricing",
-    "accelmatrix.backends.local",
-    "accelmatrix.backends.ssh",
+    "accelmatrix.backends.local.backend",
+    "accelmatrix.backends.ssh.backend",
 )
 # Modules that need an optional extra (pyproject.toml): without it they are not preloaded,
 # and that is no failure (the deployment has no machine of that kind).

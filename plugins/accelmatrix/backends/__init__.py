@@ -1,5 +1,8 @@
-"""Backends: one per machine kind, all behind `accelmatrix.backends.base.Backend`."""
+"""Backends: one package per machine family (local, ssh, tpu_vm, kubernetes), all behind
+`accelmatrix.backends.base.Backend`; `accelmatrix.backends.registry` names every kind's class
+and imports it when a task asks (`get_backend`)."""
 
-from accelmatrix.backends.base import Backend, CellContext, JobStatus, get_backend
+from accelmatrix.backends.base import Backend, CellContext, JobStatus
+from accelmatrix.backends.registry import get_backend
 
 __all__ = ["Backend", "CellContext", "JobStatus", "get_backend"]

@@ -1,6 +1,7 @@
 """The contract every machine kind implements (local process, SSH host, TPU VM, K8s Job).
 
-Which kinds there are, and what each can do, is `accelmatrix.backends.registry`.
+Which kinds there are, what each can do, and which class implements each (``get_backend``)
+is `accelmatrix.backends.registry`; this module knows none of them.
 
 Operators and triggers only talk to this interface, so switching a cell from `local` to a
 TPU VM is a change of its machine in the suite YAML, nothing else. Everything crossing a
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from accelmatrix.backends.registry import UnknownBackend, kind_of
 from accelmatrix.errors import BackendError, InfrastructureError
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "ManagedResource",
     "ProvisionCheck",
     "SetupFailed",
-    "get_backend",
 ]
 MANAGED_BY = "accelmatrix"
 
@@ -197,12 +196,3 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def list_managed(self) -> list[ManagedResource]:
         """Every resource this backend created and still holds (for the janitor)."""
-
-
-def get_backend(machine_spec: dict[str, Any]) -> Backend:
-    """The backend for a machine spec (accelmatrix.backends.registry names the class)."""
-    try:
-        kind = kind_of(machine_spec.get("backend"))
-    except UnknownBackend as e:
-        raise BackendError(e.args[0]) from None
-    return kind.load()(machine_spec)

@@ -27,6 +27,7 @@ from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 from accelmatrix.backends.machines.local import LocalMachine
 from accelmatrix.backends.machines.ssh import SshMachine
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
+from accelmatrix.errors import BackendError
 
 if TYPE_CHECKING:  # the class is imported by path, when a task needs it
     from accelmatrix.backends.base import Backend
@@ -69,18 +70,18 @@ KINDS: dict[str, BackendKind] = {
     for k in (
         BackendKind(
             LocalMachine,
-            "accelmatrix.backends.local:LocalBackend",
+            "accelmatrix.backends.local.backend:LocalBackend",
             janitor_key=lambda spec: "local",
             runs_services=True,
         ),
         BackendKind(
             SshMachine,
-            "accelmatrix.backends.ssh:SshBackend",
+            "accelmatrix.backends.ssh.backend:SshBackend",
             janitor_key=lambda spec: f"ssh:{spec.get('ssh_conn_id')}:{spec.get('work_root')}",
         ),
         BackendKind(
             TpuVmMachine,
-            "accelmatrix.backends.tpu_vm:TpuVmBackend",
+            "accelmatrix.backends.tpu_vm.backend:TpuVmBackend",
             janitor_key=lambda spec: (
                 f"tpu-vm:{spec.get('gcp_conn_id')}:{spec.get('project')}:{spec.get('zone')}"
             ),
@@ -89,17 +90,17 @@ KINDS: dict[str, BackendKind] = {
         ),
         BackendKind(
             KubernetesJobMachine,
-            "accelmatrix.backends.k8s_job:KubernetesJobBackend",
+            "accelmatrix.backends.kubernetes.job:KubernetesJobBackend",
             janitor_key=_k8s_key,
         ),
         BackendKind(
             KubernetesJobSetMachine,
-            "accelmatrix.backends.k8s_jobset:KubernetesJobSetBackend",
+            "accelmatrix.backends.kubernetes.jobset:KubernetesJobSetBackend",
             janitor_key=_k8s_key,
         ),
         BackendKind(
             GkeTpuMachine,
-            "accelmatrix.backends.gke_tpu:GkeTpuBackend",
+            "accelmatrix.backends.kubernetes.gke_tpu:GkeTpuBackend",
             janitor_key=_k8s_key,
         ),
     )
@@ -123,3 +124,12 @@ def kinds_that(capability: str) -> list[str]:
     if capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r} (known: {', '.join(CAPABILITIES)})")
     return [k.name for k in KINDS.values() if getattr(k, capability)]
+
+
+def get_backend(machine_spec: dict[str, Any]) -> Backend:
+    """The backend for a machine spec (its class imported now, by the path named above)."""
+    try:
+        kind = kind_of(machine_spec.get("backend"))
+    except UnknownBackend as e:
+        raise BackendError(e.args[0]) from None
+    return kind.load()(machine_spec)

@@ -16,7 +16,7 @@ import logging
 import re
 from typing import Any
 
-from accelmatrix.backends.base import get_backend
+from accelmatrix.backends.registry import get_backend
 from accelmatrix.lifecycle.common import RunRef, _read_json
 from accelmatrix.spec.templating import render_tree
 

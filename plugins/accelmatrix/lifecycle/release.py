@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any
 
-from accelmatrix.backends.base import get_backend
+from accelmatrix.backends.registry import get_backend
 from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
 from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
 from accelmatrix.store_access import results_store

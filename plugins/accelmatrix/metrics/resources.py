@@ -1,7 +1,7 @@
 """Resource usage samples (the runner's resources.jsonl) as rows of the metrics table.
 
-Every local (and SSH) workload is supervised by backends/local_runner.py, which samples its
-process group while it runs. Collecting those samples needs no suite YAML: each cell's
+Every local (and SSH) workload is supervised by backends/runner/supervise.py, which samples
+its process group while it runs. Collecting those samples needs no suite YAML: each cell's
 metrics table gets the series `runner.cpu_percent`, `runner.rss_mb` and `runner.procs` (and
 `runner.gpu_util_percent`, `runner.gpu_mem_mb` where a GPU was sampled) and the scalars
 `runner.cpu_seconds`, `runner.peak_rss_mb` and `runner.wall_seconds` of the finished

@@ -92,7 +92,7 @@ class WorkloadTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from accelmatrix.backends.base import get_backend
+        from accelmatrix.backends.registry import get_backend
 
         # This cell's evaluation comes next: have Great Expectations imported by then.
         warm_great_expectations()

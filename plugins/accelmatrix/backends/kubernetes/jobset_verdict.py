@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from accelmatrix.backends import k8s_pods
 from accelmatrix.backends.base import JobStatus
-from accelmatrix.backends.jobset_manifest import (
+from accelmatrix.backends.kubernetes import pods as k8s_pods
+from accelmatrix.backends.kubernetes.jobset_manifest import (
     COMPLETION_INDEX,
     CONTAINER,
     JOB_INDEX_LABEL,

@@ -39,7 +39,7 @@ How the contract maps onto Kubernetes, and why:
   a Job or pod that disappeared without an exit code. A container's non-zero exit code is a
   test failure.
 * **read_logs** returns what lies after the byte offset in the index-0 pod's *spool*: each
-  pod's log is followed (one ``follow=true`` stream per container, ``k8s_logs``) and
+  pod's log is followed (one ``follow=true`` stream per container, ``logs``) and
   appended to ``pods/<pod>.log`` in the artifacts as it is written, so a log the kubelet
   rotates (10 MiB) stays whole and a read costs O(new bytes).
 * **collect** writes ``output.log`` (index-0 pod's spool) and ``status.json`` (from the
@@ -54,19 +54,16 @@ How the contract maps onto Kubernetes, and why:
   Job (orphans), and tolerates 404 everywhere.
 * **list_managed** lists Jobs labelled ``managed-by=accelmatrix`` in the namespace.
 
-This module holds the lifecycle against the API (provision, submit, poll, collect, teardown,
-creating and deleting Jobs). What it inherits lives beside it, each a mixin re-exported here:
-``k8s_job_manifest`` (the Job bodies and their labels), ``k8s_job_pods`` (classifying a Job's
-pods, log spools, the snapshot), ``k8s_job_setup`` (the setup Job) and ``k8s_job_inventory``
-(the janitor's listing).
+This module holds the cell's lifecycle and wires the package's pieces together, one object
+each, built per call from the cell's clients: ``JobManifest`` (the Job bodies), ``JobApi``
+(creating and deleting), ``JobPods`` (the verdict), ``PodLogs`` (the spools),
+``job_artifacts`` (output.log, status.json), ``SetupJob`` and ``JobInventory``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -79,61 +76,65 @@ from accelmatrix.backends.base import (
     CellContext,
     InfrastructureError,
     JobStatus,
+    LogFn,
+    ManagedResource,
 )
-from accelmatrix.backends.k8s_job_inventory import JobInventory
-from accelmatrix.backends.k8s_job_manifest import (
-    CONTAINER,
-    GKE_ACCELERATOR,
-    GPU_TAINT,
-    JOB_LABEL,
-    KIND_LABEL,
-    RESOURCE_ANNOTATION,
-    ROLE_LABEL,
-    TEARDOWN_KEYS,
-    JobManifest,
-)
-from accelmatrix.backends.k8s_job_pods import (
-    INDEX_LABEL,
-    UID_LABEL,
-    JobPods,
-    _epoch,
-    _index,
-    _terminated,
-)
-from accelmatrix.backends.k8s_job_setup import SETUP_POLL_SECONDS, JobSetup
+from accelmatrix.backends.kubernetes import job_artifacts
+from accelmatrix.backends.kubernetes.job_api import JobApi
+from accelmatrix.backends.kubernetes.job_inventory import JobInventory
+from accelmatrix.backends.kubernetes.job_manifest import CONTAINER, JobManifest
+from accelmatrix.backends.kubernetes.job_pods import JobPods
+from accelmatrix.backends.kubernetes.job_setup import SetupJob
+from accelmatrix.backends.kubernetes.pod_logs import PodLogs
+from accelmatrix.backends.kubernetes.unreachable import infra, polled
+from accelmatrix.backends.local.collect import collect_globs
 from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
 from accelmatrix.hooks.k8s import KubeClients, api_message, get_clients
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["CONTAINER", "ROTATED", "KubernetesJobBackend", "label_value"]
+
 ROTATED = ("output.log", "status.json")
-DELETE_WAIT_SECONDS = 60.0
-UNREACHABLE_GRACE_SECONDS = 120.0
-
-_unreachable_since: dict[str, float] = {}
-_state_lock = threading.Lock()
 
 
-def _label_value(text: str) -> str:
+def label_value(text: str) -> str:
     """A valid Kubernetes label value (the Google-label form, trimmed to alphanumeric ends)."""
     return tpu_names.label_value(text).strip("-_.")
 
 
-class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend):
+class KubernetesJobBackend(Backend):
     kind = "k8s-job"
+    machine: KubernetesJobMachine
 
     def __init__(self, machine_spec: dict[str, Any]):
         super().__init__(machine_spec)
-        self.machine = KubernetesJobMachine.model_validate(machine_spec)
+        self.machine = self.machine_model().model_validate(machine_spec)
+        # The Job bodies: the workload Job here, the setup Job of every Kubernetes kind.
+        self.manifest = JobManifest(self.machine)
+
+    @staticmethod
+    def machine_model() -> type[KubernetesJobMachine]:
+        return KubernetesJobMachine
 
     # -- clients and names -----------------------------------------------------------------
-    def _clients(self, record: dict[str, Any] | None = None) -> KubeClients:
-        # A record or handle names its own connection: the machine spec may have been edited.
+    def clients(self, record: dict[str, Any] | None = None) -> KubeClients:
+        """The cluster's clients; a record or handle names its own connection (the machine
+        spec may have been edited since the cell started)."""
         conn_id = (record or {}).get("kubernetes_conn_id") or self.machine.kubernetes_conn_id
         return get_clients(conn_id)
 
-    def _namespace(self, clients: KubeClients) -> str:
+    def namespace(self, clients: KubeClients) -> str:
+        """The machine's namespace, else the connection's."""
         return self.machine.namespace or clients.namespace
+
+    def api(self, clients: KubeClients, ns: str) -> JobApi:
+        """Creating and deleting the cell's objects (cheap: one per call, no state)."""
+        return JobApi(clients, ns)
+
+    def pods(self, clients: KubeClients, ns: str) -> JobPods:
+        """The verdict on a Job from its pods, with this machine's ContainerCreating limit."""
+        return JobPods(clients, ns, float(self.machine.container_creating_timeout_seconds))
 
     @staticmethod
     def job_name(ctx: CellContext) -> str:
@@ -147,8 +148,8 @@ class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend
     def provision(self, ctx: CellContext) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
 
-        clients = self._clients()
-        ns = self._namespace(clients)
+        clients = self.clients()
+        ns = self.namespace(clients)
         try:
             clients.batch.list_namespaced_job(ns, limit=1)
         except ApiException as e:
@@ -163,7 +164,7 @@ class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend
             raise InfrastructureError(f"cannot reach the Kubernetes API: {e}") from e
         now = time.time()
         labels = {
-            k: _label_value(v) if k != "ttl" else v
+            k: label_value(v) if k != "ttl" else v
             for k, v in tpu_names.managed_labels(
                 ctx.dag_id, ctx.run_id, ctx.cell_id, now + ctx.ttl_seconds, ctx.labels
             ).items()
@@ -213,75 +214,45 @@ class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend
             "python": self.machine.python,
         }
 
-    def _create_or_reattach(
-        self, clients: KubeClients, ns: str, body: dict[str, Any], scheduling_timeout: float
-    ) -> tuple[Any, bool]:
-        """Create the Job; on 409 reuse it, unless it failed for infrastructure reasons."""
-        from kubernetes.client.exceptions import ApiException
-
-        name = body["metadata"]["name"]
-        for _ in range(2):
-            try:
-                return clients.batch.create_namespaced_job(ns, body), False
-            except ApiException as e:
-                if e.status == 422:
-                    raise BackendError(
-                        f"Kubernetes rejected Job {name}: {api_message(e)}"
-                    ) from None
-                if e.status != 409:
-                    raise InfrastructureError(
-                        f"cannot create Job {ns}/{name}: {e.status} {api_message(e)}"
-                    ) from e
-            try:
-                job = clients.batch.read_namespaced_job(name, ns)
-            except ApiException as e:
-                if e.status == 404:  # deleted between the 409 and the read: create again
-                    continue
-                raise
-            status, _ = self._inspect(clients, ns, job, scheduling_timeout)
-            if not (status.done and status.infrastructure_failure):
-                return job, True
-            logger.warning("Job %s/%s failed before (%s): recreating it", ns, name, status.detail)
-            self._delete_job(clients, ns, name, wait=True)
-        raise InfrastructureError(f"could not create Job {ns}/{name} (it keeps coming back)")
-
-    def _delete_job(self, clients: KubeClients, ns: str, name: str, wait: bool = False) -> bool:
-        """Delete a Job and its pods; True if it existed. ``wait``: until it is gone."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            clients.batch.delete_namespaced_job(name, ns, propagation_policy="Background")
-            existed = True
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            existed = False
-        deadline = time.monotonic() + DELETE_WAIT_SECONDS
-        while wait and existed and time.monotonic() < deadline:
-            try:
-                clients.batch.read_namespaced_job(name, ns)
-            except ApiException as e:
-                if e.status == 404:
-                    break
-                raise
-            time.sleep(0.2)
-        return existed
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        clients = self.clients(resource)
+        ns = resource["namespace"]
+        SetupJob(
+            self.manifest,
+            self.api(clients, ns),
+            self.pods(clients, ns),
+            PodLogs(clients, ns),
+            float(self.machine.scheduling_timeout_seconds),
+        ).run(resource, commands, env, timeout, log)
 
     # -- run -------------------------------------------------------------------------------
+    def workload_job(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+    ) -> dict[str, Any]:
+        """The Job manifest submit creates (public: tests and docs render it)."""
+        return self.manifest.workload_job(resource, argv, env)
+
     def submit(
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
-        clients = self._clients(resource)
+        clients = self.clients(resource)
         ns = resource["namespace"]
         body = self.workload_job(resource, argv, env)
         timeout_s = float(self.machine.scheduling_timeout_seconds)
         art = Path(resource["artifacts_dir"])
-        job, reattached = self._create_or_reattach(clients, ns, body, timeout_s)
+        pods = self.pods(clients, ns)
+        job, reattached = self.api(clients, ns).create_or_reattach(
+            body, lambda j: pods.inspect(j, timeout_s)[0]
+        )
         if not reattached:  # a previous attempt's output is kept beside the new one
-            stamp = int(time.time() * 1000)
-            for name in ROTATED:
-                if (art / name).exists():
-                    (art / name).rename(art / f"{name}.{stamp}")
+            rotate(art, ROTATED)
         return {
             "backend": self.kind,
             "kubernetes_conn_id": resource.get("kubernetes_conn_id"),
@@ -294,96 +265,65 @@ class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend
         }
 
     def poll(self, handle: dict[str, Any]) -> JobStatus:
-        from kubernetes.client.exceptions import ApiException
-
         key = f"{handle.get('namespace')}/{handle.get('job_name')}"
-        clients = self._clients(handle)
-        try:
-            try:
-                job = clients.batch.read_namespaced_job(handle["job_name"], handle["namespace"])
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                return self._infra(
+        clients = self.clients(handle)
+        ns, art = handle["namespace"], Path(handle["artifacts_dir"])
+
+        def look() -> JobStatus:
+            job = self.api(clients, ns).read_job(handle["job_name"])
+            if job is None:
+                return infra(
                     f"Job {key} disappeared (deleted outside accelmatrix, or its "
                     "ttlSecondsAfterFinished passed)"
                 )
-            status, pods = self._inspect(
-                clients, handle["namespace"], job, float(handle["scheduling_timeout"])
-            )
-            for pod in pods:  # every pod's log is followed while it runs (k8s_logs)
-                self._spool(clients, handle["namespace"], pod, Path(handle["artifacts_dir"]))
+            status, pods = self.pods(clients, ns).inspect(job, float(handle["scheduling_timeout"]))
+            logs = PodLogs(clients, ns)
+            for pod in pods:  # every pod's log is followed while it runs (logs.ensure)
+                logs.spool(pod, art)
             if status.done:
-                self._snapshot(clients, handle["namespace"], pods, Path(handle["artifacts_dir"]))
-        except ApiException as e:
-            if e.status is not None and 400 <= e.status < 500 and e.status != 429:
-                raise
-            return self._unreachable(key, e)
-        except (OSError, ConnectionError) as e:
-            return self._unreachable(key, e)
-        except Exception as e:  # urllib3 errors do not derive from OSError
-            if type(e).__module__.startswith("urllib3"):
-                return self._unreachable(key, e)
-            raise
-        with _state_lock:
-            _unreachable_since.pop(key, None)
-        return status
+                job_artifacts.snapshot(logs, pods, art)
+            return status
 
-    def _unreachable(self, key: str, e: BaseException) -> JobStatus:
-        now = time.monotonic()
-        with _state_lock:
-            since = _unreachable_since.setdefault(key, now)
-        if now - since >= UNREACHABLE_GRACE_SECONDS:
-            with _state_lock:
-                _unreachable_since.pop(key, None)
-            return self._infra(f"Kubernetes API unreachable for {now - since:.0f} s: {e}")
-        logger.warning("cannot reach the Kubernetes API for %s (will retry): %s", key, e)
-        return JobStatus(done=False, detail=f"API unreachable: {e}")
-
-    def _pod0(self, clients: KubeClients, handle: dict[str, Any]) -> Any:
-        selector = f"{UID_LABEL}={handle['uid']}"
-        pods = clients.core.list_namespaced_pod(handle["namespace"], label_selector=selector).items
-        pods = [p for p in pods if _index(p) == 0]
-        pods.sort(key=lambda p: _epoch(p.metadata.creation_timestamp) or 0)
-        return pods[-1] if pods else None
+        return polled(key, look)
 
     def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
-        clients = self._clients(handle)
+        clients = self.clients(handle)
+        ns = handle["namespace"]
         try:
-            pod = self._pod0(clients, handle)
+            pod = self.pods(clients, ns).pod0(handle["uid"])
             if pod is None:
                 return [], offset
-            spool = self._spool(clients, handle["namespace"], pod, Path(handle["artifacts_dir"]))
+            spool = PodLogs(clients, ns).spool(pod, Path(handle["artifacts_dir"]))
         except Exception as e:  # the next call retries; poll decides about failures
             logger.warning("cannot read the log of %s: %s", handle.get("job_name"), e)
             return [], offset
         return spool.read(offset)
 
     def cancel(self, handle: dict[str, Any]) -> None:
-        clients = self._clients(handle)
+        clients = self.clients(handle)
         ns, name = handle["namespace"], handle["job_name"]
         try:
-            pod = self._pod0(clients, handle)
-            self._snapshot(clients, ns, [pod] if pod else [], Path(handle["artifacts_dir"]))
+            pod = self.pods(clients, ns).pod0(handle["uid"])
+            job_artifacts.snapshot(
+                PodLogs(clients, ns), [pod] if pod else [], Path(handle["artifacts_dir"])
+            )
         except Exception as e:  # stopping the workload matters more than its log
             logger.warning("could not save the log of %s/%s before cancelling: %s", ns, name, e)
-        self._delete_job(clients, ns, name)
-        self._delete_pods(clients, ns, name)
+        api = self.api(clients, ns)
+        api.delete_job(name)
+        api.delete_pods(name)
 
-    def _snapshot_resource(self, clients: KubeClients, resource: dict[str, Any]) -> None:
-        from kubernetes.client.exceptions import ApiException
-
+    def save_outputs(self, clients: KubeClients, resource: dict[str, Any]) -> None:
+        """Write what evaluation reads (output.log, status.json) from what the cluster holds."""
         ns = resource["namespace"]
-        try:
-            job = clients.batch.read_namespaced_job(resource["job_name"], ns)
-        except ApiException as e:
-            if e.status == 404:
-                return
-            raise
-        self._snapshot(clients, ns, self._pods(clients, ns, job), Path(resource["artifacts_dir"]))
+        job = self.api(clients, ns).read_job(resource["job_name"])
+        if job is None:
+            return
+        pods = self.pods(clients, ns).of(job)
+        job_artifacts.snapshot(PodLogs(clients, ns), pods, Path(resource["artifacts_dir"]))
 
     def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
-        self._snapshot_resource(self._clients(resource), resource)
+        self.save_outputs(self.clients(resource), resource)
         dest.mkdir(parents=True, exist_ok=True)
         local = resource.get("local_work_dir")
         if not local:
@@ -394,38 +334,21 @@ class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend
                     globs,
                 )
             return []
-        from accelmatrix.backends.local import LocalBackend
-
-        return LocalBackend({"backend": "local"}).collect({"work_dir": local}, globs, dest)
+        return collect_globs(Path(local), globs, dest)
 
     # -- teardown --------------------------------------------------------------------------
-    def _delete_pods(self, clients: KubeClients, ns: str, job_name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
+    def save_outputs_unless_saved(self, clients: KubeClients, resource: dict[str, Any]) -> None:
+        """Before teardown deletes the pods: keep their logs, unless poll already did."""
+        if job_artifacts.saved_exit(Path(resource["artifacts_dir"])):
+            return
         try:
-            clients.core.delete_collection_namespaced_pod(
-                ns, label_selector=f"{JOB_LABEL}={job_name}"
-            )
-        except ApiException as e:
-            if e.status != 404:
-                raise
+            self.save_outputs(clients, resource)
+        except Exception as e:  # releasing the cluster matters more
+            logger.warning("could not save the logs of %s: %s", resource["name"], e)
 
-    def teardown(self, resource: dict[str, Any]) -> None:
-        clients = self._clients(resource)
-        ns = resource["namespace"]
-        status_path = Path(resource["artifacts_dir"]) / "status.json"
-        try:
-            saved = json.loads(status_path.read_text()).get("exit_code") is not None
-        except (OSError, ValueError):
-            saved = False
-        if not saved:
-            try:
-                self._snapshot_resource(clients, resource)
-            except Exception as e:  # releasing the cluster matters more
-                logger.warning("could not save the logs of %s: %s", resource["name"], e)
-        self._delete_job(clients, ns, resource["job_name"])
-        self._delete_job(clients, ns, resource["setup_job_name"])
-        self._delete_pods(clients, ns, resource["job_name"])
+    def remove_local_work_dir(self, resource: dict[str, Any]) -> None:
+        """The cell's folder on the artifacts volume, as the worker sees it (only that one:
+        exactly three levels under the volume's local path)."""
         local = resource.get("local_work_dir")
         if local and self.machine.artifacts_volume:
             root = Path(self.machine.artifacts_volume.local_path).resolve()
@@ -433,22 +356,23 @@ class KubernetesJobBackend(JobSetup, JobManifest, JobPods, JobInventory, Backend
             if root in path.parents and len(path.relative_to(root).parts) == 3:
                 shutil.rmtree(path, ignore_errors=True)
 
+    def teardown(self, resource: dict[str, Any]) -> None:
+        clients = self.clients(resource)
+        self.save_outputs_unless_saved(clients, resource)
+        api = self.api(clients, resource["namespace"])
+        api.delete_job(resource["job_name"])
+        api.delete_job(resource["setup_job_name"])
+        api.delete_pods(resource["job_name"])
+        self.remove_local_work_dir(resource)
 
-__all__ = [
-    "CONTAINER",
-    "GKE_ACCELERATOR",
-    "GPU_TAINT",
-    "INDEX_LABEL",
-    "JOB_LABEL",
-    "KIND_LABEL",
-    "RESOURCE_ANNOTATION",
-    "ROLE_LABEL",
-    "ROTATED",
-    "SETUP_POLL_SECONDS",
-    "TEARDOWN_KEYS",
-    "UID_LABEL",
-    "KubernetesJobBackend",
-    "_epoch",
-    "_index",
-    "_terminated",
-]
+    def list_managed(self) -> list[ManagedResource]:
+        clients = self.clients()
+        return JobInventory(clients, self.namespace(clients), self.kind).list_managed()
+
+
+def rotate(art: Path, names: tuple[str, ...]) -> None:
+    """Keep a previous attempt's outputs beside the new one (``<name>.<ms>``), never overwrite."""
+    stamp = int(time.time() * 1000)
+    for name in names:
+        if (art / name).exists():
+            (art / name).rename(art / f"{name}.{stamp}")

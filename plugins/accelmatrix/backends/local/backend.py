@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -28,70 +27,19 @@ from accelmatrix.backends.base import (
     ManagedResource,
     SetupFailed,
 )
-
-RUNNER = Path(__file__).with_name("local_runner.py")
-RECORD = "resource.json"
-KILL_GRACE_SECONDS = 5.0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); it has exited for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _pgid_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def kill_process_group(pgid: int, grace: float = KILL_GRACE_SECONDS) -> bool:
-    """SIGTERM the group, then SIGKILL after ``grace`` seconds. True if something was killed."""
-    if pgid <= 1 or pgid == os.getpgid(0):
-        raise ValueError(f"refusing to kill process group {pgid}")
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not _group_has_live_members(pgid):
-            return True
-        time.sleep(0.1)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return True
-
-
-def _group_has_live_members(pgid: int) -> bool:
-    """True while any non-zombie process is in the group (zombies cannot be killed further)."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+from accelmatrix.backends.local.collect import collect_globs
+from accelmatrix.backends.local.processes import kill_process_group, pgid_alive, pid_alive
+from accelmatrix.backends.local.record import (
+    RECORD,
+    exact_identity,
+    make_work_dir,
+    read_json,
+    remove_empty_parents,
+    update_record,
+)
+from accelmatrix.backends.local.services import start_service, wait_ready
+from accelmatrix.backends.runner import RUNNER
+from accelmatrix.backends.runner import status as runner_status
 
 
 class LocalBackend(Backend):
@@ -115,7 +63,7 @@ class LocalBackend(Backend):
             return json.loads(record_path.read_text())
         created = not work_dir.exists()
         try:
-            _make_work_dir(work_dir)
+            make_work_dir(work_dir)
             ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
             now = time.time()
             resource = {
@@ -198,7 +146,7 @@ class LocalBackend(Backend):
                     )
                 except OSError as e:
                     raise SetupFailed(f"setup[{i}] {argv[:1]} could not start: {e}") from None
-                _update_record(record_path, setup_pgid=proc.pid)
+                update_record(record_path, setup_pgid=proc.pid)
                 timer = threading.Timer(
                     max(0.0, deadline - time.monotonic()), kill_process_group, (proc.pid, 2.0)
                 )
@@ -214,7 +162,7 @@ class LocalBackend(Backend):
                     code = proc.wait()
                 finally:
                     timer.cancel()
-                _update_record(record_path, setup_pgid=None)
+                update_record(record_path, setup_pgid=None)
                 if time.monotonic() >= deadline and code != 0:
                     raise SetupFailed(f"setup[{i}] {argv} timed out after {timeout}s")
                 if code != 0:
@@ -229,29 +177,27 @@ class LocalBackend(Backend):
         env: dict[str, str],
         log: LogFn,
     ) -> list[dict[str, Any]]:
-        from accelmatrix.backends.local_services import start_service, wait_ready
-
         record_path = Path(resource["work_dir"]) / RECORD
         # A retried setup stops what the earlier attempt started instead of leaking it.
-        for old in (_read_status(record_path) or {}).get("services", []):
-            if old.get("pgid") and _pgid_alive(old["pgid"]):
+        for old in (read_json(record_path) or {}).get("services", []):
+            if old.get("pgid") and pgid_alive(old["pgid"]):
                 kill_process_group(old["pgid"], 2.0)
         started: list[dict[str, Any]] = []
         for svc in services:
             info = start_service(resource, svc, self._env(resource, env))
             started.append(info)
             # Recorded before waiting, so a teardown after a crash here still stops it.
-            _update_record(record_path, services=started)
+            update_record(record_path, services=started)
             log(f"service {svc['name']}: started pid {info['pid']}: {svc['run']}")
             try:
                 port = wait_ready(resource, svc, info)
             except SetupFailed:
                 for s in started:
-                    if _pgid_alive(s["pgid"]):
+                    if pgid_alive(s["pgid"]):
                         kill_process_group(s["pgid"], 2.0)
                 raise
             info["port"] = port
-            _update_record(record_path, services=started)
+            update_record(record_path, services=started)
             log(f"service {svc['name']}: ready on 127.0.0.1:{port}")
         return started
 
@@ -265,8 +211,8 @@ class LocalBackend(Backend):
             "log_path": str(log_dir / "output.log"),
             "status_path": str(log_dir / "status.json"),
         }
-        status = _read_status(Path(handle["status_path"]))
-        if status and status.get("exit_code") is None and _pid_alive(status["pid"]):
+        status = read_json(Path(handle["status_path"]))
+        if status and status.get("exit_code") is None and pid_alive(status["pid"]):
             handle.update(pid=status["pid"], pgid=status["pgid"], reattached=True)
             return handle
         # A previous attempt's output is kept beside the new one, never overwritten.
@@ -295,23 +241,8 @@ class LocalBackend(Backend):
         return handle
 
     def poll(self, handle: dict[str, Any]) -> JobStatus:
-        status = _read_status(Path(handle["status_path"]))
-        if status and status.get("exit_code") is not None:
-            sig = status.get("signal")
-            detail = f"exit code {status['exit_code']}" + (f" (signal {sig})" if sig else "")
-            return JobStatus(done=True, exit_code=status["exit_code"], detail=detail)
-        if _pid_alive(handle["pid"]):
-            return JobStatus(done=False, detail="running")
-        # Re-read: the runner may have written its final status between the two reads.
-        status = _read_status(Path(handle["status_path"]))
-        if status and status.get("exit_code") is not None:
-            return JobStatus(done=True, exit_code=status["exit_code"], detail="exited")
-        return JobStatus(
-            done=True,
-            exit_code=None,
-            detail="the workload's supervisor process disappeared (killed?) without a status",
-            infrastructure_failure=True,
-        )
+        status_path = Path(handle["status_path"])
+        return runner_status.judge(lambda: read_json(status_path), lambda: pid_alive(handle["pid"]))
 
     def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
         try:
@@ -329,44 +260,26 @@ class LocalBackend(Backend):
 
     def cancel(self, handle: dict[str, Any]) -> None:
         pgid = handle.get("pgid")
-        if pgid and _pgid_alive(pgid):
+        if pgid and pgid_alive(pgid):
             kill_process_group(pgid)
 
     def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
-        work = Path(resource["work_dir"]).resolve()
-        dest.mkdir(parents=True, exist_ok=True)
-        copied: list[str] = []
-        for pattern in globs:
-            matches = set()
-            for m in work.glob(pattern):
-                # `out/**` matches directories only in Python 3.11: take what is inside.
-                matches.update(m.rglob("*") if m.is_dir() and not m.is_symlink() else [m])
-            for src in sorted(matches):
-                real = src.resolve()
-                # A symlink pointing outside the work dir must not exfiltrate files.
-                if not real.is_relative_to(work) or not real.is_file():
-                    continue
-                rel = src.relative_to(work)
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(real, target)
-                copied.append(str(rel))
-        return sorted(set(copied))
+        return collect_globs(Path(resource["work_dir"]), globs, dest)
 
     def teardown(self, resource: dict[str, Any]) -> None:
-        status = _read_status(Path(resource["artifacts_dir"]) / "status.json")
+        status = read_json(Path(resource["artifacts_dir"]) / "status.json")
         if status and status.get("exit_code") is None and status.get("pgid"):
-            if _pgid_alive(status["pgid"]):
+            if pgid_alive(status["pgid"]):
                 kill_process_group(status["pgid"])
         # Services are read from the record on disk, not from the XCom copy of the resource:
         # they were started after provision returned it.
         _stop_earlier_setup(Path(resource["work_dir"]) / RECORD)
-        record = _read_status(Path(resource["work_dir"]) / RECORD) or {}
+        record = read_json(Path(resource["work_dir"]) / RECORD) or {}
         for svc in record.get("services", []):
-            if svc.get("pgid") and _pgid_alive(svc["pgid"]):
+            if svc.get("pgid") and pgid_alive(svc["pgid"]):
                 kill_process_group(svc["pgid"])
         shutil.rmtree(resource["work_dir"], ignore_errors=True)
-        _remove_empty_parents(Path(resource["work_dir"]))
+        remove_empty_parents(Path(resource["work_dir"]))
 
     def list_managed(self) -> list[ManagedResource]:
         out = []
@@ -400,58 +313,9 @@ class LocalBackend(Backend):
         return out
 
 
-def exact_identity(labels: dict[str, Any]) -> dict[str, str] | None:
-    """(dag, run, cell) from labels that hold them verbatim (local and SSH records)."""
-    ident = {
-        "dag_id": labels.get("dag"),
-        "run_id": labels.get("run"),
-        "cell_id": labels.get("cell"),
-    }
-    return ident if all(isinstance(v, str) and v for v in ident.values()) else None  # type: ignore[return-value]
-
-
 def _stop_earlier_setup(record_path: Path) -> None:
     """Kill a setup command an earlier (killed) setup task left running."""
-    pgid = (_read_status(record_path) or {}).get("setup_pgid")
-    if isinstance(pgid, int) and _pgid_alive(pgid):
+    pgid = (read_json(record_path) or {}).get("setup_pgid")
+    if isinstance(pgid, int) and pgid_alive(pgid):
         kill_process_group(pgid, 2.0)
-        _update_record(record_path, setup_pgid=None)
-
-
-def _update_record(path: Path, **fields: Any) -> None:
-    """Add fields to the resource record, atomically."""
-    data = _read_status(path) or {}
-    data.update(fields)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def _read_status(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _remove_empty_parents(work_dir: Path) -> None:
-    """Remove the cell's run and dag folders under the work root once they are empty, so a
-    finished run leaves no `work/<dag>/<run>/` behind. Never the work root itself; a folder
-    another cell still uses is not empty and stays (rmdir refuses)."""
-    root = settings.work_root().resolve()
-    for parent in (work_dir.parent, work_dir.parent.parent):
-        try:
-            if parent.resolve() == root or not parent.resolve().is_relative_to(root):
-                return
-            parent.rmdir()
-        except OSError:
-            return
-
-
-def _make_work_dir(work_dir: Path) -> None:
-    """mkdir -p, once more if a finishing cell of the same run removed the (then empty) run
-    folder between the two mkdirs (_remove_empty_parents)."""
-    try:
-        work_dir.mkdir(parents=True, exist_ok=True)
-    except FileNotFoundError:
-        work_dir.mkdir(parents=True, exist_ok=True)
+        update_record(record_path, setup_pgid=None)

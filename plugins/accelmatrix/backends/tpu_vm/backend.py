@@ -10,7 +10,7 @@ three steps so that the long wait for capacity holds no worker slot (see
    fresh). Otherwise ``tpu-vm create --async`` (on-demand / spot / preemptible / reserved),
    or, for ``capacity: queued``, a queued resource of the same name with
    ``--valid-until-duration``. The node's metadata carries ``ssh-keys`` with a key pair
-   generated for this node (``backends/ssh_keys.py``).
+   generated for this node (``tpu_vm/ssh_keys.py``).
 2. ``check_provision`` (cheap, called by the trigger): READY yet? FAILED, stockout, past
    valid-until or the provision timeout -> an infrastructure failure.
 3. ``finish_provision``: the workers' IPs from ``describe``, then each worker is prepared over
@@ -37,21 +37,26 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from accelmatrix.backends import ssh_keys, tpu_names
+from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import (
     Backend,
     CellContext,
     InfrastructureError,
+    JobStatus,
+    LogFn,
+    ManagedResource,
     ProvisionCheck,
 )
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
-from accelmatrix.backends.tpu_vm_inventory import (
+from accelmatrix.backends.tpu_vm import ssh_keys
+from accelmatrix.backends.tpu_vm.inventory import (
     IDENTITY_METADATA,
     READY,
     TpuInventory,
-    _created_at,
+    created_at_of,
 )
-from accelmatrix.backends.tpu_vm_workers import TpuWorkers, _worker_artifacts
+from accelmatrix.backends.tpu_vm.node_record import cell_context, node_resource
+from accelmatrix.backends.tpu_vm.workers import TpuWorkers, worker_artifacts_dir
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuError,
@@ -69,7 +74,7 @@ QR_GRACE_SECONDS = 120  # after valid-until, how long we still wait for the serv
 SSH_READY_SECONDS = 300  # a READY node's sshd and guest agent may need a moment
 
 
-class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
+class TpuVmBackend(Backend):
     kind = "tpu-vm"
 
     def __init__(
@@ -85,6 +90,7 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             gcp_conn_id=self.machine.gcp_conn_id, project_id=self.machine.project
         )
         self.poll_interval = poll_interval
+        self.workers = TpuWorkers(self.machine, self.kind, self.hook)
 
     # -- naming ------------------------------------------------------------------------------
     @staticmethod
@@ -162,7 +168,7 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
                         made.discard("queued resource")  # a retry: the request exists
                         qr = self.hook.describe_queued_resource(name, zone)
                     pending["deadline"] = (
-                        (_created_at(qr, now) or now)
+                        (created_at_of(qr, now) or now)
                         + int(m.valid_until_seconds or 0)
                         + QR_GRACE_SECONDS
                         + m.provision_timeout_seconds
@@ -271,13 +277,13 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
         provision.
         """
         name, zone = pending["name"], pending["zone"]
-        ctx = _context(pending["ctx"])
+        ctx = cell_context(pending["ctx"])
         try:
             with self.hook.authorized():
                 node = self.hook.describe_node(name, zone)
             if node.get("state") != READY:
                 raise InfrastructureError(f"TPU node {name} in {zone} is {node.get('state')}")
-            resource = self._resource(name, zone, node, pending)
+            resource = node_resource(self.kind, self.machine, name, zone, node, pending)
             resource["worker_resources"] = self._prepare_workers(resource, ctx)
             return resource
         except BaseException as exc:
@@ -307,12 +313,14 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             "started_at": resource.get("created_at"),
             "ctx": resource["ctx"],
         }
-        fresh = self._resource(resource["name"], resource["zone"], node, pending)
-        if fresh["hosts"] == resource["hosts"] and _created_at(node, None) == resource.get(
+        fresh = node_resource(
+            self.kind, self.machine, resource["name"], resource["zone"], node, pending
+        )
+        if fresh["hosts"] == resource["hosts"] and created_at_of(node, None) == resource.get(
             "created_at"
         ):
             return resource  # the very node provision returned
-        ctx = _context(resource["ctx"])
+        ctx = cell_context(resource["ctx"])
         fresh["worker_resources"] = self._prepare_workers(fresh, ctx)
         return fresh
 
@@ -340,14 +348,14 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             target = DirectTarget(
                 host=w["host"], port=self.machine.ssh_port, user=self.machine.ssh_user, key_path=key
             )
-            backend = self._worker_backend(target)
+            backend = self.workers.backend_for(target)
             worker_ctx = CellContext(
                 dag_id=ctx.dag_id,
                 run_id=ctx.run_id,
                 # Distinct dirs per worker: on a real slice each worker is its own host; on
                 # a loopback test they share one.
                 cell_id=ctx.cell_id if n == 1 else f"{ctx.cell_id}.worker{i}",
-                artifacts_dir=_worker_artifacts(ctx.artifacts_dir, i),
+                artifacts_dir=worker_artifacts_dir(ctx.artifacts_dir, i),
                 ttl_seconds=ctx.ttl_seconds,
                 labels={"tpu-node": resource["name"], "worker": str(i)},
             )
@@ -387,42 +395,39 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             exc.add_note(f"cleanup: could not delete {what} {name} in {zone}: {e}")
             return False
 
-    def _resource(
-        self, name: str, zone: str, node: dict[str, Any], pending: dict[str, Any]
+    # -- execution on the workers (TpuWorkers) and the janitor's listing ---------------------
+    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+        return self.workers.variables(resource)
+
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        self.workers.setup(resource, commands, env, timeout, log)
+
+    def submit(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
-        workers = []
-        for i, ep in enumerate(node.get("networkEndpoints") or []):
-            external = (ep.get("accessConfig") or {}).get("externalIp")
-            workers.append(
-                {
-                    "index": i,
-                    "internal_ip": ep.get("ipAddress"),
-                    "external_ip": external,
-                    "host": external or ep.get("ipAddress"),
-                }
-            )
-        if not workers:
-            raise InfrastructureError(f"TPU node {name} in {zone} reports no workers")
-        full = node.get("name") or ""
-        parts = full.split("/")
-        return {
-            "backend": self.kind,
-            "name": name,
-            "node_name": full,
-            "project": parts[1] if len(parts) > 1 else self.machine.project,
-            "zone": zone,
-            "queued_resource": name if pending.get("queued") else None,
-            "accelerator_type": node.get("acceleratorType", self.machine.accelerator_type),
-            "runtime_version": node.get("runtimeVersion", self.machine.runtime_version),
-            "capacity": self.machine.capacity,
-            "state": node.get("state"),
-            "workers": workers,
-            "hosts": [w["host"] for w in workers],
-            "labels": dict(node.get("labels") or pending.get("labels") or {}),
-            "created_at": _created_at(node, pending.get("started_at") or time.time()),
-            "artifacts_dir": pending["ctx"]["artifacts_dir"],
-            "ctx": pending["ctx"],
-        }
+        return self.workers.submit(resource, argv, env)
+
+    def poll(self, handle: dict[str, Any]) -> JobStatus:
+        return self.workers.poll(handle)
+
+    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+        return self.workers.read_logs(handle, offset)
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        self.workers.cancel(handle)
+
+    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+        return self.workers.collect(resource, globs, dest)
+
+    def list_managed(self) -> list[ManagedResource]:
+        return TpuInventory(self.machine, self.kind, self.hook).list_managed()
 
     def teardown(self, resource: dict[str, Any]) -> None:
         name = resource["name"]
@@ -432,7 +437,7 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
             if node is not None and node.get("state") == READY:
                 # Stop the workload and keep the logs before the node goes; deleting the node
                 # alone would do on a real slice, but this also frees a shared test host.
-                for i, (b, r) in enumerate(self._workers(resource, "worker_resources")):
+                for i, (b, r) in enumerate(self.workers.of(resource, "worker_resources")):
                     try:
                         b.teardown(r)
                     except Exception as e:  # releasing the TPU matters more than its logs
@@ -448,17 +453,6 @@ class TpuVmBackend(TpuWorkers, TpuInventory, Backend):
         from accelmatrix.hooks.ssh import forget_direct_hosts
 
         forget_direct_hosts(str(ssh_keys.key_path(name)))
-
-
-def _context(c: dict[str, Any]) -> CellContext:
-    """The CellContext a pending record or resource carries (it crosses task boundaries)."""
-    return CellContext(
-        dag_id=c["dag_id"],
-        run_id=c["run_id"],
-        cell_id=c["cell_id"],
-        artifacts_dir=Path(c["artifacts_dir"]),
-        ttl_seconds=int(c["ttl_seconds"]),
-    )
 
 
 __all__ = ["TpuVmBackend", "TpuError"]

@@ -1,11 +1,10 @@
 """The Job manifest of the k8s-job backend: containers, pod template, labels, annotations.
 
-``JobManifest`` turns a machine spec and a cell's resource record into the ``batch/v1`` Job
+``JobManifest`` turns a machine and a cell's resource record into the ``batch/v1`` Job
 bodies the backend creates (the workload Job and the setup Job), and these constants name
-the labels and annotation they carry. It is pure: no API call, no clock. It is separate from
-``accelmatrix.backends.k8s_job`` so that module reads as the cell's lifecycle against the
-API; ``KubernetesJobBackend`` (and the JobSet backends after it) inherit it unchanged, and
-``k8s_job`` re-exports every name defined here.
+the labels and annotation they carry. It is pure: no API call, no clock, so a manifest can be
+rendered and read without a cluster (tests and docs do). The JobSet manifest builds its pod
+template from the same parts (``jobset_manifest.JobSetManifest``).
 """
 
 from __future__ import annotations
@@ -37,11 +36,14 @@ GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 
 
 class JobManifest:
-    """The Job bodies of KubernetesJobBackend (a mixin)."""
+    """The Job bodies of one machine (a k8s-job machine, or a JobSet machine's pods)."""
 
-    machine: KubernetesJobMachine
+    def __init__(self, machine: KubernetesJobMachine):
+        self.machine = machine
 
-    def _env(self, env: dict[str, str]) -> list[dict[str, str]]:
+    def env(self, env: dict[str, str]) -> list[dict[str, str]]:
+        """The container env: the suite's, the work dir, the node count; a CPU-only cell
+        hides any GPU the node has, so it cannot use one by accident."""
         m = self.machine
         values = dict(env)
         values["ACCELMATRIX_WORK_DIR"] = m.work_dir
@@ -50,7 +52,9 @@ class JobManifest:
             values.setdefault("CUDA_VISIBLE_DEVICES", "-1")  # CPU-only: no GPU even if present
         return [{"name": k, "value": v} for k, v in values.items()]
 
-    def _container(self, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    def container(self, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+        """One container running ``argv`` as written (no shell), with the machine's
+        image, resources and the work volume."""
         if not argv or any(not isinstance(a, str) or "\x00" in a for a in argv):
             raise BackendError(f"invalid argv {argv!r}: empty, not strings or containing NUL")
         m = self.machine
@@ -72,12 +76,12 @@ class JobManifest:
             # every `$` is doubled and each argument reaches the process exactly as written.
             "command": [a.replace("$", "$$") for a in argv],
             "workingDir": m.work_dir,
-            "env": self._env(env),
+            "env": self.env(env),
             "resources": resources,
             "volumeMounts": [{"name": "work", "mountPath": m.work_dir}],
         }
 
-    def _job_body(
+    def job_body(
         self,
         resource: dict[str, Any],
         name: str,
@@ -86,6 +90,9 @@ class JobManifest:
         init_containers: list[dict[str, Any]] | None = None,
         nodes: int = 1,
     ) -> dict[str, Any]:
+        """A Job of ``role`` (workload or setup) around ``containers``: the pod template
+        (volume, node selector, tolerations), the cell's labels, and the record teardown
+        needs as an annotation (a janitor can release a Job it finds orphaned)."""
         m = self.machine
         if m.artifacts_volume:
             volume = {
@@ -148,11 +155,11 @@ class JobManifest:
     def workload_job(
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
-        """The Job manifest submit creates (public: tests and docs render it)."""
-        return self._job_body(
+        """The Job manifest submit creates."""
+        return self.job_body(
             resource,
             resource["job_name"],
             "workload",
-            [self._container(CONTAINER, argv, env)],
+            [self.container(CONTAINER, argv, env)],
             nodes=self.machine.num_nodes,
         )

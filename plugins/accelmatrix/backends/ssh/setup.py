@@ -5,7 +5,7 @@ while the task waits: its output is streamed line by line to the task log and se
 runs as its own session so a timeout stops the whole process group, and a retry first stops
 the group an earlier, SIGKILLed attempt left running. That is its own protocol (the pgid
 marker line, the plain-sh kill that needs no Python on the host), hence its own module;
-``SshSetup`` is a mixin of ``SshBackend``.
+``RemoteSetup`` works on a ``remote.Remote``.
 """
 
 from __future__ import annotations
@@ -13,20 +13,18 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from accelmatrix.backends.base import BackendError, InfrastructureError, LogFn, SetupFailed
-from accelmatrix.backends.ssh_remote import (
+from accelmatrix.backends.ssh.remote import (
     _PGID_LINE,
     KILL_GRACE_SECONDS,
-    RemoteHostOps,
+    Remote,
     _argv,
     _checked_work_dir,
     _env_lines,
 )
-from accelmatrix.hooks.ssh import RemoteHost
 
 logger = logging.getLogger("accelmatrix.backends.ssh")
 
@@ -61,12 +59,13 @@ class _Lines:
         self.sink(line.rstrip(b"\r").decode("utf-8", errors="replace"))
 
 
-class SshSetup(RemoteHostOps):
-    """``setup`` of SshBackend (a mixin over ``RemoteHostOps``)."""
+class RemoteSetup:
+    """The setup step of a cell on one host."""
 
-    _host: Callable[..., RemoteHost]
+    def __init__(self, remote: Remote):
+        self.remote = remote
 
-    def setup(
+    def run(
         self,
         resource: dict[str, Any],
         commands: list[list[str]],
@@ -74,13 +73,14 @@ class SshSetup(RemoteHostOps):
         timeout: int,
         log: LogFn,
     ) -> None:
-        host = self._host(resource)
+        """Run ``commands`` in order; raise SetupFailed on the first failure."""
+        host = self.remote.host
         work_dir = _checked_work_dir(resource["work_dir"])
         log_path = Path(resource["artifacts_dir"]) / "setup.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
         env_lines = _env_lines(env, work_dir)
-        self._stop_earlier_setup(host, resource, work_dir, log)
+        self.stop_earlier(resource, work_dir, log)
         with open(log_path, "a", encoding="utf-8") as setup_log:
             for i, argv in enumerate(commands):
                 command = _argv(argv)
@@ -142,16 +142,14 @@ class SshSetup(RemoteHostOps):
                         + "\n".join(tail)
                     )
 
-    def _stop_earlier_setup(
-        self, host: RemoteHost, resource: dict[str, Any], work_dir: str, log: LogFn
-    ) -> None:
+    def stop_earlier(self, resource: dict[str, Any], work_dir: str, log: LogFn) -> None:
         """A setup command whose task was SIGKILLed lives on (no pty, no SIGHUP) and may be
         what hung. A retried setup stops it first, before its own command overwrites
         setup.pgid (else the teardown could no longer find it); the teardown stops it too."""
-        pgid = host.read(f"{resource['internal_dir']}/setup.pgid")
+        pgid = self.remote.host.read(f"{resource['internal_dir']}/setup.pgid")
         if not (pgid and pgid.strip().isdigit()):
             return
-        outcome = self._kill_group(host, int(pgid), work_dir)
+        outcome = self.remote.kill_group(int(pgid), work_dir)
         if outcome in ("terminated", "killed"):
             log(f"stopped the setup command an earlier attempt left running (group {int(pgid)})")
 

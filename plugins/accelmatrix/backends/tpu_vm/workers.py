@@ -4,9 +4,9 @@ A slice has one or more workers, each reached with ``DirectSshBackend`` (the SSH
 ``accelmatrix.backends.ssh`` with the node's own key). ``TpuWorkers`` fans every step out to
 all of them, swaps worker 0's paths for each worker's, and while the workload runs looks at
 the node every ``node_check_seconds`` so a preemption is an infrastructure failure, not a
-test failure. It is separate from ``accelmatrix.backends.tpu_vm`` (the node's provisioning,
-teardown and naming through the Cloud TPU API) because this half talks to the workers, not to
-the API; ``TpuVmBackend`` inherits it unchanged.
+test failure. It is apart from ``backend`` (the node's provisioning, teardown and naming
+through the Cloud TPU API) because it talks to the workers, not to the API; the backend
+hands it the machine, its kind and the hook it asks about the node.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from accelmatrix.backends.base import (
     SetupFailed,
 )
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
-from accelmatrix.backends.tpu_vm_inventory import READY
+from accelmatrix.backends.tpu_vm.inventory import READY
 from accelmatrix.hooks.tpu import TpuError, TpuVmHook
 
 log = logging.getLogger("accelmatrix.backends.tpu_vm")
@@ -38,30 +38,33 @@ _node_checked_lock = threading.Lock()
 
 
 class TpuWorkers:
-    """The steps of TpuVmBackend that run on the slice's workers (a mixin)."""
+    """The steps of a TPU VM cell that run on the slice's workers."""
 
-    kind: str
-    machine: TpuVmMachine
-    hook: TpuVmHook
+    def __init__(self, machine: TpuVmMachine, kind: str, hook: TpuVmHook):
+        self.machine = machine
+        self.kind = kind
+        self.hook = hook
 
-    def _worker_backend(self, target: Any):
-        from accelmatrix.backends.ssh import DirectSshBackend
+    def backend_for(self, target: Any):
+        """The SSH backend of one worker (reached at ``target`` with the node's key)."""
+        from accelmatrix.backends.ssh.backend import DirectSshBackend
 
         return DirectSshBackend(
             target, python=self.machine.python, work_root=self.machine.work_root, kind=self.kind
         )
 
-    def _workers(self, resource_or_handle: dict[str, Any], key: str) -> list[tuple[Any, dict]]:
+    def of(self, resource_or_handle: dict[str, Any], key: str) -> list[tuple[Any, dict]]:
+        """(worker backend, its resource or handle) for each record under ``key``."""
         from accelmatrix.hooks.ssh import DirectTarget
 
         out = []
         for r in resource_or_handle.get(key) or []:
-            out.append((self._worker_backend(DirectTarget(**r["ssh_target"])), r))
+            out.append((self.backend_for(DirectTarget(**r["ssh_target"])), r))
         return out
 
     # -- execution on the workers (over SSH) -------------------------------------------------
     def variables(self, resource: dict[str, Any]) -> dict[str, str]:
-        (b0, r0), *_ = self._workers(resource, "worker_resources")
+        (b0, r0), *_ = self.of(resource, "worker_resources")
         return {**b0.variables(r0), "num_workers": str(len(resource["workers"]))}
 
     def _for_worker(self, resource: dict[str, Any], i: int, value: Any) -> Any:
@@ -93,7 +96,7 @@ class TpuWorkers:
         timeout: int,
         log: LogFn,
     ) -> None:
-        workers = self._workers(resource, "worker_resources")
+        workers = self.of(resource, "worker_resources")
 
         def run(i: int) -> None:
             b, r = workers[i]
@@ -118,7 +121,7 @@ class TpuWorkers:
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
         handles = []
-        for i, (b, r) in enumerate(self._workers(resource, "worker_resources")):
+        for i, (b, r) in enumerate(self.of(resource, "worker_resources")):
             handles.append(
                 b.submit(r, self._for_worker(resource, i, argv), self._for_worker(resource, i, env))
             )
@@ -132,7 +135,7 @@ class TpuWorkers:
         }
 
     def poll(self, handle: dict[str, Any]) -> JobStatus:
-        workers = self._workers(handle, "workers")
+        workers = self.of(handle, "workers")
         statuses = [b.poll(h) for b, h in workers]
         # A worker that died (non-zero exit, killed, unreachable) may have died with its
         # node: look at the node now, not at the next periodic check, or a preemption that
@@ -191,24 +194,24 @@ class TpuWorkers:
             log.warning("could not stop the workload on %s: %s", handle.get("name"), e)
 
     def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
-        (b0, h0), *_ = self._workers(handle, "workers")
+        (b0, h0), *_ = self.of(handle, "workers")
         return b0.read_logs(h0, offset)
 
     def cancel(self, handle: dict[str, Any]) -> None:
-        workers = self._workers(handle, "workers")
+        workers = self.of(handle, "workers")
         errors = _in_parallel(lambda i: workers[i][0].cancel(workers[i][1]), len(workers))
         if errors:
             raise BackendError("; ".join(f"worker {i}: {e}" for i, e in errors))
 
     def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
-        workers = self._workers(resource, "worker_resources")
+        workers = self.of(resource, "worker_resources")
         for b, r in workers[1:]:  # each worker's own log, beside worker 0's
-            b._fetch_logs(b._host(r), r)
+            b.remote(b.host(r)).fetch_logs(r)
         b0, r0 = workers[0]
         return b0.collect(r0, globs, dest)
 
 
-def _worker_artifacts(artifacts_dir: Path, i: int) -> Path:
+def worker_artifacts_dir(artifacts_dir: Path, i: int) -> Path:
     return artifacts_dir if i == 0 else artifacts_dir / "workers" / str(i)
 
 

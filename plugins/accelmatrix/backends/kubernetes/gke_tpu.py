@@ -1,17 +1,22 @@
 """GkeTpuBackend: TPU slices on GKE, the k8s-jobset backend with XPK's pod shape.
 
-Everything of the contract is the JobSet backend's; only the pods differ: TPU node
-selectors, ``google.com/tpu`` chips per VM, the ``google.com/tpu`` toleration, host
-networking (as XPK: DCN traffic of multi-slice jobs bypasses the pod network), the TPU
-runtime ports, one node pool per slice, and the multi-slice environment.
+Everything of the contract is the JobSet backend's; only the pods differ, so only the
+manifest does (``GkeTpuManifest``, a ``JobSetManifest``): TPU node selectors,
+``google.com/tpu`` chips per VM, the ``google.com/tpu`` toleration, host networking (as XPK:
+DCN traffic of multi-slice jobs bypasses the pod network), the TPU runtime ports, one node
+pool per slice, and the multi-slice environment.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from accelmatrix.backends.jobset_manifest import COMPLETION_INDEX, leader_host
-from accelmatrix.backends.k8s_jobset import KubernetesJobSetBackend
+from accelmatrix.backends.kubernetes.jobset import KubernetesJobSetBackend
+from accelmatrix.backends.kubernetes.jobset_manifest import (
+    COMPLETION_INDEX,
+    JobSetManifest,
+    leader_host,
+)
 from accelmatrix.backends.machines.gke_tpu import GkeTpuMachine
 
 TPU_RESOURCE = "google.com/tpu"
@@ -21,13 +26,10 @@ EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 TPU_PORTS = (8471, 8080)  # TPU runtime / slice builder, MEGASCALE coordinator
 
 
-class GkeTpuBackend(KubernetesJobSetBackend):
-    kind = "gke-tpu"
-    machine: GkeTpuMachine
+class GkeTpuManifest(JobSetManifest):
+    """The JobSet of a TPU slice (or several): XPK's pod shape on the JobSet's."""
 
-    @staticmethod
-    def machine_model() -> type[GkeTpuMachine]:
-        return GkeTpuMachine
+    machine: GkeTpuMachine
 
     def group_env(self, name: str) -> list[dict[str, Any]]:
         m = self.machine
@@ -85,3 +87,16 @@ class GkeTpuBackend(KubernetesJobSetBackend):
         if self.machine.num_slices > 1:  # one slice per node pool
             body["metadata"]["annotations"][EXCLUSIVE_TOPOLOGY] = "cloud.google.com/gke-nodepool"
         return body
+
+
+class GkeTpuBackend(KubernetesJobSetBackend):
+    kind = "gke-tpu"
+    machine: GkeTpuMachine
+
+    @staticmethod
+    def machine_model() -> type[GkeTpuMachine]:
+        return GkeTpuMachine
+
+    @staticmethod
+    def group_manifest_for(machine: Any) -> GkeTpuManifest:
+        return GkeTpuManifest(machine)

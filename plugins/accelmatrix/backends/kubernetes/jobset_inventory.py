@@ -2,10 +2,8 @@
 
 ``JobSetInventory.list_managed`` extends the k8s-job listing (the cell's setup and child
 Jobs) with the cell's JobSets, found by the kind label, and names exactly what each holds
-(child Jobs, pods, the headless Service) for the janitor's record of a reap. It is separate
-from ``accelmatrix.backends.k8s_jobset`` because the janitor's sweep is its own concern,
-apart from a cell's lifecycle. ``KubernetesJobSetBackend`` inherits it before
-``KubernetesJobBackend``, so its ``super().list_managed()`` is the k8s-job listing.
+(child Jobs, pods, the headless Service) for the janitor's record of a reap. The janitor's
+sweep is its own concern, apart from a cell's lifecycle.
 """
 
 from __future__ import annotations
@@ -13,24 +11,28 @@ from __future__ import annotations
 import json
 
 from accelmatrix import settings
-from accelmatrix.backends import k8s_pods
 from accelmatrix.backends.base import MANAGED_BY, ManagedResource
-from accelmatrix.backends.jobset_manifest import JOBSET_NAME_LABEL
-from accelmatrix.backends.k8s_job_manifest import KIND_LABEL
+from accelmatrix.backends.kubernetes import pods as k8s_pods
+from accelmatrix.backends.kubernetes.job_inventory import JobInventory
+from accelmatrix.backends.kubernetes.job_manifest import KIND_LABEL
+from accelmatrix.backends.kubernetes.jobset_manifest import JOBSET_NAME_LABEL
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients
 
 
 class JobSetInventory:
-    """``list_managed`` of KubernetesJobSetBackend (a mixin)."""
+    """The managed JobSets (and their cells' Jobs) of one machine kind in one namespace."""
 
-    kind: str
+    def __init__(self, clients: KubeClients, ns: str, kind: str):
+        self.clients = clients
+        self.ns = ns
+        self.kind = kind
 
     def list_managed(self) -> list[ManagedResource]:
         """One entry per cell: its JobSet, child and setup Jobs, pods and Service, by exact name."""
-        clients = self._clients()
-        ns = self._namespace(clients)
-        entries = {e.name: e for e in super().list_managed()}
+        clients, ns = self.clients, self.ns
+        jobs = JobInventory(clients, ns, self.kind).list_managed()
+        entries = {e.name: e for e in jobs}
         for e in entries.values():
             e.backend = self.kind
             e.detail["resource"]["backend"] = self.kind
@@ -78,7 +80,7 @@ class JobSetInventory:
                 ns, label_selector=f"{JOBSET_NAME_LABEL}={name}"
             )
             entry.detail["pods"] = sorted(p.metadata.name for p in pods.items)
-            entry.detail["services"] = self._services(clients, ns, name)
+            entry.detail["services"] = _services(clients, ns, name)
             # Exact ids of everything the cell holds, for the janitor's record of the reap.
             entry.detail["children"] = (
                 [f"JobSet {ns}/{name} uid={meta.get('uid')}"]
@@ -88,12 +90,13 @@ class JobSetInventory:
             )
         return list(entries.values())
 
-    @staticmethod
-    def _services(clients: KubeClients, ns: str, name: str) -> list[str]:
-        from kubernetes.client.exceptions import ApiException
 
-        try:
-            svc = clients.core.read_namespaced_service(name, ns)
-        except ApiException:
-            return []
-        return [svc.metadata.name]
+def _services(clients: KubeClients, ns: str, name: str) -> list[str]:
+    """The JobSet's headless Service, if it still exists."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        svc = clients.core.read_namespaced_service(name, ns)
+    except ApiException:
+        return []
+    return [svc.metadata.name]

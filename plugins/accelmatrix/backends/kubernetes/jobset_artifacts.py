@@ -1,12 +1,11 @@
-"""What a k8s-jobset cell leaves in its artifacts dir: every pod's log, status.json, timing.
+"""What a JobSet cell leaves in its artifacts dir: every pod's log, status.json, timing.
 
-``JobSetArtifacts._snapshot_group`` saves every pod's log spool, the leader's as
-``output.log``, a ``status.json`` with every pod's state (pods a restart deleted keep their
-last record, and a verdict poll reached is kept), and the group's timing (all pods running,
-rendezvous spread) as runner metrics. It is separate from ``accelmatrix.backends.k8s_jobset``
-because it is the group's record on disk, apart from creating, judging and deleting the
-JobSet; ``KubernetesJobSetBackend`` inherits it (before ``KubernetesJobBackend``, whose
-``_snapshot_resource`` it replaces) and uses its ``_group_pods``.
+``JobSetArtifacts.snapshot`` saves every pod's log spool, the leader's as ``output.log``, a
+``status.json`` with every pod's state (pods a restart deleted keep their last record, and a
+verdict poll reached is kept), and the group's timing (all pods running, rendezvous spread)
+as runner metrics. It is the group's record on disk, apart from creating, judging and
+deleting the JobSet; it reads the pods through ``JobSetReader`` and the logs through
+``PodLogs``.
 """
 
 from __future__ import annotations
@@ -16,37 +15,40 @@ import os
 from pathlib import Path
 from typing import Any
 
-from accelmatrix.backends import jobset_verdict as verdict
-from accelmatrix.backends import k8s_pods
 from accelmatrix.backends.base import JobStatus
-from accelmatrix.backends.jobset_manifest import CONTAINER
-from accelmatrix.hooks import jobset as jobset_api
+from accelmatrix.backends.kubernetes import jobset_verdict as verdict
+from accelmatrix.backends.kubernetes import pods as k8s_pods
+from accelmatrix.backends.kubernetes.job_api import JobApi
+from accelmatrix.backends.kubernetes.jobset_manifest import CONTAINER
+from accelmatrix.backends.kubernetes.jobset_reader import JobSetReader
+from accelmatrix.backends.kubernetes.pod_logs import PodLogs
 from accelmatrix.hooks.k8s import KubeClients
 from accelmatrix.metrics.resources import FILE as RUNNER_FILE
 
 
 class JobSetArtifacts:
-    """The snapshot steps of KubernetesJobSetBackend (a mixin)."""
+    """The artifacts of JobSets in one namespace."""
 
-    def _snapshot_group(
+    def __init__(self, clients: KubeClients, ns: str):
+        self.api = JobApi(clients, ns)
+        self.reader = JobSetReader(clients, ns)
+        self.logs = PodLogs(clients, ns)
+
+    def snapshot(
         self,
-        clients: KubeClients,
-        ns: str,
         name: str,
         artifacts_dir: str,
-        js: dict[str, Any] | None,
-        outcome: JobStatus | None,
+        js: dict[str, Any] | None = None,
+        outcome: JobStatus | None = None,
     ) -> None:
-        """Every pod's log, the leader's as output.log, status.json and the group timing."""
-        from kubernetes.client.exceptions import ApiException
+        """Every pod's log, the leader's as output.log, status.json and the group timing.
 
+        ``js``: the JobSet if the caller has it (else read here); ``outcome``: the verdict
+        of a poll that saw the group end (kept in status.json for collect and teardown).
+        """
         if js is None:
-            try:
-                js = jobset_api.get_jobset(clients, ns, name)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-        pods = self._group_pods(clients, ns, name)
+            js = self.api.read_jobset(name)
+        pods = self.reader.pods(name)
         art = Path(artifacts_dir)
         if not pods:
             if outcome is not None and outcome.done:  # e.g. evicted: its pods are gone
@@ -60,7 +62,7 @@ class JobSetArtifacts:
         leader = verdict.leader(pods, attempt)
         infos = []
         for pod in pods:  # pods/<pod>.log is the pod's log spool (k8s_logs)
-            self._spooled_log(clients, ns, pod, art, art / "output.log" if pod is leader else None)
+            self.logs.spooled(pod, art, art / "output.log" if pod is leader else None)
             term = k8s_pods.terminated(pod, CONTAINER)
             job_i, pod_i = verdict.index(pod)
             infos.append(
@@ -123,16 +125,6 @@ class JobSetArtifacts:
             timing["all_pods_running_s"] = max(starts) - origin
             timing["rendezvous_s"] = max(starts) - min(starts)
         _write(art / RUNNER_FILE, (json.dumps(timing) + "\n").encode())
-
-    def _snapshot_resource(self, clients: KubeClients, resource: dict[str, Any]) -> None:
-        self._snapshot_group(
-            clients,
-            resource["namespace"],
-            resource["job_name"],
-            resource["artifacts_dir"],
-            None,
-            None,
-        )
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -3,16 +3,15 @@
 Everything here is about one ``RemoteHost`` and none of it about a cell's life: the names of
 the work dir's files and logs, the Python snippets that stop a process group and expand
 artifact globs on the host, the quoting of env and argv into the script a shell sees, and
-``RemoteHostOps``, the methods that read a record, check the host's Python, upload the include
-dir, probe and stop a process group and copy the runner's logs back. It is separate from
-``accelmatrix.backends.ssh`` so that the lifecycle there (provision, submit, poll, collect,
-teardown) reads as the steps it is; ``SshBackend`` and ``DirectSshBackend`` inherit these
-methods unchanged.
+``Remote``, one host with the Python that runs there: read a record, check that Python,
+upload the include dir, probe and stop a process group and copy the runner's logs back. The
+lifecycle (``backend``: provision, submit, poll, collect, teardown) and the setup step
+(``setup``) are built on it. The ``/proc`` reading is ``runner.procfs``'s, the same code the
+local backend runs: its source goes to the host ahead of the kill script.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -24,6 +23,8 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.backends.base import BackendError
+from accelmatrix.backends.runner import procfs
+from accelmatrix.backends.runner import status as runner_status
 from accelmatrix.hooks.ssh import RemoteHost, sftp_makedirs
 
 RECORD = "resource.json"
@@ -48,22 +49,13 @@ _PGID_LINE = re.compile(rb"^accelmatrix-pgid=(\d+)$")
 # Signals a process group, but only if one of its live members carries the work dir marker
 # in its environment (a PID reused by an unrelated program after the group died is spared).
 # Zombies are not members: they are dead and cannot be killed further. Runs on the host.
-_KILL_GROUP_PY = r"""
-import os, signal, sys, time
+_KILL_GROUP_PY = (
+    Path(procfs.__file__).read_text(encoding="utf-8")
+    + r"""
+import signal, sys, time
 pgid, marker, grace = int(sys.argv[1]), sys.argv[2].encode(), float(sys.argv[3])
 def members():
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            out.append(name)
-    return out
+    return group_members(pgid)
 def ours(pids):
     for pid in pids:
         try:
@@ -99,6 +91,7 @@ if members():
 else:
     print("terminated")
 """
+)
 
 # Expands the artifact globs on the host with the same pathlib semantics as LocalBackend,
 # and keeps only regular files whose real path stays inside the work dir (a symlink to
@@ -178,38 +171,34 @@ def _argv(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
-class RemoteHostOps:
-    """The primitives on a ``RemoteHost`` that SshBackend's lifecycle is built on (a mixin)."""
+class Remote:
+    """One host, and the Python the runner and our snippets run with there."""
 
-    python: str
+    def __init__(self, host: RemoteHost, python: str):
+        self.host = host
+        self.python = python
 
-    def _read_json(self, host: RemoteHost, path: str) -> dict[str, Any] | None:
-        data = host.read(path)
-        if data is None:
-            return None
-        try:
-            value = json.loads(data)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+    def read_json(self, path: str) -> dict[str, Any] | None:
+        """A record or the runner's status on the host; None if missing or unreadable."""
+        return runner_status.parse(self.host.read(path))
 
-    def _kill_group(self, host: RemoteHost, pgid: int, work_dir: str) -> str:
+    def kill_group(self, pgid: int, work_dir: str) -> str:
         """SIGTERM then SIGKILL the remote group, if it is still this work dir's."""
         if pgid <= 1:
             raise BackendError(f"refusing to kill process group {pgid}")
-        result = host.execute(
+        result = self.host.execute(
             shlex.join([self.python, "-", str(pgid), _marker(work_dir), str(KILL_GRACE_SECONDS)]),
             stdin=_KILL_GROUP_PY.encode(),
             timeout=KILL_GRACE_SECONDS + 30,
         )
         if result.exit_code != 0:
             raise BackendError(
-                f"could not stop process group {pgid} on {host.hostname}: "
+                f"could not stop process group {pgid} on {self.host.hostname}: "
                 f"exit {result.exit_code}: {result.text().strip()[-500:]}"
             )
         return _last_line(result.stdout).decode(errors="replace")
 
-    def _alive(self, host: RemoteHost, pid: int, work_dir: str, verify: bool = True) -> bool:
+    def alive(self, pid: int, work_dir: str, verify: bool = True) -> bool:
         """Is ``pid`` a live (non-zombie) process started for this work dir?
 
         SFTP reads of /proc (no command, no shell): its stat, and its environment the first
@@ -217,22 +206,22 @@ class RemoteHostOps:
         for a PID we started a moment ago (a forked shell shows its old environment until
         it execs).
         """
-        if not host.has_proc():
-            return host.execute(f"kill -0 {int(pid)}", timeout=30).exit_code == 0
+        if not self.host.has_proc():
+            return self.host.execute(f"kill -0 {int(pid)}", timeout=30).exit_code == 0
         try:
-            raw = host.read(f"/proc/{int(pid)}/stat")
+            raw = self.host.read(f"/proc/{int(pid)}/stat")
             if raw is None:
                 return False
-            fields = raw.rsplit(b")", 1)[1].split()
-            if fields[0] == b"Z":
+            fields = procfs.stat_fields(raw)
+            if procfs.is_zombie(fields):
                 return False
             if not verify:
                 return True
-            key = (host.conn_id, int(pid), fields[19], work_dir)  # [19]: stat field 22, start
+            key = (self.host.conn_id, int(pid), fields[19], work_dir)  # [19]: stat field 22, start
             with _verified_lock:
                 if key in _verified:
                     return True
-            environ = host.read(f"/proc/{int(pid)}/environ")
+            environ = self.host.read(f"/proc/{int(pid)}/environ")
         except PermissionError:
             return True  # someone else's process: it exists, and it is not ours to judge
         if environ is None:
@@ -245,13 +234,13 @@ class RemoteHostOps:
                 _verified.add(key)
         return ours
 
-    def _fetch_logs(self, host: RemoteHost, resource: dict[str, Any]) -> list[str]:
+    def fetch_logs(self, resource: dict[str, Any]) -> list[str]:
         """Copy the runner's logs into the local artifacts dir (where evaluation reads them)."""
         art = Path(resource["artifacts_dir"])
         art.mkdir(parents=True, exist_ok=True)
         log_dir = resource["log_dir"]
         copied = []
-        with host.bulk_sftp() as sftp:
+        with self.host.bulk_sftp() as sftp:
             for name in LOG_FILES:
                 try:
                     sftp.get(f"{log_dir}/{name}", str(art / f".{name}.part"))
@@ -261,18 +250,18 @@ class RemoteHostOps:
                 copied.append(name)
         return copied
 
-    def _check_python(self, host: RemoteHost) -> None:
+    def check_python(self) -> None:
         """Fail at provision, clearly, if the host cannot run the runner (not at submit)."""
         probe = "import sys; print('%d.%d' % sys.version_info[:2])"
-        result = host.execute(shlex.join([self.python, "-c", probe]), timeout=60)
+        result = self.host.execute(shlex.join([self.python, "-c", probe]), timeout=60)
         version = _last_line(result.stdout).decode(errors="replace").strip()
         if result.exit_code != 0 or tuple(map(int, (version or "0.0").split("."))) < (3, 10):
             raise BackendError(
-                f"{self.python!r} on {host.hostname} is not Python >= 3.10 (exit "
+                f"{self.python!r} on {self.host.hostname} is not Python >= 3.10 (exit "
                 f"{result.exit_code}: {result.text().strip()[-300:]}); set the machine's `python`"
             )
 
-    def _upload_include(self, host: RemoteHost, remote: str) -> str:
+    def upload_include(self, remote: str) -> str:
         """Copy the include dir to the host, so `${include_dir}/...` works there as locally."""
         local = settings.include_dir()
         if not local.is_dir():
@@ -288,7 +277,7 @@ class RemoteHostOps:
                 f"include dir {local} holds {total} bytes; more than {INCLUDE_MAX_BYTES} is "
                 "not copied to SSH hosts (ship big inputs through a setup command instead)"
             )
-        with host.bulk_sftp() as sftp:
+        with self.host.bulk_sftp() as sftp:
             sftp_makedirs(sftp, remote)
             for p in files:
                 target = f"{remote}/{p.relative_to(local).as_posix()}"

@@ -3,9 +3,9 @@
 The remote side mirrors LocalBackend so that both behave alike: the "machine" is a work dir
 on the host, ``<work_root>/<dag>/<run>/<cell>``, holding a resource record (resource.json,
 with the labels the janitor reads) and an internal ``.accelmatrix/`` dir with the same
-stdlib-only ``local_runner.py`` that supervises local workloads, its logs and a copy of the
-include dir. The runner is started in its own session, so the workload survives both the
-run task (which defers) and the SSH channel that started it.
+stdlib-only runner (``backends/runner/supervise.py``) that supervises local workloads, its
+logs and a copy of the include dir. The runner is started in its own session, so the
+workload survives both the run task (which defers) and the SSH channel that started it.
 
 Why these choices:
 
@@ -51,10 +51,13 @@ from accelmatrix.backends.base import (
     CellContext,
     InfrastructureError,
     JobStatus,
+    LogFn,
     ManagedResource,
 )
-from accelmatrix.backends.local import RUNNER, exact_identity
-from accelmatrix.backends.ssh_remote import (
+from accelmatrix.backends.local.record import exact_identity
+from accelmatrix.backends.runner import RUNNER
+from accelmatrix.backends.runner import status as runner_status
+from accelmatrix.backends.ssh.remote import (
     _GLOB_PY,
     DEFAULT_WORK_ROOT,
     INTERNAL_DIR,
@@ -62,13 +65,14 @@ from accelmatrix.backends.ssh_remote import (
     RECORD,
     ROTATED_LOGS,
     SUBMIT_WAIT_SECONDS,
+    Remote,
     _argv,
     _checked_work_dir,
     _env_lines,
     _last_line,
     expand_work_root,
 )
-from accelmatrix.backends.ssh_setup import SshSetup
+from accelmatrix.backends.ssh.setup import RemoteSetup
 from accelmatrix.hooks.ssh import (
     DirectTarget,
     RemoteHost,
@@ -85,7 +89,7 @@ _unreachable_since: dict[str, float] = {}
 _unreachable_lock = threading.Lock()
 
 
-class SshBackend(SshSetup, Backend):
+class SshBackend(Backend):
     kind = "ssh"
 
     def __init__(self, machine_spec: dict[str, Any]):
@@ -97,13 +101,17 @@ class SshBackend(SshSetup, Backend):
         self.work_root: str = machine_spec.get("work_root") or DEFAULT_WORK_ROOT
 
     # -- helpers ----------------------------------------------------------------------------
-    def _host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
+    def host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
         # A record or handle names its own connection: a janitor or a later task may hold a
         # machine spec that was edited since, and must still reach the host the cell used.
         ref = resource_or_handle or {}
         if ref.get("ssh_target"):  # a machine we provisioned (DirectSshBackend)
             return get_direct_host(DirectTarget(**ref["ssh_target"]))
         return get_host(ref.get("ssh_conn_id") or self.conn_id)
+
+    def remote(self, host: RemoteHost) -> Remote:
+        """The primitives on ``host`` (reads, liveness, killing a group, logs)."""
+        return Remote(host, self.python)
 
     def _root(self, host: RemoteHost) -> str:
         return expand_work_root(self.work_root, host.home() if "~" in self.work_root else "")
@@ -118,20 +126,20 @@ class SshBackend(SshSetup, Backend):
         )
 
     def provision(self, ctx: CellContext) -> dict[str, Any]:
-        host = self._host()
+        host = self.host()
         work_dir = _checked_work_dir(self.work_dir_for(host, ctx))
         record_path = f"{work_dir}/{RECORD}"
-        existing = self._read_json(host, record_path)
+        existing = self.remote(host).read_json(record_path)
         if existing is not None:  # a retry finds the resource it created before
             ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
             return existing
         created = not host.exists(work_dir)
         internal = f"{work_dir}/{INTERNAL_DIR}"
         try:
-            self._check_python(host)
+            self.remote(host).check_python()
             host.makedirs(f"{internal}/logs")
             ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
-            include_dir = self._upload_include(host, f"{internal}/include")
+            include_dir = self.remote(host).upload_include(f"{internal}/include")
             now = time.time()
             resource = {
                 "backend": self.kind,
@@ -173,10 +181,20 @@ class SshBackend(SshSetup, Backend):
             "num_workers": "1",
         }
 
+    def setup(
+        self,
+        resource: dict[str, Any],
+        commands: list[list[str]],
+        env: dict[str, str],
+        timeout: int,
+        log: LogFn,
+    ) -> None:
+        RemoteSetup(self.remote(self.host(resource))).run(resource, commands, env, timeout, log)
+
     def submit(
         self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
-        host = self._host(resource)
+        host = self.host(resource)
         work_dir = _checked_work_dir(resource["work_dir"])
         log_dir = resource["log_dir"]
         runner = f"{resource['internal_dir']}/runner.py"
@@ -191,12 +209,12 @@ class SshBackend(SshSetup, Backend):
             "status_path": f"{log_dir}/status.json",
             "artifacts_dir": resource["artifacts_dir"],
         }
-        status = self._read_json(host, handle["status_path"])
+        status = self.remote(host).read_json(handle["status_path"])
         if (
             status
             and status.get("exit_code") is None
             and isinstance(status.get("pid"), int)
-            and self._alive(host, status["pid"], work_dir)
+            and self.remote(host).alive(status["pid"], work_dir)
         ):
             handle.update(pid=status["pid"], pgid=status["pgid"], reattached=True)
             return handle
@@ -204,7 +222,7 @@ class SshBackend(SshSetup, Backend):
         if status and status.get("exit_code") is None and isinstance(status.get("pgid"), int):
             # The runner died without a status (OOM killer, reboot of a container...): its
             # workload may live on in the group. Never run two copies side by side.
-            self._kill_group(host, status["pgid"], work_dir)
+            self.remote(host).kill_group(status["pgid"], work_dir)
         host.makedirs(log_dir)
         stamp = int(time.time() * 1000)
 
@@ -245,18 +263,18 @@ class SshBackend(SshSetup, Backend):
         # Wait briefly for the runner's first status so poll() never sees "no status yet"
         # as a vanished runner.
         while time.monotonic() < deadline:
-            status = self._read_json(host, handle["status_path"])
+            status = self.remote(host).read_json(handle["status_path"])
             if status:
                 handle.update(pid=status["pid"], pgid=status["pgid"], reattached=False)
                 return handle
-            if not self._alive(host, bg_pid, work_dir, verify=False):
+            if not self.remote(host).alive(bg_pid, work_dir, verify=False):
                 break
             time.sleep(0.05)
-        status = self._read_json(host, handle["status_path"])
+        status = self.remote(host).read_json(handle["status_path"])
         if status:
             handle.update(pid=status["pid"], pgid=status["pgid"], reattached=False)
             return handle
-        if self._alive(host, bg_pid, work_dir, verify=False):  # slow host: still starting
+        if self.remote(host).alive(bg_pid, work_dir, verify=False):  # slow host: still starting
             handle.update(pid=bg_pid, pgid=bg_pid, reattached=False)
             return handle
         runner_log = (host.read(f"{log_dir}/runner.log") or b"").decode(errors="replace")
@@ -292,28 +310,15 @@ class SshBackend(SshSetup, Backend):
         return JobStatus(done=False, detail=f"host unreachable: {e}")
 
     def _poll(self, handle: dict[str, Any]) -> JobStatus:
-        host = self._host(handle)
-        status = self._read_json(host, handle["status_path"])
-        if status and status.get("exit_code") is not None:
-            sig = status.get("signal")
-            detail = f"exit code {status['exit_code']}" + (f" (signal {sig})" if sig else "")
-            return JobStatus(done=True, exit_code=status["exit_code"], detail=detail)
-        if self._alive(host, handle["pid"], handle["work_dir"]):
-            return JobStatus(done=False, detail="running")
-        # Re-read: the runner may have written its final status between the two reads.
-        status = self._read_json(host, handle["status_path"])
-        if status and status.get("exit_code") is not None:
-            return JobStatus(done=True, exit_code=status["exit_code"], detail="exited")
-        return JobStatus(
-            done=True,
-            exit_code=None,
-            detail="the workload's supervisor process disappeared (killed?) without a status",
-            infrastructure_failure=True,
+        remote = self.remote(self.host(handle))
+        return runner_status.judge(
+            lambda: remote.read_json(handle["status_path"]),
+            lambda: remote.alive(handle["pid"], handle["work_dir"]),
         )
 
     def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
         try:
-            chunk = self._host(handle).read(handle["log_path"], offset, READ_CHUNK)
+            chunk = self.host(handle).read(handle["log_path"], offset, READ_CHUNK)
         except (OSError, EOFError, paramiko.SSHException) as e:  # a blip: retried next call
             logger.warning("cannot read the log on %s (will retry): %s", handle.get("host"), e)
             return [], offset
@@ -329,12 +334,12 @@ class SshBackend(SshSetup, Backend):
         pgid = handle.get("pgid")
         if not pgid:
             return
-        self._kill_group(self._host(handle), int(pgid), handle["work_dir"])
+        self.remote(self.host(handle)).kill_group(int(pgid), handle["work_dir"])
 
     def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
-        host = self._host(resource)
+        host = self.host(resource)
         work_dir = _checked_work_dir(resource["work_dir"])
-        self._fetch_logs(host, resource)
+        self.remote(host).fetch_logs(resource)
         dest.mkdir(parents=True, exist_ok=True)
         if not globs:
             return []
@@ -368,16 +373,16 @@ class SshBackend(SshSetup, Backend):
         return sorted(set(copied))
 
     def teardown(self, resource: dict[str, Any]) -> None:
-        host = self._host(resource)
+        host = self.host(resource)
         work_dir = _checked_work_dir(resource["work_dir"])
         if not host.exists(work_dir):
             return
-        status = self._read_json(host, f"{resource['log_dir']}/status.json")
+        status = self.remote(host).read_json(f"{resource['log_dir']}/status.json")
         if status and status.get("exit_code") is None and status.get("pgid"):
-            self._kill_group(host, int(status["pgid"]), work_dir)
-        self._stop_earlier_setup(host, resource, work_dir, logger.info)
+            self.remote(host).kill_group(int(status["pgid"]), work_dir)
+        RemoteSetup(self.remote(host)).stop_earlier(resource, work_dir, logger.info)
         try:
-            self._fetch_logs(host, resource)
+            self.remote(host).fetch_logs(resource)
         except OSError as e:  # the artifacts are a courtesy here; releasing the host is not
             logger.warning("could not copy the logs of %s: %s", work_dir, e)
         result = host.execute(shlex.join(["rm", "-rf", "--", work_dir]), timeout=300)
@@ -387,7 +392,7 @@ class SshBackend(SshSetup, Backend):
             )
 
     def list_managed(self) -> list[ManagedResource]:
-        host = self._host()
+        host = self.host()
         root = self._root(host)
 
         def op(s: Any) -> list[tuple[str, bytes]]:
@@ -454,12 +459,12 @@ class DirectSshBackend(SshBackend):
         self.python = python
         self.work_root = work_root
 
-    def _host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
+    def host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
         t = (resource_or_handle or {}).get("ssh_target")
         return get_direct_host(DirectTarget(**t) if t else self.target)
 
     def provision(self, ctx: CellContext) -> dict[str, Any]:
-        host = self._host()
+        host = self.host()
         pinned = self.target.host_key or host.server_host_key()
         resource = super().provision(ctx)
         resource["ssh_target"] = dataclasses.asdict(

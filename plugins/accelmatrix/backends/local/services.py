@@ -1,6 +1,6 @@
 """Start a workload service as a local process and wait until it answers.
 
-Split from local.py to keep that module about the cell lifecycle. The service runs in its
+A service is its own concept beside the cell lifecycle (``backend``). It runs in its
 own session (own process group), so it outlives the setup task that started it and the
 teardown can stop it and everything it spawned with one killpg.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix.backends.base import SetupFailed
+from accelmatrix.backends.local.processes import pid_alive
 
 POLL_SECONDS = 0.1
 
@@ -56,7 +57,7 @@ def wait_ready(resource: dict[str, Any], svc: dict[str, Any], info: dict[str, An
     deadline = time.monotonic() + ready["timeout"]
     last = "no port file yet"
     while time.monotonic() < deadline:
-        if not _alive(info["pid"]):
+        if not pid_alive(info["pid"]):
             raise SetupFailed(
                 f"service {svc['name']} exited before it was ready; last lines of "
                 f"{info['log_path']}:\n{_tail(Path(info['log_path']))}"
@@ -84,12 +85,6 @@ def _read_port(path: Path) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
-
-
-def _alive(pid: int) -> bool:
-    from accelmatrix.backends.local import _pid_alive
-
-    return _pid_alive(pid)
 
 
 def _tail(path: Path, n: int = 15) -> str:

@@ -1,7 +1,10 @@
-"""The JobSet manifest of a multi-node cell (``jobset.x-k8s.io/v1alpha2``), as a pure function.
+"""The JobSet manifest of a multi-node cell (``jobset.x-k8s.io/v1alpha2``), pure.
 
 Kept apart from the backend so the shape can be read, tested and documented on its own
-(docs/backends-kubernetes.md shows one). What each part is for:
+(docs/backends-kubernetes.md shows one). ``JobSetManifest`` builds the pod template from the
+k8s-job parts (``job_manifest.JobManifest``: container, volume, selectors) and wraps it with
+the functions below; a machine kind with other pods (GKE TPU) subclasses it. What each part
+is for:
 
 * **one replicated job** (``workers``) of ``num_nodes`` Indexed pods; pod 0 of job 0 leads.
   ``network.enableDNSHostnames`` makes the JobSet controller create a headless Service named
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelmatrix.backends.kubernetes.job_manifest import JobManifest
+from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 from accelmatrix.hooks.jobset import JOBSET_API_VERSION
 
 CONTAINER = "workload"
@@ -165,3 +170,58 @@ def jobset_body(
         },
         "spec": spec,
     }
+
+
+class JobSetManifest:
+    """The JobSet bodies of one k8s-jobset machine."""
+
+    def __init__(self, machine: KubernetesJobSetMachine):
+        self.machine = machine
+        self.job = JobManifest(machine)  # the container, volume and scheduling parts
+
+    def workload_jobset(
+        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+    ) -> dict[str, Any]:
+        """The JobSet manifest submit creates."""
+        m = self.machine
+        name = resource["job_name"]
+        container = self.job.container(CONTAINER, argv, env)
+        container["env"] += self.group_env(name)
+        container["ports"] = [
+            {"name": "rendezvous", "containerPort": m.rendezvous_port},
+            {"name": "jax-coord", "containerPort": m.jax_coordinator_port},
+        ]
+        job = self.job.job_body(resource, name, "workload", [container], nodes=m.num_nodes)
+        pod_template = job["spec"]["template"]
+        self.adjust_pod_template(pod_template)
+        spec = child_job_spec(
+            pod_template,
+            m.num_nodes,
+            int(resource["active_deadline_seconds"]),
+            m.restart_on_exit_codes,
+        )
+        meta = job["metadata"]
+        return jobset_body(
+            name=name,
+            namespace=resource["namespace"],
+            labels=meta["labels"],
+            annotations=meta["annotations"],
+            replicated_job=m.replicated_job,
+            replicas=m.replicas,
+            job_spec=spec,
+            max_restarts=m.max_restarts,
+            ttl_seconds_after_finished=m.ttl_seconds_after_finished,
+            queue_name=m.kueue.queue_name if m.kueue else None,
+            priority_class=m.kueue.priority_class if m.kueue else None,
+        )
+
+    # The two points where a machine kind's pods differ (GKE TPU overrides both).
+    def group_env(self, name: str) -> list[dict[str, Any]]:
+        """The rendezvous environment of every pod of JobSet ``name``."""
+        m = self.machine
+        return rendezvous_env(
+            name, m.replicated_job, m.num_nodes, m.rendezvous_port, m.jax_coordinator_port
+        )
+
+    def adjust_pod_template(self, template: dict[str, Any]) -> None:
+        """Add to every pod (nothing for plain JobSets)."""

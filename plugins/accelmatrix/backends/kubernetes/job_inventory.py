@@ -2,10 +2,8 @@
 
 A cell's Jobs carry ``managed-by=accelmatrix``, the cell's job label and, as an annotation,
 the resource record teardown needs; ``JobInventory.list_managed`` groups them by cell and
-reads the record back so a janitor can release an orphan. It is separate from
-``accelmatrix.backends.k8s_job`` because the janitor's sweep is its own concern, apart from
-a cell's lifecycle; ``KubernetesJobBackend`` inherits it unchanged, and the JobSet backend
-extends it.
+reads the record back so a janitor can release an orphan. The janitor's sweep is its own
+concern, apart from a cell's lifecycle; the JobSet inventory adds the cells' JobSets to it.
 """
 
 from __future__ import annotations
@@ -14,24 +12,27 @@ import json
 
 from accelmatrix import settings
 from accelmatrix.backends.base import MANAGED_BY, ManagedResource
-from accelmatrix.backends.k8s_job_manifest import (
+from accelmatrix.backends.kubernetes.job_manifest import (
     JOB_LABEL,
     KIND_LABEL,
     RESOURCE_ANNOTATION,
     ROLE_LABEL,
 )
-from accelmatrix.backends.k8s_job_pods import _epoch
+from accelmatrix.backends.kubernetes.job_pods import epoch
+from accelmatrix.hooks.k8s import KubeClients
 
 
 class JobInventory:
-    """``list_managed`` of KubernetesJobBackend (a mixin)."""
+    """The managed Jobs of one machine kind in one namespace, grouped by cell."""
 
-    kind: str
+    def __init__(self, clients: KubeClients, ns: str, kind: str):
+        self.clients = clients
+        self.ns = ns
+        self.kind = kind
 
     def list_managed(self) -> list[ManagedResource]:
         """One entry per cell (its setup and workload Jobs share the cell's job label)."""
-        clients = self._clients()
-        ns = self._namespace(clients)
+        clients, ns = self.clients, self.ns
         jobs = clients.batch.list_namespaced_job(ns, label_selector=f"managed-by={MANAGED_BY}")
         by_cell: dict[str, ManagedResource] = {}
         for job in jobs.items:
@@ -70,7 +71,7 @@ class JobInventory:
                     backend=self.kind,
                     name=f"{ns}/{cell_job}",
                     labels={k: v for k, v in labels.items() if k != ROLE_LABEL},
-                    created_at=_epoch(job.metadata.creation_timestamp),
+                    created_at=epoch(job.metadata.creation_timestamp),
                     detail={
                         "namespace": ns,
                         "jobs": [],
@@ -85,7 +86,7 @@ class JobInventory:
             entry.detail["jobs"].append(job.metadata.name)
             for k in ("active", "succeeded", "failed"):
                 entry.detail[k] += getattr(st, k, None) or 0
-            created = _epoch(job.metadata.creation_timestamp)
+            created = epoch(job.metadata.creation_timestamp)
             if created is not None and (entry.created_at is None or created < entry.created_at):
                 entry.created_at = created
         return list(by_cell.values())

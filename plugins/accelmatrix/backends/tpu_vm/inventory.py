@@ -2,10 +2,9 @@
 
 A node carries its owner twice: lossy, lowercased labels (``managed-by``, dag, run, cell)
 and the exact ids as JSON under the ``accelmatrix-identity`` metadata key. This module reads
-both back (``_identity``, ``_created_at``) and lists the nodes and the queued resources still
-waiting for capacity for the janitor (``TpuInventory.list_managed``). It is separate from
-``accelmatrix.backends.tpu_vm`` because the janitor's sweep is its own concern, apart from a
-cell's provisioning and execution; ``TpuVmBackend`` inherits it unchanged.
+both back (``_identity``, ``created_at_of``) and lists the nodes and the queued resources
+still waiting for capacity for the janitor (``TpuInventory.list_managed``). The janitor's
+sweep is its own concern, apart from a cell's provisioning and execution (``backend``).
 """
 
 from __future__ import annotations
@@ -23,11 +22,12 @@ IDENTITY_METADATA = "accelmatrix-identity"  # node metadata key: exact dag/run/c
 
 
 class TpuInventory:
-    """``list_managed`` of TpuVmBackend (a mixin)."""
+    """The managed TPU nodes and queued resources in the machine's zone."""
 
-    kind: str
-    machine: TpuVmMachine
-    hook: TpuVmHook
+    def __init__(self, machine: TpuVmMachine, kind: str, hook: TpuVmHook):
+        self.machine = machine
+        self.kind = kind
+        self.hook = hook
 
     def list_managed(self) -> list[ManagedResource]:
         zone = self.machine.zone
@@ -47,7 +47,7 @@ class TpuInventory:
                         backend=self.kind,
                         name=short,
                         labels=dict(labels),
-                        created_at=_created_at(n, None),
+                        created_at=created_at_of(n, None),
                         detail={
                             "kind": "node",
                             "zone": zone,
@@ -71,7 +71,7 @@ class TpuInventory:
                         backend=self.kind,
                         name=short,
                         labels=dict(labels),
-                        created_at=_created_at(qr, None),
+                        created_at=created_at_of(qr, None),
                         detail={
                             "kind": "queued-resource",
                             "zone": zone,
@@ -96,7 +96,7 @@ def _identity(metadata: Any) -> dict[str, str] | None:
     return ident if all(isinstance(v, str) and v for v in ident.values()) else None
 
 
-def _created_at(obj: dict[str, Any], default: float | None) -> float | None:
+def created_at_of(obj: dict[str, Any], default: float | None) -> float | None:
     text = obj.get("createTime")
     if not text:
         return default
