@@ -58,7 +58,7 @@ TASK_SIDE_MODULES = (
 )
 # Modules that need an optional extra (pyproject.toml): without it they are not preloaded,
 # and that is no failure (the deployment has no machine of that kind).
-OPTIONAL_MODULES = {"accelmatrix.backends.ssh": ("paramiko", "accelmatrix[ssh]")}
+OPTIONAL_MODULES = {"accelmatrix.backends.ssh.backend": ("paramiko", "accelmatrix[ssh]")}
 
 
 def import_task_side_modules() -> list[str]:
