@@ -105,14 +105,14 @@ def test_a_backend_whose_extra_is_absent_is_no_preload_failure(tmp_path):
         "sys.modules['paramiko'] = None\n"
         "from accelmatrix.preload import import_task_side_modules\n"
         "assert import_task_side_modules() == [], 'ssh without paramiko reported as failed'\n"
-        "assert 'accelmatrix.backends.ssh' not in sys.modules\n"
+        "assert 'accelmatrix.backends.ssh.backend' not in sys.modules\n"
         "sys.modules['paramiko'] = None\n"
         "for m in [m for m in sys.modules if m == 'pandas' or m.startswith('pandas.')]:\n"
         "    del sys.modules[m]\n"
         "sys.modules['pandas'] = None\n"
         "failed = import_task_side_modules()\n"
         "assert 'pandas' in failed, failed\n"
-        "assert 'accelmatrix.backends.ssh' not in failed, failed\n"
+        "assert 'accelmatrix.backends.ssh.backend' not in failed, failed\n"
         "print('ok')\n"
     )
     _run_fresh(code, tmp_path, timeout=180)
