@@ -439,10 +439,12 @@ def test_data_docs(tmp_path: Path) -> None:
     names = list(dict.fromkeys(name for _, name in results))
     assert set(names[: len(failed)]) == set(failed), names  # failing checks first
     assert {name for k, name in results if k == "fail"} == set(failed)
-    pages = [p for p in (docs / "validations").rglob("*.html")]
-    assert len(pages) == 1
-    page = pages[0].read_text()
-    assert "c05_final_loss__last_loss" in page
+    # One validation per table: the one-row observations (log, exit status, files) and the
+    # per-step metrics table, on which GE computed the final loss and the median step time.
+    pages = sorted((docs / "validations").rglob("*.html"), key=lambda p: "steps" in p.parts)
+    assert len(pages) == 2, pages
+    assert "c00_exit_status" in pages[0].read_text()
+    page = pages[1].read_text()
     assert "final_loss[loss]: |last(loss) - 0.1| &lt;= 0.05" in page
     # Air-gapped clusters: nothing in any generated page loads from another machine, and
     # the index is our static page (GE's needs bootstrap-table from a CDN to show a row).
@@ -454,7 +456,8 @@ def test_data_docs(tmp_path: Path) -> None:
         assert not re.search(r"url\(\s*['\"]?(https?:)?//", css.read_text()), css
     assert "<script" not in index
     assert "final_loss[loss]" in index and "FAIL" in index and "PASS" in index
-    assert pages[0].relative_to(docs).as_posix() in index  # links GE's validation page
+    for p in pages:  # links GE's validation pages
+        assert p.relative_to(docs).as_posix() in index
     assert f"Data Docs: {docs / 'index.html'}" in report.format_table()
     # Every file a page links is in the site, and the site holds no more than that: GE's
     # builder copied 4 MiB of fonts and GIFs into every cell's site, linked by no page.
@@ -504,8 +507,9 @@ def test_data_docs_templates_compile_once_per_process(tmp_path: Path, monkeypatc
     assert len(lookups) >= 30
     assert compiles == []  # ...and every one was there
     assert len(docs_views.TEMPLATES) == compiled
-    (page,) = (docs / "validations").rglob("*.html")
-    assert "final_loss[loss]: |last(loss) - 0.1| &lt;= 0.05" in page.read_text()
+    pages = list((docs / "validations").rglob("*.html"))  # observations and steps tables
+    assert len(pages) == 2
+    assert any("final_loss[loss]: |last(loss) - 0.1| &lt;= 0.05" in p.read_text() for p in pages)
     assert report.data_docs_index == docs / "index.html"
 
 

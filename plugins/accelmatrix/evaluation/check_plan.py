@@ -1,18 +1,24 @@
-"""What a check planner produces: a ``CheckPlan`` of observed values and ``Expect``ations.
+"""What a check planner produces: a ``CheckPlan`` of expectations, tables and verdict text.
 
-Each check becomes a ``CheckPlan``: the observed values (columns of a one-row DataFrame),
-the expectations to run on them (described without importing Great Expectations, so the
-planners stay testable and cheap), and the human text for the verdict. Great Expectations
-then only decides pass/fail on numbers we computed ourselves, which keeps the checks easy
-to reason about and the GE suite small.
+Each check becomes a ``CheckPlan``: the expectations to run (described without importing
+Great Expectations, so the planners stay testable and cheap), the table each one runs on,
+and the human text for the verdict.
 
-Every expectation is "the value lies in [min, max]", compiled to GE's
-``ExpectColumnMaxToBeBetween`` (the max of a one-row column is the value). A value we could
-not observe (missing metric, missing log, NaN loss) is a null cell, and that aggregate FAILS
-on null, whereas the column-map ``ExpectColumnValuesToBeBetween`` skips nulls and would let
-a missing metric pass. The aggregate is also ~5x cheaper per expectation, shows the observed
-value in Data Docs, and avoids GE 1.24 Data Docs rendering bugs with failed set and pair
-expectations. Equality is ``min == max``; booleans are stored as 0/1.
+Two kinds of table:
+
+* the cell's metrics tables (``metrics_table``): ``steps`` (one row per step, one column
+  per metric) and ``scalars``. A check over a metric compiles to expectations that Great
+  Expectations computes on those rows: ``ExpectColumnMedianToBeBetween`` and its kin for a
+  reduced value, ``ExpectColumnValuesToBeBetween`` with ``mostly`` for every step,
+  ``ExpectColumnValuesToNotBeNull`` for NaN and lost steps. GE computes the median and
+  names the offending steps; the planner's ``render`` turns GE's outcome (``ExpectOutcome``)
+  into the verdict text.
+* ``observations``: a one-row table of values a planner observed itself, for checks that are
+  not over a metric table (a log line count, an exit status, a file count). Each is "the
+  value lies in [min, max]", compiled to ``ExpectColumnMaxToBeBetween`` (the max of a
+  one-row column is the value). A value that could not be observed is a null cell, and that
+  aggregate FAILS on null, whereas the column-map ``ExpectColumnValuesToBeBetween`` skips
+  nulls and would let a missing value pass. Equality is ``min == max``; booleans are 0/1.
 
 The text helpers every family's planner shares (``num``, ``range_text``, ...) live here too:
 the verdict reads the same whichever check wrote it.
@@ -22,15 +28,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from accelmatrix.evaluation.metrics_table import Condition, Rows
     from accelmatrix.evaluation.observe_inputs import CellInputs
 
 __all__ = [
+    "OBSERVATIONS",
     "CheckPlan",
     "Expect",
+    "ExpectOutcome",
+    "steps_text",
     "finite_or_none",
     "missing_metric",
     "num",
@@ -39,9 +50,18 @@ __all__ = [
 ]
 
 
+OBSERVATIONS = "observations"  # the one-row table of values a planner observed itself
+
+# What Great Expectations computes over the selected rows: an aggregate lies in the range
+# (``max``, ``min``, ``mean``, ``median``), every row does (``each``, with ``mostly``), or no
+# row is null (``not_null``: a NaN value, or a step the metric was never logged at).
+Kind = Literal["max", "min", "mean", "median", "each", "not_null"]
+
+
 @dataclass(frozen=True)
 class Expect:
-    """The value in ``column`` lies in [min_value, max_value]; a None bound is open.
+    """One expectation: over ``column`` of ``table`` (the rows where ``condition`` holds),
+    the ``kind`` of value lies in [min_value, max_value]; a None bound is open.
 
     GE-free on purpose; ``label`` is the text shown for it in Data Docs.
     """
@@ -51,10 +71,52 @@ class Expect:
     min_value: float | None = None
     max_value: float | None = None
     strict_min: bool = False
+    kind: Kind = "max"
+    table: str = OBSERVATIONS
+    condition: Condition = ()
+    mostly: float | None = None
 
     @classmethod
     def equals(cls, column: str, label: str, value: int) -> Expect:
         return cls(column, label, min_value=value, max_value=value)
+
+    @classmethod
+    def over(
+        cls,
+        rows: Rows,
+        kind: Kind,
+        label: str,
+        *,
+        min_value: float | None = None,
+        max_value: float | None = None,
+        mostly: float | None = None,
+        column: str | None = None,
+    ) -> Expect:
+        """An expectation over a metric's ``rows`` of the cell's metrics tables."""
+        return cls(
+            column or rows.column,
+            label,
+            min_value=min_value,
+            max_value=max_value,
+            kind=kind,
+            table=rows.table,
+            condition=rows.condition,
+            mostly=mostly if mostly is not None and mostly < 1 else None,
+        )
+
+
+@dataclass
+class ExpectOutcome:
+    """What Great Expectations said of one expectation: the verdict text is built from it.
+
+    ``unexpected`` lists the offending rows as (step, value), in step order, all of them.
+    """
+
+    success: bool
+    observed: Any = None
+    unexpected: list[tuple[int, float]] = field(default_factory=list)
+    element_count: int | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -74,6 +136,9 @@ class CheckPlan:
     severity: str = "error"  # "warning": a failure is reported but does not fail the cell
     # Perf checks: what perf history needs to group and judge the value (see PerfFields).
     perf: dict[str, Any] | None = None
+    # Table checks: fills observed/failure/success from GE's outcomes (one per expectation,
+    # in the order of ``expectations``) once GE has run.
+    render: Callable[[list[ExpectOutcome]], None] | None = None
 
 
 def num(x: Any) -> str:
@@ -112,3 +177,28 @@ def missing_metric(p: CheckPlan, metric: str, inp: CellInputs) -> None:
     """The verdict text of a check whose metric was never collected: it names what was."""
     p.observed = "missing"
     p.failure = f"metric {metric!r} not found; metrics collected: {inp.metric_names}"
+
+
+MAX_SHOWN_ROWS = 5  # offending steps named in a verdict before "... (k of n)"
+
+
+def steps_text(steps: list[int], *, of: int | None = None) -> str:
+    """Steps as ranges, capped: ``5, 10, 15, 20, 25, ... (19 of 98)``, ``40-59``, ``37``.
+
+    Consecutive steps collapse into ranges; past ``MAX_SHOWN_ROWS`` ranges the rest is
+    counted, with ``of`` (the rows judged) when given.
+    """
+    runs: list[tuple[int, int]] = []
+    for s in sorted(set(steps)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], s)
+        else:
+            runs.append((s, s))
+    shown = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:MAX_SHOWN_ROWS]]
+    text = ", ".join(shown)
+    if len(runs) > MAX_SHOWN_ROWS:
+        text += ", ..."
+    if len(runs) > MAX_SHOWN_ROWS or of is not None:
+        count = len(set(steps))
+        text += f" ({count} of {of})" if of is not None else f" ({count} steps)"
+    return text

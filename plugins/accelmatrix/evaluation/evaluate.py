@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from accelmatrix.evaluation.observe import observation_frame, plan_checks
+from accelmatrix.evaluation.observe import plan_cell, tables
 from accelmatrix.evaluation.report import CellOutputs, CheckVerdict, EvaluationReport
 from accelmatrix.spec.checks import Check
 
@@ -31,16 +31,19 @@ def evaluate_cell(
     if not checks:
         # Nothing to validate: skip the multi-second Great Expectations import.
         return EvaluationReport([], True, None, time.perf_counter() - started)
-    plans = plan_checks(checks, outputs, include_dir=Path(include_dir))
+    plans, inputs = plan_cell(checks, outputs, include_dir=Path(include_dir))
     run = run_suite(
         plans,
-        observation_frame(plans),
+        tables(plans, inputs),
         suite_name=suite_name,
         data_docs_dir=Path(data_docs_dir) if data_docs_dir is not None else None,
     )
     verdicts = []
     for plan in plans:
         passed, error = run.outcome(plan)
+        if plan.render is not None and len(run.outcomes(plan)) == len(plan.expectations):
+            # A table check's text comes from what GE computed: observed values, the steps.
+            plan.render(run.outcomes(plan))
         message = plan.success if passed else plan.failure
         if error:
             message = f"{message} (Great Expectations error: {error})"

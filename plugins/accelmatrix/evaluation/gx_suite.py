@@ -5,7 +5,10 @@ parsing imports accelmatrix. Its import-time INFO chatter (hundreds of "Skipping
 function" lines) and progress bars are silenced so the Airflow task log stays readable.
 
 Each run uses a fresh in-memory (ephemeral) context: nothing is persisted except the Data
-Docs HTML, so concurrent cells cannot interfere through a shared GE project directory.
+Docs HTML, so concurrent cells cannot interfere through a shared GE project directory. A
+cell's tables (``observations``, the metrics tables ``steps`` and ``scalars``) are one
+pandas data source with an asset per table; each table with expectations is one
+validation, and the Data Docs show them all.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.evaluation.check_plan import CheckPlan, Expect
+from accelmatrix.evaluation.check_plan import OBSERVATIONS, CheckPlan, Expect, ExpectOutcome
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from accelmatrix.evaluation.metrics_table import Condition
 
 __all__ = ["DOCS_SITE", "SuiteRun", "gx_loaded", "import_gx", "run_suite", "safe_suite_name"]
 
@@ -110,30 +115,94 @@ def _docs_text(text: str) -> str:
     return html.escape(text)
 
 
-def _expectation(g: SimpleNamespace, e: Expect, plan: CheckPlan) -> Any:
-    """``ExpectColumnMaxToBeBetween``: on one row it checks the value and fails on null."""
-    return g.gxe.ExpectColumnMaxToBeBetween(
-        column=e.column,
-        min_value=e.min_value,
-        max_value=e.max_value,
-        strict_min=e.strict_min,
-        meta={"check": plan.name, "check_index": plan.index, "check_type": plan.type},
+# Expect.kind -> the Great Expectations class that computes it.
+_CLASSES = {
+    "max": "ExpectColumnMaxToBeBetween",
+    "min": "ExpectColumnMinToBeBetween",
+    "mean": "ExpectColumnMeanToBeBetween",
+    "median": "ExpectColumnMedianToBeBetween",
+    "each": "ExpectColumnValuesToBeBetween",
+    "not_null": "ExpectColumnValuesToNotBeNull",
+}
+
+
+def _expectation(g: SimpleNamespace, e: Expect, plan: CheckPlan, position: int) -> Any:
+    """The GE expectation of ``e``; ``meta`` ties its result back to the check."""
+    kwargs: dict[str, Any] = {
+        "column": e.column,
+        "meta": {
+            "check": plan.name,
+            "check_index": plan.index,
+            "check_type": plan.type,
+            "position": position,
+        },
         # Rendered by Data Docs in place of GE's generic "maximum value must be ...".
-        description=_docs_text(f"{plan.name}: {e.label}"),
+        "description": _docs_text(f"{plan.name}: {e.label}"),
+    }
+    if e.kind != "not_null":
+        kwargs |= {"min_value": e.min_value, "max_value": e.max_value, "strict_min": e.strict_min}
+    if e.condition:
+        kwargs["row_condition"] = _row_condition(e.condition)
+    if e.mostly is not None:
+        kwargs["mostly"] = e.mostly
+    return getattr(g.gxe, _CLASSES[e.kind])(**kwargs)
+
+
+def _row_condition(condition: Condition) -> Any:
+    """GE's row condition (``Column("step") >= 5``, joined with ``&``) of ``condition``."""
+    from great_expectations.expectations.row_conditions import Column
+
+    built = None
+    for column, op, value in condition:
+        c = Column(name=column)
+        part = {"==": c.__eq__, ">=": c.__ge__, "<=": c.__le__}[op](value)
+        built = part if built is None else built & part
+    return built
+
+
+def _outcome(result: Any, index_column: str | None) -> ExpectOutcome:
+    """GE's result of one expectation, with the offending rows as (step, value)."""
+    res = result.result or {}
+    unexpected = []
+    if index_column is not None:
+        column = result.expectation_config.kwargs.get("column")
+        for row in res.get("unexpected_index_list") or []:
+            if isinstance(row, dict) and index_column in row:
+                unexpected.append((int(row[index_column]), _float(row.get(column))))
+        unexpected.sort()
+    return ExpectOutcome(
+        success=bool(result.success),
+        observed=res.get("observed_value"),
+        unexpected=unexpected,
+        element_count=res.get("element_count"),
+        error=_exception_message(result.exception_info),
     )
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 class SuiteRun:
     """The per-check expectation results of one suite run, plus the Data Docs index."""
 
-    def __init__(self, by_check: dict[int, list[Any]], data_docs_index: Path | None) -> None:
+    def __init__(
+        self, by_check: dict[int, list[ExpectOutcome]], data_docs_index: Path | None
+    ) -> None:
         self.by_check = by_check
         self.data_docs_index = data_docs_index
 
+    def outcomes(self, plan: CheckPlan) -> list[ExpectOutcome]:
+        """The check's outcomes in the order of its expectations."""
+        return self.by_check.get(plan.index, [])
+
     def outcome(self, plan: CheckPlan) -> tuple[bool, str | None]:
         """(passed, GE error text): every expectation of the check ran and succeeded."""
-        results = self.by_check.get(plan.index, [])
-        errors = [m for r in results if (m := _exception_message(r.exception_info))]
+        results = self.outcomes(plan)
+        errors = [r.error for r in results if r.error]
         passed = len(results) == len(plan.expectations) and all(r.success for r in results)
         if len(results) != len(plan.expectations):
             errors.append(
@@ -154,14 +223,19 @@ def _exception_message(info: Any) -> str | None:
     return None
 
 
+# The column that names a row of each table in a verdict ("steps 5, 10, ...").
+_INDEX_COLUMNS = {"steps": "step", "scalars": "seq"}
+
+
 def run_suite(
     plans: list[CheckPlan],
-    frame: pd.DataFrame,
+    frames: dict[str, pd.DataFrame],
     *,
     suite_name: str,
     data_docs_dir: Path | None = None,
 ) -> SuiteRun:
-    """Validate the observation frame against the compiled suite; optionally build docs."""
+    """Validate each table of ``frames`` against the expectations on it; optionally build
+    Data Docs of all of them."""
     g = import_gx()
     name = safe_suite_name(suite_name)
     config = g.DataContextConfig(
@@ -192,32 +266,54 @@ def run_suite(
                 },
             },
         )
-    batch = (
-        ctx.data_sources.add_pandas("accelmatrix")
-        .add_dataframe_asset("observations")
-        .add_batch_definition_whole_dataframe("cell")
-    )
-    expectations = [_expectation(g, e, plan) for plan in plans for e in plan.expectations]
-    suite = ctx.suites.add(g.gx.ExpectationSuite(name=name, expectations=expectations))
-    definition = ctx.validation_definitions.add(
-        g.gx.ValidationDefinition(name=name, data=batch, suite=suite)
-    )
-    # run() also stores the result in the context's in-memory validation results store,
-    # which is what build_data_docs renders: no Checkpoint/UpdateDataDocsAction needed.
-    result = definition.run(batch_parameters={"dataframe": frame})
+    by_table: dict[str, list[Any]] = {}
+    for plan in plans:
+        for position, e in enumerate(plan.expectations):
+            by_table.setdefault(e.table, []).append(_expectation(g, e, plan, position))
+    source = ctx.data_sources.add_pandas("accelmatrix")
+    results: list[tuple[str, Any]] = []
+    for table, expectations in by_table.items():
+        # The observations keep the cell's own suite name; a metrics table is named after it.
+        suite_key = name if table == OBSERVATIONS else f"{name}.{table}"
+        batch = source.add_dataframe_asset(table).add_batch_definition_whole_dataframe("cell")
+        suite = ctx.suites.add(g.gx.ExpectationSuite(name=suite_key, expectations=expectations))
+        definition = ctx.validation_definitions.add(
+            g.gx.ValidationDefinition(name=suite_key, data=batch, suite=suite)
+        )
+        index = _INDEX_COLUMNS.get(table)
+        result_format: dict[str, Any] = {"result_format": "SUMMARY"}
+        if index is not None:
+            # Every offending row, named by its step: the verdict and Data Docs list them.
+            result_format = {
+                "result_format": "COMPLETE",
+                "unexpected_index_column_names": [index],
+                "return_unexpected_index_query": False,
+                "partial_unexpected_count": 20,
+            }
+        # run() also stores the result in the context's in-memory validation results store,
+        # which is what build_data_docs renders: no Checkpoint/UpdateDataDocsAction needed.
+        result = definition.run(
+            batch_parameters={"dataframe": frames[table]}, result_format=result_format
+        )
+        results.append((table, result))
 
-    by_check: dict[int, list[Any]] = {}
-    for r in result.results:
-        by_check.setdefault(int(r.expectation_config.meta["check_index"]), []).append(r)
+    by_check: dict[int, list[tuple[int, ExpectOutcome]]] = {}
+    for table, result in results:
+        for r in result.results:
+            meta = r.expectation_config.meta
+            by_check.setdefault(int(meta["check_index"]), []).append(
+                (int(meta.get("position", 0)), _outcome(r, _INDEX_COLUMNS.get(table)))
+            )
+    ordered = {k: [o for _, o in sorted(v, key=lambda p: p[0])] for k, v in by_check.items()}
 
-    index = None
+    index_page = None
     if data_docs_dir is not None:
         # GE's stores need the path-safe name; the page's title shows the cell id as it is.
-        index = _build_docs(ctx, data_docs_dir, result, suite_name)
-    return SuiteRun(by_check, index)
+        index_page = _build_docs(ctx, data_docs_dir, [r for _, r in results], suite_name)
+    return SuiteRun(ordered, index_page)
 
 
-def _build_docs(ctx: Any, data_docs_dir: Path, result: Any, suite_name: str) -> Path | None:
+def _build_docs(ctx: Any, data_docs_dir: Path, results: list[Any], suite_name: str) -> Path | None:
     """Best effort: the verdicts stand without Data Docs, so a rendering error only warns.
     The site is then made to render with no network (see offline_docs)."""
     from accelmatrix.evaluation.offline_docs import make_offline
@@ -226,7 +322,7 @@ def _build_docs(ctx: Any, data_docs_dir: Path, result: Any, suite_name: str) -> 
         data_docs_dir.mkdir(parents=True, exist_ok=True)
         # No GE index: make_offline writes ours (GE's needs a CDN to show a row).
         ctx.build_data_docs(site_names=[DOCS_SITE], build_index=False)
-        make_offline(data_docs_dir, result, suite_name)
+        make_offline(data_docs_dir, results, suite_name)
     except Exception:
         log.warning("building Data Docs in %s failed", data_docs_dir, exc_info=True)
         return None

@@ -1,24 +1,25 @@
 """A cell's outputs as the check planners read them: parsed once, shared by every check.
 
-``CellInputs`` holds what the planners (``accelmatrix.evaluation.checks``) look at: the log scanned in a single pass for every log check
-(``_scan_log``), the metric rows as one series per metric ordered by step
-(``_metric_series``, the same reading as ``write_train_metrics``) and the bounds files,
-loaded once each. Separate from the planners, which turn checks into ``CheckPlan``s: this
+``CellInputs`` holds what the planners (``accelmatrix.evaluation.checks``) look at: the log
+scanned in a single pass for every log check (``_scan_log``), the cell's metrics tables
+(``MetricsTable``: one row per step, one column per metric, plus the scalars; the same
+reading as ``write_train_metrics``), and the bounds files, loaded once each. Separate from the planners, which turn checks into ``CheckPlan``s: this
 is the reading of the outputs, they are the judging of them.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, load_bounds
+from accelmatrix.evaluation.metrics_table import MetricsTable, Rows
 from accelmatrix.evaluation.report import CellOutputs
 from accelmatrix.spec.checks import Check
+from accelmatrix.spec.checks.steps import StepsCompleteCheck
 from accelmatrix.spec.checks.workload import LogContainsCheck, LogNotContainsCheck
 from accelmatrix.spec.include_paths import include_file
 
@@ -36,15 +37,29 @@ class CellInputs:
         self.outputs = outputs
         self.include_dir = include_dir
         self.log_hits = _scan_log(checks, outputs.log_path)
-        self._series = _metric_series(outputs.metrics)
+        # steps_complete needs a row for every step it expects, logged or not.
+        expected = [
+            r
+            for c in checks
+            if isinstance(c, StepsCompleteCheck) and (r := c.expected_steps()) is not None
+        ]
+        self.tables = MetricsTable(outputs.metrics, expected)
         self._bounds: dict[Path, BoundsFile | BoundsError] = {}
 
     @property
     def metric_names(self) -> str:
-        return ", ".join(sorted(self._series)) or "(no metrics at all)"
+        return ", ".join(sorted(self.tables.names)) or "(no metrics at all)"
+
+    def rows(self, name: str, *, skip_first: int = 0) -> Rows | None:
+        """The rows of metric ``name`` in the metrics tables (None: never collected)."""
+        return self.tables.rows(name, skip_first=skip_first)
 
     def series(self, name: str) -> pd.Series | None:
-        return self._series.get(name)
+        """The values of metric ``name`` in step order, for checks observed in Python."""
+        import pandas as pd
+
+        rows = self.tables.rows(name)
+        return None if rows is None else pd.Series(rows.values, dtype="float64")
 
     def bounds(self, rel: str) -> BoundsFile | BoundsError:
         """The bounds file ``rel`` under the include dir, loaded once; a problem as the error.
@@ -105,36 +120,3 @@ def _scan_log(checks: list[Check], log_path: Path) -> dict[int, _LogHits]:
                     if len(h.lines) < MAX_SHOWN_LINES:
                         h.lines.append((lineno, line[:MAX_LINE_CHARS]))
     return hits
-
-
-def _metric_series(rows: list[dict]) -> dict[str, pd.Series]:
-    """Metric name -> values ordered by step.
-
-    Same reading as ``metrics.sources.write_train_metrics``, so a check and the run summary
-    agree on "the final loss": the stepped points if there are any (on a step reported by
-    two sources, the first source wins); scalar rows (step None) only when there is no
-    series, in collection order.
-    """
-    import pandas as pd
-
-    grouped: dict[str, list[dict]] = {}
-    for row in rows:
-        name = row.get("name")
-        if isinstance(name, str):
-            grouped.setdefault(name, []).append(row)
-    out: dict[str, pd.Series] = {}
-    for name, group in grouped.items():
-        by_step: dict[Any, dict] = {}
-        for r in group:
-            if r.get("step") is not None:
-                by_step.setdefault(r["step"], r)
-        ordered = [by_step[k] for k in sorted(by_step)] if by_step else group
-        out[name] = pd.Series([_as_float(r.get("value")) for r in ordered], dtype="float64")
-    return out
-
-
-def _as_float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan

@@ -5,9 +5,9 @@ bootstrap-table, vega and fonts from public CDNs, and its ``index.html`` builds 
 with bootstrap-table from inline data: offline the index is an empty page. So after GE has
 built the site:
 
-* ``index.html`` is replaced by a static page of ours, written from the validation result
-  itself (every expectation: its check, bounds, observed value, pass/fail), linking GE's
-  per-validation and per-suite pages. No script at all.
+* ``index.html`` is replaced by a static page of ours, written from the validation results
+  themselves (every expectation of every table: its check, bounds, observed value, the
+  offending rows, pass/fail), linking GE's per-validation and per-suite pages. No script.
 * Every other generated page loses its external ``<script src>``, ``<link href>`` and
   ``<img src>`` (the GE logo comes from S3; the local copy in ``static/images`` replaces
   it) and gets a small inline stylesheet, so its server-rendered tables stay readable.
@@ -58,7 +58,7 @@ def external_refs(text: str) -> list[str]:
     return [m.group(0) for m in _LOADS.finditer(text)]
 
 
-def make_offline(docs_dir: Path, result: Any, suite_name: str) -> Path:
+def make_offline(docs_dir: Path, results: list[Any], suite_name: str) -> Path:
     """Rewrite the built site in ``docs_dir`` so it needs no network; returns the index."""
     pages = sorted(
         p for p in docs_dir.rglob("*.html") if p.name != "index.html" or p.parent != docs_dir
@@ -76,7 +76,7 @@ def make_offline(docs_dir: Path, result: Any, suite_name: str) -> Path:
         text = css.read_text(encoding="utf-8")
         css.write_text(_CSS_URL.sub("none", text), encoding="utf-8")
     index = docs_dir / "index.html"
-    index.write_text(_index(docs_dir, pages, result, suite_name), encoding="utf-8")
+    index.write_text(_index(docs_dir, pages, results, suite_name), encoding="utf-8")
     return index
 
 
@@ -86,17 +86,38 @@ def _replace(tag: str, logo: str) -> str:
     return ""
 
 
-def _index(docs_dir: Path, pages: list[Path], result: Any, suite_name: str) -> str:
+MAX_ROWS_SHOWN = 10  # offending rows listed per expectation on the index
+
+
+def _offending(result: Any) -> str:
+    """The rows GE found unexpected, as ``step=value``, capped: what the verdict names."""
+    res = result.result or {}
+    rows = res.get("unexpected_index_list") or []
+    column = (result.expectation_config.kwargs or {}).get("column")
+    shown = []
+    for row in rows[:MAX_ROWS_SHOWN]:
+        if isinstance(row, dict):
+            where = ", ".join(f"{k}={v}" for k, v in row.items() if k != column)
+            shown.append(f"{where}: {row.get(column)}")
+    count = res.get("unexpected_count")
+    if count and count > len(shown):
+        shown.append(f"... ({count} rows in all)")
+    return "; ".join(shown)
+
+
+def _index(docs_dir: Path, pages: list[Path], results: list[Any], suite_name: str) -> str:
     """Our index: the title names the cell as it is (``suite.model=a,config=b``, not GE's
     path-safe key), the summary counts checks as the verdict table and the matrix page do
     (a check is one or more expectations and passes when all of them do), and the failing
     checks come first."""
     esc = html.escape
     checks: dict[Any, list[Any]] = {}
-    for r in getattr(result, "results", []) or []:
+    for r in (r for result in results for r in getattr(result, "results", []) or []):
         meta = r.expectation_config.meta or {}
         checks.setdefault(meta.get("check_index", meta.get("check", "")), []).append(r)
-    ordered = sorted(checks.values(), key=lambda rs: all(bool(r.success) for r in rs))
+    # Failing checks first, each group in the suite's order (results come table by table).
+    in_order = [checks[k] for k in sorted(checks, key=lambda k: (isinstance(k, str), k))]
+    ordered = sorted(in_order, key=lambda rs: all(bool(r.success) for r in rs))
     rows = []
     failed_names = []
     for rs in ordered:
@@ -115,6 +136,7 @@ def _index(docs_dir: Path, pages: list[Path], result: Any, suite_name: str) -> s
                 f'<tr class="{"pass" if ok else "fail"}"><td>{esc(str(meta.get("check", "")))}</td>'
                 f"<td>{esc(str(cfg.type))}<br><code>{esc(str(kwargs.get('column', '')))}</code></td>"
                 f"<td>{esc(bounds)}</td><td>{esc(str(observed))}</td>"
+                f"<td>{esc(_offending(r))}</td>"
                 f"<td>{'PASS' if ok else 'FAIL'}</td></tr>"
             )
     links = "".join(
@@ -126,14 +148,15 @@ def _index(docs_dir: Path, pages: list[Path], result: Any, suite_name: str) -> s
     summary = f"{n - bad} of {n} check{'s' if n != 1 else ''} passed"
     if bad:
         summary = f"{bad} of {n} check{'s' if n != 1 else ''} failed: " + ", ".join(failed_names)
-    verdict = "failed" if bad or not getattr(result, "success", False) else "passed"
+    ok = all(getattr(result, "success", False) for result in results)
+    verdict = "failed" if bad or not ok else "passed"
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>Data Docs of {esc(suite_name)}</title>{STYLE}</head><body>"
         f"<h1>Data Docs of {esc(suite_name)}</h1>"
         f'<p id="summary">Validation {verdict}: {esc(summary)}.</p>'
         '<table id="expectations"><tr><th>check</th><th>expectation</th><th>bounds</th>'
-        f"<th>observed</th><th>result</th></tr>{''.join(rows)}</table>"
+        f"<th>observed</th><th>offending rows</th><th>result</th></tr>{''.join(rows)}</table>"
         f"<h2>Great Expectations pages</h2><ul>{links}</ul>"
         "<p>Written for machines without internet access: no script, nothing loaded from "
         "elsewhere.</p></body></html>"

@@ -1,6 +1,9 @@
 """Planners of the training checks (``metric_between``, ``final_loss``, ``loss_decreasing``,
-``step_time_within_bounds``): numbers from the metric series, judged against a range, a
-target, a trend or a benchmark's bounds.
+``step_time_within_bounds``): expectations over the cell's metrics table (a median, the
+last step, every step after the warm-up), judged against a range, a target or a benchmark's
+bounds. Great Expectations computes them and names the offending steps; each planner's
+``render`` writes the verdict from what GE found. ``loss_decreasing`` compares two window
+means, one number no GE expectation computes, so it observes that number itself.
 
 Models: accelmatrix.spec.checks.training. A failed step-time check prints the runbook
 (``RUNBOOK_BELOW``/``RUNBOOK_ABOVE``): what a person does about a value out of bounds.
@@ -9,19 +12,21 @@ Models: accelmatrix.spec.checks.training. A failed step-time check prints the ru
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from accelmatrix.evaluation.bounds import BoundsError
 from accelmatrix.evaluation.check_plan import (
+    MAX_SHOWN_ROWS,
     CheckPlan,
     Expect,
-    finite_or_none,
+    ExpectOutcome,
     missing_metric,
     num,
     range_text,
     slug,
+    steps_text,
 )
 from accelmatrix.evaluation.checks.registry import planner
+from accelmatrix.evaluation.metrics_table import Rows
 from accelmatrix.evaluation.observe_inputs import CellInputs
 from accelmatrix.spec.checks.training import (
     FinalLossCheck,
@@ -29,9 +34,6 @@ from accelmatrix.spec.checks.training import (
     MetricBetweenCheck,
     StepTimeWithinBoundsCheck,
 )
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 __all__ = ["RUNBOOK_ABOVE", "RUNBOOK_BELOW"]
 
@@ -45,33 +47,140 @@ RUNBOOK_ABOVE = (
 )
 
 
-def _reduce(series: pd.Series, how: str) -> float:
-    """Reduce a series; NaN anywhere propagates, because a NaN loss is a failure signal."""
-    if how == "last":
-        return float(series.iloc[-1])
-    return float(getattr(series, how)(skipna=False))
+def _unobserved(p: CheckPlan, column: str, expect: Expect) -> None:
+    """A check with nothing to judge still fails through Great Expectations, so Data Docs
+    show it: a null observation under the check's own expectation."""
+    p.columns = {column: None}
+    p.expectations = [expect]
 
 
 @planner(MetricBetweenCheck)
 def _plan_metric_between(c: MetricBetweenCheck, p: CheckPlan, inp: CellInputs) -> None:
+    if c.reduce == "each":
+        _plan_each_step(c, p, inp)
+        return
     subject = f"{c.reduce}({c.metric})"
-    col = f"{p.prefix}__{c.reduce}_{slug(c.metric)}"
     p.expected = range_text(c.min, subject, c.max)
-    series = inp.series(c.metric)
-    value = None
-    if series is None:
+    rows = inp.rows(c.metric)
+    if rows is None:
         missing_metric(p, c.metric, inp)
-    else:
-        value = _reduce(series, c.reduce)
+        col = f"{p.prefix}__{c.reduce}_{slug(c.metric)}"
+        _unobserved(p, col, Expect(col, p.expected, min_value=c.min, max_value=c.max))
+        return
+    # GE computes the reduced value over the metric's rows. A NaN anywhere fails the check
+    # (a NaN loss is a failure signal), so every reduction but "last" also expects no NaN.
+    judged = rows.last() if c.reduce == "last" else rows
+    kind = "max" if c.reduce == "last" else c.reduce  # the max of one row is its value
+    p.expectations = [Expect.over(judged, kind, p.expected, min_value=c.min, max_value=c.max)]
+    if c.reduce != "last":
+        p.expectations.append(Expect.over(rows, "not_null", f"{c.metric} has no NaN value"))
+
+    def render(outcomes: list[ExpectOutcome]) -> None:
+        value = _number(outcomes[0].observed)
+        nan_steps = [] if len(outcomes) < 2 else [s for s, _ in outcomes[1].unexpected]
+        if nan_steps or value is None:
+            p.observed = "nan"
+            where = f": NaN at {_where(rows, nan_steps)}" if nan_steps else ""
+            p.failure = f"{subject} is NaN (the series has NaN values{where})"
+            return
         p.observed = num(value)
-        if math.isnan(value):
-            p.failure = f"{subject} is NaN (the series has NaN values)"
-        elif c.min is not None and value < c.min:
+        if c.min is not None and value < c.min:
             p.failure = f"{subject} = {num(value)} is below the minimum {num(c.min)}"
         else:
             p.failure = f"{subject} = {num(value)} is above the maximum {num(c.max)}"
-    p.columns = {col: finite_or_none(value)}
-    p.expectations = [Expect(col, p.expected, min_value=c.min, max_value=c.max)]
+
+    p.render = render
+
+
+def _plan_each_step(c: MetricBetweenCheck, p: CheckPlan, inp: CellInputs) -> None:
+    """``reduce: each``: every step of the metric (after ``skip_first``, ``mostly`` of them)
+    lies in [min, max], judged row by row by ``ExpectColumnValuesToBeBetween``.
+
+    GE's ``mostly`` leaves null rows out of its count, and a NaN step must be a failing
+    step, never a skipped one. So GE judges a column derived from the metric in which NaN
+    is the infinity beyond the check's bound (``+inf`` above a max, else ``-inf`` below the
+    min): it fails the range like any other value out of it, and counts in ``mostly``.
+    """
+    p.expected = _each_text(c.min, c.metric, c.max, c.mostly, c.skip_first)
+    rows = inp.rows(c.metric, skip_first=c.skip_first)
+    col = f"{p.prefix}__{slug(c.metric)}"
+    if rows is None or rows.n == 0:
+        if rows is None:
+            missing_metric(p, c.metric, inp)
+        else:
+            p.observed = "no steps"
+            p.failure = f"{c.metric} has no steps left to judge after skip_first: {c.skip_first}"
+        _unobserved(p, col, Expect(col, p.expected, min_value=1))
+        return
+    import numpy as np  # imported where a cell is evaluated, never at DAG parse time
+
+    beyond = math.inf if c.max is not None else -math.inf
+    source = inp.tables.column(rows.table, rows.column)
+    inp.tables.add_column(rows.table, col, np.where(np.isnan(source), beyond, source))
+    p.expectations = [
+        Expect.over(
+            rows, "each", p.expected, min_value=c.min, max_value=c.max, mostly=c.mostly, column=col
+        )
+    ]
+
+    def render(outcomes: list[ExpectOutcome]) -> None:
+        bad = outcomes[0].unexpected
+        p.observed = f"{len(bad)} of {rows.n} step(s) outside"
+        text = _offending(rows, bad)
+        allowed = math.floor((1 - c.mostly) * rows.n + 1e-9)
+        if outcomes[0].success:
+            p.success = f"{rows.n - len(bad)} of {rows.n} step(s) within range" + (
+                f"; {text} outside, within mostly {num(c.mostly)}" if bad else ""
+            )
+        else:
+            p.failure = (
+                f"{len(bad)} of {rows.n} step(s) of {c.metric} outside the range"
+                + (f" (mostly {num(c.mostly)} allows {allowed})" if c.mostly < 1 else "")
+                + f": {text}"
+            )
+
+    p.render = render
+
+
+def _each_text(lo: float | None, metric: str, hi: float | None, mostly: float, skip: int) -> str:
+    text = range_text(lo, f"each step of {metric}", hi)
+    if mostly < 1:
+        text += f", mostly {num(mostly)}"
+    if skip:
+        text += f", after {skip} warm-up step(s)"
+    return text
+
+
+def _offending(rows: Rows, bad: list[tuple[int, float]]) -> str:
+    """``steps 5, 10, ... (19 of 98): 8.0, 8.0, ...; NaN at 37``: the rows GE named, with
+    the metric's own values (the judged column writes NaN as an infinity)."""
+    value_at = dict(zip(rows.index.tolist(), rows.values.tolist(), strict=True))
+    nan = [s for s, _ in bad if math.isnan(value_at.get(s, math.nan))]
+    out = [s for s, _ in bad if s not in set(nan)]
+    parts = []
+    if out:
+        shown = ", ".join(num(value_at[s]) for s in out[:MAX_SHOWN_ROWS])
+        more = ", ..." if len(out) > MAX_SHOWN_ROWS else ""
+        parts.append(f"{rows.index_name}s {steps_text(out, of=rows.n)}: {shown}{more}")
+    if nan:
+        parts.append(f"NaN at {_where(rows, nan)}")
+    return "; ".join(parts)
+
+
+def _where(rows: Rows, steps: list[int]) -> str:
+    """Steps of a stepped metric; a scalar metric's rows are named as values (1-based)."""
+    if rows.index_name == "step":
+        return f"step {steps_text(steps)}" if len(steps) == 1 else f"steps {steps_text(steps)}"
+    return f"value {steps_text([s + 1 for s in steps])}"
+
+
+def _number(value: object) -> float | None:
+    """GE's observed value as a finite float or None (a null or NaN result)."""
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
 
 
 def _loss_target(c: FinalLossCheck, inp: CellInputs) -> tuple[float, float] | str:
@@ -107,25 +216,31 @@ def _plan_final_loss(c: FinalLossCheck, p: CheckPlan, inp: CellInputs) -> None:
         p.columns = {found_col: 0}
         p.expectations = [Expect.equals(found_col, "loss target found (1 = yes)", 1)]
         return
-    c = c.model_copy(update={"target": target[0], "tolerance": target[1]})
-    p.expected = f"|last({c.metric}) - {num(c.target)}| <= {num(c.tolerance)}"
-    series = inp.series(c.metric)
-    value = None
-    if series is None:
+    goal, tolerance = target
+    p.expected = f"|last({c.metric}) - {num(goal)}| <= {num(tolerance)}"
+    lo, hi = goal - tolerance, goal + tolerance
+    rows = inp.rows(c.metric)
+    if rows is None:
         missing_metric(p, c.metric, inp)
-    else:
-        value = _reduce(series, "last")
-        diff = abs(value - c.target)
+        _unobserved(p, col, Expect(col, p.expected, min_value=lo, max_value=hi))
+        return
+    # The max of the last row is its value; a NaN there leaves GE no value: a failure.
+    p.expectations = [Expect.over(rows.last(), "max", p.expected, min_value=lo, max_value=hi)]
+
+    def render(outcomes: list[ExpectOutcome]) -> None:
+        value = _number(outcomes[0].observed)
+        if value is None:
+            p.observed = "nan (|diff| = nan)"
+            p.failure = f"last({c.metric}) is NaN: training diverged?"
+            return
+        diff = abs(value - goal)
         p.observed = f"{num(value)} (|diff| = {num(diff)})"
         p.failure = (
-            f"last({c.metric}) is NaN: training diverged?"
-            if math.isnan(value)
-            else f"last({c.metric}) = {num(value)} is {num(diff)} away from the target "
-            f"{num(c.target)}; tolerance {num(c.tolerance)}"
+            f"last({c.metric}) = {num(value)} is {num(diff)} away from the target "
+            f"{num(goal)}; tolerance {num(tolerance)}"
         )
-    p.columns = {col: finite_or_none(value)}
-    lo, hi = c.target - c.tolerance, c.target + c.tolerance
-    p.expectations = [Expect(col, p.expected, min_value=lo, max_value=hi)]
+
+    p.render = render
 
 
 @planner(LossDecreasingCheck)
@@ -162,60 +277,120 @@ def _plan_loss_decreasing(c: LossDecreasingCheck, p: CheckPlan, inp: CellInputs)
     ]
 
 
-@planner(StepTimeWithinBoundsCheck)
-def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: CellInputs) -> None:
-    found_col = f"{p.prefix}__bounds_found"
-    value_col = f"{p.prefix}__median_{slug(c.metric)}"
+def _bounds_of(c: StepTimeWithinBoundsCheck, inp: CellInputs) -> tuple[float, float] | str:
+    """(lower, upper) step-time bounds of the check's benchmark; a problem as text."""
     bounds_path = inp.include_dir / c.bounds_file
     loaded = inp.bounds(c.bounds_file)
-    lo = hi = None
-    problem: str | None = None
     if isinstance(loaded, BoundsError):
-        problem = str(loaded)
-    else:
-        try:
-            bench = loaded.get(c.benchmark, source=bounds_path)
-        except BoundsError as exc:
-            problem = str(exc)
-        else:
-            lo, hi = bench.step_time_lower_bound, bench.step_time_upper_bound
-            if lo is None or hi is None:
-                problem = (
-                    f"benchmark {c.benchmark!r} in {bounds_path} has no "
-                    "step_time_lower_bound/step_time_upper_bound"
-                )
-    series = inp.series(c.metric)
-    # The median ignores warm-up/compile steps and GC hiccups that would skew a mean.
-    value = None if series is None else float(series.median(skipna=False))
+        return str(loaded)
+    try:
+        bench = loaded.get(c.benchmark, source=bounds_path)
+    except BoundsError as exc:
+        return str(exc)
+    lo, hi = bench.step_time_lower_bound, bench.step_time_upper_bound
+    if lo is None or hi is None:
+        return (
+            f"benchmark {c.benchmark!r} in {bounds_path} has no "
+            "step_time_lower_bound/step_time_upper_bound"
+        )
+    return lo, hi
+
+
+@planner(StepTimeWithinBoundsCheck)
+def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: CellInputs) -> None:
+    import numpy as np
+
+    found_col = f"{p.prefix}__bounds_found"
+    bounds = _bounds_of(c, inp)
+    problem = bounds if isinstance(bounds, str) else None
+    lo, hi = (None, None) if isinstance(bounds, str) else bounds
+    rows = inp.rows(c.metric)
     # The resolved benchmark key (``${axis.model}`` rendered by the plan) travels with the
-    # verdict into the results store, so the history can be grouped by benchmark.
+    # verdict into the results store, so the history can be grouped by benchmark. Its value
+    # is the median GE computes (render); without bounds GE judges no median, so it is read
+    # here, for the history only.
     p.perf = {
         "benchmark": c.benchmark,
         "metric": c.metric,
-        "value": value if value is not None and math.isfinite(value) else None,
+        "value": None,
         "lower_bound": lo,
         "upper_bound": hi,
     }
-    p.columns = {found_col: int(problem is None), value_col: finite_or_none(value)}
+    p.columns = {found_col: int(problem is None)}
     found = f"benchmark {c.benchmark!r} has bounds in {c.bounds_file} (1 = yes)"
     p.expectations = [Expect.equals(found_col, found, 1)]
     if problem is not None:
         # Still part of the suite (as a failing expectation) so Data Docs show the failure.
+        value = None if rows is None or not rows.n else float(np.median(rows.values))
+        p.perf["value"] = _number(value)
         p.expected = f"{c.metric} within bounds of {c.benchmark!r} in {c.bounds_file}"
         p.observed = "bounds unavailable" if value is None else f"{num(value)} (bounds unavailable)"
         p.failure = problem
         return
     p.expected = f"{num(lo)} <= {c.metric} <= {num(hi)} (bounds {c.benchmark})"
-    p.expectations.append(Expect(value_col, p.expected, min_value=lo, max_value=hi))
-    if series is None:
-        missing_metric(p, c.metric, inp)
-        return
-    p.observed = f"{num(value)} (median of {len(series)})"
     where = f"bounds {num(lo)}..{num(hi)} of {c.benchmark!r} in {c.bounds_file}"
-    if value is None or math.isnan(value):
-        p.failure = f"{c.metric} has NaN values"
-    elif value < lo:  # type: ignore[operator]
-        p.failure = f"{c.metric} {num(value)} s is below the lower bound ({where}): {RUNBOOK_BELOW}"
-    else:
-        p.failure = f"{c.metric} {num(value)} s is above the upper bound ({where}): {RUNBOOK_ABOVE}"
     p.success = f"within {where}"
+    if rows is None:
+        missing_metric(p, c.metric, inp)
+        value_col = f"{p.prefix}__median_{slug(c.metric)}"
+        p.columns[value_col] = None
+        p.expectations.append(Expect(value_col, p.expected, min_value=lo, max_value=hi))
+        return
+    # The median ignores warm-up/compile steps and GC hiccups that would skew a mean; a NaN
+    # step fails the check (not_null), as a NaN loss does.
+    p.expectations += [
+        Expect.over(rows, "median", p.expected, min_value=lo, max_value=hi),
+        Expect.over(rows, "not_null", f"{c.metric} has no NaN value"),
+    ]
+    each: Rows | None = None
+    if c.per_step:
+        each = inp.rows(c.metric, skip_first=c.skip_first)
+        p.expected += "; " + _each_text(lo, c.metric, hi, c.mostly, c.skip_first).split("; ")[0]
+        if each is None or each.n == 0:
+            none_col = f"{p.prefix}__steps_after_warmup"
+            p.columns[none_col] = 0
+            p.expectations.append(Expect(none_col, "steps left after skip_first >= 1", min_value=1))
+        else:
+            col = f"{p.prefix}__each_{slug(c.metric)}"
+            source = inp.tables.column(each.table, each.column)
+            inp.tables.add_column(each.table, col, np.where(np.isnan(source), math.inf, source))
+            label = _each_text(lo, c.metric, hi, c.mostly, c.skip_first)
+            p.expectations.append(
+                Expect.over(
+                    each, "each", label, min_value=lo, max_value=hi, mostly=c.mostly, column=col
+                )
+            )
+
+    def render(outcomes: list[ExpectOutcome]) -> None:
+        _, median, not_null, *per_step = outcomes
+        value = _number(median.observed)
+        p.perf["value"] = value if not_null.success else None  # type: ignore[index]
+        p.observed = f"{num(value)} (median of {rows.n})"
+        failures = []
+        if not not_null.success:
+            p.observed = f"nan (median of {rows.n})"
+            failures.append(
+                f"{c.metric} has NaN values: NaN at {_where(rows, [s for s, _ in not_null.unexpected])}"
+            )
+        elif value is not None and value < lo:  # type: ignore[operator]
+            failures.append(
+                f"{c.metric} {num(value)} s is below the lower bound ({where}): {RUNBOOK_BELOW}"
+            )
+        elif value is not None and value > hi:  # type: ignore[operator]
+            failures.append(
+                f"{c.metric} {num(value)} s is above the upper bound ({where}): {RUNBOOK_ABOVE}"
+            )
+        if per_step and each is not None and each.n:
+            bad = per_step[0].unexpected
+            p.observed += f"; {len(bad)} of {each.n} step(s) outside"
+            if not per_step[0].success:
+                failures.append(
+                    f"{len(bad)} of {each.n} step(s) outside the bounds"
+                    + (f" (mostly {num(c.mostly)})" if c.mostly < 1 else "")
+                    + f": {_offending(each, bad)}"
+                )
+        elif per_step:
+            failures.append(f"{c.metric} has no steps left after skip_first: {c.skip_first}")
+        p.failure = "; ".join(failures) or p.failure
+
+    p.render = render

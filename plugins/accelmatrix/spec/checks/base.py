@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CheckBase", "Reduce", "check_min_max"]
+__all__ = ["CheckBase", "Reduce", "RowsSelection", "check_min_max"]
 
-Reduce = Literal["last", "min", "max", "mean", "median"]
+# How a metric's rows become what a check judges: one reduced value, or ``each`` row.
+Reduce = Literal["last", "min", "max", "mean", "median", "each"]
 
 
 def check_min_max(lo: float | None, hi: float | None, what: str) -> None:
@@ -36,3 +37,15 @@ class CheckBase(BaseModel):
 
     def _name_detail(self) -> str:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
+
+
+class RowsSelection(BaseModel):
+    """The per-step fields of a check that judges every step of a metric.
+
+    ``skip_first`` ignores that many warm-up steps (compilation, cache fills); ``mostly`` is
+    the fraction of the remaining steps that must pass (1: every one), as Great
+    Expectations' ``mostly``, except that a NaN or missing value counts as a failing step.
+    """
+
+    mostly: float = Field(default=1.0, gt=0, le=1)
+    skip_first: int = Field(default=0, ge=0)

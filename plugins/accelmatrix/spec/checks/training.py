@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from accelmatrix.spec.checks.base import CheckBase, Reduce, check_min_max
+from accelmatrix.spec.checks.base import CheckBase, Reduce, RowsSelection, check_min_max
 from accelmatrix.spec.checks.registry import register
 from accelmatrix.spec.include_paths import relative_path
 
@@ -23,8 +23,9 @@ __all__ = [
 
 
 @register
-class MetricBetweenCheck(CheckBase):
-    """The reduced value of a metric series lies within [min, max]."""
+class MetricBetweenCheck(CheckBase, RowsSelection):
+    """The reduced value of a metric series lies within [min, max]; with ``reduce: each``,
+    every step (after ``skip_first``, ``mostly`` of them) does."""
 
     type: Literal["metric_between"] = "metric_between"
     metric: str = Field(min_length=1)
@@ -37,6 +38,11 @@ class MetricBetweenCheck(CheckBase):
         if self.min is None and self.max is None:
             raise ValueError("metric_between needs at least one of min or max")
         check_min_max(self.min, self.max, "metric_between")
+        if self.reduce != "each" and (self.mostly < 1 or self.skip_first > 0):
+            raise ValueError(
+                f"metric_between: mostly and skip_first judge every step; they need "
+                f"reduce: each (got reduce: {self.reduce})"
+            )
         return self
 
     def _name_detail(self) -> str:
@@ -110,8 +116,9 @@ class LossDecreasingCheck(CheckBase):
 
 
 @register
-class StepTimeWithinBoundsCheck(CheckBase):
-    """Step time lies within a benchmark's bounds from a shared bounds YAML file."""
+class StepTimeWithinBoundsCheck(CheckBase, RowsSelection):
+    """The median step time lies within a benchmark's bounds from a shared bounds YAML file;
+    given ``mostly`` or ``skip_first``, each step (after the warm-up) is judged too."""
 
     type: Literal["step_time_within_bounds"] = "step_time_within_bounds"
     metric: str = Field(default="step_time", min_length=1)
@@ -122,6 +129,12 @@ class StepTimeWithinBoundsCheck(CheckBase):
     @classmethod
     def _bounds_file_relative(cls, v: str) -> str:
         return relative_path(v, "bounds_file")
+
+    @property
+    def per_step(self) -> bool:
+        """Whether each step is judged against the bounds, besides the median: a ``mostly``
+        below 1 or a ``skip_first`` above 0 asks for it (the defaults judge the median)."""
+        return self.mostly < 1 or self.skip_first > 0
 
     def _name_detail(self) -> str:
         return self.benchmark
