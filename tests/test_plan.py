@@ -122,3 +122,13 @@ def test_user_values_are_not_reinterpreted():
     evil = "$(rm -rf /); echo '{{ var.value.secret }}'\nnext"
     c = expand(suite(), "s", params={"n": evil}).cells[0]
     assert c.workload["run"][10] == evil
+
+
+def test_checks_are_validated_again_once_placeholders_are_filled_in():
+    """``steps: ${params.n}`` is valid in the suite; the value a run gives it must make a
+    valid check too, or the plan stops before any machine is provisioned, naming it."""
+    checks = [{"type": "steps_complete", "metrics": ["loss"], "steps": "${params.n}"}]
+    good = expand(suite(checks=checks), "s", params={"n": 7}).cells[0]
+    assert good.checks[-1]["steps"] == "7"
+    with pytest.raises(PlanError, match=r"checks\[0\]\.steps: Value error, steps must be a whole"):
+        expand(suite(checks=checks), "s", params={"n": "seven"})

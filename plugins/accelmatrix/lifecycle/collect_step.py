@@ -86,17 +86,29 @@ def _collect(
     )
     for d in collected.diagnostics:
         log.warning("metrics: %s", d)
+    for name, steps in collected.collapsed.items():
+        log.warning(
+            "metrics: %s: %d step(s) logged more than once (first %s): kept the last value of each",
+            name,
+            len(steps),
+            steps[0],
+        )
     (art / "metrics.json").write_text(json.dumps(collected.rows, default=_json_default))
     write_train_metrics(
         collected.rows, art / "train_metrics.json", extra={"cell": cell["id"], **cell["axes"]}
     )
     store = results_store()
     store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
-    log.info("stored %d metric value(s)", len(collected.rows))
+    log.info(
+        "stored %d metric value(s)%s",
+        len(collected.rows),
+        f" ({collected.collapsed_rows} repeated row(s) collapsed)" if collected.collapsed else "",
+    )
     _log_file_urls(ref, art, [files_dir / rel for rel in copied])
     return {
         "artifacts": len(copied),
         "metrics": len(collected.rows),
+        "collapsed": collected.collapsed_rows,
         "diagnostics": collected.diagnostics,
         "errors": collected.errors,
     }, collected.errors

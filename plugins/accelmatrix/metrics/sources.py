@@ -16,9 +16,14 @@ Two rules shape the collector:
   Strict-JSON writers may spell them as the strings "NaN", "Infinity", "-Infinity".
 
 What would lose or mix data is an *error* (``CollectedMetrics.errors``), not a diagnostic:
-a name in the runner's reserved ``runner.`` namespace, or a (metric, step) produced twice
-(within one source or by two). The first value is kept, the others are named in the error,
-and the caller stores what is valid and fails the cell's collect step.
+a name in the runner's reserved ``runner.`` namespace, or a (metric, step) produced by two
+sources. The first value is kept, the others are named in the error, and the caller stores
+what is valid and fails the cell's collect step.
+
+A step one source logged more than once (a resume from a checkpoint logs steps 30-39
+again) is a fact about the run, not a broken collection: the last value logged is kept,
+the row's ``repeats`` says how often the step was logged, and ``CollectedMetrics.collapsed``
+names the steps. A ``steps_complete`` check reports them ("repeated 30-39").
 
 Import-light on purpose (no pandas). The source models the suite imports at DAG parse time
 live in ``accelmatrix.metrics.source_models`` and are importable from here as before.
@@ -66,6 +71,13 @@ class CollectedMetrics:
     # Values that were read but could not be kept (reserved name, duplicate): the cell's
     # collect fails with these, after the valid rows are stored.
     errors: list[str] = field(default_factory=list)
+    # Metric -> the steps its source logged more than once (the last value is kept).
+    collapsed: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def collapsed_rows(self) -> int:
+        """How many logged rows were folded into the kept ones."""
+        return sum(r.get("repeats", 1) - 1 for r in self.rows)
 
     def values(self, name: str) -> list[float]:
         """All values of one metric in collection order (convenience for callers/tests)."""
@@ -328,11 +340,14 @@ def _collect_trace(source: ProfilerTraceSource, files_dir: Path, sink: _Sink) ->
 
 
 def _drop_duplicates(out: CollectedMetrics) -> None:
-    """Keep the first row of each (metric, step); every other one becomes an error.
+    """One row per (metric, step): a step one source logged again keeps its last value; a
+    value a second source produced is an error.
 
-    The results store keys metrics by (name, step), so a second value can only replace or
-    lose the first: either way a number would vanish without a word. One error per metric
-    and pair of sources, naming both and how many values were dropped.
+    The results store keys metrics by (name, step). A source that logs a step twice said
+    twice what happened at that step, and the later value is the one the run continued
+    from: it replaces the earlier one, and the row counts ``repeats``. Two sources of one
+    (metric, step) are a suite that maps two things onto one name: the first is kept, the
+    rest named in one error per metric and pair of sources, never lost without a word.
     """
     first: dict[tuple[str, int | None], dict[str, Any]] = {}
     clashes: dict[tuple[str, str, str], list[int | None]] = {}
@@ -341,6 +356,12 @@ def _drop_duplicates(out: CollectedMetrics) -> None:
         seen = first.setdefault((r["name"], r["step"]), r)
         if seen is r:
             kept.append(r)
+        elif seen["source"] == r["source"] and r["step"] is not None:
+            seen["value"] = r["value"]
+            seen["repeats"] = seen.get("repeats", 1) + 1
+            steps = out.collapsed.setdefault(r["name"], [])
+            if not steps or steps[-1] != r["step"]:
+                steps.append(r["step"])
         else:
             clashes.setdefault((r["name"], seen["source"], r["source"]), []).append(r["step"])
     out.rows[:] = kept

@@ -126,6 +126,7 @@ def expand(
     resolved_params.update(params or {})
 
     run_vars = run_variables(logical_date)
+    rendered_checks: dict[str, list[dict[str, Any]]] = {}
     param_vars = {f"params.{k}": v for k, v in resolved_params.items()}
     if runtime_version is None and suite.runtime_version is not None:
         runtime_version = render(suite.runtime_version, {**run_vars, **param_vars})
@@ -202,10 +203,7 @@ def expand(
                 # Backend variables (${work_dir}, ...) stay for the backend to fill in.
                 workload=workload,
                 checks=_with_exit_status(
-                    [
-                        render_tree(c.model_dump(mode="json"), variables, keep_unknown=True)
-                        for c in suite.checks
-                    ]
+                    _rendered_checks(suite, suite_id, variables, rendered_checks)
                 ),
                 quarantined=q_reason is not None,
                 quarantine_reason=q_reason,
@@ -254,6 +252,42 @@ def _unselected_message(
         + more
     )
     return "\n".join(lines)
+
+
+def _rendered_checks(
+    suite: Suite, suite_id: str, variables: dict[str, Any], seen: dict[str, list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The suite's checks with this cell's placeholders filled in, validated again.
+
+    The suite validated the text with its placeholders (``steps: ${params.steps}``); the
+    values a run gives them must make valid checks too, or the run stops here, before any
+    machine is provisioned, naming the check and the field. ``seen`` caches validated
+    renderings: most cells of a matrix render their checks alike.
+    """
+    import json
+
+    from pydantic import ValidationError
+
+    from accelmatrix.spec.checks import parse_checks
+
+    rendered = [
+        render_tree(c.model_dump(mode="json"), variables, keep_unknown=True) for c in suite.checks
+    ]
+    key = json.dumps(rendered, sort_keys=True, default=str)
+    if key not in seen:
+        try:
+            parse_checks(rendered)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"checks[{e['loc'][0]}].{'.'.join(str(x) for x in e['loc'][2:])}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise PlanError(
+                f"suite {suite_id}: a check is invalid once its placeholders are filled in "
+                f"for cell {variables.get('cell.id')}: {problems}"
+            ) from None
+        seen[key] = rendered
+    return seen[key]
 
 
 def _with_exit_status(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
