@@ -53,9 +53,10 @@ __all__ = [
 OBSERVATIONS = "observations"  # the one-row table of values a planner observed itself
 
 # What Great Expectations computes over the selected rows: an aggregate lies in the range
-# (``max``, ``min``, ``mean``, ``median``), every row does (``each``, with ``mostly``), or no
-# row is null (``not_null``: a NaN value, or a step the metric was never logged at).
-Kind = Literal["max", "min", "mean", "median", "each", "not_null"]
+# (``max``, ``min``, ``mean``, ``median``), every row does (``each``, with ``mostly``), no
+# row is null (``not_null``: a NaN value, or a step the metric was never logged at), every
+# value is one of ``value_set`` (``in_set``), or no value repeats (``unique``).
+Kind = Literal["max", "min", "mean", "median", "each", "not_null", "in_set", "unique"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Expect:
     table: str = OBSERVATIONS
     condition: Condition = ()
     mostly: float | None = None
+    value_set: tuple[Any, ...] | None = None
 
     @classmethod
     def equals(cls, column: str, label: str, value: int) -> Expect:
@@ -109,12 +111,13 @@ class Expect:
 class ExpectOutcome:
     """What Great Expectations said of one expectation: the verdict text is built from it.
 
-    ``unexpected`` lists the offending rows as (step, value), in step order, all of them.
+    ``unexpected`` lists the offending rows as (step, value), in step order, all of them (a
+    cell id instead of a step in the run's table).
     """
 
     success: bool
     observed: Any = None
-    unexpected: list[tuple[int, float]] = field(default_factory=list)
+    unexpected: list[tuple[Any, Any]] = field(default_factory=list)
     element_count: int | None = None
     error: str | None = None
 

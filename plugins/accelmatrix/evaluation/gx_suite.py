@@ -123,6 +123,8 @@ _CLASSES = {
     "median": "ExpectColumnMedianToBeBetween",
     "each": "ExpectColumnValuesToBeBetween",
     "not_null": "ExpectColumnValuesToNotBeNull",
+    "in_set": "ExpectColumnValuesToBeInSet",
+    "unique": "ExpectColumnValuesToBeUnique",
 }
 
 
@@ -139,7 +141,9 @@ def _expectation(g: SimpleNamespace, e: Expect, plan: CheckPlan, position: int) 
         # Rendered by Data Docs in place of GE's generic "maximum value must be ...".
         "description": _docs_text(f"{plan.name}: {e.label}"),
     }
-    if e.kind != "not_null":
+    if e.kind == "in_set":
+        kwargs["value_set"] = list(e.value_set or ())
+    elif e.kind not in ("not_null", "unique"):
         kwargs |= {"min_value": e.min_value, "max_value": e.max_value, "strict_min": e.strict_min}
     if e.condition:
         kwargs["row_condition"] = _row_condition(e.condition)
@@ -168,8 +172,8 @@ def _outcome(result: Any, index_column: str | None) -> ExpectOutcome:
         column = result.expectation_config.kwargs.get("column")
         for row in res.get("unexpected_index_list") or []:
             if isinstance(row, dict) and index_column in row:
-                unexpected.append((int(row[index_column]), _float(row.get(column))))
-        unexpected.sort()
+                unexpected.append((_plain(row[index_column]), _plain(row.get(column))))
+        unexpected.sort(key=lambda r: (str(type(r[0])), r[0]))
     return ExpectOutcome(
         success=bool(result.success),
         observed=res.get("observed_value"),
@@ -179,11 +183,16 @@ def _outcome(result: Any, index_column: str | None) -> ExpectOutcome:
     )
 
 
-def _float(value: Any) -> float:
+def _plain(value: Any) -> Any:
+    """A NumPy scalar from GE's result as the Python value (a step as int, a value as
+    float); text stays text."""
+    if isinstance(value, str) or value is None:
+        return value
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        return float("nan")
+        return value
+    return int(number) if number.is_integer() and not isinstance(value, float) else number
 
 
 class SuiteRun:
@@ -224,7 +233,7 @@ def _exception_message(info: Any) -> str | None:
 
 
 # The column that names a row of each table in a verdict ("steps 5, 10, ...").
-_INDEX_COLUMNS = {"steps": "step", "scalars": "seq"}
+CELL_TABLES = {"steps": "step", "scalars": "seq"}
 
 
 def run_suite(
@@ -233,9 +242,11 @@ def run_suite(
     *,
     suite_name: str,
     data_docs_dir: Path | None = None,
+    index_columns: dict[str, str] = CELL_TABLES,
 ) -> SuiteRun:
     """Validate each table of ``frames`` against the expectations on it; optionally build
-    Data Docs of all of them."""
+    Data Docs of all of them. ``index_columns`` names, per table, the column that names an
+    offending row (a step, a cell)."""
     g = import_gx()
     name = safe_suite_name(suite_name)
     config = g.DataContextConfig(
@@ -280,7 +291,7 @@ def run_suite(
         definition = ctx.validation_definitions.add(
             g.gx.ValidationDefinition(name=suite_key, data=batch, suite=suite)
         )
-        index = _INDEX_COLUMNS.get(table)
+        index = index_columns.get(table)
         result_format: dict[str, Any] = {"result_format": "SUMMARY"}
         if index is not None:
             # Every offending row, named by its step: the verdict and Data Docs list them.
@@ -302,7 +313,7 @@ def run_suite(
         for r in result.results:
             meta = r.expectation_config.meta
             by_check.setdefault(int(meta["check_index"]), []).append(
-                (int(meta.get("position", 0)), _outcome(r, _INDEX_COLUMNS.get(table)))
+                (int(meta.get("position", 0)), _outcome(r, index_columns.get(table)))
             )
     ordered = {k: [o for _, o in sorted(v, key=lambda p: p[0])] for k, v in by_check.items()}
 

@@ -98,7 +98,10 @@ def _collect(
         collected.rows, art / "train_metrics.json", extra={"cell": cell["id"], **cell["axes"]}
     )
     store = results_store()
-    store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], collected.rows)
+    # The store keeps one value per (metric, step); how often a step was logged lives in
+    # metrics.json, where steps_complete reads it.
+    stored = [{k: v for k, v in r.items() if k != "repeats"} for r in collected.rows]
+    store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], stored)
     log.info(
         "stored %d metric value(s)%s",
         len(collected.rows),

@@ -38,23 +38,25 @@ def gate(
             quarantined_failed.append((c["id"], state))
         else:
             failed.append((c["id"], state))
+    run_dir = (
+        settings.artifacts_dir() / settings.safe_name(ref.dag_id) / settings.safe_name(ref.run_id)
+    )
+    validation = _validate_run(planned, ref, list(rows.values()), suite_path, run_dir)
     summary = {
         "passed": passed,
         "failed": [f"{i} ({s})" for i, s in failed],
         "quarantined_failed": [f"{i} ({s})" for i, s in quarantined_failed],
+        "run_checks_failed": validation.failures,
     }
     store.upsert_run(
         ref.dag_id,
         ref.run_id,
-        state=RunState.FAILED if failed else RunState.PASSED,
+        state=RunState.FAILED if failed or not validation.passed else RunState.PASSED,
         finished_at=utcnow(),
     )
     from accelmatrix.evidence import evidence_url
     from accelmatrix.report_html import write_run_index
 
-    run_dir = (
-        settings.artifacts_dir() / settings.safe_name(ref.dag_id) / settings.safe_name(ref.run_id)
-    )
     index = write_run_index(
         run_dir,
         ref.dag_id,
@@ -74,12 +76,55 @@ def gate(
         _notify(suite_path, planned, ref, failed, rows, summary["cost"])
     for cid, state in quarantined_failed:
         log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
-    if failed:
-        raise CellFailed(
-            f"{len(failed)} cell(s) failed: " + ", ".join(f"{i} ({s})" for i, s in failed)
-        )
+    if failed or not validation.passed:
+        parts = []
+        if failed:
+            parts.append(
+                f"{len(failed)} cell(s) failed: " + ", ".join(f"{i} ({s})" for i, s in failed)
+            )
+        if not validation.passed:
+            parts.append("the run's table failed validation: " + "; ".join(validation.failures))
+        raise CellFailed("; ".join(parts))
     log.info("all %d non-quarantined cell(s) passed", len(planned) - len(quarantined_failed))
     return summary
+
+
+def _validate_run(
+    planned: list[dict[str, Any]],
+    ref: RunRef,
+    rows: list[dict[str, Any]],
+    suite_path: str | None,
+    run_dir: Any,
+) -> Any:
+    """Great Expectations over the run's table of cells (``evaluation.run_table``): every
+    planned cell reported once, with a verdict, and no passed cell with a failed check,
+    plus the suite's ``run_checks``. Its Data Docs go to the run's directory."""
+    from accelmatrix.evaluation.run_table import validate_run
+    from accelmatrix.evidence import evidence_url
+
+    run_checks = []
+    if suite_path:
+        from accelmatrix.spec.loader import load_suite
+
+        run_checks = load_suite(suite_path).run_checks
+    validation = validate_run(
+        planned,
+        rows,
+        results_store().get_checks(ref.dag_id, ref.run_id),
+        run_checks=run_checks,
+        suite_name=f"{ref.dag_id}.{ref.run_id}",
+        data_docs_dir=run_dir / "data_docs",
+    )
+    for failure in validation.failures:
+        log.error("run check failed: %s", failure)
+    if validation.data_docs_index is not None:
+        log.info("run Data Docs: %s", evidence_url(ref.dag_id, validation.data_docs_index))
+    log.info(
+        "run table validated in %.2f s: %s",
+        validation.seconds,
+        "passed" if validation.passed else f"{len(validation.failures)} expectation(s) failed",
+    )
+    return validation
 
 
 def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:

@@ -22,6 +22,7 @@ from accelmatrix.spec.axis_kinds import AxisKind, normalize_axis
 from accelmatrix.spec.checks import Check
 from accelmatrix.spec.notify import Notify
 from accelmatrix.spec.preflight import PreflightCheck
+from accelmatrix.spec.run_checks import RunCheck
 from accelmatrix.spec.suite_parts import (
     CONTROL_CHARS,
     LABEL_RE,
@@ -73,6 +74,9 @@ class Suite(Model):
     )
     workload: Workload
     checks: list[Check] = Field(default_factory=list)
+    run_checks: list[RunCheck] = Field(
+        default_factory=list, description="checks of the run's table of cells, at the gate"
+    )
     preflight: list[PreflightCheck] = Field(
         default_factory=list, description="checked before anything is provisioned"
     )
@@ -174,6 +178,16 @@ class Suite(Model):
                     f"axis_kinds: no axis named {axis!r} (axes: {', '.join(self.axes)})"
                 )
             self.axes[axis] = normalize_axis(kind, axis, self.axes[axis])
+        return self
+
+    @model_validator(mode="after")
+    def _run_check_axes(self) -> Suite:
+        for i, check in enumerate(self.run_checks):
+            unknown = [a for a in check.by if a not in self.axes]
+            if unknown:
+                raise ValueError(
+                    f"run_checks[{i}].by: {unknown} are not axes (axes: {', '.join(self.axes)})"
+                )
         return self
 
     @model_validator(mode="after")
