@@ -243,3 +243,26 @@ def test_step_failure_states_show_as_failures_everywhere(tmp_path, state):
     page = write_run_index(tmp_path, "d", "r", cells, []).read_text()
     assert f"<td>{state}</td>" in page and state not in STATE_COLOURS
     assert 'style="background:#f4cccc"' in page
+
+
+def test_a_planned_cell_that_never_reported_fails_the_runs_validation(accel_home, tmp_path):
+    """The gate validates the run's table of cells with Great Expectations: a planned cell
+    with no result row fails the run, named, and the run's Data Docs list it."""
+    suite = _suite(tmp_path, "ghost", "m.json", '{"loss": 0.25}', "{type: json, path: out/m.json}")
+    ref = lifecycle.RunRef(dag_id="ghost", run_id="manual__ghost")
+    (cell,) = lifecycle.plan_run(str(suite), ref, {})
+    resource = _run(cell, ref)
+    lifecycle.collect(cell, resource, ref)
+    assert _evaluate(cell, ref) == "passed"
+    lifecycle.teardown(cell, resource, ref)
+    ghost = {**cell, "id": "n=ghost"}  # planned, but no step of it ever wrote a row
+    with pytest.raises(lifecycle.CellFailed) as info:
+        lifecycle.gate([cell, ghost], ref, str(suite))
+    message = str(info.value)
+    assert "the run's table failed validation" in message
+    assert "every planned cell reported once: never reported: n=ghost" in message
+    assert "every planned cell has a verdict: no verdict: n=ghost (missing)" in message
+    store = lifecycle.results_store()
+    assert store.get_run("ghost", ref.run_id)["state"] == "failed"
+    docs = next(ref.artifacts(cell["id"]).parent.rglob("data_docs/index.html"))
+    assert "n=ghost" in docs.read_text()
