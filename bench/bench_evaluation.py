@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""What evaluating one cell costs: GE import, evaluate_cell cold/warm, with/without Data Docs.
+"""What evaluating costs: GE import, evaluate_cell cold/warm, with/without Data Docs, a
+typical training cell's metrics table, and the run's table of 1,024 cells at the gate.
 
 Why: every mapped ``evaluate`` task runs in a fresh worker process, so the cold figure (GE
 import included) is what each cell pays in production; the warm figure is the marginal cost
@@ -40,6 +41,28 @@ CHECKS = [
 ]
 STEPS = 500
 
+# A typical training cell: 1,000 steps x 5 metrics, 8 checks judged by Great Expectations
+# over its metrics table (every step, a median, the last step, completeness), Data Docs on.
+TABLE_STEPS = 1000
+TABLE_METRICS = ("loss", "step_time", "learning_rate", "grad_norm", "tokens_per_s")
+TABLE_CHECKS = [
+    {"type": "exit_status", "expected": 0},
+    {"type": "log_contains", "pattern": "Finished training run"},
+    {"type": "steps_complete", "metrics": list(TABLE_METRICS), "steps": TABLE_STEPS},
+    {"type": "metric_between", "metric": "loss", "min": 0, "max": 10, "reduce": "each"},
+    {"type": "metric_between", "metric": "grad_norm", "max": 5, "reduce": "each", "mostly": 0.99},
+    {"type": "metric_between", "metric": "tokens_per_s", "min": 1000, "reduce": "median"},
+    {"type": "final_loss", "target": 0.1, "tolerance": 0.5},
+    {
+        "type": "step_time_within_bounds",
+        "bounds_file": "bounds/step_time_bounds.yaml",
+        "benchmark": "tiny-mlp",
+        "mostly": 0.95,
+        "skip_first": 5,
+    },
+]
+RUN_CELLS = 1024
+
 
 def _write_cell(base: Path) -> dict:
     """A realistic cell: 500-step log and loss series, a trace file, 5 profiled steps."""
@@ -59,6 +82,98 @@ def _write_cell(base: Path) -> dict:
         for i in range(3, 8)
     ]
     return {"files_dir": base / "files", "log_path": base / "output.log", "metrics": metrics}
+
+
+def _write_training_cell(base: Path) -> dict:
+    """1,000 steps of 5 metrics, as collect leaves them."""
+    import math
+
+    files = base / "files"
+    files.mkdir(parents=True)
+    (base / "output.log").write_text("step 999\nFinished training run\n")
+    values = {
+        "loss": lambda i: 2.0 * math.exp(-i / 300) + 0.1,
+        "step_time": lambda i: 0.0004,
+        "learning_rate": lambda i: 1e-3,
+        "grad_norm": lambda i: 1.0,
+        "tokens_per_s": lambda i: 5000.0,
+    }
+    metrics = [
+        {"name": m, "value": values[m](i), "step": i, "unit": None, "source": "jsonl"}
+        for i in range(TABLE_STEPS)
+        for m in TABLE_METRICS
+    ]
+    return {"files_dir": files, "log_path": base / "output.log", "metrics": metrics}
+
+
+def _child_training(repeat: int) -> None:
+    sys.path.insert(0, str(PLUGINS))
+    from accelmatrix.evaluation import CellOutputs, evaluate_cell
+    from accelmatrix.spec.checks import parse_checks
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        outputs = CellOutputs(
+            status={"exit_code": 0, "timed_out": False}, **_write_training_cell(base / "cell")
+        )
+        checks = parse_checks(TABLE_CHECKS)
+        times = []
+        for i in range(1 + repeat):
+            started = time.perf_counter()
+            report = evaluate_cell(
+                checks,
+                outputs,
+                include_dir=ROOT / "include",
+                data_docs_dir=base / f"docs{i}",
+                suite_name=f"bench.training{i}",
+            )
+            times.append(time.perf_counter() - started)
+            if not report.passed:
+                raise SystemExit(f"benchmark cell should pass:\n{report.format_table()}")
+    print(json.dumps({"cold": times[0], "warm_median": statistics.median(times[1:])}))
+
+
+def _child_run(repeat: int) -> None:
+    sys.path.insert(0, str(PLUGINS))
+    from accelmatrix.evaluation.gx_suite import import_gx
+    from accelmatrix.evaluation.run_table import validate_run
+    from accelmatrix.spec.run_checks import CellsAgreeCheck
+
+    import_gx()
+    planned = [
+        {
+            "id": f"model=m{i % 16},runtime=r{i // 16}",
+            "axes": {"model": f"m{i % 16}", "runtime": f"r{i // 16}"},
+            "machine_spec": {"backend": "local"},
+        }
+        for i in range(RUN_CELLS)
+    ]
+    rows = [
+        {"cell_id": c["id"], "state": "passed", "exit_code": 0, "resource_held_seconds": 12.0}
+        for c in planned
+    ]
+    checks = [
+        {"cell_id": c["id"], "check_name": n, "passed": True, "metric": m, "value": 0.01}
+        for c in planned
+        for n, m in (("exit_status", None), ("step_time_within_bounds", "step_time"))
+    ]
+    agree = [CellsAgreeCheck(by=["model"], within=1.2)]
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(1 + repeat):
+            started = time.perf_counter()
+            result = validate_run(
+                planned,
+                rows,
+                checks,
+                run_checks=agree,
+                suite_name=f"bench.run{i}",
+                data_docs_dir=Path(tmp) / f"docs{i}",
+            )
+            times.append(time.perf_counter() - started)
+            if not result.passed:
+                raise SystemExit(f"benchmark run should pass: {result.failures}")
+    print(json.dumps({"cold": times[0], "warm_median": statistics.median(times[1:])}))
 
 
 def _child(docs: bool, repeat: int) -> None:
@@ -111,8 +226,16 @@ def _run(args: list[str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="warm calls per process")
-    parser.add_argument("--child", choices=("plain", "docs"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=("plain", "docs", "training", "run"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
+    if args.child == "training":
+        _child_training(args.repeat)
+        return
+    if args.child == "run":
+        _child_run(args.repeat)
+        return
     if args.child:
         _child(args.child == "docs", args.repeat)
         return
@@ -140,6 +263,20 @@ def main() -> None:
         )
         if r["docs_mb"]:
             print(f"    Data Docs size per cell: {r['docs_mb']:.1f} MiB")
+    training = json.loads(_run([__file__, "--child", "training", "--repeat", str(args.repeat)]))
+    print(
+        f"typical training cell: {TABLE_STEPS} steps x {len(TABLE_METRICS)} metrics, "
+        f"{len(TABLE_CHECKS)} checks over its metrics table, Data Docs on (goal <= 0.5 s warm)"
+    )
+    print(f"    cold (1st call, GE import included): {training['cold']:6.2f} s")
+    print(f"    warm (median of {args.repeat}):                {training['warm_median']:6.2f} s")
+    run = json.loads(_run([__file__, "--child", "run", "--repeat", str(args.repeat)]))
+    print(
+        f"run table at the gate: {RUN_CELLS} cells, 3 run expectations + cells_agree, "
+        "Data Docs on (goal <= 2 s)"
+    )
+    print(f"    first (GE imported before):          {run['cold']:6.2f} s")
+    print(f"    warm (median of {args.repeat}):                {run['warm_median']:6.2f} s")
 
 
 if __name__ == "__main__":

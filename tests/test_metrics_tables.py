@@ -225,8 +225,8 @@ def test_table_pivot_marks_sparse_metrics_and_repeats() -> None:
     assert table.steps["acc__logged"].tolist() == [False, True, False]
     assert table.scalars.to_dict("list") == {"metric": ["mfu"], "seq": [0], "value": [0.4]}
     assert table.rows("loss").index.tolist() == [0, 1]
-    assert table.rows("loss", skip_first=1).condition == (
-        ("loss__logged", "==", True),
-        ("step", ">=", 1),
-    )
+    warm = table.rows("loss", skip_first=1)
+    assert warm.mask.tolist() == [False, True, False]
+    assert table.view(warm, "nulls") == "loss (after 1 warm-up, nulls)"
+    assert table.steps["loss (after 1 warm-up, nulls)"].tolist() == [0.0, 0.9, 0.0]
     assert table.rows("nothing") is None

@@ -86,23 +86,23 @@ class Expect:
     def over(
         cls,
         rows: Rows,
+        column: str,
         kind: Kind,
         label: str,
         *,
         min_value: float | None = None,
         max_value: float | None = None,
         mostly: float | None = None,
-        column: str | None = None,
     ) -> Expect:
-        """An expectation over a metric's ``rows`` of the cell's metrics tables."""
+        """An expectation over ``column``, a view of a metric's ``rows`` in the metrics
+        tables (``MetricsTable.view``)."""
         return cls(
-            column or rows.column,
+            column,
             label,
             min_value=min_value,
             max_value=max_value,
             kind=kind,
             table=rows.table,
-            condition=rows.condition,
             mostly=mostly if mostly is not None and mostly < 1 else None,
         )
 

@@ -12,9 +12,10 @@ The long metric rows ``{name, value, step, unit, source}`` become two tables:
   order (``metric``, ``seq``, ``value``): a summary's ``mfu`` or the runner's peak memory.
 
 A check does not see these tables directly: it asks for the ``Rows`` of one metric
-(``rows``), which name the table, the column and the row condition that select
-them, so Great Expectations computes every median, every row verdict and every list of
-offending steps over the real table, and our code only says which rows a check covers.
+(``rows``: its steps, maybe past a warm-up, or its last step) and for a ``view`` of them, a
+column of the same table that shows those rows and blanks the rest, so Great Expectations
+computes every median, every row verdict and every list of offending steps over the real
+table, and our code only says which rows a check covers.
 
 Which row wins when a (metric, step) repeats: within one source the last one logged (a
 resume from a checkpoint logs steps again, and the later value is the one the run went on
@@ -40,27 +41,37 @@ STEPS_TABLE = "steps"
 SCALARS_TABLE = "scalars"
 
 
-# Which rows an expectation covers: every (column, operator, value) holds. Great
-# Expectations' row conditions are built from it (gx_suite), so this module stays GE-free.
+# Which rows an expectation covers: every (column, operator, value) holds. Used by the run's
+# table; the metrics tables select rows through views instead (see ``MetricsTable.view``).
 Condition = tuple[tuple[str, str, Any], ...]
+
+# How a view shows the selected rows, and what it puts in every other row:
+#   values     the values; NaN elsewhere (GE's aggregates skip NaN)
+#   nulls      the values; 0 elsewhere (ExpectColumnValuesToNotBeNull names the NaN rows)
+#   nan_high   NaN as +inf (fails a max; counts in ``mostly``), NaN elsewhere (skipped)
+#   nan_low    NaN as -inf (fails a min), NaN elsewhere
+#   finite     the finite values, NaN and inf as NaN; 0 elsewhere (not_null names a missing,
+#              NaN or infinite row)
+VIEWS = ("values", "nulls", "nan_high", "nan_low", "finite")
 
 
 @dataclass(frozen=True)
 class Rows:
-    """The rows of one metric a check covers: where they are and what they hold.
+    """The rows of one metric a check covers: ``mask`` over the rows of ``table``.
 
-    ``table``/``column``/``condition`` are what an expectation is compiled with; ``index``
-    (steps, or positions for a scalar metric) and ``values`` are the same rows for the
-    verdict text, which names steps and values the way Great Expectations reported them.
+    ``index`` (steps, or positions for a scalar metric) and ``values`` are the same rows
+    for the verdict text, which names steps and values the way Great Expectations reported
+    them; ``label`` says which rows in a view's column name ("steps 5+", "last step").
     """
 
     metric: str
     table: str
     column: str
-    condition: Condition
+    mask: np.ndarray
     index: np.ndarray
     values: np.ndarray
     index_name: str  # "step" or "seq"
+    label: str = ""
 
     @property
     def n(self) -> int:
@@ -70,15 +81,20 @@ class Rows:
         """Only the last row (the newest step, or the last scalar logged)."""
         if self.n <= 1:
             return self
-        last = (self.index_name, "==", int(self.index[-1]))
+        import numpy as np
+
+        mask = np.zeros_like(self.mask)
+        mask[np.flatnonzero(self.mask)[-1]] = True
+        label = "last step" if self.index_name == STEP else "last value"
         return Rows(
             self.metric,
             self.table,
             self.column,
-            (*self.condition, last),
+            mask,
             self.index[-1:],
             self.values[-1:],
             self.index_name,
+            label,
         )
 
 
@@ -153,33 +169,59 @@ class MetricsTable:
 
         logged = self._logged.get(metric)
         if logged is not None:
-            steps = self.steps[STEP].to_numpy()[logged]
-            values = self.steps[metric].to_numpy()[logged]
-            cond: Condition = () if logged.all() else ((f"{metric}__logged", "==", True),)
-            if skip_first:
-                first = steps[skip_first] if skip_first < len(steps) else steps[-1] + 1
-                cond = (*cond, (STEP, ">=", int(first)))
-                steps, values = steps[skip_first:], values[skip_first:]
-            return Rows(metric, STEPS_TABLE, metric, cond, steps, values, STEP)
-        mask = (self.scalars["metric"] == metric).to_numpy()
-        if not mask.any():
-            return None
-        seq = self.scalars[SEQ].to_numpy()[mask][skip_first:]
-        values = self.scalars["value"].to_numpy()[mask][skip_first:]
-        cond = (("metric", "==", metric),)
+            table, column, index_name, mask = STEPS_TABLE, metric, STEP, logged.copy()
+            index = self.steps[STEP].to_numpy()
+        else:
+            mask = (self.scalars["metric"] == metric).to_numpy()
+            if not mask.any():
+                return None
+            table, column, index_name = SCALARS_TABLE, "value", SEQ
+            index = self.scalars[SEQ].to_numpy()
+        label = ""
         if skip_first:
-            cond = (*cond, (SEQ, ">=", int(seq[0]) if len(seq) else 2**62))
-        return Rows(metric, SCALARS_TABLE, "value", cond, seq, np.asarray(values), SEQ)
-
-    def add_column(self, table: str, name: str, values: Any) -> None:
-        """A column a check derives from a table (one value per row of it)."""
+            positions = np.flatnonzero(mask)
+            mask[positions[:skip_first]] = False
+            label = f"after {skip_first} warm-up"
         frame = self.steps if table == STEPS_TABLE else self.scalars
-        frame[name] = values
+        values = frame[column].to_numpy()[mask]
+        return Rows(metric, table, column, mask, index[mask], values, index_name, label)
 
-    def column(self, table: str, name: str) -> np.ndarray:
-        """The values of a column of ``table``, one per row."""
-        frame = self.steps if table == STEPS_TABLE else self.scalars
-        return frame[name].to_numpy()
+    def view(self, rows: Rows, how: str) -> str:
+        """The name of a column of ``rows.table`` that shows ``rows`` as ``how`` says
+        (``VIEWS``), added to the table the first time it is asked for.
+
+        Views select rows without GE row conditions, which cost more than the expectation
+        they restrict (GE serialises a condition object many times per expectation). A
+        metric logged at every step, judged whole, is its own column.
+        """
+        import numpy as np
+
+        frame = self.steps if rows.table == STEPS_TABLE else self.scalars
+        whole = rows.table == STEPS_TABLE and bool(rows.mask.all())
+        if whole and how in ("values", "nulls"):
+            return rows.column
+        name = f"{rows.metric} ({', '.join(x for x in (rows.label, how) if x)})"
+        if name not in frame:
+            source = frame[rows.column].to_numpy(dtype="float64")
+            if how in ("values", "nulls"):
+                shown = source
+            elif how == "finite":
+                shown = np.where(np.isfinite(source), source, np.nan)
+            else:
+                shown = np.where(np.isnan(source), np.inf if how == "nan_high" else -np.inf, source)
+            other = 0.0 if how in ("nulls", "finite") else np.nan
+            frame[name] = np.where(rows.mask, shown, other)
+        return name
+
+    def rows_in(self, metric: str, steps: range, *, column: str | None = None) -> Rows:
+        """Every row of ``steps`` (logged or not: see __init__) for ``metric``'s column, or
+        for ``column``, a per-step column that describes it (``<metric>__repeats``)."""
+        index = self.steps[STEP].to_numpy()
+        mask = (index >= steps.start) & (index < steps.stop)
+        name = column or metric
+        values = self.steps[name].to_numpy(dtype="float64")[mask]
+        label = f"steps {steps.start}-{steps.stop - 1}"
+        return Rows(name, STEPS_TABLE, name, mask, index[mask], values, STEP, label)
 
 
 def _pick(

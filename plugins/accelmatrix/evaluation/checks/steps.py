@@ -4,29 +4,26 @@ Model: accelmatrix.spec.checks.steps. The metrics table has a row for every step
 check expects (``MetricsTable`` adds the ones nobody logged), so Great Expectations sees
 the holes. Per metric, over the expected steps:
 
-* ``ExpectColumnValuesToNotBeNull``: a step never logged and a step logged as NaN are both
-  null there; the ``<metric>__logged`` column tells the verdict which is which;
-* ``ExpectColumnValuesToBeBetween`` with the largest finite float as bounds: an infinite
-  value;
-* ``ExpectColumnValuesToBeBetween`` on ``<metric>__repeats`` with a max of 1: a step
-  logged twice (the table keeps the last value; collect counts the rest).
+* ``ExpectColumnValuesToNotBeNull`` over the metric's ``finite`` view (``MetricsTable.view``):
+  a step never logged, logged as NaN or as an infinity is null there; the verdict tells
+  which from the table (``<metric>__logged``, the value itself);
+* ``ExpectColumnValuesToBeBetween`` on ``<metric>__repeats`` with a max of 1, where a step
+  was logged twice (the table keeps the last value; collect counts the rest).
 
 The failure names the steps as ranges: ``loss: missing 40-59; repeated 30-39; NaN at 37``.
 """
 
 from __future__ import annotations
 
-import sys
+import math
 
 from accelmatrix.evaluation.check_plan import CheckPlan, Expect, ExpectOutcome, steps_text
 from accelmatrix.evaluation.checks.registry import planner
-from accelmatrix.evaluation.metrics_table import STEP, STEPS_TABLE
+from accelmatrix.evaluation.metrics_table import STEP
 from accelmatrix.evaluation.observe_inputs import CellInputs
 from accelmatrix.spec.checks.steps import StepsCompleteCheck
 
 __all__ = ["plan_steps_complete"]
-
-_LARGEST = sys.float_info.max
 
 
 @planner(StepsCompleteCheck)
@@ -42,44 +39,34 @@ def plan_steps_complete(c: StepsCompleteCheck, p: CheckPlan, inp: CellInputs) ->
         return
     first, last = expected.start, expected.stop - 1
     p.expected = f"steps {first}-{last} of {', '.join(c.metrics)}: each once, finite"
-    in_range = ((STEP, ">=", first), (STEP, "<=", last))
     absent: list[str] = []
     judged: list[tuple[str, int]] = []  # (metric, expectations of it)
     for metric in c.metrics:
         if inp.tables.logged(metric) is None:
             absent.append(metric)
             continue
-        count = 3 if inp.tables.repeats_column(metric) else 2
-        judged.append((metric, count))
-        p.expectations += [
-            Expect(
-                metric,
-                f"{metric}: a value at every step {first}-{last}",
-                kind="not_null",
-                table=STEPS_TABLE,
-                condition=in_range,
-            ),
-            Expect(
-                metric,
-                f"{metric}: every value finite",
-                min_value=-_LARGEST,
-                max_value=_LARGEST,
-                kind="each",
-                table=STEPS_TABLE,
-                condition=in_range,
-            ),
-        ]
-        if count == 3:
+        rows = inp.tables.rows_in(metric, expected)
+        p.expectations.append(
+            Expect.over(
+                rows,
+                inp.tables.view(rows, "finite"),
+                "not_null",
+                f"{metric}: a finite value at every step {first}-{last}",
+            )
+        )
+        repeats = inp.tables.repeats_column(metric)
+        if repeats is not None:
+            counted = inp.tables.rows_in(metric, expected, column=repeats)
             p.expectations.append(
-                Expect(
-                    f"{metric}__repeats",
+                Expect.over(
+                    counted,
+                    inp.tables.view(counted, "values"),
+                    "each",
                     f"{metric}: every step logged once",
                     max_value=1,
-                    kind="each",
-                    table=STEPS_TABLE,
-                    condition=in_range,
                 )
             )
+        judged.append((metric, 2 if repeats else 1))
     if absent:
         col = f"{p.prefix}__absent_metrics"
         p.columns = {col: len(absent)}
@@ -91,8 +78,15 @@ def plan_steps_complete(c: StepsCompleteCheck, p: CheckPlan, inp: CellInputs) ->
         faults = 0
         at = 0
         for metric, count in judged:
-            nulls, finite, *repeats = outcomes[at : at + count]
+            nulls, *repeats = outcomes[at : at + count]
             at += count
+            value_at = dict(
+                zip(
+                    inp.tables.steps[STEP].tolist(),
+                    inp.tables.steps[metric].tolist(),
+                    strict=True,
+                )
+            )
             logged = dict(
                 zip(
                     inp.tables.steps[STEP].tolist(),
@@ -100,20 +94,21 @@ def plan_steps_complete(c: StepsCompleteCheck, p: CheckPlan, inp: CellInputs) ->
                     strict=True,
                 )
             )
-            null_steps = [s for s, _ in nulls.unexpected]
-            missing = [s for s in null_steps if not logged.get(s)]
-            nan = [s for s in null_steps if logged.get(s)]
+            bad = [s for s, _ in nulls.unexpected]
+            missing = [s for s in bad if not logged.get(s)]
+            nan = [s for s in bad if logged.get(s) and math.isnan(value_at[s])]
+            infinite = [s for s in bad if logged.get(s) and math.isinf(value_at[s])]
+            repeated = [s for s, _ in repeats[0].unexpected] if repeats else []
             parts = []
             if missing:
                 parts.append(f"missing {steps_text(missing)}")
-            if repeats and repeats[0].unexpected:
-                parts.append(f"repeated {steps_text([s for s, _ in repeats[0].unexpected])}")
+            if repeated:
+                parts.append(f"repeated {steps_text(repeated)}")
             if nan:
                 parts.append(f"NaN at {steps_text(nan)}")
-            if finite.unexpected:
-                parts.append(f"infinite at {steps_text([s for s, _ in finite.unexpected])}")
-            faults += len(missing) + len(nan) + len(finite.unexpected)
-            faults += len(repeats[0].unexpected) if repeats else 0
+            if infinite:
+                parts.append(f"infinite at {steps_text(infinite)}")
+            faults += len(bad) + len(repeated)
             if parts:
                 problems.append(f"{metric}: " + "; ".join(parts))
         p.observed = (

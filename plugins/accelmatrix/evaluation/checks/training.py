@@ -71,9 +71,13 @@ def _plan_metric_between(c: MetricBetweenCheck, p: CheckPlan, inp: CellInputs) -
     # (a NaN loss is a failure signal), so every reduction but "last" also expects no NaN.
     judged = rows.last() if c.reduce == "last" else rows
     kind = "max" if c.reduce == "last" else c.reduce  # the max of one row is its value
-    p.expectations = [Expect.over(judged, kind, p.expected, min_value=c.min, max_value=c.max)]
+    column = inp.tables.view(judged, "values")
+    p.expectations = [
+        Expect.over(judged, column, kind, p.expected, min_value=c.min, max_value=c.max)
+    ]
     if c.reduce != "last":
-        p.expectations.append(Expect.over(rows, "not_null", f"{c.metric} has no NaN value"))
+        nulls = inp.tables.view(rows, "nulls")
+        p.expectations.append(Expect.over(rows, nulls, "not_null", f"{c.metric} has no NaN value"))
 
     def render(outcomes: list[ExpectOutcome]) -> None:
         value = _number(outcomes[0].observed)
@@ -97,14 +101,14 @@ def _plan_each_step(c: MetricBetweenCheck, p: CheckPlan, inp: CellInputs) -> Non
     lies in [min, max], judged row by row by ``ExpectColumnValuesToBeBetween``.
 
     GE's ``mostly`` leaves null rows out of its count, and a NaN step must be a failing
-    step, never a skipped one. So GE judges a column derived from the metric in which NaN
-    is the infinity beyond the check's bound (``+inf`` above a max, else ``-inf`` below the
-    min): it fails the range like any other value out of it, and counts in ``mostly``.
+    step, never a skipped one. So GE judges a view of the metric in which NaN is the
+    infinity beyond the check's bound (``+inf`` above a max, else ``-inf`` below the min):
+    it fails the range like any other value out of it, and counts in ``mostly``.
     """
     p.expected = _each_text(c.min, c.metric, c.max, c.mostly, c.skip_first)
     rows = inp.rows(c.metric, skip_first=c.skip_first)
-    col = f"{p.prefix}__{slug(c.metric)}"
     if rows is None or rows.n == 0:
+        col = f"{p.prefix}__{slug(c.metric)}"
         if rows is None:
             missing_metric(p, c.metric, inp)
         else:
@@ -112,14 +116,10 @@ def _plan_each_step(c: MetricBetweenCheck, p: CheckPlan, inp: CellInputs) -> Non
             p.failure = f"{c.metric} has no steps left to judge after skip_first: {c.skip_first}"
         _unobserved(p, col, Expect(col, p.expected, min_value=1))
         return
-    import numpy as np  # imported where a cell is evaluated, never at DAG parse time
-
-    beyond = math.inf if c.max is not None else -math.inf
-    source = inp.tables.column(rows.table, rows.column)
-    inp.tables.add_column(rows.table, col, np.where(np.isnan(source), beyond, source))
+    col = inp.tables.view(rows, "nan_high" if c.max is not None else "nan_low")
     p.expectations = [
         Expect.over(
-            rows, "each", p.expected, min_value=c.min, max_value=c.max, mostly=c.mostly, column=col
+            rows, col, "each", p.expected, min_value=c.min, max_value=c.max, mostly=c.mostly
         )
     ]
 
@@ -225,7 +225,12 @@ def _plan_final_loss(c: FinalLossCheck, p: CheckPlan, inp: CellInputs) -> None:
         _unobserved(p, col, Expect(col, p.expected, min_value=lo, max_value=hi))
         return
     # The max of the last row is its value; a NaN there leaves GE no value: a failure.
-    p.expectations = [Expect.over(rows.last(), "max", p.expected, min_value=lo, max_value=hi)]
+    last = rows.last()
+    p.expectations = [
+        Expect.over(
+            last, inp.tables.view(last, "values"), "max", p.expected, min_value=lo, max_value=hi
+        )
+    ]
 
     def render(outcomes: list[ExpectOutcome]) -> None:
         value = _number(outcomes[0].observed)
@@ -339,8 +344,10 @@ def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: CellInputs)
     # The median ignores warm-up/compile steps and GC hiccups that would skew a mean; a NaN
     # step fails the check (not_null), as a NaN loss does.
     p.expectations += [
-        Expect.over(rows, "median", p.expected, min_value=lo, max_value=hi),
-        Expect.over(rows, "not_null", f"{c.metric} has no NaN value"),
+        Expect.over(
+            rows, inp.tables.view(rows, "values"), "median", p.expected, min_value=lo, max_value=hi
+        ),
+        Expect.over(rows, inp.tables.view(rows, "nulls"), "not_null", f"{c.metric} has no NaN"),
     ]
     each: Rows | None = None
     if c.per_step:
@@ -351,14 +358,10 @@ def _plan_step_time(c: StepTimeWithinBoundsCheck, p: CheckPlan, inp: CellInputs)
             p.columns[none_col] = 0
             p.expectations.append(Expect(none_col, "steps left after skip_first >= 1", min_value=1))
         else:
-            col = f"{p.prefix}__each_{slug(c.metric)}"
-            source = inp.tables.column(each.table, each.column)
-            inp.tables.add_column(each.table, col, np.where(np.isnan(source), math.inf, source))
             label = _each_text(lo, c.metric, hi, c.mostly, c.skip_first)
+            col = inp.tables.view(each, "nan_high")
             p.expectations.append(
-                Expect.over(
-                    each, "each", label, min_value=lo, max_value=hi, mostly=c.mostly, column=col
-                )
+                Expect.over(each, col, "each", label, min_value=lo, max_value=hi, mostly=c.mostly)
             )
 
     def render(outcomes: list[ExpectOutcome]) -> None:
