@@ -50,6 +50,7 @@ TASK_SIDE_MODULES = (
     "accelmatrix.metrics.sources",
     "accelmatrix.evaluation",
     "accelmatrix.evaluation.offline_docs",
+    "accelmatrix.evaluation.run_table",  # the gate validates the run's table of cells
     "accelmatrix.clearing",
     "accelmatrix.stopped",
     "accelmatrix.pricing",
