@@ -106,9 +106,31 @@ def _write_training_cell(base: Path) -> dict:
     return {"files_dir": files, "log_path": base / "output.log", "metrics": metrics}
 
 
+def _evaluations(
+    checks: list, outputs: object, base: Path, name: str, repeat: int, *, docs: bool = True
+) -> list[float]:
+    """Seconds of 1 + ``repeat`` evaluations of one cell in this process (the first cold)."""
+    from accelmatrix.evaluation import evaluate_cell
+
+    times = []
+    for i in range(1 + repeat):
+        started = time.perf_counter()
+        report = evaluate_cell(
+            checks,
+            outputs,  # type: ignore[arg-type]
+            include_dir=ROOT / "include",
+            data_docs_dir=base / f"docs{i}" if docs else None,
+            suite_name=f"bench.{name}{i}",
+        )
+        times.append(time.perf_counter() - started)
+        if not report.passed:
+            raise SystemExit(f"benchmark cell should pass:\n{report.format_table()}")
+    return times
+
+
 def _child_training(repeat: int) -> None:
     sys.path.insert(0, str(PLUGINS))
-    from accelmatrix.evaluation import CellOutputs, evaluate_cell
+    from accelmatrix.evaluation import CellOutputs
     from accelmatrix.spec.checks import parse_checks
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,20 +138,7 @@ def _child_training(repeat: int) -> None:
         outputs = CellOutputs(
             status={"exit_code": 0, "timed_out": False}, **_write_training_cell(base / "cell")
         )
-        checks = parse_checks(TABLE_CHECKS)
-        times = []
-        for i in range(1 + repeat):
-            started = time.perf_counter()
-            report = evaluate_cell(
-                checks,
-                outputs,
-                include_dir=ROOT / "include",
-                data_docs_dir=base / f"docs{i}",
-                suite_name=f"bench.training{i}",
-            )
-            times.append(time.perf_counter() - started)
-            if not report.passed:
-                raise SystemExit(f"benchmark cell should pass:\n{report.format_table()}")
+        times = _evaluations(parse_checks(TABLE_CHECKS), outputs, base, "training", repeat)
     print(json.dumps({"cold": times[0], "warm_median": statistics.median(times[1:])}))
 
 
@@ -179,7 +188,7 @@ def _child_run(repeat: int) -> None:
 def _child(docs: bool, repeat: int) -> None:
     """Runs in a fresh interpreter so 'cold' really is the first call in the process."""
     sys.path.insert(0, str(PLUGINS))
-    from accelmatrix.evaluation import CellOutputs, evaluate_cell
+    from accelmatrix.evaluation import CellOutputs
     from accelmatrix.spec.checks import parse_checks
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -187,20 +196,7 @@ def _child(docs: bool, repeat: int) -> None:
         base = Path(tmp)
         cell = _write_cell(base / "cell")
         outputs = CellOutputs(status={"exit_code": 0, "timed_out": False}, **cell)
-        checks = parse_checks(CHECKS)
-        times = []
-        for i in range(1 + repeat):
-            started = time.perf_counter()
-            report = evaluate_cell(
-                checks,
-                outputs,
-                include_dir=ROOT / "include",
-                data_docs_dir=base / f"docs{i}" if docs else None,
-                suite_name=f"bench.cell{i}",
-            )
-            times.append(time.perf_counter() - started)
-            if not report.passed:
-                raise SystemExit(f"benchmark cell should pass:\n{report.format_table()}")
+        times = _evaluations(parse_checks(CHECKS), outputs, base, "cell", repeat, docs=docs)
         docs_bytes = sum(f.stat().st_size for f in (base / "docs0").rglob("*")) if docs else 0
     print(
         json.dumps(

@@ -41,6 +41,7 @@ __all__ = [
     "CheckPlan",
     "Expect",
     "ExpectOutcome",
+    "listed",
     "steps_text",
     "finite_or_none",
     "missing_metric",
@@ -205,3 +206,9 @@ def steps_text(steps: list[int], *, of: int | None = None) -> str:
         count = len(set(steps))
         text += f" ({count} of {of})" if of is not None else f" ({count} steps)"
     return text
+
+
+def listed(groups: list[tuple[str, str]]) -> str:
+    """``missing 40-59; repeated 30-39``: each (label, items text) whose items are not
+    empty, joined; a verdict lists only the kinds of fault it found."""
+    return "; ".join(f"{label} {items}" for label, items in groups if items)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.cell_state import EARLIER_FAILURES, CellState
-from accelmatrix.evaluation.check_plan import CheckPlan, Expect, ExpectOutcome, num
+from accelmatrix.evaluation.check_plan import CheckPlan, Expect, ExpectOutcome, listed, num
 from accelmatrix.spec.run_checks import CellsAgreeCheck
 
 if TYPE_CHECKING:
@@ -112,15 +112,15 @@ def _plans(
         never = [c for c, n in outcomes[0].unexpected if n == 0]
         twice = [c for c, n in outcomes[0].unexpected if n and n > 1]
         unplanned = [c for c, _ in outcomes[1].unexpected]
-        parts = []
-        if never:
-            parts.append(f"never reported: {_named(never)}")
-        if twice:
-            parts.append(f"reported more than once: {_named(twice)}")
-        if unplanned:
-            parts.append(f"reported but not planned: {_named(unplanned)}")
+        text = listed(
+            [
+                ("never reported:", _named(never) if never else ""),
+                ("reported more than once:", _named(twice) if twice else ""),
+                ("reported but not planned:", _named(unplanned) if unplanned else ""),
+            ]
+        )
         once.observed = f"{len(never) + len(twice) + len(unplanned)} cell(s) off"
-        once.failure = "; ".join(parts) or once.failure
+        once.failure = text or once.failure
 
     once.render = render_once
     plans.append(once)

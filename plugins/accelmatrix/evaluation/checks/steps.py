@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import math
 
-from accelmatrix.evaluation.check_plan import CheckPlan, Expect, ExpectOutcome, steps_text
+from accelmatrix.evaluation.check_plan import (
+    CheckPlan,
+    Expect,
+    ExpectOutcome,
+    listed,
+    steps_text,
+)
 from accelmatrix.evaluation.checks.registry import planner
 from accelmatrix.evaluation.metrics_table import STEP
 from accelmatrix.evaluation.observe_inputs import CellInputs
@@ -99,18 +105,17 @@ def plan_steps_complete(c: StepsCompleteCheck, p: CheckPlan, inp: CellInputs) ->
             nan = [s for s in bad if logged.get(s) and math.isnan(value_at[s])]
             infinite = [s for s in bad if logged.get(s) and math.isinf(value_at[s])]
             repeated = [s for s, _ in repeats[0].unexpected] if repeats else []
-            parts = []
-            if missing:
-                parts.append(f"missing {steps_text(missing)}")
-            if repeated:
-                parts.append(f"repeated {steps_text(repeated)}")
-            if nan:
-                parts.append(f"NaN at {steps_text(nan)}")
-            if infinite:
-                parts.append(f"infinite at {steps_text(infinite)}")
+            text = listed(
+                [
+                    ("missing", steps_text(missing) if missing else ""),
+                    ("repeated", steps_text(repeated) if repeated else ""),
+                    ("NaN at", steps_text(nan) if nan else ""),
+                    ("infinite at", steps_text(infinite) if infinite else ""),
+                ]
+            )
             faults += len(bad) + len(repeated)
-            if parts:
-                problems.append(f"{metric}: " + "; ".join(parts))
+            if text:
+                problems.append(f"{metric}: {text}")
         p.observed = (
             f"all {n} step(s) complete"
             if not problems
