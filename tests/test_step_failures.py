@@ -264,5 +264,11 @@ def test_a_planned_cell_that_never_reported_fails_the_runs_validation(accel_home
     assert "every planned cell has a verdict: no verdict: n=ghost (missing)" in message
     store = lifecycle.results_store()
     assert store.get_run("ghost", ref.run_id)["state"] == "failed"
-    docs = next(ref.artifacts(cell["id"]).parent.rglob("data_docs/index.html"))
-    assert "n=ghost" in docs.read_text()
+    run_dir = ref.artifacts(cell["id"]).parent
+    assert "n=ghost" in (run_dir / "data_docs" / "index.html").read_text()
+    # The run report links them, and the matrix page's file route serves them.
+    assert 'href="data_docs/index.html">run Data Docs' in (run_dir / "index.html").read_text()
+    from accelmatrix.ui import files
+
+    assert files.run_docs("ghost", ref.run_id) == "manual__ghost/data_docs/index.html"
+    assert files.evidence_file("ghost", "manual__ghost/data_docs/index.html") is not None

@@ -39,11 +39,17 @@ def write_run_index(
             f"<td>{html.escape(state)}{' (quarantined)' if cell.get('quarantined') else ''}</td>"
             f"<td>{html.escape(detail)}</td><td>{' '.join(links)}</td></tr>"
         )
+    # The gate's Great Expectations validation of the run's table of cells.
+    run_docs = (
+        ' (<a href="data_docs/index.html">run Data Docs</a>)'
+        if (run_dir / "data_docs" / "index.html").exists()
+        else ""
+    )
     page = (
         "<!doctype html><meta charset=utf-8>"
         f"<title>{html.escape(dag_id)} {html.escape(run_id)}</title>"
         "<style>body{font-family:sans-serif}td,th{padding:4px 8px;text-align:left}</style>"
-        f"<h1>{html.escape(dag_id)}</h1><p>run {html.escape(run_id)}</p>"
+        f"<h1>{html.escape(dag_id)}</h1><p>run {html.escape(run_id)}{run_docs}</p>"
         "<table><tr><th>cell</th><th>state</th><th>failed checks / reason</th><th></th></tr>"
         + "".join(rows)
         + "</table>"

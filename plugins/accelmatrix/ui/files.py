@@ -8,6 +8,7 @@ way (None -> 404), so a probe learns nothing about what exists outside.
 Evidence, relative to the suite's artifacts dir ``<artifacts>/<dag>/``:
 
 * ``<run>/index.html``: the run report the gate writes (every cell, its state and links);
+* ``<run>/data_docs/...``: the Data Docs of the run's table of cells (evaluation.run_table);
 * ``<run>/<cell>/data_docs/...``: the cell's Great Expectations Data Docs;
 * ``<run>/<cell>/<log or metrics file>``: the workload's output, stdout and stderr (earlier
   attempts' too), the runner's resource samples, status and the collected metrics table;
@@ -46,6 +47,8 @@ def kind_of(parts: tuple[str, ...]) -> str | None:
     """Which kind of evidence the relative path ``parts`` names, or None."""
     if len(parts) == 2 and parts[1] == REPORT:
         return RUN_REPORT
+    if len(parts) > 2 and parts[1] == DOCS_DIR:  # a cell's directory is never "data_docs"
+        return DOCS
     if len(parts) <= _DOCS_DEPTH:
         return None
     if parts[_DOCS_DEPTH] == DOCS_DIR and len(parts) > _DOCS_DEPTH + 1:
@@ -80,6 +83,13 @@ def evidence_file(dag_id: str, rel: str) -> tuple[Path, str] | None:
     if kind is None or not target.is_file():
         return None
     return target, kind
+
+
+def run_docs(dag_id: str, run_id: str) -> str | None:
+    """The path of the run's Data Docs index relative to the suite's artifacts dir, if the
+    gate wrote them."""
+    rel = f"{settings.safe_name(run_id)}/{DOCS_DIR}/{REPORT}"
+    return rel if evidence_file(dag_id, rel) is not None else None
 
 
 def data_docs_file(dag_id: str, rel: str) -> Path | None:

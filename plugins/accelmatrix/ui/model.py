@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import cell_state, settings
 from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.ui import files
 from accelmatrix.ui.cause import (
     WORKLOAD_STATES,
     FailedCheck,
@@ -136,6 +137,7 @@ class RunView:
     trends: list[Trend]
     verdict_source: str  # "series_status" (stored by the gate) or "computed" (here)
     window_days: int
+    run_docs: str | None = None  # the run table's Data Docs, relative to the suite's files
 
     @property
     def counts(self) -> dict[str, int]:
@@ -226,6 +228,7 @@ def load_run_view(
         trends=trends,
         verdict_source=source,
         window_days=window_days,
+        run_docs=files.run_docs(dag_id, run["run_id"]),
     )
 
 

@@ -143,6 +143,12 @@ def run_page(
         if run.get(key):
             meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
     meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
+    if view.run_docs:
+        docs = "/".join(q(part) for part in view.run_docs.split("/"))
+        meta.append(
+            f'<a class="run-docs" href="{esc(app_base)}/suites/{esc(q(view.dag_id))}/files/'
+            f'{esc(docs)}">run Data Docs</a>'
+        )
     grid = render_grid(
         view.cells if cells is None else cells,
         view.axes,
