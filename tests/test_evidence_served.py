@@ -14,7 +14,7 @@ import pytest
 
 from accelmatrix import settings
 from accelmatrix.evidence import evidence_url, files_url
-from accelmatrix.report_html import write_run_index
+from accelmatrix.reports.run_page import write_run_index
 from accelmatrix.ui import files
 
 RUN = "manual__2026-11-20T02:00:00+00:00"

@@ -15,12 +15,12 @@ import pytest
 import yaml
 from test_tiered_ci import Receiver, _conn
 
-from accelmatrix import alerts
 from accelmatrix.evaluation.bounds import compute_bounds, load_bounds
 from accelmatrix.history.bounds_job import bounds_table, recenter
 from accelmatrix.history.frame import HISTORY_COLUMNS, history
 from accelmatrix.history.regression import Rules
 from accelmatrix.history.series import classify_suite
+from accelmatrix.notifications import dedup as alerts
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.notify import AlertSink
 

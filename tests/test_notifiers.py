@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from accelmatrix import alerts, notify
-from accelmatrix.notifiers import NotifyError
+from accelmatrix.notifications import dedup as alerts
+from accelmatrix.notifications import transport as notify
+from accelmatrix.notifications.notifiers import NotifyError
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.notify import AlertSink, WebhookNotify
 

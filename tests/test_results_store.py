@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from accelmatrix.reports.run_table import run_table
 from accelmatrix.results.store import SCALAR_STEP, ResultsStore
 
 DAG = "accelmatrix__demo"
@@ -460,7 +461,7 @@ def test_run_table(store: ResultsStore) -> None:
         DAG, RUN, "model=d,cfg=x", [{"check_name": "orphan_check", "passed": False}]
     )
 
-    out = store.run_table(DAG, RUN)
+    out = run_table(store, DAG, RUN)
     for cid in ("model=a,cfg=x", "model=b,cfg=x", "model=c,cfg=x", "model=d,cfg=x"):
         assert cid in out
     assert "loss_below" in out and "orphan_check" in out
@@ -482,14 +483,14 @@ def test_run_table(store: ResultsStore) -> None:
         "message",
     ]
     assert lines[0].startswith(f"Results of {DAG} / {RUN}: 4 cell(s)")
-    assert store.run_table(DAG, "nothing") == f"No cells recorded for {DAG} / nothing"
+    assert run_table(store, DAG, "nothing") == f"No cells recorded for {DAG} / nothing"
 
 
 def test_run_table_truncates_many_failed_checks(store: ResultsStore) -> None:
     store.upsert_cell(DAG, RUN, "c", state="failed")
     names = [f"check_number_{i:02d}" for i in range(20)]
     store.replace_checks(DAG, RUN, "c", [{"check_name": n, "passed": False} for n in names])
-    out = store.run_table(DAG, RUN)
+    out = run_table(store, DAG, RUN)
     assert "check_number_00" in out and "more)" in out
 
 

@@ -235,7 +235,7 @@ def test_safe_name_is_one_to_one_and_a_plain_path_component(ids):
 @pytest.mark.parametrize("state", ["collect_failed", "evaluation_failed"])
 def test_step_failure_states_show_as_failures_everywhere(tmp_path, state):
     """The matrix page colours them failed, the run report red, never pending or passed."""
-    from accelmatrix.report_html import STATE_COLOURS, write_run_index
+    from accelmatrix.reports.run_page import STATE_COLOURS, write_run_index
     from accelmatrix.ui.model import cell_kind
 
     assert cell_kind(state, quarantined=False, flaky=False) == "failed"

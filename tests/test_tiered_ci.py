@@ -27,8 +27,15 @@ from test_dag_local import run_dag, store
 from accelmatrix.evaluation import CellOutputs, evaluate_cell
 from accelmatrix.metrics.junit import JunitError, parse_junit
 from accelmatrix.metrics.sources import collect_metrics, parse_metric_sources
-from accelmatrix.notify import NotifyError, build_payload, post_json, run_url, webhook_target
+from accelmatrix.notifications.transport import (
+    NotifyError,
+    build_payload,
+    post_json,
+    run_url,
+    webhook_target,
+)
 from accelmatrix.pricing import PricingError, hourly_price
+from accelmatrix.reports.run_table import run_table
 from accelmatrix.spec.checks import parse_checks
 from accelmatrix.spec.loader import SuiteError, load_suite
 from accelmatrix.spec.plan import expand
@@ -327,7 +334,7 @@ def test_tiered_ci_broken_ref_end_to_end(airflow_db, accel_home, tmp_path, monke
     cell = s.get_cell("tiered_ci", run_id, cid)
     assert cell["cost"] > 0  # resource-held time x the local-cpu price
     assert s.get_run("tiered_ci", run_id)["git_ref"] == "v2-broken"
-    assert re.search(r"; cost [0-9.]+ USD", s.run_table("tiered_ci", run_id))
+    assert re.search(r"; cost [0-9.]+ USD", run_table(s, "tiered_ci", run_id))
 
     (path, _, body) = rx.received[0]
     assert len(rx.received) == 1 and body["state"] == "failed"

@@ -77,3 +77,8 @@ EARLIER_FAILURES: tuple[str, ...] = (
 STEP_FAILED = frozenset({CellState.COLLECT_FAILED, CellState.EVALUATION_FAILED})
 # The workload's own exit is the cause: its last log line says most.
 WORKLOAD_FAILED = frozenset({CellState.RUN_FAILED, CellState.TIMED_OUT, CellState.HUNG})
+
+# The run page's row colours (reports/run_page.py). Any state not named here, a failure of
+# any kind or a cell that never reported, is FAILED_COLOUR: a gap never looks like a pass.
+STATE_COLOURS = {CellState.PASSED: "#d9ead3", CellState.EXCLUDED: "#eeeeee"}
+FAILED_COLOUR = "#f4cccc"

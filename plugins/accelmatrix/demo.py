@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     logging.basicConfig(level=logging.INFO)
+    from accelmatrix.reports.run_table import run_table
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore.from_settings()
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         art = settings.artifacts_dir() / settings.safe_name(name) / settings.safe_name(run_id)
         summaries.append(
             f"\n=== {name}  run {run_id}: {state.upper()} ===\n"
-            + store.run_table(name, run_id)
+            + run_table(store, name, run_id)
             + f"\nrun report (every cell's log and Data Docs): {art / 'index.html'}"
             + (f"\nNOT TORN DOWN: {leaked}" if leaked else "")
         )

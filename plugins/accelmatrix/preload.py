@@ -47,6 +47,8 @@ TASK_SIDE_MODULES = (
     "accelmatrix.triggers.evaluation",
     "accelmatrix.lifecycle",
     "accelmatrix.results.store",
+    "accelmatrix.reports.run_table",  # the gate logs the run's table
+    "accelmatrix.reports.run_page",
     "accelmatrix.metrics.sources",
     "accelmatrix.evaluation",
     "accelmatrix.evaluation.offline_docs",

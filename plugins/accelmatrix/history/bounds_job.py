@@ -321,9 +321,10 @@ def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
     ``history.window`` points), one notification per new regression group, and the
     series verdicts, with the suite's own settings when its suite file still exists
     (defaults if not)."""
-    from accelmatrix import alerts, settings
+    from accelmatrix import settings
     from accelmatrix.history.changes import tracked_metrics, update_changes
     from accelmatrix.history.series import classify_suite, rules_of
+    from accelmatrix.notifications import dedup as alerts
     from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
     from accelmatrix.spec.suite import HistorySpec, RegressionRules
     from accelmatrix.store_access import results_store

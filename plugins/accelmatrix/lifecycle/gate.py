@@ -11,6 +11,7 @@ from typing import Any
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState, RunState
 from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
+from accelmatrix.reports.run_table import run_table
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -21,13 +22,13 @@ def gate(
 ) -> dict[str, Any]:
     """Decide the run: it fails exactly when a non-quarantined cell did not pass.
 
-    With ``suite_path``, the suite's ``notify`` settings are honoured (see notify.py).
+    With ``suite_path``, the suite's ``notify`` settings are honoured (see accelmatrix.notifications).
     """
     store = results_store()
     stopped_cells = _settle_stopped_run(planned, ref)
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
     log.info(
-        "results for %s %s:\n%s", ref.dag_id, ref.run_id, store.run_table(ref.dag_id, ref.run_id)
+        "results for %s %s:\n%s", ref.dag_id, ref.run_id, run_table(store, ref.dag_id, ref.run_id)
     )
     failed, quarantined_failed, passed = [], [], []
     for c in planned:
@@ -55,7 +56,7 @@ def gate(
         finished_at=utcnow(),
     )
     from accelmatrix.evidence import evidence_url
-    from accelmatrix.report_html import write_run_index
+    from accelmatrix.reports.run_page import write_run_index
 
     index = write_run_index(
         run_dir,
@@ -215,7 +216,8 @@ def _history_and_alerts(
 
     After the verdict is known and never able to change it: a problem here is logged.
     """
-    from accelmatrix import alerts, notify
+    from accelmatrix.notifications import dedup as alerts
+    from accelmatrix.notifications import transport as notify
     from accelmatrix.spec.followup import followup_of
     from accelmatrix.spec.loader import load_suite
 
@@ -271,9 +273,9 @@ def _advance_followup(
 ) -> None:
     """A follow-up run's gate: move its re-test on (``history.followup.advance``); when it
     ended in a state that notifies, its group is notified now, with the verdict."""
-    from accelmatrix import alerts
     from accelmatrix.history.followup import NOTIFY_STATES, advance
     from accelmatrix.history.report import confirmation_line
+    from accelmatrix.notifications import dedup as alerts
 
     store = results_store()
     try:
@@ -327,7 +329,7 @@ def _notify(
     cost: float | None,
 ) -> None:
     """Send the suite's webhook; a notification problem is logged, never flips the verdict."""
-    from accelmatrix import notify
+    from accelmatrix.notifications import transport as notify
     from accelmatrix.spec.loader import load_suite
 
     spec = load_suite(suite_path).notify

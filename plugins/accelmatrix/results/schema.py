@@ -293,7 +293,7 @@ alerts = Table(
     Column("message", Text, nullable=False, default=""),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     # GitHub issues of this alert, {"<conn_id>:<owner>/<repo>": number}: so a recurrence
-    # comments on and a resolution closes the issue the opening created (notify.py).
+    # comments on and a resolution closes the issue the opening created (notifications/transport.py).
     Column("issues", JsonText, nullable=True),
     PrimaryKeyConstraint("dag_id", "cell_id", name="pk_alerts"),
 )

@@ -1,7 +1,7 @@
 """``ResultsStore``: every read and write of accelmatrix's results database, one handle.
 
 The code is split by concern (core.py: engine, locks, migrations, validation; runs.py;
-measurements.py; series.py; history_queries.py; report.py); this class joins them so
+measurements.py; series.py; history_queries.py; changes.py); this class joins them so
 callers keep one object with the same methods, picklable and cheap to construct.
 """
 
@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from accelmatrix.results.changes import ChangePointStore
 from accelmatrix.results.history_queries import HistoryQueries
+from accelmatrix.results.measurements import MeasurementStore
 from accelmatrix.results.migrate import is_at_head
-from accelmatrix.results.report import RunReport
+from accelmatrix.results.runs import RunCellStore
 from accelmatrix.results.schema import SCALAR_STEP
 from accelmatrix.results.series import SeriesAlertStore
 
 __all__ = ["ResultsStore", "SCALAR_STEP"]
 
 
-class ResultsStore(RunReport, SeriesAlertStore, HistoryQueries, ChangePointStore):
+class ResultsStore(
+    RunCellStore, MeasurementStore, SeriesAlertStore, HistoryQueries, ChangePointStore
+):
     """Handle on one results database, given by a SQLAlchemy URL (see core.StoreCore).
 
-    RunReport brings RunCellStore and MeasurementStore (the report reads both); every
-    concern is a subclass of StoreCore, so this is one engine, one lock, one schema check.
+    Every concern is a subclass of StoreCore, so this is one engine, one lock, one schema
+    check. The run's text table is accelmatrix.reports.run_table, which reads through it.
     """
 
     def warm(self) -> bool:

@@ -2,7 +2,7 @@
 and the delivery of change groups (``deliver_groups``): a perf regression is alerted once
 per cause (history.grouping), not per cell, so the gate passes no ``regressions`` here.
 
-The run-level webhook (notify.py) says "this run failed" once per run; on-call needs
+The run-level webhook (transport.py) says "this run failed" once per run; on-call needs
 something quieter: a cell failing every night is one alert whose recurrence count grows,
 not a page per night. So, for each planned cell of a run, by the gate:
 
@@ -125,7 +125,7 @@ def deliver(sinks: list[Any], events: list[dict[str, Any]], store: Any = None) -
 
     ``store``: where a GitHub sink with a repo keeps the alert's issue number (so the
     resolution closes that issue); without it each event stands alone."""
-    from accelmatrix import notify
+    from accelmatrix.notifications import transport as notify
 
     sent = 0
     for ev in events:
@@ -141,7 +141,7 @@ def deliver(sinks: list[Any], events: list[dict[str, Any]], store: Any = None) -
 def deliver_groups(sinks: list[Any], store: Any, groups: list[dict[str, Any]]) -> int:
     """Notify each change group once, to every sink; ``notified_at`` records that it went
     out (to at least one sink), so a later pass never sends it again."""
-    from accelmatrix import notify
+    from accelmatrix.notifications import transport as notify
 
     sent = 0
     for g in groups:

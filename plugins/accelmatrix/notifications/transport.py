@@ -6,7 +6,7 @@ failed checks, and the failed tests by name (read from the cells' JUnit reports)
 reader knows what broke without opening anything. Sent once per run, by the gate.
 
 The target comes from an Airflow connection (see spec/notify.py), the run link from Airflow's
-``[api] base_url``. Delivery goes through Airflow notifiers (accelmatrix.notifiers: the http
+``[api] base_url``. Delivery goes through Airflow notifiers (notifications/notifiers.py: the http
 provider's HttpHook with retries, the github provider for issues). ``post_json`` stays a
 one-shot ``urllib`` POST for callers that hold a URL rather than a connection.
 """
@@ -20,7 +20,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-from accelmatrix.notifiers import GithubIssueNotifier, HttpJsonNotifier, NotifyError
+from accelmatrix.notifications.notifiers import GithubIssueNotifier, HttpJsonNotifier, NotifyError
 from accelmatrix.spec.notify import WebhookNotify
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def send_webhook(spec: WebhookNotify, payload: dict[str, Any]) -> int:
     return int(notifier.status or 0)
 
 
-# -- per-cell alerts (accelmatrix.alerts decides when; these say what) ---------------------
+# -- per-cell alerts (dedup.py decides when; these say what) ---------------------
 def alert_text(alert: dict[str, Any]) -> tuple[str, str]:
     """(one-line title, markdown body) of an alert event, shared by every sink format."""
     verb = {"opened": "failing", "recurred": "still failing", "resolved": "resolved"}[

@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-STATE_COLOURS = {"passed": "#d9ead3", "excluded": "#eeeeee"}
+from accelmatrix.cell_state import FAILED_COLOUR, STATE_COLOURS
+
+__all__ = ["STATE_COLOURS", "write_run_index"]
 
 
 def write_run_index(
@@ -32,7 +34,7 @@ def write_run_index(
                 href = html.escape(os.path.join(_safe(cid), rel), quote=True)
                 links.append(f'<a href="{href}">{label}</a>')
         state = cell.get("state") or ""
-        colour = STATE_COLOURS.get(state, "#f4cccc")
+        colour = STATE_COLOURS.get(state, FAILED_COLOUR)
         detail = ", ".join(failed_by_cell.get(cid, [])) or cell.get("excluded_reason") or ""
         rows.append(
             f'<tr style="background:{colour}"><td>{html.escape(cid)}</td>'

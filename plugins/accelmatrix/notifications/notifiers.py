@@ -10,7 +10,7 @@
   an escalation, comment and close it when the alert resolves.
 
 They are ``BaseNotifier`` subclasses so a DAG can also use them as callbacks; the gate calls
-``notify()`` directly with what it decided to say (see notify.py, alerts.py).
+``notify()`` directly with what it decided to say (see transport.py, dedup.py).
 """
 
 from __future__ import annotations
