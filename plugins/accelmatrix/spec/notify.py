@@ -2,12 +2,13 @@
 
     notify:
       webhook: {conn_id: ci_webhook, when: failure}
-      alerts:                       # per-cell alerts, deduplicated (accelmatrix/alerts.py)
+      alerts:                       # per-cell alerts, deduplicated (notifications/dedup.py)
         - {conn_id: slack_perf, format: slack}
         - {conn_id: github_issues, format: github}
 
 The URL (and any token, as the connection's password) lives in an Airflow connection, never
-in the suite YAML: suites are committed, secrets are not. Only pydantic here (parse time).
+in the suite YAML: suites are committed, secrets are not. Only pydantic here (parse time);
+sending is accelmatrix.notifications.
 """
 
 from __future__ import annotations
