@@ -40,6 +40,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from needs import missing
 
 from accelmatrix import settings
 from accelmatrix.backends import tpu_names
@@ -53,6 +54,7 @@ from accelmatrix_testkit.fault_matrix import (
     MACHINES,
     NOT_APPLICABLE,
     RUN_MARKED_FAILED,
+    STORE_DOWN,
     TRIGGERER_KILLED,
     Outcome,
     details,
@@ -62,6 +64,7 @@ from accelmatrix_testkit.fault_matrix import (
     write_table,
 )
 from accelmatrix_testkit.k8s_emulator import Cluster
+from accelmatrix_testkit.services import PostgresServer, ServiceUnavailable
 
 pytest_plugins = ["tpu_env"]
 # Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.
@@ -83,7 +86,8 @@ CLOUD = ("tpu", "k8s", "jobset")
 PODS = {"jobset": 2}
 # ACCELMATRIX_FAULT_PHASES=triggerer,cloud runs only those phases (the table then shows
 # the others as "-"); all of them by default (`make reliability`).
-PHASES = ("per_cell", "marked_failed", "scheduler", "triggerer", "api_server", "cloud")
+PHASES = ("per_cell", "marked_failed", "scheduler", "triggerer", "api_server", "store", "cloud")
+STORE_WAITED = "results store unreachable (retrying"  # core.py's warning while it waits
 
 
 def cell_id(machine: str, fault: str) -> str:
@@ -94,8 +98,11 @@ def cell_id(machine: str, fault: str) -> str:
 class Env:
     """Everything the module's runs share: paths, emulators, the stack."""
 
-    def __init__(self, tmp: Path, server: Any, tpu: Any, cluster: Cluster):
+    def __init__(
+        self, tmp: Path, server: Any, tpu: Any, cluster: Cluster, results_db: PostgresServer
+    ):
         self.tmp, self.server, self.tpu, self.cluster = tmp, server, tpu, cluster
+        self.results_db = results_db  # the results store's PostgreSQL, as deployed
         self.signals = tmp / "signals"
         self.ssh_root = tmp / "ssh-work"
         self.vm_root = tmp / "vm"
@@ -183,6 +190,7 @@ class Env:
 
     def component_env(self, gcloud_env: dict[str, str]) -> dict[str, str]:
         env = {
+            "ACCELMATRIX_RESULTS_URL": self.results_db.url("accelmatrix"),
             f"AIRFLOW_CONN_{SSH_CONN.upper()}": json.dumps(self.server.connection()),
             "ACCELMATRIX_GCLOUD_AUTH": "env",
             # A task whose process died without a word is failed after this long without a
@@ -201,8 +209,15 @@ def env(server, emulator, gcloud_env, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("faults")
     volume = tmp / "volume"
     volume.mkdir()
-    with Cluster(tmp / "cluster", ("default",), volumes={"accel-work": volume}) as cluster:
-        e = Env(tmp, server, emulator, cluster)
+    try:
+        results_db = PostgresServer(databases=("accelmatrix",))
+    except ServiceUnavailable as e:
+        missing("celery", f"the results store's PostgreSQL: {e}")
+    with (
+        results_db,
+        Cluster(tmp / "cluster", ("default",), volumes={"accel-work": volume}) as cluster,
+    ):
+        e = Env(tmp, server, emulator, cluster, results_db)
         suites = tmp / "suites"
         suites.mkdir()
         (suites / f"{DAG_ID}.yaml").write_text(yaml.safe_dump(e.suite(), sort_keys=False))
@@ -859,6 +874,11 @@ def test_fault_matrix(env: Env, tmp_path):
         outcomes += slow_phase(
             env, "faults_api_server_restart", API_SERVER_RESTART, restart_api_server, notes
         )
+    if "store" in phases:
+        store = slow_phase(env, "faults_store_down", STORE_DOWN, store_down, notes)
+        outcomes += store
+        if not any("collect" in o.retried for o in store):
+            notes.append(f"PROBLEM: {STORE_DOWN}: no collect met the outage")
     if "cloud" in phases:
         outcomes += slow_phase(env, "faults_cloud_api_down", CLOUD_API_DOWN, cloud_api_down, notes)
 
@@ -935,12 +955,16 @@ def slow_phase(env: Env, run_id: str, label: str, inject, notes: list[str]) -> l
         )
         marker = env.signals / f"{m}-slow.run"
         started = len(marker.read_text().split()) if marker.exists() else 0
-        attempts = 1 + ("run" in o.retried)
+        # A retried run starts the workload again, except where a double run is the fault's
+        # failure (the api-server row: no task may run twice).
+        attempts = 1 + ("run" in o.retried and label != API_SERVER_RESTART)
         if started != PODS.get(m, 1) * attempts:
             o.problems.append(
                 f"the workload started {started} times ({attempts} run attempt(s) of "
                 f"{PODS.get(m, 1)} process(es)): a double run"
             )
+        if label == STORE_DOWN:
+            judge_store_outage(env, run_id, o, tis.get(cid, {}))
         out.append(o)
     for cid, what in leaks.items():
         notes.append(f"PROBLEM: {label}: leak not attributed to a judged cell: {cid}: {what}")
@@ -991,6 +1015,41 @@ def restart_api_server(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
     return (
         f"api-server stopped (exit {code}) while {', '.join(sorted(set(running)))} ran, down 10 s"
     )
+
+
+def store_down(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
+    """The results store's PostgreSQL stopped (fast shutdown) as soon as the first run task
+    succeeded, so the collect tasks that follow meet it down; started again 30 s later."""
+    all_slow_running(env, machines)
+    (env.signals / "release").touch()
+    first = wait_for(
+        lambda: [
+            t["task_id"]
+            for t in env.stack.task_instances(DAG_ID, run_id)
+            if t["task_id"].endswith(".run") and t["state"] == "success"
+        ],
+        120,
+        "a run task that succeeded",
+        poll=0.2,
+    )
+    t = time.monotonic()
+    env.results_db.take_down()
+    try:
+        time.sleep(30)
+    finally:
+        env.results_db.bring_up()
+    return f"results PostgreSQL down {time.monotonic() - t:.0f} s from when {first[0]} succeeded"
+
+
+def judge_store_outage(env: Env, run_id: str, o: Outcome, tis: dict[str, dict[str, Any]]) -> None:
+    """Collect stored every row once (count_rows: none lost; here: none twice), and whether
+    this cell's collect met the outage (its log shows the store's wait) is in the table."""
+    if o.stored_rows is not None and o.expected_rows is not None:
+        if o.stored_rows > o.expected_rows:
+            o.problems.append(f"{o.stored_rows} metric rows stored, {o.expected_rows} printed")
+    collect = tis.get("collect")
+    if collect and STORE_WAITED in log_of(env, run_id, collect):
+        o.retried.append("collect")  # it waited for the store (one try, no Airflow retry)
 
 
 def cloud_api_down(env: Env, run_id: str, machines: tuple[str, ...]) -> str:

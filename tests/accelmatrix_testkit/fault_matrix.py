@@ -47,11 +47,13 @@ FAULTS: dict[str, str | None] = {
     "DAG run marked failed (REST) mid-run": None,
     "triggerer SIGKILLed while run is deferred, restarted 10 s later": None,
     "api-server restarted while tasks run": None,
+    "results store (PostgreSQL) down 30 s during collect": None,
     "cloud API unreachable 60 s mid-run (TPU + Kubernetes emulators down)": None,
 }
 RUN_MARKED_FAILED = "DAG run marked failed (REST) mid-run"
 TRIGGERER_KILLED = "triggerer SIGKILLed while run is deferred, restarted 10 s later"
 API_SERVER_RESTART = "api-server restarted while tasks run"
+STORE_DOWN = "results store (PostgreSQL) down 30 s during collect"
 CLOUD_API_DOWN = "cloud API unreachable 60 s mid-run (TPU + Kubernetes emulators down)"
 # Row -> the backends it does not apply to, and why (the table says "n/a").
 NOT_APPLICABLE: dict[str, tuple[tuple[str, ...], str]] = {
