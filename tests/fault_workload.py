@@ -13,7 +13,8 @@ the setup task, preempt the TPU node, mark the DAG run failed) and then:
   process meanwhile) on its first attempt and returns at once on the retry; else exit 0.
 * run: ``workload`` exits 3 (a test failure); ``timeout`` sleeps past the suite's timeout;
   ``preempt`` runs for SECONDS printing steps, ``slow`` until SIGNALS_DIR/release exists (at
-  most SECONDS); else a short successful run.
+  most SECONDS); ``diskfull`` leaves a 1 MiB artifact (out/big.bin) after a short run;
+  else a short successful run.
 
 Every metric line the run prints (``step N loss: X``) is counted in ``SIGNALS_DIR/<machine>-
 <fault>.steps`` (rewritten after each line, by the latest attempt): the test compares it with
@@ -68,6 +69,10 @@ def main(argv: list[str]) -> int:
         step(1, 0.5)
         time.sleep(600)
         return 0
+    if fault == "diskfull":
+        out = Path("out")
+        out.mkdir(exist_ok=True)
+        (out / "big.bin").write_bytes(os.urandom(1 << 20))
     steps = max(1, int(seconds))
     for i in range(steps):
         step(i + 1, 1.0 / (i + 2))

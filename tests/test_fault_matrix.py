@@ -65,6 +65,7 @@ from accelmatrix_testkit.fault_matrix import (
 )
 from accelmatrix_testkit.k8s_emulator import Cluster
 from accelmatrix_testkit.services import PostgresServer, ServiceUnavailable
+from accelmatrix_testkit.small_disk import mount_tmpfs, unmount
 
 pytest_plugins = ["tpu_env"]
 # Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.
@@ -79,6 +80,7 @@ PER_CELL = [f for f in FAULTS.values() if f]
 # the first slow workload must still run when the last one starts. Idle time, not CPU.
 WORKLOAD_TIMEOUT = 150
 SCHEDULER_RESTART = "scheduler stopped + restarted mid-run"
+DISK_FULL_SIZE = "256k"  # the diskfull cells' artifacts dirs (tmpfs); the artifact is 1 MiB
 LOSS_RE = r"^step \d+ loss: ([0-9.]+)$"
 # The backends behind a cloud API (the TPU and Kubernetes emulators).
 CLOUD = ("tpu", "k8s", "jobset")
@@ -179,6 +181,7 @@ class Env:
                 "run": [*cmd, "run", "${axis.fault}", str(self.signals)],
                 "timeout": WORKLOAD_TIMEOUT,
                 "setup_timeout": 90,
+                "artifacts": ["out/**"],
                 # Every "step N loss: X" line is a metric row: the table's "rows lost" is
                 # the workload's count of them against the rows the store holds.
                 "metrics": [
@@ -245,6 +248,10 @@ def env(server, emulator, gcloud_env, tmp_path_factory):
                 e.stack = None
             k8s_hook.forget()
         _kill_fault_processes()
+        for line in Path("/proc/mounts").read_text().splitlines():  # a diskfull tmpfs left
+            target = line.split()[1]
+            if target.startswith(str(tmp)):
+                unmount(Path(target))
 
 
 def _kill_fault_processes() -> list[str]:
@@ -489,6 +496,8 @@ EXPECT: dict[str, tuple[set[str], str, str, str]] = {
     "kill": ({"passed"}, "setup", "setup ok (a retry)", "last"),
     # Retried on a replacement node (retries: 1): the retry passes.
     "preempt": ({"passed"}, "run", "PREEMPTED", "first"),
+    # Infrastructure (this host's disk), retried by Airflow, failing again.
+    "diskfull": ({"infra_failed"}, "collect", "artifacts disk full: no space left in", "last"),
     "slow": ({"passed"}, "run", "Finished training run", "last"),
 }
 # (machine, fault) -> the same, where a backend answers a fault in its own way.
@@ -500,6 +509,7 @@ EXPECT_ON: dict[tuple[str, str], tuple[set[str], str, str, str]] = {
 # Faults a (machine, fault) pair answers without an Airflow retry of the failing step.
 NOT_RETRIED = {("jobset", "preempt")}
 FAILED_STEP_STATE = {
+    "diskfull": "failed",
     "workload": "failed",
     "setup": "failed",
     "provision": "failed",
@@ -552,6 +562,12 @@ def judge_cell(
                 o.problems.append(f"cell passed but its {s} task is {t['state']}")
     elif "evaluate" in tis and tis["evaluate"]["state"] == "success":
         o.problems.append("cell did not pass but its evaluate task succeeded")
+    if fault == "diskfull":
+        art = settings.cell_artifacts_dir(DAG_ID, run_id, cid)
+        if str(art) not in (row.get("message") or ""):
+            o.problems.append(f"the cell's message does not name {art}: {row.get('message')}")
+        if "collect" not in o.retried:
+            o.problems.append("collect (an infrastructure failure) was not retried")
     if fault == "workload" and row.get("exit_code") != 3:
         o.problems.append(f"exit code {row.get('exit_code')} recorded (the workload exited 3)")
     if (
@@ -704,6 +720,13 @@ def test_fault_matrix(env: Env, tmp_path):
         run_id = "faults_per_cell"
         for m in ("local", "ssh", "k8s", "jobset"):
             block_artifacts(run_id, m)
+        small = [
+            settings.cell_artifacts_dir(DAG_ID, run_id, cell_id(m, "diskfull")) for m in MACHINES
+        ]
+        for d in small:
+            why = mount_tmpfs(d, DISK_FULL_SIZE)
+            if why is not None:
+                notes.append(f"PROBLEM: cannot mount a {DISK_FULL_SIZE} tmpfs on {d}: {why}")
         node = tpu_names.node_name(DAG_ID, run_id, cell_id("tpu", "provision"))
         env.tpu.set_faults(fail_create_nodes=[node])
         stop = threading.Event()
@@ -771,6 +794,8 @@ def test_fault_matrix(env: Env, tmp_path):
         for cid, what in leaks.items():
             notes.append(f"PROBLEM: leak not attributed to a judged cell: {cid}: {what}")
         env.tpu.set_faults(fail_create_nodes=[])
+        for d in small:
+            unmount(d)
 
         for f in env.signals.iterdir():
             f.unlink()
@@ -880,7 +905,10 @@ def test_fault_matrix(env: Env, tmp_path):
         if not any("collect" in o.retried for o in store):
             notes.append(f"PROBLEM: {STORE_DOWN}: no collect met the outage")
     if "cloud" in phases:
-        outcomes += slow_phase(env, "faults_cloud_api_down", CLOUD_API_DOWN, cloud_api_down, notes)
+        cloud = slow_phase(env, "faults_cloud_api_down", CLOUD_API_DOWN, cloud_api_down, notes)
+        outcomes += cloud
+        if not any("API polls" in o.retried for o in cloud):
+            notes.append(f"PROBLEM: {CLOUD_API_DOWN}: no poll met the outage")
 
     table = render_table(outcomes)
     text = f"{table}\n\n{details(outcomes)}\n\n" + "\n".join(notes)
@@ -965,6 +993,8 @@ def slow_phase(env: Env, run_id: str, label: str, inject, notes: list[str]) -> l
             )
         if label == STORE_DOWN:
             judge_store_outage(env, run_id, o, tis.get(cid, {}))
+        if label == CLOUD_API_DOWN and polls_waited(env, run_id, m):
+            o.retried.append("API polls")  # they met the outage and went on
         out.append(o)
     for cid, what in leaks.items():
         notes.append(f"PROBLEM: {label}: leak not attributed to a judged cell: {cid}: {what}")
@@ -979,13 +1009,20 @@ def kill_triggerer(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
     deferred tasks' triggers from the database and follows them from their saved state."""
     all_slow_running(env, machines)
     deferred = wait_for(
-        lambda: [
-            t
-            for t in env.stack.task_instances(DAG_ID, run_id)
-            if t["task_id"].endswith(".run") and t["state"] == "deferred"
-        ],
+        lambda: (
+            d
+            if len(
+                d := [
+                    t
+                    for t in env.stack.task_instances(DAG_ID, run_id)
+                    if t["task_id"].endswith(".run") and t["state"] == "deferred"
+                ]
+            )
+            == len(machines)
+            else None
+        ),
         60,
-        "a deferred run task",
+        "every run task deferred",
     )
     pid = env.stack.procs["triggerer"].pid
     code = env.stack.stop_component("triggerer", sig=signal.SIGKILL, grace=5)
@@ -1050,6 +1087,19 @@ def judge_store_outage(env: Env, run_id: str, o: Outcome, tis: dict[str, dict[st
     collect = tis.get("collect")
     if collect and STORE_WAITED in log_of(env, run_id, collect):
         o.retried.append("collect")  # it waited for the store (one try, no Airflow retry)
+
+
+# What a poll that met the cloud outage logs (backends/kubernetes/unreachable.py, the TPU
+# backend's node check), in the run task's trigger log.
+POLL_WAITED = ("cannot reach the Kubernetes API", "could not check TPU node")
+
+
+def polls_waited(env: Env, run_id: str, machine: str) -> bool:
+    folder = env.stack.logs_dir / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={machine}.run"
+    return any(
+        any(w in f.read_text(errors="replace") for w in POLL_WAITED)
+        for f in folder.glob("map_index=*/attempt=*.log*")
+    )
 
 
 def cloud_api_down(env: Env, run_id: str, machines: tuple[str, ...]) -> str:

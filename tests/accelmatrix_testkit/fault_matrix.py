@@ -43,6 +43,8 @@ FAULTS: dict[str, str | None] = {
     "setup task SIGKILLed mid-setup": "kill",
     # tpu-vm: the node is preempted; k8s-jobset: the leader pod's node (DisruptionTarget).
     "node preempted mid-run": "preempt",
+    # The cell's artifacts dir is a 256 KiB tmpfs; the workload leaves a 1 MiB artifact.
+    "artifacts disk full (256 KiB tmpfs) at collect": "diskfull",
     "scheduler stopped + restarted mid-run": None,
     "DAG run marked failed (REST) mid-run": None,
     "triggerer SIGKILLed while run is deferred, restarted 10 s later": None,
