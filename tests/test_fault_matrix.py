@@ -15,9 +15,21 @@ the cell's fault says.
   REST API; the run step cannot be SIGKILLed honestly: it defers, no task process runs
   while the workload does), and the TPU node is preempted while the workload runs (on the
   JobSet: its leader pod is disrupted like a node preemption, and the JobSet restarts).
+  A sixth per-cell fault: the cell's artifacts dir is a 256 KiB tmpfs and the workload
+  leaves a 1 MiB artifact (collect fails as infrastructure, naming the dir).
 * Then one run per run-level fault, over one slow cell per backend: the scheduler stopped
   and started again while the workloads run; the DAG run marked failed through
-  ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` while they run.
+  ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` while they run; the triggerer SIGKILLed
+  with every run task deferred and started 10 s later; the api-server stopped while the
+  cells' first tasks run and started 10 s later; the results store's PostgreSQL stopped for
+  30 s from the first run task's success (the collects meet it); the TPU and Kubernetes
+  APIs unreachable for 60 s mid-run (tpu-vm, k8s-job, k8s-jobset only).
+
+The results store is a PostgreSQL of its own (as docker-compose deploys it); the Airflow
+metadata DB is SQLite under LocalExecutor. Every entry also counts metric rows: the
+workload's own count of the ``step N loss`` lines it printed against the rows the store
+holds for the cell ("rows lost"). ACCELMATRIX_FAULT_PHASES=triggerer,cloud runs only
+those phases (see PHASES).
 
 After each run, per cell: nothing left (every backend's ``list_managed()``, the emulators'
 own state, work dirs, workload processes), exactly one results row whose state agrees with
@@ -68,7 +80,7 @@ from accelmatrix_testkit.services import PostgresServer, ServiceUnavailable
 from accelmatrix_testkit.small_disk import mount_tmpfs, unmount
 
 pytest_plugins = ["tpu_env"]
-# Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.
+# Not in `make test` (CI): about 25 min on 2 loaded cores. `make reliability` runs it.
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 ROOT = Path(__file__).resolve().parents[1]
