@@ -13,7 +13,12 @@ the setup task, preempt the TPU node, mark the DAG run failed) and then:
   process meanwhile) on its first attempt and returns at once on the retry; else exit 0.
 * run: ``workload`` exits 3 (a test failure); ``timeout`` sleeps past the suite's timeout;
   ``preempt`` runs for SECONDS printing steps, ``slow`` until SIGNALS_DIR/release exists (at
-  most SECONDS); else a short successful run.
+  most SECONDS); ``diskfull`` leaves a 1 MiB artifact (out/big.bin) after a short run;
+  else a short successful run.
+
+Every metric line the run prints (``step N loss: X``) is counted in ``SIGNALS_DIR/<machine>-
+<fault>.steps`` (rewritten after each line, by the latest attempt): the test compares it with
+the metric rows the results store holds for the cell (the table's "rows lost").
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ def main(argv: list[str]) -> int:
     with open(marker, "a") as f:
         f.write(f"{os.getpid()}\n")
     say = lambda text: print(text, flush=True)  # noqa: E731
+    counted = signals / f"{machine}-{fault}.steps"
+
+    def step(i: int, loss: float) -> None:
+        say(f"step {i} loss: {loss:.3f}")
+        if phase == "run":
+            counted.write_text(f"{i}\n")
+
     if phase == "setup":
         if fault == "setup":
             say("setup: injected failure: dependency 'libfault' not found")
@@ -50,16 +62,20 @@ def main(argv: list[str]) -> int:
         say("setup ok" + ("" if first else " (a retry)"))
         return 0
     if fault == "workload":
-        say("step 1 loss: 0.5")
+        step(1, 0.5)
         say("workload: injected failure: loss became NaN")
         return 3
     if fault == "timeout":
-        say("step 1 loss: 0.5")
+        step(1, 0.5)
         time.sleep(600)
         return 0
+    if fault == "diskfull":
+        out = Path("out")
+        out.mkdir(exist_ok=True)
+        (out / "big.bin").write_bytes(os.urandom(1 << 20))
     steps = max(1, int(seconds))
     for i in range(steps):
-        say(f"step {i + 1} loss: {1.0 / (i + 2):.3f}")
+        step(i + 1, 1.0 / (i + 2))
         if fault == "slow" and (signals / "release").exists():
             break
         if seconds:

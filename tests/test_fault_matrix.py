@@ -15,9 +15,21 @@ the cell's fault says.
   REST API; the run step cannot be SIGKILLed honestly: it defers, no task process runs
   while the workload does), and the TPU node is preempted while the workload runs (on the
   JobSet: its leader pod is disrupted like a node preemption, and the JobSet restarts).
+  A sixth per-cell fault: the cell's artifacts dir is a 256 KiB tmpfs and the workload
+  leaves a 1 MiB artifact (collect fails as infrastructure, naming the dir).
 * Then one run per run-level fault, over one slow cell per backend: the scheduler stopped
   and started again while the workloads run; the DAG run marked failed through
-  ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` while they run.
+  ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` while they run; the triggerer SIGKILLed
+  with every run task deferred and started 10 s later; the api-server stopped while the
+  cells' first tasks run and started 10 s later; the results store's PostgreSQL stopped for
+  30 s from the first run task's success (the collects meet it); the TPU and Kubernetes
+  APIs unreachable for 60 s mid-run (tpu-vm, k8s-job, k8s-jobset only).
+
+The results store is a PostgreSQL of its own (as docker-compose deploys it); the Airflow
+metadata DB is SQLite under LocalExecutor. Every entry also counts metric rows: the
+workload's own count of the ``step N loss`` lines it printed against the rows the store
+holds for the cell ("rows lost"). ACCELMATRIX_FAULT_PHASES=triggerer,cloud runs only
+those phases (see PHASES).
 
 After each run, per cell: nothing left (every backend's ``list_managed()``, the emulators'
 own state, work dirs, workload processes), exactly one results row whose state agrees with
@@ -40,6 +52,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from needs import missing
 
 from accelmatrix import settings
 from accelmatrix.backends import tpu_names
@@ -47,9 +60,14 @@ from accelmatrix.backends.registry import get_backend
 from accelmatrix.lifecycle import EARLIER_FAILURES
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.fault_matrix import (
+    API_SERVER_RESTART,
+    CLOUD_API_DOWN,
     FAULTS,
     MACHINES,
+    NOT_APPLICABLE,
     RUN_MARKED_FAILED,
+    STORE_DOWN,
+    TRIGGERER_KILLED,
     Outcome,
     details,
     leftover_dirs,
@@ -58,9 +76,11 @@ from accelmatrix_testkit.fault_matrix import (
     write_table,
 )
 from accelmatrix_testkit.k8s_emulator import Cluster
+from accelmatrix_testkit.services import PostgresServer, ServiceUnavailable
+from accelmatrix_testkit.small_disk import mount_tmpfs, unmount
 
 pytest_plugins = ["tpu_env"]
-# Not in `make test` (CI): 11-16 min on 2 loaded cores. `make reliability` runs it.
+# Not in `make test` (CI): about 25 min on 2 loaded cores. `make reliability` runs it.
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +92,16 @@ PER_CELL = [f for f in FAULTS.values() if f]
 # the first slow workload must still run when the last one starts. Idle time, not CPU.
 WORKLOAD_TIMEOUT = 150
 SCHEDULER_RESTART = "scheduler stopped + restarted mid-run"
+DISK_FULL_SIZE = "256k"  # the diskfull cells' artifacts dirs (tmpfs); the artifact is 1 MiB
+LOSS_RE = r"^step \d+ loss: ([0-9.]+)$"
+# The backends behind a cloud API (the TPU and Kubernetes emulators).
+CLOUD = ("tpu", "k8s", "jobset")
+# Workload processes of one attempt of a cell's run (a JobSet cell runs one per pod).
+PODS = {"jobset": 2}
+# ACCELMATRIX_FAULT_PHASES=triggerer,cloud runs only those phases (the table then shows
+# the others as "-"); all of them by default (`make reliability`).
+PHASES = ("per_cell", "marked_failed", "scheduler", "triggerer", "api_server", "store", "cloud")
+STORE_WAITED = "results store unreachable (retrying"  # core.py's warning while it waits
 
 
 def cell_id(machine: str, fault: str) -> str:
@@ -82,8 +112,11 @@ def cell_id(machine: str, fault: str) -> str:
 class Env:
     """Everything the module's runs share: paths, emulators, the stack."""
 
-    def __init__(self, tmp: Path, server: Any, tpu: Any, cluster: Cluster):
+    def __init__(
+        self, tmp: Path, server: Any, tpu: Any, cluster: Cluster, results_db: PostgresServer
+    ):
         self.tmp, self.server, self.tpu, self.cluster = tmp, server, tpu, cluster
+        self.results_db = results_db  # the results store's PostgreSQL, as deployed
         self.signals = tmp / "signals"
         self.ssh_root = tmp / "ssh-work"
         self.vm_root = tmp / "vm"
@@ -160,12 +193,19 @@ class Env:
                 "run": [*cmd, "run", "${axis.fault}", str(self.signals)],
                 "timeout": WORKLOAD_TIMEOUT,
                 "setup_timeout": 90,
+                "artifacts": ["out/**"],
+                # Every "step N loss: X" line is a metric row: the table's "rows lost" is
+                # the workload's count of them against the rows the store holds.
+                "metrics": [
+                    {"type": "log_regex", "name": "loss", "pattern": LOSS_RE, "series": True}
+                ],
             },
             "checks": [{"type": "log_contains", "pattern": "Finished training run"}],
         }
 
     def component_env(self, gcloud_env: dict[str, str]) -> dict[str, str]:
         env = {
+            "ACCELMATRIX_RESULTS_URL": self.results_db.url("accelmatrix"),
             f"AIRFLOW_CONN_{SSH_CONN.upper()}": json.dumps(self.server.connection()),
             "ACCELMATRIX_GCLOUD_AUTH": "env",
             # A task whose process died without a word is failed after this long without a
@@ -184,8 +224,15 @@ def env(server, emulator, gcloud_env, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("faults")
     volume = tmp / "volume"
     volume.mkdir()
-    with Cluster(tmp / "cluster", ("default",), volumes={"accel-work": volume}) as cluster:
-        e = Env(tmp, server, emulator, cluster)
+    try:
+        results_db = PostgresServer(databases=("accelmatrix",))
+    except ServiceUnavailable as e:
+        missing("celery", f"the results store's PostgreSQL: {e}")
+    with (
+        results_db,
+        Cluster(tmp / "cluster", ("default",), volumes={"accel-work": volume}) as cluster,
+    ):
+        e = Env(tmp, server, emulator, cluster, results_db)
         suites = tmp / "suites"
         suites.mkdir()
         (suites / f"{DAG_ID}.yaml").write_text(yaml.safe_dump(e.suite(), sort_keys=False))
@@ -213,6 +260,10 @@ def env(server, emulator, gcloud_env, tmp_path_factory):
                 e.stack = None
             k8s_hook.forget()
         _kill_fault_processes()
+        for line in Path("/proc/mounts").read_text().splitlines():  # a diskfull tmpfs left
+            target = line.split()[1]
+            if target.startswith(str(tmp)):
+                unmount(Path(target))
 
 
 def _kill_fault_processes() -> list[str]:
@@ -367,6 +418,26 @@ def settled_census(env: Env, run_id: str, grace: float = 20) -> dict[str, list[s
     return leaks
 
 
+def count_rows(env: Env, run_id: str, o: Outcome, machine: str, fault: str) -> None:
+    """The metric rows the workload printed (its own count, by its last attempt) against the
+    ones the results store holds for the cell; a lost row is a problem of the cell."""
+    from accelmatrix.results.store import ResultsStore
+
+    counted = env.signals / f"{machine}-{fault}.steps"
+    o.expected_rows = int(counted.read_text().split()[0]) if counted.exists() else 0
+    store = ResultsStore(settings.results_url())
+    try:
+        rows = store.get_metrics(DAG_ID, run_id, cell_id(machine, fault))
+    finally:
+        store.close()
+    o.stored_rows = len([r for r in rows if r["name"] == "loss"])
+    if o.rows_lost:
+        o.problems.append(
+            f"{o.rows_lost} of the {o.expected_rows} metric rows the workload printed are "
+            f"not in the results store ({o.stored_rows} stored)"
+        )
+
+
 def store_cells(env: Env, run_id: str) -> list[dict[str, Any]]:
     from accelmatrix.results.store import ResultsStore
 
@@ -437,6 +508,8 @@ EXPECT: dict[str, tuple[set[str], str, str, str]] = {
     "kill": ({"passed"}, "setup", "setup ok (a retry)", "last"),
     # Retried on a replacement node (retries: 1): the retry passes.
     "preempt": ({"passed"}, "run", "PREEMPTED", "first"),
+    # Infrastructure (this host's disk), retried by Airflow, failing again.
+    "diskfull": ({"infra_failed"}, "collect", "artifacts disk full: no space left in", "last"),
     "slow": ({"passed"}, "run", "Finished training run", "last"),
 }
 # (machine, fault) -> the same, where a backend answers a fault in its own way.
@@ -448,6 +521,7 @@ EXPECT_ON: dict[tuple[str, str], tuple[set[str], str, str, str]] = {
 # Faults a (machine, fault) pair answers without an Airflow retry of the failing step.
 NOT_RETRIED = {("jobset", "preempt")}
 FAILED_STEP_STATE = {
+    "diskfull": "failed",
     "workload": "failed",
     "setup": "failed",
     "provision": "failed",
@@ -468,6 +542,7 @@ def judge_cell(
 ) -> Outcome:
     cid = cell_id(machine, fault)
     o = Outcome(row_label, MACHINES[machine], leaks=list(leaks))
+    count_rows(env, run_id, o, machine, fault)
     mine = [r for r in rows if r["cell_id"] == cid]
     if len(mine) != 1:
         o.problems.append(f"{len(mine)} results rows for {cid} (expected exactly 1)")
@@ -499,6 +574,12 @@ def judge_cell(
                 o.problems.append(f"cell passed but its {s} task is {t['state']}")
     elif "evaluate" in tis and tis["evaluate"]["state"] == "success":
         o.problems.append("cell did not pass but its evaluate task succeeded")
+    if fault == "diskfull":
+        art = settings.cell_artifacts_dir(DAG_ID, run_id, cid)
+        if str(art) not in (row.get("message") or ""):
+            o.problems.append(f"the cell's message does not name {art}: {row.get('message')}")
+        if "collect" not in o.retried:
+            o.problems.append("collect (an infrastructure failure) was not retried")
     if fault == "workload" and row.get("exit_code") != 3:
         o.problems.append(f"exit code {row.get('exit_code')} recorded (the workload exited 3)")
     if (
@@ -641,159 +722,205 @@ def test_fault_matrix(env: Env, tmp_path):
     outcomes: list[Outcome] = []
     notes: list[str] = []
     t0 = time.monotonic()
-
-    # 1. Every per-cell fault on every backend, in one DAG run.
-    run_id = "faults_per_cell"
-    for m in ("local", "ssh", "k8s", "jobset"):
-        block_artifacts(run_id, m)
-    node = tpu_names.node_name(DAG_ID, run_id, cell_id("tpu", "provision"))
-    env.tpu.set_faults(fail_create_nodes=[node])
-    stop = threading.Event()
-    injected: list[str] = []
-    threads = [
-        threading.Thread(target=kill_setup_tasks, args=(env, run_id, injected, stop), daemon=True),
-        threading.Thread(target=preempt_tpu, args=(env, run_id, injected, stop), daemon=True),
-        threading.Thread(
-            target=preempt_jobset_pod, args=(env, run_id, injected, stop), daemon=True
-        ),
+    phases = [
+        p for p in os.environ.get("ACCELMATRIX_FAULT_PHASES", ",".join(PHASES)).split(",") if p
     ]
-    trigger(env, run_id, [f"*,fault={f}" for f in PER_CELL])
-    for t in threads:
-        t.start()
-    try:
-        state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
-    except TimeoutError as e:  # judge what there is; name what never finished
-        state = "unfinished"
-        notes.append(f"PROBLEM: {e}")
-        notes += unfinished(env, run_id)
-    finally:
-        stop.set()
-    notes.append(
-        f"per-cell run: {state} in {time.monotonic() - t0:.0f} s; injected: " + "; ".join(injected)
-    )
-    leaks = settled_census(env, run_id)
-    rows, tis, raced = (
-        store_cells(env, run_id),
-        tis_by_cell(env, run_id),
-        stack.stale_success_failures(),
-    )
-    for label, fault in FAULTS.items():
-        if fault is None:
-            continue
-        for m, backend in MACHINES.items():
-            if fault == "preempt" and m not in ("tpu", "jobset"):
-                outcomes.append(Outcome(label, backend, applicable=False))
+    assert set(phases) <= set(PHASES), f"ACCELMATRIX_FAULT_PHASES: phases of {PHASES}"
+
+    if "per_cell" in phases:
+        # 1. Every per-cell fault on every backend, in one DAG run.
+        run_id = "faults_per_cell"
+        for m in ("local", "ssh", "k8s", "jobset"):
+            block_artifacts(run_id, m)
+        small = [
+            settings.cell_artifacts_dir(DAG_ID, run_id, cell_id(m, "diskfull")) for m in MACHINES
+        ]
+        for d in small:
+            why = mount_tmpfs(d, DISK_FULL_SIZE)
+            if why is not None:
+                notes.append(f"PROBLEM: cannot mount a {DISK_FULL_SIZE} tmpfs on {d}: {why}")
+        node = tpu_names.node_name(DAG_ID, run_id, cell_id("tpu", "provision"))
+        env.tpu.set_faults(fail_create_nodes=[node])
+        stop = threading.Event()
+        injected: list[str] = []
+        threads = [
+            threading.Thread(
+                target=kill_setup_tasks, args=(env, run_id, injected, stop), daemon=True
+            ),
+            threading.Thread(target=preempt_tpu, args=(env, run_id, injected, stop), daemon=True),
+            threading.Thread(
+                target=preempt_jobset_pod, args=(env, run_id, injected, stop), daemon=True
+            ),
+        ]
+        trigger(env, run_id, [f"*,fault={f}" for f in PER_CELL])
+        for t in threads:
+            t.start()
+        try:
+            state = stack.wait_for_run(DAG_ID, run_id, timeout=900)
+        except TimeoutError as e:  # judge what there is; name what never finished
+            state = "unfinished"
+            notes.append(f"PROBLEM: {e}")
+            notes += unfinished(env, run_id)
+        finally:
+            stop.set()
+        notes.append(
+            f"per-cell run: {state} in {time.monotonic() - t0:.0f} s; injected: "
+            + "; ".join(injected)
+        )
+        leaks = settled_census(env, run_id)
+        rows, tis, raced = (
+            store_cells(env, run_id),
+            tis_by_cell(env, run_id),
+            stack.stale_success_failures(),
+        )
+        for label, fault in FAULTS.items():
+            if fault is None:
                 continue
-            cid = cell_id(m, fault)
+            for m, backend in MACHINES.items():
+                if fault == "preempt" and m not in ("tpu", "jobset"):
+                    outcomes.append(Outcome(label, backend, applicable=False))
+                    continue
+                cid = cell_id(m, fault)
+                outcomes.append(
+                    judge_cell(
+                        env,
+                        run_id,
+                        label,
+                        m,
+                        fault,
+                        rows,
+                        tis.get(cid, {}),
+                        leaks.pop(cid, []),
+                        raced,
+                    )
+                )
+        if state != "failed":
+            notes.append(f"PROBLEM: the per-cell run ended {state}; failed cells must fail it")
+        for m in MACHINES:  # a fault that was never injected proves nothing
+            if not any(i.startswith(f"{m}: SIGKILL") for i in injected):
+                notes.append(f"PROBLEM: the {m} kill cell's setup task was never SIGKILLed")
+        if not any(i.startswith("preempted") for i in injected):
+            notes.append("PROBLEM: the TPU node was never preempted")
+        if not any(i.startswith("disrupted JobSet") for i in injected):
+            notes.append("PROBLEM: the JobSet leader pod was never disrupted")
+        for cid, what in leaks.items():
+            notes.append(f"PROBLEM: leak not attributed to a judged cell: {cid}: {what}")
+        env.tpu.set_faults(fail_create_nodes=[])
+        for d in small:
+            unmount(d)
+
+        for f in env.signals.iterdir():
+            f.unlink()
+
+    if "marked_failed" in phases:
+        # 2. One slow cell per backend; the DAG run marked failed through the REST API while
+        #    their workloads run.
+        t1 = time.monotonic()
+        failed_run = trigger(env, "faults_run_marked_failed", ["*,fault=slow"])
+        all_slow_running(env)
+        stack.api("PATCH", f"dags/{DAG_ID}/dagRuns/{failed_run}", json={"state": "failed"})
+        # Not released: the workloads would run on for 40 s unless stopped. The gate (a
+        # teardown) settles the cut-short cells after every cell's teardown.
+        gate = wait_for(
+            lambda: next(
+                (
+                    t
+                    for t in stack.task_instances(DAG_ID, failed_run)
+                    if t["task_id"] == "gate" and t["state"] in ("success", "failed")
+                ),
+                None,
+            ),
+            90,
+            "the gate of the run marked failed",
+            poll=1,
+        )
+        leaks = settled_census(env, failed_run, grace=10)
+        rows, tis = store_cells(env, failed_run), tis_by_cell(env, failed_run)
+        # The scheduler settles the run's state in its loop after the gate (a teardown with
+        # on_failure_fail_dagrun) ended: wait for that, do not read it the same second.
+        try:
+            run_state = stack.wait_for_run(DAG_ID, failed_run, timeout=60)
+        except TimeoutError:
+            run_state = stack.get_run(DAG_ID, failed_run)["state"]
+        notes.append(
+            f"run marked failed: {run_state}, gate {gate['state']}, checked "
+            f"{time.monotonic() - t1:.0f} s after its trigger"
+        )
+        if run_state != "failed":
+            notes.append(f"PROBLEM: the run marked failed ended {run_state}")
+        for m, backend in MACHINES.items():
+            cid = cell_id(m, "slow")
+            o = Outcome(RUN_MARKED_FAILED, backend, leaks=leaks.pop(cid, []))
+            mine = [r for r in rows if r["cell_id"] == cid]
+            o.state = mine[0]["state"] if len(mine) == 1 else f"{len(mine)} rows"
+            o.retried = retried_steps(env, failed_run, tis.get(cid, {}))
+            if len(mine) != 1:
+                o.problems.append(f"{len(mine)} results rows")
+            elif o.state != "cancelled":
+                o.problems.append(f"cell {o.state!r} in the results store (expected cancelled)")
+            steps = {s: t["state"] for s, t in sorted(tis.get(cid, {}).items())}
+            notes.append(f"  {backend}: task states {steps}")
+            outcomes.append(o)
+        cleaned = cleanup(env, failed_run)
+        if cleaned:
+            notes.append("cleaned up after the run marked failed: " + "; ".join(cleaned))
+        for f in env.signals.iterdir():
+            f.unlink()
+
+    if "scheduler" in phases:
+        # 3. The scheduler stopped and started again while one slow cell per backend runs.
+        t2 = time.monotonic()
+        run_id = trigger(env, "faults_scheduler_restart", ["*,fault=slow"])
+        all_slow_running(env)
+        code = stack.stop_component("scheduler")
+        time.sleep(5)
+        stack.start_component("scheduler")
+        (env.signals / "release").touch()
+        state = stack.wait_for_run(DAG_ID, run_id, timeout=240)
+        notes.append(
+            f"scheduler-restart run: {state} in {time.monotonic() - t2:.0f} s (scheduler exited "
+            f"{code} on SIGTERM, down 5 s)"
+        )
+        leaks = settled_census(env, run_id)
+        rows, tis, raced = (
+            store_cells(env, run_id),
+            tis_by_cell(env, run_id),
+            stack.stale_success_failures(),
+        )
+        for m in MACHINES:
+            cid = cell_id(m, "slow")
             outcomes.append(
                 judge_cell(
-                    env, run_id, label, m, fault, rows, tis.get(cid, {}), leaks.pop(cid, []), raced
+                    env,
+                    run_id,
+                    SCHEDULER_RESTART,
+                    m,
+                    "slow",
+                    rows,
+                    tis.get(cid, {}),
+                    leaks.pop(cid, []),
+                    raced,
                 )
             )
-    if state != "failed":
-        notes.append(f"PROBLEM: the per-cell run ended {state}; failed cells must fail it")
-    for m in MACHINES:  # a fault that was never injected proves nothing
-        if not any(i.startswith(f"{m}: SIGKILL") for i in injected):
-            notes.append(f"PROBLEM: the {m} kill cell's setup task was never SIGKILLed")
-    if not any(i.startswith("preempted") for i in injected):
-        notes.append("PROBLEM: the TPU node was never preempted")
-    if not any(i.startswith("disrupted JobSet") for i in injected):
-        notes.append("PROBLEM: the JobSet leader pod was never disrupted")
-    for cid, what in leaks.items():
-        notes.append(f"PROBLEM: leak not attributed to a judged cell: {cid}: {what}")
-    env.tpu.set_faults(fail_create_nodes=[])
 
-    for f in env.signals.iterdir():
-        f.unlink()
-
-    # 2. One slow cell per backend; the DAG run marked failed through the REST API while
-    #    their workloads run.
-    t1 = time.monotonic()
-    failed_run = trigger(env, "faults_run_marked_failed", ["*,fault=slow"])
-    all_slow_running(env)
-    stack.api("PATCH", f"dags/{DAG_ID}/dagRuns/{failed_run}", json={"state": "failed"})
-    # Not released: the workloads would run on for 40 s unless stopped. The gate (a
-    # teardown) settles the cut-short cells after every cell's teardown.
-    gate = wait_for(
-        lambda: next(
-            (
-                t
-                for t in stack.task_instances(DAG_ID, failed_run)
-                if t["task_id"] == "gate" and t["state"] in ("success", "failed")
-            ),
-            None,
-        ),
-        90,
-        "the gate of the run marked failed",
-        poll=1,
-    )
-    leaks = settled_census(env, failed_run, grace=10)
-    rows, tis = store_cells(env, failed_run), tis_by_cell(env, failed_run)
-    # The scheduler settles the run's state in its loop after the gate (a teardown with
-    # on_failure_fail_dagrun) ended: wait for that, do not read it the same second.
-    try:
-        run_state = stack.wait_for_run(DAG_ID, failed_run, timeout=60)
-    except TimeoutError:
-        run_state = stack.get_run(DAG_ID, failed_run)["state"]
-    notes.append(
-        f"run marked failed: {run_state}, gate {gate['state']}, checked "
-        f"{time.monotonic() - t1:.0f} s after its trigger"
-    )
-    if run_state != "failed":
-        notes.append(f"PROBLEM: the run marked failed ended {run_state}")
-    for m, backend in MACHINES.items():
-        cid = cell_id(m, "slow")
-        o = Outcome(RUN_MARKED_FAILED, backend, leaks=leaks.pop(cid, []))
-        mine = [r for r in rows if r["cell_id"] == cid]
-        o.state = mine[0]["state"] if len(mine) == 1 else f"{len(mine)} rows"
-        o.retried = retried_steps(env, failed_run, tis.get(cid, {}))
-        if len(mine) != 1:
-            o.problems.append(f"{len(mine)} results rows")
-        elif o.state != "cancelled":
-            o.problems.append(f"cell {o.state!r} in the results store (expected cancelled)")
-        steps = {s: t["state"] for s, t in sorted(tis.get(cid, {}).items())}
-        notes.append(f"  {backend}: task states {steps}")
-        outcomes.append(o)
-    cleaned = cleanup(env, failed_run)
-    if cleaned:
-        notes.append("cleaned up after the run marked failed: " + "; ".join(cleaned))
-    for f in env.signals.iterdir():
-        f.unlink()
-
-    # 3. The scheduler stopped and started again while one slow cell per backend runs.
-    t2 = time.monotonic()
-    run_id = trigger(env, "faults_scheduler_restart", ["*,fault=slow"])
-    all_slow_running(env)
-    code = stack.stop_component("scheduler")
-    time.sleep(5)
-    stack.start_component("scheduler")
-    (env.signals / "release").touch()
-    state = stack.wait_for_run(DAG_ID, run_id, timeout=240)
-    notes.append(
-        f"scheduler-restart run: {state} in {time.monotonic() - t2:.0f} s (scheduler exited "
-        f"{code} on SIGTERM, down 5 s)"
-    )
-    leaks = settled_census(env, run_id)
-    rows, tis, raced = (
-        store_cells(env, run_id),
-        tis_by_cell(env, run_id),
-        stack.stale_success_failures(),
-    )
-    for m in MACHINES:
-        cid = cell_id(m, "slow")
-        outcomes.append(
-            judge_cell(
-                env,
-                run_id,
-                SCHEDULER_RESTART,
-                m,
-                "slow",
-                rows,
-                tis.get(cid, {}),
-                leaks.pop(cid, []),
-                raced,
-            )
+    if "triggerer" in phases:
+        outcomes += slow_phase(
+            env, "faults_triggerer_killed", TRIGGERER_KILLED, kill_triggerer, notes
         )
+    if "api_server" in phases:
+        outcomes += slow_phase(
+            env, "faults_api_server_restart", API_SERVER_RESTART, restart_api_server, notes
+        )
+    if "store" in phases:
+        store = slow_phase(env, "faults_store_down", STORE_DOWN, store_down, notes)
+        outcomes += store
+        if not any("collect" in o.retried for o in store):
+            notes.append(f"PROBLEM: {STORE_DOWN}: no collect met the outage")
+    if "cloud" in phases:
+        cloud = slow_phase(env, "faults_cloud_api_down", CLOUD_API_DOWN, cloud_api_down, notes)
+        outcomes += cloud
+        if not any("API polls" in o.retried for o in cloud):
+            notes.append(f"PROBLEM: {CLOUD_API_DOWN}: no poll met the outage")
 
     table = render_table(outcomes)
     text = f"{table}\n\n{details(outcomes)}\n\n" + "\n".join(notes)
@@ -818,12 +945,191 @@ def unfinished(env: Env, run_id: str) -> list[str]:
     return out
 
 
-def all_slow_running(env: Env) -> None:
+def all_slow_running(env: Env, machines: tuple[str, ...] = tuple(MACHINES)) -> None:
     wait_for(
-        lambda: all((env.signals / f"{m}-slow.run").exists() for m in MACHINES),
+        lambda: all((env.signals / f"{m}-slow.run").exists() for m in machines),
         300,
         "every slow workload running",
     )
+
+
+# -- run-level faults over one slow cell per backend -------------------------------------
+def slow_phase(env: Env, run_id: str, label: str, inject, notes: list[str]) -> list[Outcome]:
+    """One run of the slow cell of every backend ``label`` applies to; ``inject(env, run_id,
+    machines)`` injects the fault while it runs, releases the workloads and says what it
+    did. Each cell must pass, run its workload once per attempt, lose no metric row and
+    leave nothing behind."""
+    skip, why = NOT_APPLICABLE.get(label, ((), ""))
+    machines = tuple(m for m in MACHINES if m not in skip)
+    for f in env.signals.iterdir():
+        f.unlink()
+    t = time.monotonic()
+    trigger(env, run_id, [cell_id(m, "slow") for m in machines])
+    try:
+        did = inject(env, run_id, machines)
+    finally:
+        (env.signals / "release").touch()
+    try:
+        state = env.stack.wait_for_run(DAG_ID, run_id, timeout=420)
+    except TimeoutError as e:
+        state = "unfinished"
+        notes.append(f"PROBLEM: {label}: {e}")
+        notes += unfinished(env, run_id)
+    notes.append(f"{label}: run {state} in {time.monotonic() - t:.0f} s; {did}")
+    if state != "success":
+        notes.append(f"PROBLEM: {label}: the run ended {state}")
+    leaks = settled_census(env, run_id)
+    rows, tis, raced = (
+        store_cells(env, run_id),
+        tis_by_cell(env, run_id),
+        env.stack.stale_success_failures(),
+    )
+    out = []
+    for m, backend in MACHINES.items():
+        if m in skip:
+            out.append(Outcome(label, backend, applicable=False))
+            continue
+        cid = cell_id(m, "slow")
+        o = judge_cell(
+            env, run_id, label, m, "slow", rows, tis.get(cid, {}), leaks.pop(cid, []), raced
+        )
+        marker = env.signals / f"{m}-slow.run"
+        started = len(marker.read_text().split()) if marker.exists() else 0
+        # A retried run starts the workload again, except where a double run is the fault's
+        # failure (the api-server row: no task may run twice).
+        attempts = 1 + ("run" in o.retried and label != API_SERVER_RESTART)
+        if started != PODS.get(m, 1) * attempts:
+            o.problems.append(
+                f"the workload started {started} times ({attempts} run attempt(s) of "
+                f"{PODS.get(m, 1)} process(es)): a double run"
+            )
+        if label == STORE_DOWN:
+            judge_store_outage(env, run_id, o, tis.get(cid, {}))
+        if label == CLOUD_API_DOWN and polls_waited(env, run_id, m):
+            o.retried.append("API polls")  # they met the outage and went on
+        out.append(o)
+    for cid, what in leaks.items():
+        notes.append(f"PROBLEM: {label}: leak not attributed to a judged cell: {cid}: {what}")
+    if why:
+        notes.append(f"{label}: not applicable to {', '.join(skip)}: {why}")
+    return out
+
+
+def kill_triggerer(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
+    """SIGKILL the triggerer (its process group) while every run task is deferred; start it
+    again 10 s later. The workloads go on meanwhile; the new triggerer picks up the
+    deferred tasks' triggers from the database and follows them from their saved state."""
+    all_slow_running(env, machines)
+    deferred = wait_for(
+        lambda: (
+            d
+            if len(
+                d := [
+                    t
+                    for t in env.stack.task_instances(DAG_ID, run_id)
+                    if t["task_id"].endswith(".run") and t["state"] == "deferred"
+                ]
+            )
+            == len(machines)
+            else None
+        ),
+        60,
+        "every run task deferred",
+    )
+    pid = env.stack.procs["triggerer"].pid
+    code = env.stack.stop_component("triggerer", sig=signal.SIGKILL, grace=5)
+    time.sleep(10)
+    env.stack.start_component("triggerer")
+    time.sleep(5)  # the new triggerer follows the workloads for a while before they end
+    return f"triggerer pid {pid} SIGKILLed (exit {code}) with {len(deferred)} run tasks deferred, restarted 10 s later"
+
+
+def restart_api_server(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
+    """Stop the api-server while the cells' provision/setup task processes run (their
+    Execution API calls meet a closed port), start it again 10 s later."""
+    running = wait_for(
+        lambda: [
+            t["task_id"]
+            for t in env.stack.task_instances(DAG_ID, run_id)
+            if t["state"] == "running" and t["map_index"] >= 0
+        ],
+        120,
+        "a running cell task",
+        poll=0.2,
+    )
+    code = env.stack.stop_component("api-server")
+    time.sleep(10)
+    env.stack.start_component("api-server")
+    all_slow_running(env, machines)
+    return (
+        f"api-server stopped (exit {code}) while {', '.join(sorted(set(running)))} ran, down 10 s"
+    )
+
+
+def store_down(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
+    """The results store's PostgreSQL stopped (fast shutdown) as soon as the first run task
+    succeeded, so the collect tasks that follow meet it down; started again 30 s later."""
+    all_slow_running(env, machines)
+    (env.signals / "release").touch()
+    first = wait_for(
+        lambda: [
+            t["task_id"]
+            for t in env.stack.task_instances(DAG_ID, run_id)
+            if t["task_id"].endswith(".run") and t["state"] == "success"
+        ],
+        120,
+        "a run task that succeeded",
+        poll=0.2,
+    )
+    t = time.monotonic()
+    env.results_db.take_down()
+    try:
+        time.sleep(30)
+    finally:
+        env.results_db.bring_up()
+    return f"results PostgreSQL down {time.monotonic() - t:.0f} s from when {first[0]} succeeded"
+
+
+def judge_store_outage(env: Env, run_id: str, o: Outcome, tis: dict[str, dict[str, Any]]) -> None:
+    """Collect stored every row once (count_rows: none lost; here: none twice), and whether
+    this cell's collect met the outage (its log shows the store's wait) is in the table."""
+    if o.stored_rows is not None and o.expected_rows is not None:
+        if o.stored_rows > o.expected_rows:
+            o.problems.append(f"{o.stored_rows} metric rows stored, {o.expected_rows} printed")
+    collect = tis.get("collect")
+    if collect and STORE_WAITED in log_of(env, run_id, collect):
+        o.retried.append("collect")  # it waited for the store (one try, no Airflow retry)
+
+
+# What a poll that met the cloud outage logs (backends/kubernetes/unreachable.py, the TPU
+# backend's node check), in the run task's trigger log.
+POLL_WAITED = ("cannot reach the Kubernetes API", "could not check TPU node")
+
+
+def polls_waited(env: Env, run_id: str, machine: str) -> bool:
+    folder = env.stack.logs_dir / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={machine}.run"
+    return any(
+        any(w in f.read_text(errors="replace") for w in POLL_WAITED)
+        for f in folder.glob("map_index=*/attempt=*.log*")
+    )
+
+
+def cloud_api_down(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
+    """Both cloud APIs unreachable for 60 s while the workloads run; the workloads end
+    25 s into the outage, so their polls, the run step's release and the teardown all
+    meet the outage and must wait it out."""
+    all_slow_running(env, machines)
+    t = time.monotonic()
+    env.tpu.take_down()
+    env.cluster.emulator.take_down()
+    try:
+        time.sleep(25)
+        (env.signals / "release").touch()
+        time.sleep(35)
+    finally:
+        env.tpu.bring_up()
+        env.cluster.emulator.bring_up()
+    return f"TPU and Kubernetes APIs down {time.monotonic() - t:.0f} s; workloads released 25 s in"
 
 
 def cleanup(env: Env, run_id: str) -> list[str]:

@@ -362,6 +362,9 @@ class AirflowStack:
                 # As deployed (docker-compose.yaml, make standalone): the 3.3.2 supervisor can
                 # miss its task process's exit and sleep this long before freeing the slot.
                 "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+                # As deployed too: Execution API calls wait out an api-server restart.
+                "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "12",
+                "AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN": "3",
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.logs_dir),
                 # Nothing serves logs (every component shares this home's log folder); give the
                 # ports unique values anyway so a log fetch can never reach another stack.

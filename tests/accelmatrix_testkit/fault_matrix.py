@@ -1,7 +1,8 @@
 """The outcome table of the fault-injection suite (tests/test_fault_matrix.py).
 
 Faults are rows, backends columns; each entry says what the cell ended as, whether Airflow
-retried it, and what was left behind, e.g. ``run_failed, 0 leaked`` or ``LEAK: 1 node``.
+retried it, what was left behind and how many of the metric rows the workload printed the
+results store lacks, e.g. ``run_failed, 0 leaked, 0 rows lost`` or ``LEAK: 1 node``.
 An entry fails the suite when something leaked or is inconsistent, unless the (fault,
 backend) pair is in ``KNOWN_LEAKS``: those are reported (marked ``known``), not failed. The
 table is meant to be pasted into the README's reliability section.
@@ -42,10 +43,24 @@ FAULTS: dict[str, str | None] = {
     "setup task SIGKILLed mid-setup": "kill",
     # tpu-vm: the node is preempted; k8s-jobset: the leader pod's node (DisruptionTarget).
     "node preempted mid-run": "preempt",
+    # The cell's artifacts dir is a 256 KiB tmpfs; the workload leaves a 1 MiB artifact.
+    "artifacts disk full (256 KiB tmpfs) at collect": "diskfull",
     "scheduler stopped + restarted mid-run": None,
     "DAG run marked failed (REST) mid-run": None,
+    "triggerer SIGKILLed while run is deferred, restarted 10 s later": None,
+    "api-server restarted while tasks run": None,
+    "results store (PostgreSQL) down 30 s during collect": None,
+    "cloud API unreachable 60 s mid-run (TPU + Kubernetes emulators down)": None,
 }
 RUN_MARKED_FAILED = "DAG run marked failed (REST) mid-run"
+TRIGGERER_KILLED = "triggerer SIGKILLed while run is deferred, restarted 10 s later"
+API_SERVER_RESTART = "api-server restarted while tasks run"
+STORE_DOWN = "results store (PostgreSQL) down 30 s during collect"
+CLOUD_API_DOWN = "cloud API unreachable 60 s mid-run (TPU + Kubernetes emulators down)"
+# Row -> the backends it does not apply to, and why (the table says "n/a").
+NOT_APPLICABLE: dict[str, tuple[tuple[str, ...], str]] = {
+    CLOUD_API_DOWN: (("local", "ssh"), "no cloud API: the machine is this host / an SSH host"),
+}
 
 # Reported, never failed: (row, backend) pairs with a known, not yet fixed problem. Empty:
 # the run-marked-failed cleanup (accelmatrix.stopped) is merged.
@@ -63,6 +78,15 @@ class Outcome:
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     applicable: bool = True
+    # Metric rows: what the workload printed (its last attempt) and what the store holds.
+    expected_rows: int | None = None
+    stored_rows: int | None = None
+
+    @property
+    def rows_lost(self) -> int | None:
+        if self.expected_rows is None or self.stored_rows is None:
+            return None
+        return max(0, self.expected_rows - self.stored_rows)
 
     @property
     def known(self) -> bool:
@@ -84,6 +108,12 @@ class Outcome:
         if self.retried:
             parts.append(f"retried {'+'.join(self.retried)}")
         parts.append(f"LEAK: {', '.join(self.leaks)}" if self.leaks else "0 leaked")
+        if self.rows_lost is not None:
+            parts.append(
+                f"{self.rows_lost} rows lost"
+                if not self.rows_lost
+                else f"ROWS LOST: {self.rows_lost} of {self.expected_rows}"
+            )
         if self.problems:
             parts.append(f"INCONSISTENT ({len(self.problems)})")
         if self.known and self.bad:

@@ -57,12 +57,14 @@ first runs), pod readiness, authentication (any bearer token is accepted).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -302,6 +304,8 @@ class KubernetesEmulator:
         # Env var names as Kubernetes < 1.32 validates them (True: 1.32's relaxed rule).
         self.relaxed_env_names = False
         self.stopping = False
+        self.down = False  # take_down(): requests on open connections are dropped unanswered
+        self._port = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> KubernetesEmulator:
@@ -310,7 +314,7 @@ class KubernetesEmulator:
         class Handler(_Handler):
             emu = emulator
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -322,6 +326,22 @@ class KubernetesEmulator:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def take_down(self) -> None:
+        """The API server becomes unreachable, objects kept (the kubelet and controllers go
+        on running pods): the listening socket closes, open watches and log follows end,
+        and a request on a connection still open is dropped unanswered."""
+        if self._server is None:
+            return
+        self._port = self._server.server_address[1]  # bring_up() serves on the same address
+        self.down = True
+        self.stop()
+
+    def bring_up(self) -> None:
+        """The API server is back on the address it had before ``take_down()``."""
+        self.down = False
+        self.stopping = False
+        self.start()
 
     def __enter__(self) -> KubernetesEmulator:
         return self.start()
@@ -688,6 +708,11 @@ class _Handler(BaseHTTPRequestHandler):
         return data if isinstance(data, dict) else {}
 
     def _dispatch(self, method: str) -> None:
+        if self.emu.down:  # an outage: the connection drops, no answer
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
         url = urlsplit(self.path)
         path = url.path.rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}

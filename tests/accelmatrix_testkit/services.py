@@ -189,46 +189,87 @@ class PostgresServer:
         (sock).mkdir()
         if prefix:
             os.chown(sock, pw.pw_uid, pw.pw_gid)
-        log = self.dir / "postgres.log"
         for _attempt in range(3):  # the free port may be taken before postgres binds it
             self.port = free_port()
-            out = open(log, "ab")  # noqa: SIM115 (the child keeps its own descriptor)
-            self.proc = subprocess.Popen(  # noqa: S603 (argv list)
-                [
-                    *prefix,
-                    str(self.bin / "postgres"),
-                    "-D",
-                    str(data),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(self.port),
-                    "-k",
-                    str(sock),
-                    "-c",
-                    f"max_connections={self.max_connections}",
-                    "-c",
-                    "fsync=off",
-                    "-c",
-                    "synchronous_commit=off",
-                    "-c",
-                    "full_page_writes=off",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            out.close()
-            try:
-                _wait_port(self.proc, self.port, self.startup_timeout, log, "postgres")
+            if self._spawn():
                 break
-            except RuntimeError:
-                self.killed += _stop_pid(self.proc, signal.SIGINT, self.stop_grace)
-                self.proc = None
         if self.proc is None:
+            log = self.dir / "postgres.log"
             raise RuntimeError(f"postgres did not start:\n{log.read_text(errors='replace')}")
         self._create_databases()
+
+    def _spawn(self) -> bool:
+        """Start postgres on ``self.port`` over the existing data dir; whether it listens."""
+        assert self.dir is not None
+        log = self.dir / "postgres.log"
+        out = open(log, "ab")  # noqa: SIM115 (the child keeps its own descriptor)
+        self.proc = subprocess.Popen(  # noqa: S603 (argv list)
+            [
+                *self._as_owner(),
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.dir / "data"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.dir / "sock"),
+                "-c",
+                f"max_connections={self.max_connections}",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out.close()
+        try:
+            _wait_port(self.proc, self.port, self.startup_timeout, log, "postgres")
+        except RuntimeError:
+            self.killed += _stop_pid(self.proc, signal.SIGINT, self.stop_grace)
+            self.proc = None
+            return False
+        return True
+
+    def take_down(self) -> None:
+        """Stop the server as an outage would (fast shutdown: clients are disconnected, new
+        connections refused), keeping its data and port for ``bring_up()``."""
+        if self.proc is not None:
+            self.killed += _stop_pid(self.proc, signal.SIGINT, self.stop_grace)
+            self.proc = None
+
+    def bring_up(self) -> None:
+        """Start the server ``take_down()`` stopped, on the same port, with the same data;
+        returns once it accepts connections."""
+        import psycopg2  # noqa: PLC0415
+
+        if self.proc is not None:
+            return
+        if not self._spawn():
+            raise RuntimeError(f"postgres did not start again on port {self.port}")
+        deadline = time.monotonic() + self.startup_timeout
+        while True:  # listening is not accepting: it may still be recovering
+            try:
+                psycopg2.connect(
+                    host="127.0.0.1",
+                    port=self.port,
+                    user=self.user,
+                    password=self.password,
+                    dbname="postgres",
+                    connect_timeout=5,
+                ).close()
+                return
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def _create_databases(self) -> None:
         import psycopg2  # noqa: PLC0415 (only tests with PostgreSQL need the driver)

@@ -45,12 +45,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import itertools
 import json
 import os
 import re
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -239,6 +241,7 @@ class TpuEmulator:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._ids = itertools.count(1)
+        self.down = False  # take_down(): requests on open connections are dropped unanswered
         self.reset()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -262,6 +265,21 @@ class TpuEmulator:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = self._thread = None
+
+    def take_down(self) -> None:
+        """The API becomes unreachable, state kept: the listening socket closes (connections
+        are refused) and a request on a connection still open is dropped unanswered. Time
+        (operations, preemptions) goes on meanwhile, as it does in the cloud."""
+        if self._server is None:
+            return
+        self._port = self.port  # bring_up() serves on the same address
+        self.down = True
+        self.stop()
+
+    def bring_up(self) -> None:
+        """The API is back on the address it had before ``take_down()``."""
+        self.down = False
+        self.start()
 
     def __enter__(self) -> TpuEmulator:
         return self.start()
@@ -860,6 +878,11 @@ def _make_handler(emu: TpuEmulator) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive: gcloud reuses its connection
 
         def _serve(self) -> None:
+            if emu.down:  # an outage: the connection drops, no answer
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return
             split = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(split.query).items()}
             length = int(self.headers.get("Content-Length") or 0)

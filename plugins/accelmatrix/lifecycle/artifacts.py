@@ -11,18 +11,55 @@ current machine, whatever resource record a later task was handed.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 from accelmatrix.backends.registry import get_backend
+from accelmatrix.errors import InfrastructureError
 from accelmatrix.lifecycle.common import RunRef, _read_json
 from accelmatrix.spec.templating import render_tree
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 FETCHED = "fetched.json"
+
+
+class ArtifactsDiskFull(InfrastructureError):
+    """The filesystem of the cell's artifacts dir filled up while the artifacts were copied
+    there: the machine and the workload are fine, this host's disk is not."""
+
+
+def _out_of_space(e: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT error behind ``e`` (a backend may wrap it), or None."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, errno.EDQUOT):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _disk_full(art: Path, files_dir: Path, error: OSError) -> ArtifactsDiskFull:
+    """The partial copy goes (it is incomplete, and the metrics and markers that come next
+    need room); the message names the directory, what the copy had used and what is free."""
+    partial = sum(p.stat().st_size for p in files_dir.rglob("*") if p.is_file())
+    shutil.rmtree(files_dir, ignore_errors=True)
+    try:
+        usage = shutil.disk_usage(art)
+        room = f"{usage.free} of {usage.total} bytes free there"
+    except OSError:
+        room = "its free space unknown"
+    return ArtifactsDiskFull(
+        f"artifacts disk full: no space left in {art} (copying the artifacts needed more "
+        f"than the {partial} bytes it had written; {room}): {error.strerror or error}"
+    )
 
 
 def machine_key(resource: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +90,13 @@ def fetch_artifacts(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef)
             log.warning("artifact glob %r escapes the work dir: not collected", g)
             continue
         globs.append(g)
-    copied = backend.collect(resource, globs, files_dir)
+    try:
+        copied = backend.collect(resource, globs, files_dir)
+    except Exception as e:
+        full = _out_of_space(e)
+        if full is None:
+            raise
+        raise _disk_full(art, files_dir, full) from e
     art.mkdir(parents=True, exist_ok=True)
     (art / FETCHED).write_text(json.dumps({**key, "files": copied}))
     log.info("collected %d artifact(s)", len(copied))

@@ -12,7 +12,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.cell_state import CellState
-from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
+from accelmatrix.lifecycle.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, _record_step_failure
 from accelmatrix.store_access import results_store
 
@@ -33,6 +33,9 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     """
     try:
         result, errors = _collect(cell, resource, ref)
+    except ArtifactsDiskFull as e:  # this host's disk, not the suite: infrastructure
+        _record_step_failure(cell, ref, CellState.INFRA_FAILED, f"collect failed: {e}")
+        raise
     except Exception as e:
         record_collect_failure(cell, ref, f"{type(e).__name__}: {e}")
         raise
@@ -66,12 +69,16 @@ def _collect(
     art = ref.artifacts(cell["id"])
     files_dir = art / "files"
     copied = fetched_artifacts(cell, resource, ref)
+    disk_full = None
     if copied is not None:
         log.info(
             "run already collected %d artifact(s) (before it released the machine)", len(copied)
         )
     else:
-        copied = fetch_artifacts(cell, resource, ref)
+        try:
+            copied = fetch_artifacts(cell, resource, ref)
+        except ArtifactsDiskFull as e:  # the log is here: keep its metric rows, then fail
+            disk_full, copied = e, []
 
     adapter = TypeAdapter(MetricSource)
     sources = [adapter.validate_python(s) for s in cell["workload"]["metrics"]]
@@ -107,6 +114,8 @@ def _collect(
         len(collected.rows),
         f" ({collected.collapsed_rows} repeated row(s) collapsed)" if collected.collapsed else "",
     )
+    if disk_full is not None:
+        raise disk_full
     _log_file_urls(ref, art, [files_dir / rel for rel in copied])
     return {
         "artifacts": len(copied),

@@ -29,6 +29,7 @@ must not hold a lock across a slow workload.
 from __future__ import annotations
 
 import hashlib
+import logging
 import operator
 import os
 import time
@@ -50,7 +51,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from accelmatrix.results import migrate, schema
@@ -58,12 +59,64 @@ from accelmatrix.results import migrate, schema
 __all__ = ["StoreCore"]
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 MIN_BUSY_TIMEOUT_S = 30.0
 # Generic dialects resolve upsert races by retrying; three attempts is plenty because the
 # loser of a race always finds the row on its next try.
 _GENERIC_ATTEMPTS = 3
 _SCHEMA_LOCK_NAME = "accelmatrix.results.schema"
+# How long a call waits for a database server it cannot reach (a restart, a failover) before
+# it fails with the connection error; ACCELMATRIX_RESULTS_OUTAGE_SECONDS overrides it. SQLite
+# has no server: its errors are never waited out here.
+OUTAGE_WAIT_S = 120.0
+_OUTAGE_POLL_S = (0.5, 5.0)  # first and longest pause between two tries
+
+
+def _outage_wait_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("ACCELMATRIX_RESULTS_OUTAGE_SECONDS", OUTAGE_WAIT_S)))
+    except ValueError:
+        return OUTAGE_WAIT_S
+
+
+def _server_unreachable(e: OperationalError) -> bool:
+    """The server could not be reached or dropped the connection (no statement failed):
+    refused, reset, shut down. A server's own error (SQLSTATE outside classes 08 and 57,
+    e.g. a deadlock) is not an outage."""
+    if e.connection_invalidated:
+        return True
+    code = getattr(e.orig, "pgcode", None)
+    return code is None or str(code)[:2] in ("08", "57")
+
+
+def _waiting_out_outages(fn: Callable[[], T], dialect: str) -> T:
+    """``fn()``, tried again while the database server is unreachable, for at most
+    ``OUTAGE_WAIT_S``. Only for calls that are safe to repeat: a connect, a read, or a write
+    transaction (every write of the store is idempotent, and one that did not commit left
+    nothing)."""
+    if dialect == "sqlite":
+        return fn()
+    deadline: float | None = None
+    pause = _OUTAGE_POLL_S[0]
+    while True:
+        try:
+            return fn()
+        except OperationalError as e:
+            if not _server_unreachable(e):
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + _outage_wait_s()
+            if now >= deadline:
+                raise
+            _log.warning(
+                "results store unreachable (retrying for %.0f s more): %s",
+                deadline - now,
+                str(e.orig).strip().splitlines()[0] if e.orig else e,
+            )
+            time.sleep(min(pause, max(0.0, deadline - now)))
+            pause = min(pause * 2, _OUTAGE_POLL_S[1])
 
 
 def _advisory_key(*parts: str) -> int:
@@ -226,23 +279,31 @@ class StoreCore:
     def _writing(self) -> Iterator[Connection]:
         self._get_engine()
         assert self._write_engine is not None
-        with self._write_engine.begin() as conn:
+        engine = self._write_engine
+        conn = _waiting_out_outages(engine.connect, self.dialect)
+        with conn, conn.begin():
             yield conn
 
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
         self._ensure_ready()
-        with self._get_engine().connect() as conn:
+        engine = self._get_engine()
+        with _waiting_out_outages(engine.connect, self.dialect) as conn:
             yield conn
 
     def _write(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn`` in one write transaction, retrying lost races on generic dialects."""
+        """Run ``fn`` in one write transaction, retrying lost races on generic dialects and
+        waiting out a database server that went away (see ``_waiting_out_outages``)."""
         self._ensure_ready()
         retries = 1 if self.dialect in ("sqlite", "postgresql") else _GENERIC_ATTEMPTS
+
+        def once() -> T:
+            with self._writing() as conn:
+                return fn(conn)
+
         for attempt in range(retries):
             try:
-                with self._writing() as conn:
-                    return fn(conn)
+                return _waiting_out_outages(once, self.dialect)
             except IntegrityError:
                 if attempt == retries - 1:
                     raise
@@ -268,7 +329,8 @@ class StoreCore:
         # Every task process opens the store once, and all but the first opener of a database
         # find it at head: a plain read says so, without SQLite's write lock (BEGIN
         # IMMEDIATE), which every other writer of the run would queue behind.
-        with self._get_engine().connect() as conn:
+        engine = self._get_engine()
+        with _waiting_out_outages(engine.connect, self.dialect) as conn:
             if migrate.is_at_head(conn):
                 self._schema_ready = True
                 return
