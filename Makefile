@@ -58,7 +58,7 @@ test: venv
 	.ci/test-deps
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# The fault-injection matrix on a real Airflow (every backend, 7-16 min here): prints the
+# The fault-injection matrix on a real Airflow (every backend, ~27 min here): prints the
 # faults x backends table (README "Reliability") and writes it to reliability-table.md.
 # ACCELMATRIX_REQUIRE_SERVERS: a missing sshd (or any server) fails the run instead of skipping.
 reliability: venv
