@@ -179,7 +179,7 @@ def test_followup_plan_interleaves_builds_and_each_cell_tests_its_build() -> Non
     ]
     for c in plan.cells:
         build = c.axes["build"]
-        assert c.workload["run"][3] == build and c.workload["env"]["BUILD_UNDER_TEST"] == build
+        assert c.workload.run[3] == build and c.workload.env["BUILD_UNDER_TEST"] == build
         assert base_cell(c.id) == ("model=small", build)
     with pytest.raises(PlanError, match="not a cell of nightly_perf"):
         expand_followup(suite, "nightly_perf", fu.model_copy(update={"cells": ["model=big"]}))

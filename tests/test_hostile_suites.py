@@ -286,8 +286,8 @@ def test_ui_params_reach_argv_verbatim(value):
     )
     (cell,) = expand(suite, "d", params={"note": value}).cells
     backend_vars = {"python": "PY", "work_dir": "W", "include_dir": "I", "num_workers": "1"}
-    assert render_tree(cell.workload["run"], backend_vars) == ["PY", value, f"[{value}]"]
-    assert render_tree(cell.workload["env"], backend_vars) == {"NOTE": value}
+    assert render_tree(cell.workload.run, backend_vars) == ["PY", value, f"[{value}]"]
+    assert render_tree(cell.workload.env, backend_vars) == {"NOTE": value}
 
 
 HOSTILE_FILES = {

@@ -154,10 +154,10 @@ def test_plan_renders_defaults_hides_gpus_and_shows_short_names(tmp_path):
     plan = expand(suite, "inf")
     cells = {c.axes["config"]: c for c in plan.cells}
     # dtype defaulted to float16: usable as a placeholder although the YAML never set it
-    assert cells["other"].workload["run"][3:] == ["float16", "tgis_native|f16|flash"]
+    assert cells["other"].workload.run[3:] == ["float16", "tgis_native|f16|flash"]
     # CPU-only hides GPUs, even against the suite's own env; GPU configs keep the suite's
-    assert cells["base"].workload["env"]["CUDA_VISIBLE_DEVICES"] == "-1"
-    assert cells["other"].workload["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert cells["base"].workload.env["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert cells["other"].workload.env["CUDA_VISIBLE_DEVICES"] == "0"
     table = plan.table()
     assert "[config hf_transformers|f32|cpu]" in table
     assert "[config tgis_native|f16|flash]" in table

@@ -27,9 +27,9 @@ def test_run_placeholders_come_from_the_logical_date():
     plan = expand(suite, "nightly_perf", logical_date=datetime(2026, 3, 2, 0, 0, tzinfo=UTC))
     assert plan.runtime_version == "nightly-2026-03-02"
     wl = plan.cells[0].workload
-    assert wl["run"][wl["run"].index("--build") + 1] == "nightly-2026-03-02"
-    assert wl["env"]["BUILD_UNDER_TEST"] == "nightly-2026-03-02"
-    assert "${python}" in wl["run"]  # backend variables are still left to the backend
+    assert wl.run[wl.run.index("--build") + 1] == "nightly-2026-03-02"
+    assert wl.env["BUILD_UNDER_TEST"] == "nightly-2026-03-02"
+    assert "${python}" in wl.run  # backend variables are still left to the backend
 
 
 def test_run_placeholders_in_machines_and_bad_references(tmp_path):
@@ -65,7 +65,7 @@ def test_run_placeholders_in_machines_and_bad_references(tmp_path):
 def test_budget_estimate_in_the_error(tmp_path):
     from accelmatrix.pricing import BudgetExceeded, check_budget
 
-    cells = [c.to_dict() for c in expand(load_suite(SUITE), "nightly_perf").cells] * 3
+    cells = list(expand(load_suite(SUITE), "nightly_perf").cells) * 3
     # 3 cells x 120 s timeout x 0.05/h = 0.005
     assert check_budget(cells, max_usd=1, expected_seconds=None, source="s") == pytest.approx(0.005)
     with pytest.raises(BudgetExceeded, match=r"estimated cost 0.50 USD for 3 cell\(s\)"):

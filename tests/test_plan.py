@@ -52,11 +52,11 @@ def test_every_combination_with_stable_readable_ids():
 
 def test_placeholders_resolved_per_cell_backend_vars_kept():
     c = expand(suite(), "s", params={"n": 7}).cells[0]
-    run = c.workload["run"]
+    run = c.workload.run
     assert run[2] == "pt:2.13" and run[4] == "10" and run[6] == c.id
     assert run[8] == "${work_dir}"  # only the backend knows it
     assert run[10] == "7"
-    assert c.workload["env"]["IMAGE"] == "pt:2.13"
+    assert c.workload.env["IMAGE"] == "pt:2.13"
     assert c.values["runtime"] == {"image": "pt:2.13"}
 
 
@@ -84,8 +84,8 @@ def test_machine_pool_and_grouping():
     plan = expand(suite(), "s")
     groups = plan.by_machine(["cpu-small", "cpu-big"])
     assert len(groups["cpu-small"]) == len(groups["cpu-big"]) == 4
-    assert {c["pool"] for c in groups["cpu-big"]} == {"big"}
-    assert {c["pool"] for c in groups["cpu-small"]} == {"accelmatrix_cpu_small"}
+    assert {c.pool for c in groups["cpu-big"]} == {"big"}
+    assert {c.pool for c in groups["cpu-small"]} == {"accelmatrix_cpu_small"}
 
 
 def test_only_param_selects_cells():
@@ -121,7 +121,7 @@ def test_user_values_are_not_reinterpreted():
     # Shell metacharacters, quotes and Jinja in a param arrive verbatim as one argv element.
     evil = "$(rm -rf /); echo '{{ var.value.secret }}'\nnext"
     c = expand(suite(), "s", params={"n": evil}).cells[0]
-    assert c.workload["run"][10] == evil
+    assert c.workload.run[10] == evil
 
 
 def test_checks_are_validated_again_once_placeholders_are_filled_in():
@@ -129,6 +129,30 @@ def test_checks_are_validated_again_once_placeholders_are_filled_in():
     valid check too, or the plan stops before any machine is provisioned, naming it."""
     checks = [{"type": "steps_complete", "metrics": ["loss"], "steps": "${params.n}"}]
     good = expand(suite(checks=checks), "s", params={"n": 7}).cells[0]
-    assert good.checks[-1]["steps"] == "7"
+    assert good.checks[-1].steps == "7"
     with pytest.raises(PlanError, match=r"checks\[0\]\.steps: Value error, steps must be a whole"):
         expand(suite(checks=checks), "s", params={"n": "seven"})
+
+
+def test_a_cell_is_typed_and_validated_once_its_placeholders_are_filled_in():
+    """The plan's cell is a CellSpec (typed machine, workload, checks); a value that makes
+    its workload invalid stops the plan, naming the cell and the field, before anything is
+    provisioned. Its JSON form (the store's, a trigger's) gives the same cell back."""
+    from accelmatrix.spec.cell import CellSpec
+
+    c = expand(suite(), "s", params={"n": 7}).cells[0]
+    assert c.machine_spec.backend == "local" and c.workload.timeout == 3600
+    assert [k.type for k in c.checks] == ["exit_status"] and c.expected_exit == 0
+    assert CellSpec.from_json(c.to_json()) == c
+    assert c.timeouts.run_deferral(0).total_seconds() == 3600 + 300
+    bad = suite(
+        workload={"run": ["x"], "env": {"NOTE": "${params.note}"}},
+        params={"note": {"type": "string", "default": "fine"}},
+    )
+    assert expand(bad, "s").cells[0].workload.env == {"NOTE": "fine"}
+    with pytest.raises(
+        PlanError,
+        match=r"cell runtime=pt213,machine=cpu-small,steps=10 is "
+        r"invalid once its placeholders are filled in: workload\.env: .*NUL",
+    ):
+        expand(bad, "s", params={"note": "a\x00b"})

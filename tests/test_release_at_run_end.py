@@ -26,7 +26,7 @@ def _cell(tmp_path: Path, name: str):
 
 
 def _row(cell, ref):
-    return lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell["id"])
+    return lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
 
 
 def test_a_passing_cell_is_released_by_run_and_teardown_only_checks(accel_home, tmp_path, caplog):
@@ -41,7 +41,7 @@ def test_a_passing_cell_is_released_by_run_and_teardown_only_checks(accel_home, 
     row = _row(cell, ref)
     assert row["teardown_at"] is not None
     assert row["resource_held_seconds"] == held["held_seconds"]
-    art = ref.artifacts(cell["id"])
+    art = ref.artifacts(cell.id)
     assert (art / "files" / "out" / "m.json").read_text() == '{"loss": 0.25}'
 
     # collect reads the copy: the machine is gone, the metric is stored all the same.
@@ -72,7 +72,7 @@ def test_an_infrastructure_failure_keeps_the_machine_for_the_retry(accel_home, t
 def test_a_failed_copy_keeps_the_machine_for_collect(accel_home, tmp_path):
     cell, ref = _cell(tmp_path, "nocopy")
     resource = _run(cell, ref)
-    files = ref.artifacts(cell["id"]) / "files"
+    files = ref.artifacts(cell.id) / "files"
     files.write_text("in the way")  # the copy fails
     assert lifecycle.finish_run(cell, resource, ref, CellState.RAN) is None
     assert Path(resource["work_dir"]).is_dir()  # not released: its artifacts are not safe

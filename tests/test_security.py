@@ -250,9 +250,9 @@ def test_a_param_holding_placeholders_is_not_expanded():
     (cell,) = expand(suite, "d", params={"x": "${python} $${work_dir} ${nope"}).cells
     from accelmatrix.spec.templating import render_tree
 
-    final = render_tree(cell.workload["run"], {"python": "PY", "work_dir": "W"})
+    final = render_tree(cell.workload.run, {"python": "PY", "work_dir": "W"})
     assert final == ["PY", "${python} $${work_dir} ${nope"]
-    assert render_tree(cell.workload["env"], {"python": "PY"}) == {
+    assert render_tree(cell.workload.env, {"python": "PY"}) == {
         "E": "${python} $${work_dir} ${nope"
     }
 

@@ -48,9 +48,9 @@ def _run(cell: dict[str, Any], ref: lifecycle.RunRef) -> dict[str, Any]:
     """provision, setup and run one cell to its exit; returns the resource."""
     resource = lifecycle.begin_provision(cell, ref)
     lifecycle.setup(cell, resource, ref)
-    backend = get_backend(cell["machine_spec"])
+    backend = get_backend(cell.machine_json)
     variables = backend.variables(resource)
-    argv = render_tree(cell["workload"]["run"], variables)
+    argv = render_tree(cell.workload.run, variables)
     handle = backend.submit(resource, argv, lifecycle.workload_env(cell, resource, variables))
     deadline = time.monotonic() + 60
     while not (status := backend.poll(handle)).done:
@@ -67,7 +67,7 @@ def _evaluate(cell: dict[str, Any], ref: lifecycle.RunRef) -> str:
         lifecycle.record_evaluation(cell, ref, lifecycle.run_checks(cell, ref))
     except lifecycle.CellFailed:
         pass
-    return lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell["id"])["state"]
+    return lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell.id)["state"]
 
 
 def test_tasks_get_the_planned_cell_from_a_small_reference(accel_home, tmp_path):
@@ -77,7 +77,7 @@ def test_tasks_get_the_planned_cell_from_a_small_reference(accel_home, tmp_path)
     ref = lifecycle.RunRef(dag_id="refs", run_id="manual__refs")
     (cell,) = lifecycle.plan_run(str(suite), ref, {})
     (small,) = lifecycle.cell_refs([cell])
-    assert small == {"id": cell["id"], "index": 0, "machine": "cpu"}
+    assert small == {"id": cell.id, "index": 0, "machine": "cpu"}
     assert lifecycle.cell_spec(ref, small) == cell
     assert lifecycle.cell_spec(ref, cell) is cell  # a full cell passes through
     assert lifecycle.planned_cells(ref, [small, cell]) == [cell, cell]
@@ -106,7 +106,7 @@ def test_a_workload_metric_named_like_a_sampled_one_is_kept_beside_it(accel_home
     assert 0 < values["runner.wall_seconds"] < 60
     assert _evaluate(cell, ref) == "passed"
     lifecycle.teardown(cell, resource, ref)
-    assert lifecycle.gate([cell], ref)["passed"] == [cell["id"]]
+    assert lifecycle.gate([cell], ref)["passed"] == [cell.id]
 
 
 def test_a_step_logged_twice_is_collapsed_to_its_last_value_not_a_failed_collect(
@@ -129,7 +129,7 @@ def test_a_step_logged_twice_is_collapsed_to_its_last_value_not_a_failed_collect
     assert (metrics.name == "runner.wall_seconds").any()  # the sampler's rows too
     assert _evaluate(cell, ref) == "passed"
     lifecycle.teardown(cell, resource, ref)
-    assert lifecycle.gate([cell], ref)["passed"] == [cell["id"]]
+    assert lifecycle.gate([cell], ref)["passed"] == [cell.id]
 
 
 def test_a_crashed_collect_is_collect_failed_with_the_error(accel_home, tmp_path):
@@ -139,11 +139,11 @@ def test_a_crashed_collect_is_collect_failed_with_the_error(accel_home, tmp_path
     ref = lifecycle.RunRef(dag_id="crash", run_id="manual__crash")
     (cell,) = lifecycle.plan_run(str(suite), ref, {})
     resource = _run(cell, ref)
-    files = ref.artifacts(cell["id"]) / "files"
+    files = ref.artifacts(cell.id) / "files"
     files.write_text("in the way")
     with pytest.raises(OSError):
         lifecycle.collect(cell, resource, ref)
-    row = lifecycle.results_store().get_cell("crash", ref.run_id, cell["id"])
+    row = lifecycle.results_store().get_cell("crash", ref.run_id, cell.id)
     assert row["state"] == "collect_failed"
     assert row["message"].startswith("collect failed: ") and "Error" in row["message"]
     assert _evaluate(cell, ref) == "collect_failed"
@@ -158,9 +158,9 @@ def test_an_evaluation_that_could_not_run_is_evaluation_failed(accel_home, tmp_p
     ref = lifecycle.RunRef(dag_id="ev", run_id="manual__ev")
     (cell,) = lifecycle.plan_run(str(suite), ref, {})
     store = lifecycle.results_store()
-    store.upsert_cell("ev", ref.run_id, cell["id"], state="ran")
+    store.upsert_cell("ev", ref.run_id, cell.id, state="ran")
     lifecycle.record_evaluation_error(cell, ref, "RuntimeError: GX exploded")
-    row = store.get_cell("ev", ref.run_id, cell["id"])
+    row = store.get_cell("ev", ref.run_id, cell.id)
     assert (row["state"], row["message"]) == (
         "evaluation_failed",
         "evaluation could not run: RuntimeError: GX exploded",
@@ -168,9 +168,9 @@ def test_an_evaluation_that_could_not_run_is_evaluation_failed(accel_home, tmp_p
     with pytest.raises(lifecycle.CellFailed, match=r"\(evaluation_failed\)"):
         lifecycle.gate([cell], ref)
     # A more specific earlier failure keeps its state; the error is added to its message.
-    store.upsert_cell("ev", ref.run_id, cell["id"], state="timed_out", message="timed out")
+    store.upsert_cell("ev", ref.run_id, cell.id, state="timed_out", message="timed out")
     lifecycle.record_evaluation_error(cell, ref, "boom")
-    row = store.get_cell("ev", ref.run_id, cell["id"])
+    row = store.get_cell("ev", ref.run_id, cell.id)
     assert row["state"] == "timed_out"
     assert row["message"] == "timed out; evaluation could not run: boom"
 
@@ -203,11 +203,11 @@ def test_cells_differing_only_in_punctuation_never_share_a_directory(accel_home,
     assert len(cells) == 2
     resources = [_run(c, ref) for c in cells]
     assert resources[0]["work_dir"] != resources[1]["work_dir"]
-    assert ref.artifacts(cells[0]["id"]) != ref.artifacts(cells[1]["id"])
+    assert ref.artifacts(cells[0].id) != ref.artifacts(cells[1].id)
     for cell, resource in zip(cells, resources, strict=True):
         lifecycle.collect(cell, resource, ref)
-        who = ref.artifacts(cell["id"]) / "files" / "out" / "who"
-        assert who.read_text() == cell["id"]
+        who = ref.artifacts(cell.id) / "files" / "out" / "who"
+        assert who.read_text() == cell.id
         assert _evaluate(cell, ref) == "passed"
         lifecycle.teardown(cell, resource, ref)
     run_dir = settings.work_root() / "punct" / settings.safe_name(ref.run_id)
@@ -255,7 +255,7 @@ def test_a_planned_cell_that_never_reported_fails_the_runs_validation(accel_home
     lifecycle.collect(cell, resource, ref)
     assert _evaluate(cell, ref) == "passed"
     lifecycle.teardown(cell, resource, ref)
-    ghost = {**cell, "id": "n=ghost"}  # planned, but no step of it ever wrote a row
+    ghost = cell.model_copy(update={"id": "n=ghost"})  # planned, but no step of it ran
     with pytest.raises(lifecycle.CellFailed) as info:
         lifecycle.gate([cell, ghost], ref, str(suite))
     message = str(info.value)
@@ -264,7 +264,7 @@ def test_a_planned_cell_that_never_reported_fails_the_runs_validation(accel_home
     assert "every planned cell has a verdict: no verdict: n=ghost (missing)" in message
     store = lifecycle.results_store()
     assert store.get_run("ghost", ref.run_id)["state"] == "failed"
-    run_dir = ref.artifacts(cell["id"]).parent
+    run_dir = ref.artifacts(cell.id).parent
     assert "n=ghost" in (run_dir / "data_docs" / "index.html").read_text()
     # The run report links them, and the matrix page's file route serves them.
     assert 'href="data_docs/index.html">run Data Docs' in (run_dir / "index.html").read_text()

@@ -39,12 +39,11 @@ def test_teardown_before_the_trigger_hears_of_it_leaves_the_cell_cancelled(accel
     ref = lifecycle.RunRef(dag_id="race_me", run_id="manual__race")
     (cell,) = lifecycle.plan_run(str(suite), ref, {})
     resource = lifecycle.begin_provision(cell, ref)
-    backend = get_backend(cell["machine_spec"])
+    backend = get_backend(cell.machine_json)
     store = lifecycle.results_store()
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="running")
+    store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state="running")
     handle = backend.submit(resource, ["python3", "-c", "import time; time.sleep(60)"], {})
     trigger = WorkloadTrigger(
-        machine_spec=cell["machine_spec"],
         handle=handle,
         deadline=time.time() + 120,
         poll_interval=0.05,
@@ -69,13 +68,13 @@ def test_teardown_before_the_trigger_hears_of_it_leaves_the_cell_cancelled(accel
     # The trigger saw the kill as an exit ...
     assert event["status"] == "exited" and event["exit_code"] != 0, event
     # ... and the cell still says what happened: stopped, not a failing workload.
-    row = store.get_cell(ref.dag_id, ref.run_id, cell["id"])
+    row = store.get_cell(ref.dag_id, ref.run_id, cell.id)
     assert row["state"] == "cancelled", row
     assert "stopped before it finished" in row["message"], row["message"]
     assert row["teardown_at"] is not None
     # The resumed task (if 3.3.2 ever runs it) agrees, and records nothing over it.
     assert lifecycle.record_run_outcome(cell, ref, event, handle)[0] == "cancelled"
-    assert store.get_cell(ref.dag_id, ref.run_id, cell["id"])["state"] == "cancelled"
+    assert store.get_cell(ref.dag_id, ref.run_id, cell.id)["state"] == "cancelled"
 
 
 def test_a_workload_that_fails_on_its_own_is_still_run_failed(accel_home, tmp_path):
@@ -84,8 +83,8 @@ def test_a_workload_that_fails_on_its_own_is_still_run_failed(accel_home, tmp_pa
     suite.write_text(textwrap.dedent(SUITE))
     ref = lifecycle.RunRef(dag_id="race_me", run_id="manual__plain")
     (cell,) = lifecycle.plan_run(str(suite), ref, {})
-    lifecycle.results_store().upsert_cell(ref.dag_id, ref.run_id, cell["id"], state="running")
+    lifecycle.results_store().upsert_cell(ref.dag_id, ref.run_id, cell.id, state="running")
     event = {"status": "exited", "exit_code": 3, "detail": "exit 3"}
     assert lifecycle.record_run_outcome(cell, ref, event, {})[0] == "run_failed"
-    row = lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell["id"])
+    row = lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
     assert row["state"] == "run_failed" and row["exit_code"] == 3

@@ -28,6 +28,7 @@ from accelmatrix.backends.tpu_vm import backend as tpu_vm_module
 from accelmatrix.backends.tpu_vm import ssh_keys
 from accelmatrix.backends.tpu_vm.backend import TpuVmBackend
 from accelmatrix.hooks.tpu import TpuVmHook
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.triggers.provision import ProvisionTrigger
 
 pytest_plugins = ["tpu_env"]
@@ -304,8 +305,22 @@ def test_provision_trigger_defers_the_capacity_wait(
     from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
 
     pending = b.begin_provision(ctx(accel_home, "model=settle"))
-    trigger, _ = ProvisionTrigger.for_cell({"machine_spec": machine, "id": "model=settle"}, pending)
-    assert ProvisionTrigger(**trigger.serialize()[1]).deferred_at == trigger.deferred_at
+    cell = CellSpec(
+        id="model=settle",
+        index=0,
+        axes={"model": "settle"},
+        values={"model": "settle"},
+        machine="tpu",
+        backend=machine["backend"],
+        pool="accelmatrix_tpu",
+        machine_spec=machine,
+        workload={"run": ["true"]},
+        checks=[],
+    )
+    trigger, _ = ProvisionTrigger.for_cell(cell, pending)
+    again = ProvisionTrigger(**trigger.serialize()[1])  # as the triggerer loads it
+    assert again.deferred_at == trigger.deferred_at and again.cell == cell
+    assert trigger.serialize()[1]["machine_spec"] is None  # the cell carries the machine once
     event = asyncio.run(first_event(trigger))
     assert event["status"] == "ready"
     assert time.time() - trigger.deferred_at >= RESUME_SETTLE_SECONDS - 0.1

@@ -48,6 +48,7 @@ from accelmatrix.operators.run import RunWorkloadOperator
 from accelmatrix.operators.steps import CollectOperator, SetupOperator, TeardownOperator
 from accelmatrix.spec.errors import SuiteError
 from accelmatrix.spec.files import suite_files, suite_id
+from accelmatrix.spec.timeouts import CellTimeouts
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ def _weight_rule(shape: DagShape) -> dict[str, str]:
 def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
     """The mapped task group running every cell of one machine kind."""
     pool = group.pool
+    timeouts = CellTimeouts(setup_s=shape.setup_timeout, workload_s=shape.run_timeout)
 
     @task_group(group_id=group.machine)
     def cell_group(cell: dict[str, Any]) -> None:
@@ -190,7 +192,7 @@ def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
             cell=cell,
             resource=resource,
             pool=pool,
-            execution_timeout=timedelta(seconds=shape.setup_timeout + 60),
+            execution_timeout=timeouts.setup_task(),
             **_priority(shape, "setup"),
         )
         run = RunWorkloadOperator(
@@ -198,7 +200,7 @@ def _cell_group(shape: DagShape, group: CellGroup, cells: Any) -> Any:
             cell=cell,
             resource=resource,
             pool=pool,
-            execution_timeout=timedelta(seconds=shape.run_timeout + 600),
+            execution_timeout=timeouts.run_task(),
             **_priority(shape, "run"),
         )
         collected = CollectOperator(

@@ -22,6 +22,7 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.preflight import (
     CommandPreflight,
     ConnectionPreflight,
@@ -197,7 +198,7 @@ def write_report(path: Path, report: PreflightReport) -> None:
 
 
 def preflight_step(
-    suite_path: str, planned: list[dict[str, Any]], ref: Any, params: dict[str, Any]
+    suite_path: str, planned: list[CellSpec], ref: Any, params: dict[str, Any]
 ) -> dict[str, Any]:
     """The `preflight` task: run the checks, record the report, fail before provisioning."""
     import logging
@@ -221,6 +222,6 @@ def preflight_step(
     message = f"not run: preflight failed: {report.summary()}"[:2000]
     for cell in planned:
         store.upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], state=CellState.PREFLIGHT_FAILED, message=message
+            ref.dag_id, ref.run_id, cell.id, state=CellState.PREFLIGHT_FAILED, message=message
         )
     raise CellFailed(report.table())

@@ -12,12 +12,15 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accelmatrix import settings
+
+if TYPE_CHECKING:
+    from accelmatrix.spec.cell import CellSpec
 
 __all__ = [
     "BudgetExceeded",
@@ -92,26 +95,26 @@ class BudgetExceeded(ValueError):
     """A run's estimated cost is above its budget; raised by ``plan`` before provisioning."""
 
 
-def estimate_cost(cells: list[dict[str, Any]], expected_seconds: float | None) -> float:
-    """Estimated cost of running ``cells`` (plan dicts): per cell, expected seconds x the
+def estimate_cost(cells: list[CellSpec], expected_seconds: float | None) -> float:
+    """Estimated cost of running ``cells``: per cell, expected seconds x the
     machine's hourly price / 3600. ``expected_seconds`` None: each cell's workload timeout,
     the longest it may hold its machine."""
     total = 0.0
     for c in cells:
-        seconds = expected_seconds if expected_seconds is not None else c["workload"]["timeout"]
-        total += float(seconds) / 3600.0 * hourly_price(c["machine_spec"])
+        seconds = expected_seconds if expected_seconds is not None else c.workload.timeout
+        total += float(seconds) / 3600.0 * hourly_price(c.machine_json)
     return total
 
 
 def check_budget(
-    cells: list[dict[str, Any]],
+    cells: list[CellSpec],
     *,
     max_usd: float,
     expected_seconds: float | None,
     source: str,
 ) -> float:
     """The estimate, or BudgetExceeded naming it, the budget and where the budget came from."""
-    priced = any(c["machine_spec"].get("price_key") for c in cells)
+    priced = any(c.machine_json.get("price_key") for c in cells)
     currency = load_pricing().currency if priced else "USD"
     if currency != "USD":
         raise PricingError(

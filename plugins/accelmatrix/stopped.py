@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from accelmatrix.cell_state import IN_FLIGHT, CellState
+from accelmatrix.spec.cell import CellSpec
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def owner_states(dag_id: str, run_id: str, task_group: str, map_index: int) -> d
 
 
 def stop_workload(
-    cell: dict[str, Any],
+    cell: CellSpec,
     dag_id: str,
     run_id: str,
     handle: dict[str, Any],
@@ -103,12 +104,12 @@ def stop_workload(
     from accelmatrix.store_access import results_store
 
     why = "run task marked failed/success or cleared from outside (REST/UI), or its run deleted"
-    say(f"{cell['id']}: {why}; cancelling the workload {_handle_name(handle)}")
-    get_backend(cell["machine_spec"]).cancel(handle)
+    say(f"{cell.id}: {why}; cancelling the workload {_handle_name(handle)}")
+    get_backend(cell.machine_json).cancel(handle)
     settle_cell(
-        results_store(), dag_id, run_id, cell["id"], f"{why}; workload cancelled by its trigger"
+        results_store(), dag_id, run_id, cell.id, f"{why}; workload cancelled by its trigger"
     )
-    say(f"{cell['id']}: workload cancelled; cell recorded as {STOPPED}")
+    say(f"{cell.id}: workload cancelled; cell recorded as {STOPPED}")
     return f"cancelled: {why}"
 
 

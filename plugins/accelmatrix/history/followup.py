@@ -291,7 +291,7 @@ def estimate_cost(suite: Any, dag_id: str, fu: Followup, params: dict[str, Any])
     user = {k: v for k, v in params.items() if k in suite.params}
     plan = expand_followup(suite, dag_id, fu, params=user)
     expected = suite.budget.expected_seconds if suite.budget is not None else None
-    return estimate([c.to_dict() for c in plan.cells], expected)
+    return estimate(plan.cells, expected)
 
 
 def refused_by_plan(

@@ -22,6 +22,7 @@ from typing import Any
 from accelmatrix.backends.registry import get_backend
 from accelmatrix.errors import InfrastructureError
 from accelmatrix.lifecycle.common import RunRef, _read_json
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.templating import render_tree
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -74,16 +75,16 @@ def same_machine(marker: Any, resource: dict[str, Any]) -> bool:
     return isinstance(marker, dict) and marker.get("name") == resource.get("name")
 
 
-def fetch_artifacts(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> list[str]:
+def fetch_artifacts(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> list[str]:
     """Copy the artifacts matching the workload's globs into ``<artifacts>/files``; return
     their relative paths and leave the marker saying they are here."""
-    backend = get_backend(cell["machine_spec"])
+    backend = get_backend(cell.machine_json)
     key = machine_key(resource)
     resource = backend.refresh(resource)  # a retried run may have replaced the machine
-    art = ref.artifacts(cell["id"])
+    art = ref.artifacts(cell.id)
     files_dir = art / "files"
     globs = []
-    for g in render_tree(cell["workload"]["artifacts"], backend.variables(resource)):
+    for g in render_tree(cell.workload.artifacts, backend.variables(resource)):
         # A param or axis value may have turned a safe glob into one that escapes the work
         # dir: the suite model only saw the template.
         if g.startswith("/") or ".." in re.split(r"[/\\]", g):
@@ -105,11 +106,9 @@ def fetch_artifacts(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef)
     return copied
 
 
-def fetched_artifacts(
-    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef
-) -> list[str] | None:
+def fetched_artifacts(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> list[str] | None:
     """The files an earlier step already fetched from this very machine, or None."""
-    marker = _read_json(ref.artifacts(cell["id"]) / FETCHED)
+    marker = _read_json(ref.artifacts(cell.id) / FETCHED)
     if not same_machine(marker, resource):
         return None
     files = marker.get("files")

@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, _record_step_failure
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -24,7 +25,7 @@ class CollectFailed(AirflowFailException):
     the workload must change, so Airflow must not retry."""
 
 
-def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+def collect(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     """Copy artifacts and turn the declared metric sources into long-form metric rows.
 
     A crash here must not leave the cell looking healthy: evaluate still runs after it (its
@@ -42,31 +43,29 @@ def collect(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict
     if errors:
         message = "; ".join(errors)
         record_collect_failure(cell, ref, message)
-        raise CollectFailed(f"cell {cell['id']}: collect failed: {message}"[:4000])
-    prior = results_store().get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+        raise CollectFailed(f"cell {cell.id}: collect failed: {message}"[:4000])
+    prior = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     if (
         prior.get("state") == CellState.COLLECT_FAILED
     ):  # an earlier attempt crashed, this one worked
         results_store().upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], state=CellState.COLLECTED, message=""
+            ref.dag_id, ref.run_id, cell.id, state=CellState.COLLECTED, message=""
         )
     return result
 
 
-def record_collect_failure(cell: dict[str, Any], ref: RunRef, error: str) -> None:
+def record_collect_failure(cell: CellSpec, ref: RunRef, error: str) -> None:
     """State ``collect_failed``, message "collect failed: <error>"; a more specific earlier
     failure (a timeout, a failed setup) keeps its state and gets the error appended."""
     _record_step_failure(cell, ref, CellState.COLLECT_FAILED, f"collect failed: {error}")
 
 
 def _collect(
-    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef
+    cell: CellSpec, resource: dict[str, Any], ref: RunRef
 ) -> tuple[dict[str, Any], list[str]]:
-    from pydantic import TypeAdapter
+    from accelmatrix.metrics.sources import collect_metrics, write_train_metrics
 
-    from accelmatrix.metrics.sources import MetricSource, collect_metrics, write_train_metrics
-
-    art = ref.artifacts(cell["id"])
+    art = ref.artifacts(cell.id)
     files_dir = art / "files"
     copied = fetched_artifacts(cell, resource, ref)
     disk_full = None
@@ -80,13 +79,11 @@ def _collect(
         except ArtifactsDiskFull as e:  # the log is here: keep its metric rows, then fail
             disk_full, copied = e, []
 
-    adapter = TypeAdapter(MetricSource)
-    sources = [adapter.validate_python(s) for s in cell["workload"]["metrics"]]
     from accelmatrix.metrics.resources import FILE, resource_rows
 
     # The runner's samples (namespace runner.) go through the same duplicate check.
     collected = collect_metrics(
-        sources,
+        cell.workload.metrics,
         files_dir=files_dir,
         log_path=art / "output.log",
         extra_rows=resource_rows(art / FILE),
@@ -102,13 +99,13 @@ def _collect(
         )
     (art / "metrics.json").write_text(json.dumps(collected.rows, default=_json_default))
     write_train_metrics(
-        collected.rows, art / "train_metrics.json", extra={"cell": cell["id"], **cell["axes"]}
+        collected.rows, art / "train_metrics.json", extra={"cell": cell.id, **cell.axes}
     )
     store = results_store()
     # The store keeps one value per (metric, step); how often a step was logged lives in
     # metrics.json, where steps_complete reads it.
     stored = [{k: v for k, v in r.items() if k != "repeats"} for r in collected.rows]
-    store.replace_metrics(ref.dag_id, ref.run_id, cell["id"], stored)
+    store.replace_metrics(ref.dag_id, ref.run_id, cell.id, stored)
     log.info(
         "stored %d metric value(s)%s",
         len(collected.rows),

@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -57,15 +58,15 @@ class CellFailed(AirflowFailException):
     """A cell (or the run) failed its checks: deterministic, so Airflow must not retry."""
 
 
-def _record_step_failure(cell: dict[str, Any], ref: RunRef, state: str, message: str) -> None:
-    log.error("cell %s: %s", cell["id"], message)
+def _record_step_failure(cell: CellSpec, ref: RunRef, state: str, message: str) -> None:
+    log.error("cell %s: %s", cell.id, message)
     store = results_store()
-    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     if prior.get("state") in EARLIER_FAILURES and prior.get("state") != state:
         state = prior["state"]
         if prior.get("message"):
             message = f"{prior['message']}; {message}"
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=state, message=message[:4000])
+    store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state=state, message=message[:4000])
 
 
 def _read_json(path: Path) -> Any:

@@ -11,6 +11,7 @@ from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState
 from accelmatrix.evaluation.gx_suite import gx_loaded
 from accelmatrix.lifecycle.common import CellFailed, RunRef, _read_json, _record_step_failure
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -29,26 +30,21 @@ def checks_are_warm() -> bool:
     return gx_loaded()
 
 
-def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+def run_checks(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
     """Evaluate the cell's outputs with Great Expectations; return a JSON-able result.
 
     Pure with respect to the results store, so it can run wherever Great Expectations is
     already warm (the triggerer, see EvaluationTrigger). Serialised by a lock: GE contexts
     are not documented as thread-safe.
     """
-    from pydantic import TypeAdapter
-
     from accelmatrix.evaluation import CellOutputs, evaluate_cell
-    from accelmatrix.spec.checks import Check
 
-    art = ref.artifacts(cell["id"])
+    art = ref.artifacts(cell.id)
     status = _read_json(art / "status.json")
     metrics = _read_json(art / "metrics.json") or []
-    adapter = TypeAdapter(Check)
-    checks = [adapter.validate_python(c) for c in cell["checks"]]
     with _EVAL_LOCK:
         report = evaluate_cell(
-            checks,
+            cell.checks,
             CellOutputs(
                 files_dir=art / "files",
                 log_path=art / "output.log",
@@ -57,7 +53,7 @@ def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
             ),
             include_dir=settings.include_dir(),
             data_docs_dir=art / "data_docs",
-            suite_name=f"{ref.dag_id}.{cell['id']}",
+            suite_name=f"{ref.dag_id}.{cell.id}",
         )
     return {
         "passed": report.passed,
@@ -80,12 +76,12 @@ def run_checks(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     }
 
 
-def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any]) -> dict[str, Any]:
+def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> dict[str, Any]:
     """Store the verdicts and the cell's final state; raise CellFailed unless it passed."""
     store = results_store()
-    store.replace_checks(ref.dag_id, ref.run_id, cell["id"], result["verdicts"])
+    store.replace_checks(ref.dag_id, ref.run_id, cell.id, result["verdicts"])
     failed = [v for v in result["verdicts"] if not v["passed"]]
-    prior = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     # A specific earlier failure (setup, timeout, infrastructure) says more than "failed".
     earlier = prior.get("state") if prior.get("state") in EARLIER_FAILURES else None
     if prior.get("state") in NEVER_RAN:
@@ -103,7 +99,7 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
         state = earlier or CellState.FAILED
     message = "; ".join(f"{v['check_name']}: {v['message']}" for v in failed)[:2000]
     for w in result.get("warnings") or []:
-        log.warning("cell %s: %s", cell["id"], w)
+        log.warning("cell %s: %s", cell.id, w)
     if state == CellState.PASSED and result.get("warnings"):
         message = "; ".join(result["warnings"])[:2000]  # passed, with warnings
     if earlier and prior.get("message"):
@@ -111,20 +107,20 @@ def record_evaluation(cell: dict[str, Any], ref: RunRef, result: dict[str, Any])
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,
-        cell["id"],
+        cell.id,
         state=state,
         message=message,
         data_docs=result["data_docs"],
     )
     if state != CellState.PASSED:
         raise CellFailed(
-            f"cell {cell['id']} {state}: {len(failed)} of {len(result['verdicts'])} check(s) "
+            f"cell {cell.id} {state}: {len(failed)} of {len(result['verdicts'])} check(s) "
             "failed" + (": " + ", ".join(v["check_name"] for v in failed) if failed else "")
         )
-    return {"cell": cell["id"], "state": state}
+    return {"cell": cell.id, "state": state}
 
 
-def record_evaluation_error(cell: dict[str, Any], ref: RunRef, error: str) -> None:
+def record_evaluation_error(cell: CellSpec, ref: RunRef, error: str) -> None:
     """The checks could not run (Great Expectations crashed, the trigger failed): the cell
     gets ``evaluation_failed`` and "evaluation could not run: <error>", never a stale state
     that could pass. Called by the evaluate task and trigger; idempotent."""

@@ -12,14 +12,13 @@ from accelmatrix import settings
 from accelmatrix.cell_state import CellState, RunState
 from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
 from accelmatrix.reports.run_table import run_table
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
-def gate(
-    planned: list[dict[str, Any]], ref: RunRef, suite_path: str | None = None
-) -> dict[str, Any]:
+def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) -> dict[str, Any]:
     """Decide the run: it fails exactly when a non-quarantined cell did not pass.
 
     With ``suite_path``, the suite's ``notify`` settings are honoured (see accelmatrix.notifications).
@@ -32,13 +31,13 @@ def gate(
     )
     failed, quarantined_failed, passed = [], [], []
     for c in planned:
-        state = (rows.get(c["id"]) or {}).get("state", "missing")
+        state = (rows.get(c.id) or {}).get("state", "missing")
         if state == CellState.PASSED:
-            passed.append(c["id"])
-        elif c["quarantined"]:
-            quarantined_failed.append((c["id"], state))
+            passed.append(c.id)
+        elif c.quarantined:
+            quarantined_failed.append((c.id, state))
         else:
-            failed.append((c["id"], state))
+            failed.append((c.id, state))
     run_dir = (
         settings.artifacts_dir() / settings.safe_name(ref.dag_id) / settings.safe_name(ref.run_id)
     )
@@ -72,7 +71,7 @@ def gate(
         log.info("run cost: %.6f (sum of %d cell(s))", summary["cost"], len(costs))
     if suite_path:
         # A cell a person stopped says nothing about the code under test: no alert for it.
-        judged = [c for c in planned if c["id"] not in stopped_cells]
+        judged = [c for c in planned if c.id not in stopped_cells]
         _history_and_alerts(suite_path, judged, ref, rows)
         _notify(suite_path, planned, ref, failed, rows, summary["cost"])
     for cid, state in quarantined_failed:
@@ -91,7 +90,7 @@ def gate(
 
 
 def _validate_run(
-    planned: list[dict[str, Any]],
+    planned: list[CellSpec],
     ref: RunRef,
     rows: list[dict[str, Any]],
     suite_path: str | None,
@@ -109,7 +108,7 @@ def _validate_run(
 
         run_checks = load_suite(suite_path).run_checks
     validation = validate_run(
-        planned,
+        [c.to_json() for c in planned],
         rows,
         results_store().get_checks(ref.dag_id, ref.run_id),
         run_checks=run_checks,
@@ -128,7 +127,7 @@ def _validate_run(
     return validation
 
 
-def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
+def _settle_stopped_run(planned: list[CellSpec], ref: RunRef) -> set[str]:
     """Give cells cut short a verdict and release whatever the run still holds; the ids of
     the cells stopped from outside (state ``cancelled``).
 
@@ -148,13 +147,13 @@ def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
     store = results_store()
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
     for c in planned:
-        state = (rows.get(c["id"]) or {}).get("state")
+        state = (rows.get(c.id) or {}).get("state")
         message = (
             f"stopped before it finished (was {state}); nothing of it was left running "
             "(it never got a machine, or its teardown released it)"
         )
-        if stopped.settle_cell(store, ref.dag_id, ref.run_id, c["id"], message):
-            log.warning("cell %s: %s", c["id"], message)
+        if stopped.settle_cell(store, ref.dag_id, ref.run_id, c.id, message):
+            log.warning("cell %s: %s", c.id, message)
     cut = {
         r["cell_id"]
         for r in store.get_cells(ref.dag_id, ref.run_id)
@@ -170,7 +169,7 @@ def _settle_stopped_run(planned: list[dict[str, Any]], ref: RunRef) -> set[str]:
         reason = f"run {ref.run_id} was stopped from outside and its teardown left it"
     else:
         reason = f"run {ref.run_id} is over and no teardown deleted it"
-    specs = {json.dumps(c["machine_spec"], sort_keys=True): c["machine_spec"] for c in planned}
+    specs = {json.dumps(c.machine_json, sort_keys=True): c.machine_json for c in planned}
     report = reap_run(
         ref.dag_id, ref.run_id, specs.values(), reason=reason, say=log.warning, store=store
     )
@@ -209,7 +208,7 @@ def _perf_history(suite: Any, ref: RunRef) -> Any:
 
 
 def _history_and_alerts(
-    suite_path: str, planned: list[dict[str, Any]], ref: RunRef, rows: dict[str, dict[str, Any]]
+    suite_path: str, planned: list[CellSpec], ref: RunRef, rows: dict[str, dict[str, Any]]
 ) -> None:
     """Update the suite's perf history (change points, groups, one notification per new
     regression group) and its per-cell failure alerts.
@@ -254,7 +253,7 @@ def _history_and_alerts(
             store,
             ref.dag_id,
             ref.run_id,
-            planned,
+            [{"id": c.id, "quarantined": c.quarantined} for c in planned],
             rows,
             run_url=notify.run_url(ref.dag_id, ref.run_id),
         )
@@ -322,7 +321,7 @@ def _trigger(dag_id: str) -> Any:
 
 def _notify(
     suite_path: str,
-    planned: list[dict[str, Any]],
+    planned: list[CellSpec],
     ref: RunRef,
     failed: list[tuple[str, str]],
     rows: dict[str, dict[str, Any]],
@@ -336,7 +335,7 @@ def _notify(
     hook = spec.webhook if spec else None
     if hook is None or (hook.when == "failure" and not failed):
         return
-    by_id = {c["id"]: c for c in planned}
+    by_id = {c.id: c for c in planned}
     checks = results_store().get_checks(ref.dag_id, ref.run_id)
     failed_cells = []
     for cid, state in failed:
@@ -348,7 +347,10 @@ def _notify(
                 "failed_checks": [
                     c["check_name"] for c in checks if c["cell_id"] == cid and not c["passed"]
                 ],
-                "failed_tests": notify.failed_tests(by_id[cid], ref.artifacts(cid) / "files"),
+                "failed_tests": notify.failed_tests(
+                    [c.glob for c in by_id[cid].checks if c.type == "junit"],
+                    ref.artifacts(cid) / "files",
+                ),
             }
         )
     run = results_store().get_run(ref.dag_id, ref.run_id) or {}

@@ -17,12 +17,13 @@ import logging
 import math
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.cell_state import CellState, RunState
 from accelmatrix.lifecycle.common import RunRef, utcnow
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -36,7 +37,7 @@ def plan_run(
     logical_date: datetime | None = None,
     run_type: str | None = None,
     conf: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[CellSpec]:
     """Expand the suite for this run, log the plan, record every cell as planned/excluded.
 
     A run whose ``conf`` holds ``accelmatrix_followup`` is a re-test of named builds
@@ -135,8 +136,7 @@ def plan_run(
             quarantined=cell.quarantined,
             state=CellState.PLANNED,
         )
-    cells = [c.to_dict() for c in plan.cells]
-    store.put_cell_specs(ref.dag_id, ref.run_id, {c["id"]: c for c in cells})
+    store.put_cell_specs(ref.dag_id, ref.run_id, {c.id: c.to_json() for c in plan.cells})
     for ex in plan.excluded:
         store.upsert_cell(
             ref.dag_id,
@@ -146,7 +146,7 @@ def plan_run(
             state=CellState.EXCLUDED,
             excluded_reason=ex.reason,
         )
-    return cells
+    return plan.cells
 
 
 # A build named in a run's conf (`{"build": "nightly-2026-03-04"}`): what a re-test of one
@@ -179,33 +179,43 @@ def _build_of(suite: Any, conf: dict[str, Any] | None, params: dict[str, Any]) -
 REF_KEYS = ("id", "index", "machine")
 
 
-def cell_refs(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+class CellRef(TypedDict):
+    """What the DAG maps over for one cell (the JSON Airflow stores as the mapped value)."""
+
+    id: str
+    index: int
+    machine: str
+
+
+def cell_refs(cells: list[CellSpec]) -> list[CellRef]:
     """What the DAG maps over: a small reference per planned cell (see the module doc)."""
-    return [{k: c[k] for k in REF_KEYS} for c in cells]
+    return [CellRef(id=c.id, index=c.index, machine=c.machine) for c in cells]
 
 
-def cell_spec(ref: RunRef, cell: dict[str, Any]) -> dict[str, Any]:
+def cell_spec(ref: RunRef, cell: CellRef | CellSpec) -> CellSpec:
     """The planned cell that ``cell`` (a reference, or already a cell) stands for."""
     return planned_cells(ref, [cell])[0]
 
 
-def planned_cells(ref: RunRef, cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The planned cells that ``cells`` stand for, in their order.
+def planned_cells(ref: RunRef, cells: list[CellRef] | list[CellSpec]) -> list[CellSpec]:
+    """The planned cells that ``cells`` (references, or cells) stand for, in their order.
 
-    A full cell passes through unchanged (a run planned before cell_specs existed mapped
-    over full cells). A reference whose spec is missing is an error that names the run
-    and the cell: the run was reset (cleared whole, re-planned) under this task.
+    A full cell (a ``CellSpec``, or its JSON form: a run planned before cell_specs existed
+    mapped over full cells) needs no lookup. A reference whose spec is missing is an error
+    that names the run and the cell: the run was reset (cleared whole, re-planned) under
+    this task.
     """
-    wanted = [c["id"] for c in cells if "workload" not in c]
-    if not wanted:
-        return cells
-    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, wanted)
+    wanted = [c["id"] for c in cells if isinstance(c, dict) and "workload" not in c]
+    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, wanted) if wanted else {}
     if missing := [cid for cid in wanted if cid not in specs]:
         raise RuntimeError(
             f"no planned spec for cell {missing[0]!r} of {ref.dag_id} / {ref.run_id} in the "
             "results store (cell_specs); was the run re-planned meanwhile?"
         )
-    return [c if "workload" in c else specs[c["id"]] for c in cells]
+    return [
+        CellSpec.from_json(specs[c["id"]] if isinstance(c, dict) and "workload" not in c else c)
+        for c in cells
+    ]
 
 
 def _check_budget(
@@ -226,7 +236,7 @@ def _check_budget(
         limit, source = followup.max_usd, "history.confirm.max_usd of the suite"
     try:
         estimate = check_budget(
-            [c.to_dict() for c in plan.cells],
+            plan.cells,
             max_usd=limit,
             expected_seconds=expected,
             source=source,

@@ -11,17 +11,18 @@ from accelmatrix.backends.registry import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.lifecycle.release import forget_earlier_machine
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
-def _cell_context(cell: dict[str, Any], ref: RunRef) -> CellContext:
+def _cell_context(cell: CellSpec, ref: RunRef) -> CellContext:
     return CellContext(
         dag_id=ref.dag_id,
         run_id=ref.run_id,
-        cell_id=cell["id"],
-        artifacts_dir=ref.artifacts(cell["id"]),
+        cell_id=cell.id,
+        artifacts_dir=ref.artifacts(cell.id),
         labels=owner_labels(ref),
     )
 
@@ -35,43 +36,43 @@ def owner_labels(ref: RunRef) -> dict[str, str]:
     return {OWNER_GROUP_LABEL: ref.task_group, OWNER_INDEX_LABEL: str(ref.map_index)}
 
 
-def begin_provision(cell: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+def begin_provision(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
     """Start provisioning: the resource, or a pending record to wait on (see ProvisionOperator)."""
     store = results_store()
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,
-        cell["id"],
+        cell.id,
         state=CellState.PROVISIONING,
         provision_started_at=utcnow(),
     )
-    backend = get_backend(cell["machine_spec"])
+    backend = get_backend(cell.machine_json)
     try:
         record = backend.begin_provision(_cell_context(cell, ref))
     except Exception as e:
-        record_provision_failure(ref.dag_id, ref.run_id, cell["id"], str(e))
+        record_provision_failure(ref.dag_id, ref.run_id, cell.id, str(e))
         raise
     if record.get("pending"):
         return record
     return _provisioned(cell, ref, backend.kind, record)
 
 
-def finish_provision(cell: dict[str, Any], ref: RunRef, pending: dict[str, Any]) -> dict[str, Any]:
-    backend = get_backend(cell["machine_spec"])
+def finish_provision(cell: CellSpec, ref: RunRef, pending: dict[str, Any]) -> dict[str, Any]:
+    backend = get_backend(cell.machine_json)
     try:
         resource = backend.finish_provision(pending)
     except Exception as e:
-        record_provision_failure(ref.dag_id, ref.run_id, cell["id"], str(e))
+        record_provision_failure(ref.dag_id, ref.run_id, cell.id, str(e))
         raise
     return _provisioned(cell, ref, backend.kind, resource)
 
 
-def provision_failed(cell: dict[str, Any], ref: RunRef, pending: dict[str, Any], reason: str):
+def provision_failed(cell: CellSpec, ref: RunRef, pending: dict[str, Any], reason: str):
     """Clean up after a provisioning that will never finish (idempotent), record why."""
     try:
-        get_backend(cell["machine_spec"]).abandon_provision(pending, reason)
+        get_backend(cell.machine_json).abandon_provision(pending, reason)
     finally:
-        record_provision_failure(ref.dag_id, ref.run_id, cell["id"], reason)
+        record_provision_failure(ref.dag_id, ref.run_id, cell.id, reason)
 
 
 def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str) -> None:
@@ -93,11 +94,11 @@ def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str
 
 
 def _provisioned(
-    cell: dict[str, Any], ref: RunRef, kind: str, resource: dict[str, Any]
+    cell: CellSpec, ref: RunRef, kind: str, resource: dict[str, Any]
 ) -> dict[str, Any]:
-    forget_earlier_machine(ref, cell["id"])
+    forget_earlier_machine(ref, cell.id)
     results_store().upsert_cell(
-        ref.dag_id, ref.run_id, cell["id"], state=CellState.PROVISIONED, provisioned_at=utcnow()
+        ref.dag_id, ref.run_id, cell.id, state=CellState.PROVISIONED, provisioned_at=utcnow()
     )
     log.info("provisioned %s resource %s", kind, resource["name"])
     return resource

@@ -17,6 +17,7 @@ from typing import Any
 from accelmatrix.backends.registry import get_backend
 from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
 from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -24,9 +25,9 @@ log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 RELEASED = "released.json"
 
 
-def released_by(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict | None:
+def released_by(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict | None:
     """The record of an earlier release of this very machine, or None."""
-    marker = _read_json(ref.artifacts(cell["id"]) / RELEASED)
+    marker = _read_json(ref.artifacts(cell.id) / RELEASED)
     return marker if same_machine(marker, resource) else None
 
 
@@ -41,14 +42,14 @@ def forget_earlier_machine(ref: RunRef, cell_id: str) -> None:
 
 
 def release_machine(
-    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef, *, step: str
+    cell: CellSpec, resource: dict[str, Any], ref: RunRef, *, step: str
 ) -> dict[str, Any]:
     """Delete the cell's machine (idempotent) and, the first time, record the held time.
 
     Returns ``held_seconds`` and ``workload_seconds`` of the first release.
     """
     earlier = released_by(cell, resource, ref)
-    get_backend(cell["machine_spec"]).teardown(resource)
+    get_backend(cell.machine_json).teardown(resource)
     if earlier is not None:
         log.info(
             "%s was released by %s %.1f s after it was created; checked that it is gone",
@@ -59,7 +60,7 @@ def release_machine(
         return {k: earlier.get(k) for k in ("held_seconds", "workload_seconds")}
     ended = time.time()
     held = ended - float(resource["created_at"])
-    art = ref.artifacts(cell["id"])
+    art = ref.artifacts(cell.id)
     status = _read_json(art / "status.json") or {}
     workload = None
     if status.get("started_at") and status.get("ended_at"):
@@ -67,14 +68,14 @@ def release_machine(
     from accelmatrix.pricing import PricingError, hourly_price
 
     try:
-        cost = held / 3600.0 * hourly_price(cell["machine_spec"])
+        cost = held / 3600.0 * hourly_price(cell.machine_json)
     except PricingError as e:  # checked at plan time; a release must not fail over a price
         log.warning("no cost recorded: %s", e)
         cost = None
     results_store().upsert_cell(
         ref.dag_id,
         ref.run_id,
-        cell["id"],
+        cell.id,
         teardown_at=utcnow(),
         resource_held_seconds=held,
         workload_seconds=workload,

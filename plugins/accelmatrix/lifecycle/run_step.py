@@ -12,13 +12,14 @@ from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.lifecycle.release import release_machine, released_by
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
 def record_run_outcome(
-    cell: dict[str, Any], ref: RunRef, event: dict[str, Any], handle: dict[str, Any]
+    cell: CellSpec, ref: RunRef, event: dict[str, Any], handle: dict[str, Any]
 ) -> tuple[str, str]:
     """Turn a WorkloadTrigger event into the cell's run state; kill what must be killed.
 
@@ -28,12 +29,10 @@ def record_run_outcome(
     exit_code = event.get("exit_code")
     if status in ("timeout", "hung") and handle:
         _kill(cell, handle)
-    expected = next(
-        (int(c.get("expected", 0)) for c in cell["checks"] if c.get("type") == "exit_status"), 0
-    )
+    expected = cell.expected_exit
     if status == "timeout":
         state = CellState.TIMED_OUT
-        msg = f"workload timed out after {cell['workload']['timeout']} s and was killed"
+        msg = f"workload timed out after {cell.workload.timeout} s and was killed"
     elif status == "hung":
         state, msg = CellState.HUNG, f"workload {event.get('detail')}; it was killed"
     elif status == "infra_failed":
@@ -44,20 +43,20 @@ def record_run_outcome(
     else:
         state, msg = CellState.RAN, f"workload exited {exit_code} as expected"
     store = results_store()
-    row = store.get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    row = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     from accelmatrix.stopped import STOPPED
 
     if row.get("state") == STOPPED:
         # The run was stopped from outside and the teardown killed the workload before the
         # trigger heard of it: the exit it saw is the kill's, not the workload's verdict.
         log.warning(
-            "%s: stays cancelled (%s); the exit seen was %s", cell["id"], row.get("message"), msg
+            "%s: stays cancelled (%s); the exit seen was %s", cell.id, row.get("message"), msg
         )
         return STOPPED, row.get("message") or msg
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,
-        cell["id"],
+        cell.id,
         run_ended_at=utcnow(),
         exit_code=exit_code,
         state=state,
@@ -66,17 +65,15 @@ def record_run_outcome(
     return state, msg
 
 
-def _kill(cell: dict[str, Any], handle: dict[str, Any]) -> None:
+def _kill(cell: CellSpec, handle: dict[str, Any]) -> None:
     """Stop a timed-out or hung workload. When this is the second recording (the task
     resumed after its trigger), the trigger already killed it and may have released the
     machine: a kill that cannot reach a machine that is gone is not a failure of the step,
     and a machine that is still there is released by run or teardown with its workload."""
     try:
-        get_backend(cell["machine_spec"]).cancel(handle)
+        get_backend(cell.machine_json).cancel(handle)
     except Exception as e:
-        _not_fatal(
-            f"could not stop the workload of {cell['id']}; releasing its machine stops it", e
-        )
+        _not_fatal(f"could not stop the workload of {cell.id}; releasing its machine stops it", e)
 
 
 def _not_fatal(message: str, error: Exception) -> None:
@@ -93,7 +90,7 @@ FINAL_RUN_STATES = frozenset(
 
 
 def finish_run(
-    cell: dict[str, Any], resource: dict[str, Any], ref: RunRef, state: str
+    cell: CellSpec, resource: dict[str, Any], ref: RunRef, state: str
 ) -> dict[str, Any] | None:
     """Fetch the artifacts and release the machine as soon as the workload's outcome is final.
 
@@ -111,7 +108,7 @@ def finish_run(
         if fetched_artifacts(cell, resource, ref) is None:
             fetch_artifacts(cell, resource, ref)
     except Exception as e:
-        _not_fatal(f"could not collect the artifacts of {cell['id']}; keeping the machine", e)
+        _not_fatal(f"could not collect the artifacts of {cell.id}; keeping the machine", e)
         return None
     try:
         return release_machine(cell, resource, ref, step="run")

@@ -10,49 +10,50 @@ from typing import Any
 from accelmatrix.backends.registry import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.common import RunRef
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.templating import render_tree
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
-def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
+def setup(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> None:
     from accelmatrix.backends.base import InfrastructureError, SetupFailed
 
-    wl = cell["workload"]
+    wl = cell.workload
     store = results_store()
-    if not wl["setup"] and not wl.get("services"):
+    if not wl.setup and not wl.services:
         log.info("no setup commands")
-        store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=CellState.SETUP)
+        store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state=CellState.SETUP)
         return
-    backend = get_backend(cell["machine_spec"])
+    backend = get_backend(cell.machine_json)
     variables = backend.variables(resource)
-    store.upsert_cell(ref.dag_id, ref.run_id, cell["id"], state=CellState.SETUP)
+    store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state=CellState.SETUP)
     try:
         backend.setup(
             resource,
-            render_tree(wl["setup"], variables),
+            render_tree(wl.setup, variables),
             workload_env(cell, resource, variables),
-            wl["setup_timeout"],
+            wl.setup_timeout,
             lambda line: log.info("%s", line),
         )
-        if wl.get("services"):
+        if wl.services:
             backend.start_services(
                 resource,
-                render_tree(wl["services"], variables),
+                render_tree([s.model_dump(mode="json") for s in wl.services], variables),
                 workload_env(cell, resource, variables),
                 lambda line: log.info("%s", line),
             )
     except SetupFailed as e:
         store.upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], state=CellState.SETUP_FAILED, message=str(e)
+            ref.dag_id, ref.run_id, cell.id, state=CellState.SETUP_FAILED, message=str(e)
         )
         raise
     except InfrastructureError as e:  # the machine failed during setup, not the commands
         store.upsert_cell(
             ref.dag_id,
             ref.run_id,
-            cell["id"],
+            cell.id,
             state=CellState.INFRA_FAILED,
             message=f"infrastructure failure during setup: {e}",
         )
@@ -60,14 +61,14 @@ def setup(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> None:
 
 
 def workload_env(
-    cell: dict[str, Any], resource: dict[str, Any], variables: dict[str, str]
+    cell: CellSpec, resource: dict[str, Any], variables: dict[str, str]
 ) -> dict[str, str]:
     """The suite's env plus what every workload may rely on (cell id, axis values)."""
-    env = dict(render_tree(cell["workload"]["env"], variables))
-    env["ACCELMATRIX_CELL_ID"] = cell["id"]
+    env = dict(render_tree(cell.workload.env, variables))
+    env["ACCELMATRIX_CELL_ID"] = cell.id
     # What the cell's machine declares, so a workload can compare it with what it sees.
-    env["ACCELMATRIX_MACHINE"] = cell["machine"]
-    env["ACCELMATRIX_MACHINE_RESOURCES"] = json.dumps(cell["machine_spec"].get("resources") or {})
-    for axis, label in cell["axes"].items():
+    env["ACCELMATRIX_MACHINE"] = cell.machine
+    env["ACCELMATRIX_MACHINE_RESOURCES"] = json.dumps(cell.machine_json.get("resources") or {})
+    for axis, label in cell.axes.items():
         env[f"ACCELMATRIX_AXIS_{axis.upper()}"] = label
     return env

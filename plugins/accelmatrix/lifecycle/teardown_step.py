@@ -8,12 +8,13 @@ from typing import Any
 
 from accelmatrix.lifecycle.common import RunRef
 from accelmatrix.lifecycle.release import release_machine
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
-def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+def teardown(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
     """Release whatever of the cell's machine is still there (``run`` releases a finished
     cell's machine itself: then this only checks that it is gone)."""
     # Before the machine goes: a trigger still watching a cut-short workload would otherwise
@@ -22,12 +23,12 @@ def teardown(cell: dict[str, Any], resource: dict[str, Any], ref: RunRef) -> dic
     return release_machine(cell, resource, ref, step="teardown")
 
 
-def _settle_cut_short(cell: dict[str, Any], ref: RunRef, resource: dict[str, Any]) -> None:
+def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: dict[str, Any]) -> None:
     """A cell whose work ended without an outcome (its run marked failed from outside, its
     worker killed) gets a verdict here, before its machine goes: see accelmatrix.stopped."""
     from accelmatrix import stopped
 
-    row = results_store().get_cell(ref.dag_id, ref.run_id, cell["id"]) or {}
+    row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     if row.get("state") not in stopped.IN_FLIGHT:
         return
     states = {}
@@ -37,5 +38,5 @@ def _settle_cut_short(cell: dict[str, Any], ref: RunRef, resource: dict[str, Any
         f"stopped before it finished ({stopped.describe(states)}; was {row['state']}); "
         f"machine {resource['name']} and its workload torn down by the cell's teardown"
     )
-    if stopped.settle_cell(results_store(), ref.dag_id, ref.run_id, cell["id"], message):
-        log.warning("cell %s: %s", cell["id"], message)
+    if stopped.settle_cell(results_store(), ref.dag_id, ref.run_id, cell.id, message):
+        log.warning("cell %s: %s", cell.id, message)

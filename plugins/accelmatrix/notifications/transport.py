@@ -79,18 +79,17 @@ def post_json(url: str, payload: dict[str, Any], headers: dict[str, str], timeou
         raise NotifyError(f"webhook unreachable: {e}") from None
 
 
-def failed_tests(cell: dict[str, Any], files_dir: Any) -> list[str]:
-    """``classname::name (failure: first line)`` of every failed test in the cell's JUnit
-    reports (the globs of its ``junit`` checks)."""
+def failed_tests(junit_globs: list[str], files_dir: Any) -> list[str]:
+    """``classname::name (failure: first line)`` of every failed test in a cell's JUnit
+    reports (``junit_globs``: the globs of its ``junit`` checks)."""
     from pathlib import Path
 
     from accelmatrix.metrics.junit import parse_junit_glob
 
     out: list[str] = []
-    for check in cell.get("checks", []):
-        if check.get("type") == "junit":
-            result, _ = parse_junit_glob(Path(files_dir), check["glob"])
-            out.extend(str(f) for f in result.failures)
+    for glob in junit_globs:
+        result, _ = parse_junit_glob(Path(files_dir), glob)
+        out.extend(str(f) for f in result.failures)
     return out[:MAX_TESTS_PER_CELL]
 
 

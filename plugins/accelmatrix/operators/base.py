@@ -11,9 +11,9 @@ What the steps share lives here, once:
   the grid shows it in every state; the task itself only carries it into its final state
   and holds back the Task SDK's early PATCH of it (``_hold_back_early_name``).
 * ``cell`` arrives as a reference (id, index, machine: what the DAG maps over) and is
-  replaced by the planned cell from the results store right after rendering
-  (``render_template_fields``), before anything reads it; lifecycle/plan_step.py says why
-  the cells do not travel through Airflow themselves.
+  replaced by the planned cell, a typed ``CellSpec`` read from the results store, right
+  after rendering (``render_template_fields``), before anything reads it;
+  lifecycle/plan_step.py says why the cells do not travel through Airflow themselves.
 * ``ref(context)``: which run, task group and map index this step belongs to (labels on
   the resource, keys in the results store).
 * No return value is pushed as XCom except ``provision``'s (``pushes_xcom``): the resource
@@ -28,18 +28,22 @@ value containing ``{{ ... }}`` stays text.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+if TYPE_CHECKING:  # imported by the steps at run time: DAG parsing never loads the models
+    from accelmatrix.spec.cell import CellSpec
+
 # Airflow's grid, REST ``rendered_map_index`` and the logs name a mapped task by this.
-CELL_NAME = '{{ task.cell["id"] }}'
+CELL_NAME = "{{ task.cell.id }}"
 
 
 class CellOperator(BaseOperator):
-    """A step of one cell of a suite's matrix (``cell``: the plan's JSON dict for it)."""
+    """A step of one cell of a suite's matrix (``cell``: its CellSpec once rendered)."""
 
     template_fields: tuple[str, ...] = ("cell",)
+    cell: CellSpec
     # Whether the step's return value becomes its XCom (see the module docstring).
     pushes_xcom = False
 
@@ -73,7 +77,9 @@ class CellOperator(BaseOperator):
         ``execute`` Airflow renders the template again, finds the same name and sends
         nothing; the name still travels with the task's final state (or its deferral).
         """
-        if context.get("map_index_template") != CELL_NAME or not isinstance(self.cell, dict):
+        from accelmatrix.spec.cell import CellSpec
+
+        if context.get("map_index_template") != CELL_NAME or not isinstance(self.cell, CellSpec):
             return
         name = self.render_template(CELL_NAME, context)
         if not name:

@@ -19,11 +19,11 @@ run is an error and keeps its traceback.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from accelmatrix.evidence import evidence_url
 from accelmatrix.operators.base import CellOperator
+from accelmatrix.spec.timeouts import EVALUATION_DEFERRAL
 
 
 class ChecksFailed(SystemExit):
@@ -68,7 +68,7 @@ class EvaluateCellOperator(CellOperator):
                     end_task=self.triggers_end_tasks(),
                 ),
                 method_name="execute_complete",
-                timeout=timedelta(minutes=15),
+                timeout=EVALUATION_DEFERRAL,
             )
         self.log.info(
             "evaluating in this task process (%s)",
@@ -99,7 +99,7 @@ class EvaluateCellOperator(CellOperator):
         return _final(lambda: lifecycle.record_evaluation(self.cell, ref, event["result"]))
 
     def _log_result(self, result: dict[str, Any]) -> None:
-        self.log.info("checks for %s:\n%s", self.cell["id"], result["table"])
+        self.log.info("checks for %s:\n%s", self.cell.id, result["table"])
         if result["data_docs"]:
             self.log.info("Data Docs: %s", evidence_url(self.dag_id, result["data_docs"]))
         self.log.info("evaluation took %.2f s", result["seconds"])

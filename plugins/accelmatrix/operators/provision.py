@@ -16,17 +16,13 @@ setup task, so the backend undoes its own half-made machine.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
 from accelmatrix.operators.base import CellOperator
 from accelmatrix.operators.run import InfrastructureFailure
-
-# Past the machine's own deadline (which the trigger enforces), how long Airflow waits for
-# the trigger before failing the task anyway.
-DEFER_GRACE_SECONDS = 900
+from accelmatrix.spec.timeouts import provision_deferral
 
 
 class ProvisionOperator(CellOperator):
@@ -60,7 +56,7 @@ class ProvisionOperator(CellOperator):
             trigger=trigger,
             method_name="execute_complete",
             kwargs={"pending": record},
-            timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),
+            timeout=provision_deferral(wait),
         )
 
     def _reprovision(self, context: Any, ref: Any) -> Any:
@@ -74,7 +70,7 @@ class ProvisionOperator(CellOperator):
             return None
         decision = clearing.decide(ref.dag_id, ref.run_id, ref.task_group, ref.map_index)
         if not decision.provision:
-            self.log.info("not provisioning %s: %s", self.cell["id"], decision.why)
+            self.log.info("not provisioning %s: %s", self.cell.id, decision.why)
             raise AirflowSkipException(decision.why)
         self.log.info("provisioning again: %s", decision.why)
         return decision

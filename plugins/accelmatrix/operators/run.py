@@ -17,16 +17,16 @@ checks that it is gone.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.operators.base import CellOperator, resource_record
+from accelmatrix.spec.timeouts import provision_deferral
 
-# Grace between the workload deadline (enforced by the trigger, which kills the workload)
-# and Airflow's deferral timeout (a backstop in case the triggerer itself is stuck).
-DEFER_GRACE_SECONDS = 300
+if TYPE_CHECKING:
+    from accelmatrix.spec.cell import CellSpec
+
 # How long the run task watches a fresh workload itself before deferring (see _wait_briefly).
 INLINE_WAIT_SECONDS = 2.0
 # Cell states of a workload that ran and failed: test failures, never retried.
@@ -67,7 +67,7 @@ class RunWorkloadOperator(CellOperator):
 
         cell, resource = self.cell, resource_record(self.resource)
         ref = self.ref(context)
-        backend = get_backend(cell["machine_spec"])
+        backend = get_backend(cell.machine_json)
         if int(getattr(context["ti"], "try_number", 1) or 1) > 1:
             self._refuse_to_rerun_a_test_failure(ref)
             # A retry after an infrastructure failure (a preempted TPU, a vanished pod's
@@ -94,14 +94,14 @@ class RunWorkloadOperator(CellOperator):
         """
         from accelmatrix.lifecycle import results_store
 
-        row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell["id"]) or {}
+        row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id) or {}
         if row.get("state") in TEST_FAILURE_STATES:
             raise WorkloadFailed(
-                f"not re-running the workload of {self.cell['id']}: it already failed "
+                f"not re-running the workload of {self.cell.id}: it already failed "
                 f"({row['state']}: {row.get('message')}); test failures are never retried"
             )
 
-    def _defer_provision(self, cell: dict[str, Any], pending: dict[str, Any], ref: Any) -> None:
+    def _defer_provision(self, cell: CellSpec, pending: dict[str, Any], ref: Any) -> None:
         from accelmatrix.triggers.provision import ProvisionTrigger
 
         trigger, wait = ProvisionTrigger.for_cell(cell, pending, ref)
@@ -109,7 +109,7 @@ class RunWorkloadOperator(CellOperator):
         self.defer(
             trigger=trigger,
             method_name="execute_after_provision",
-            timeout=timedelta(seconds=wait + DEFER_GRACE_SECONDS),
+            timeout=provision_deferral(wait),
         )
 
     def execute_after_provision(self, context: Any, event: dict[str, Any] | None = None) -> Any:
@@ -138,35 +138,31 @@ class RunWorkloadOperator(CellOperator):
 
         cell = self.cell
         ref = self.ref(context)
-        backend = get_backend(cell["machine_spec"])
+        backend = get_backend(cell.machine_json)
         variables = backend.variables(resource)
-        argv = render_tree(cell["workload"]["run"], variables)
+        argv = render_tree(cell.workload.run, variables)
         env = workload_env(cell, resource, variables)
-        timeout = int(cell["workload"]["timeout"])
+        timeouts = cell.timeouts
         store = results_store()
-        store.upsert_cell(
-            ref.dag_id, ref.run_id, cell["id"], state="running", run_started_at=utcnow()
-        )
+        store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state="running", run_started_at=utcnow())
         handle = backend.submit(resource, argv, env)
         verb = "reattached to" if handle.get("reattached") else "started"
-        self.log.info("%s workload of %s: %s", verb, cell["id"], argv)
-        self.log.info("timeout %d s; streaming its log below", timeout)
+        self.log.info("%s workload of %s: %s", verb, cell.id, argv)
+        self.log.info("timeout %d s; streaming its log below", timeouts.workload_s)
         offset, event = self._wait_briefly(backend, handle)
         if event is not None:  # done within the brief wait: no deferral at all
             return self.execute_complete(context, event, handle, resource)
         self.log.info("still running after %.0f s: waiting in the triggerer", self.inline_wait)
         self.defer(
             trigger=WorkloadTrigger(
-                machine_spec=cell["machine_spec"],
+                cell=cell,
                 handle=handle,
-                deadline=time.time() + timeout,
+                # The trigger moves it on while the backend reports the workload queued.
+                deadline=timeouts.workload_deadline(time.time()),
                 poll_interval=self.poll_interval,
                 log_offset=offset,
-                hang_detection=cell["workload"].get("hang_detection"),
                 started_at=time.time() - self.inline_wait,
                 deferred_at=time.time(),
-                timeout=timeout,
-                cell=cell,
                 dag_id=ref.dag_id,
                 run_id=ref.run_id,
                 resource=resource,
@@ -177,7 +173,7 @@ class RunWorkloadOperator(CellOperator):
             method_name="execute_complete",
             kwargs={"handle": handle, "resource": resource},
             # A queued workload's clock starts when it runs: the deferral allows the queue.
-            timeout=timedelta(seconds=timeout + backend.queue_wait_limit() + DEFER_GRACE_SECONDS),
+            timeout=timeouts.run_deferral(backend.queue_wait_limit()),
         )
 
     def _wait_briefly(self, backend: Any, handle: dict[str, Any]) -> tuple[int, Any]:

@@ -11,13 +11,13 @@ repeat=2``), so the matrix page, the task log and the results say which build a 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from accelmatrix.spec.plan import Cell, Plan, PlanError, expand
+from accelmatrix.spec.cell import CellSpec
+from accelmatrix.spec.plan import Plan, PlanError, expand
 from accelmatrix.spec.suite import Suite
 from accelmatrix.spec.suite_parts import Model
 
@@ -65,7 +65,7 @@ def expand_followup(
     """The follow-up run's plan: each suspect cell x each build x ``repeats``, interleaved
     by repeat then build. Every listed cell must be a cell of the suite that runs with these
     params (a cell id is matched exactly, never as a glob)."""
-    per_build: dict[str, dict[str, Cell]] = {}
+    per_build: dict[str, dict[str, CellSpec]] = {}
     for build in followup.builds:
         plan = expand(
             suite, suite_id, params=params, logical_date=logical_date, runtime_version=build
@@ -84,12 +84,13 @@ def expand_followup(
                 base = per_build[build][cid]
                 axes = {**base.axes, "build": build, "repeat": str(r)}
                 out.cells.append(
-                    replace(
-                        base,
-                        id=f"{cid},build={build},repeat={r}",
-                        index=len(out.cells),
-                        axes=axes,
-                        values={**base.values, "build": build, "repeat": r},
+                    base.model_copy(
+                        update={
+                            "id": f"{cid},build={build},repeat={r}",
+                            "index": len(out.cells),
+                            "axes": axes,
+                            "values": {**base.values, "build": build, "repeat": r},
+                        }
                     )
                 )
     return out

@@ -2,19 +2,25 @@
 
 The plan is computed inside the DAG's `plan` task (not at parse time), so UI params can
 filter cells and resolve `${params.*}`, and a run keeps the plan it started with even if the
-YAML changes mid-run. Each cell is a self-contained JSON dict: the mapped tasks need nothing
-else to provision, run and evaluate it.
+YAML changes mid-run. Each cell is a ``CellSpec`` (accelmatrix.spec.cell), validated here once
+its placeholders are filled in: the mapped tasks need nothing else to provision, run and
+evaluate it.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import itertools
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from accelmatrix.spec.axis_kinds import cell_extras
+from accelmatrix.spec.cell import CellSpec
+from accelmatrix.spec.checks import CheckBase, parse_checks
 from accelmatrix.spec.suite import MAX_CELLS, QuarantineRule, Suite
 from accelmatrix.spec.support import unsupported_reason
 from accelmatrix.spec.templating import escape, render, render_tree, run_variables
@@ -28,26 +34,6 @@ class PlanError(ValueError):
 
 
 @dataclass
-class Cell:
-    id: str
-    index: int
-    axes: dict[str, str]
-    values: dict[str, Any]
-    machine: str
-    backend: str
-    pool: str
-    machine_spec: dict[str, Any]
-    workload: dict[str, Any]
-    checks: list[dict[str, Any]]
-    quarantined: bool = False
-    quarantine_reason: str | None = None
-    notes: list[str] = field(default_factory=list)  # plan-table text from typed axes
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
 class Excluded:
     id: str
     axes: dict[str, str]
@@ -57,15 +43,15 @@ class Excluded:
 @dataclass
 class Plan:
     suite_id: str
-    cells: list[Cell] = field(default_factory=list)
+    cells: list[CellSpec] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
     runtime_version: str | None = None  # the suite's, rendered for this run
 
-    def by_machine(self, machines: list[str]) -> dict[str, list[dict[str, Any]]]:
+    def by_machine(self, machines: list[str]) -> dict[str, list[CellSpec]]:
         """Cells grouped by machine, one list per machine (empty lists included)."""
-        out: dict[str, list[dict[str, Any]]] = {m: [] for m in machines}
+        out: dict[str, list[CellSpec]] = {m: [] for m in machines}
         for c in self.cells:
-            out[c.machine].append(c.to_dict())
+            out[c.machine].append(c)
         return out
 
     def table(self) -> str:
@@ -126,7 +112,7 @@ def expand(
     resolved_params.update(params or {})
 
     run_vars = run_variables(logical_date)
-    rendered_checks: dict[str, list[dict[str, Any]]] = {}
+    rendered_checks: dict[str, list[CheckBase]] = {}
     param_vars = {f"params.{k}": v for k, v in resolved_params.items()}
     if runtime_version is None and suite.runtime_version is not None:
         runtime_version = render(suite.runtime_version, {**run_vars, **param_vars})
@@ -188,7 +174,8 @@ def expand(
         # e.g. CPU-only hides GPUs
         workload["env"] = {**workload["env"], **{k: escape(v) for k, v in kind_env.items()}}
         plan.cells.append(
-            Cell(
+            _cell_spec(
+                suite_id,
                 id=cid,
                 index=len(plan.cells),
                 axes=axes,
@@ -255,8 +242,8 @@ def _unselected_message(
 
 
 def _rendered_checks(
-    suite: Suite, suite_id: str, variables: dict[str, Any], seen: dict[str, list[dict[str, Any]]]
-) -> list[dict[str, Any]]:
+    suite: Suite, suite_id: str, variables: dict[str, Any], seen: dict[str, list[CheckBase]]
+) -> list[CheckBase]:
     """The suite's checks with this cell's placeholders filled in, validated again.
 
     The suite validated the text with its placeholders (``steps: ${params.steps}``); the
@@ -264,19 +251,13 @@ def _rendered_checks(
     machine is provisioned, naming the check and the field. ``seen`` caches validated
     renderings: most cells of a matrix render their checks alike.
     """
-    import json
-
-    from pydantic import ValidationError
-
-    from accelmatrix.spec.checks import parse_checks
-
     rendered = [
         render_tree(c.model_dump(mode="json"), variables, keep_unknown=True) for c in suite.checks
     ]
     key = json.dumps(rendered, sort_keys=True, default=str)
     if key not in seen:
         try:
-            parse_checks(rendered)
+            seen[key] = parse_checks(rendered)
         except ValidationError as exc:
             problems = "; ".join(
                 f"checks[{e['loc'][0]}].{'.'.join(str(x) for x in e['loc'][2:])}: {e['msg']}"
@@ -286,15 +267,33 @@ def _rendered_checks(
                 f"suite {suite_id}: a check is invalid once its placeholders are filled in "
                 f"for cell {variables.get('cell.id')}: {problems}"
             ) from None
-        seen[key] = rendered
     return seen[key]
 
 
-def _with_exit_status(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _with_exit_status(checks: list[CheckBase]) -> list[CheckBase]:
     """Every cell checks its exit status (expected 0) unless the suite says otherwise."""
-    if any(c.get("type") == "exit_status" for c in checks):
+    if any(c.type == "exit_status" for c in checks):
         return checks
-    return [{"type": "exit_status", "expected": 0, "name": None}, *checks]
+    return [*parse_checks([{"type": "exit_status", "expected": 0}]), *checks]
+
+
+def _cell_spec(suite_id: str, **fields: Any) -> CellSpec:
+    """The cell, validated now that its placeholders are filled in.
+
+    The suite validated its text with the placeholders; a value a run gives one (a param,
+    an axis value) must still make a valid machine and workload, or the run stops here,
+    before anything is provisioned, naming the cell and the field.
+    """
+    try:
+        return CellSpec(**fields)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise PlanError(
+            f"suite {suite_id}: cell {fields['id']} is invalid once its placeholders are "
+            f"filled in: {problems}"
+        ) from None
 
 
 def _quarantine_reason(rules: list[QuarantineRule | str], cid: str) -> str | None:

@@ -22,12 +22,15 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 from accelmatrix.evidence import evidence_url
+from accelmatrix.spec.cell import CellSpec
 
 
 class EvaluationTrigger(BaseTrigger):
-    def __init__(self, cell: dict[str, Any], dag_id: str, run_id: str, end_task: bool = False):
+    def __init__(
+        self, cell: CellSpec | dict[str, Any], dag_id: str, run_id: str, end_task: bool = False
+    ):
         super().__init__()
-        self.cell = cell
+        self.cell = CellSpec.from_json(cell)  # its JSON form after the triggerer loaded it
         self.dag_id = dag_id
         self.run_id = run_id
         self.end_task = end_task
@@ -36,7 +39,7 @@ class EvaluationTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "cell": self.cell,
+                "cell": self.cell.to_json(),
                 "dag_id": self.dag_id,
                 "run_id": self.run_id,
                 "end_task": self.end_task,
@@ -47,7 +50,7 @@ class EvaluationTrigger(BaseTrigger):
         from accelmatrix.lifecycle import RunRef, run_checks
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
-        cell_id = self.cell["id"]
+        cell_id = self.cell.id
         try:
             result = await asyncio.to_thread(run_checks, self.cell, ref)
         except Exception as e:

@@ -23,40 +23,51 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.triggers.ending import warm_great_expectations
 
 
 class ProvisionTrigger(BaseTrigger):
+    """Wait for ``pending`` (a requested machine) to be ready.
+
+    A cell's trigger (``for_cell``) carries the cell once, and its machine comes from it;
+    without a cell it waits on a machine described by ``machine_spec`` alone.
+    """
+
     def __init__(
         self,
-        machine_spec: dict[str, Any],
+        machine_spec: dict[str, Any] | None,
         pending: dict[str, Any],
         poll_interval=15.0,
         owner: dict[str, str] | None = None,
-        cell: dict[str, Any] | None = None,
+        cell: CellSpec | dict[str, Any] | None = None,
         end_task: bool = False,
         deferred_at: float | None = None,
     ):
         super().__init__()
+        self.cell = CellSpec.from_json(cell) if cell is not None else None
+        if self.cell is not None:  # an older serialised trigger passes both: the cell wins
+            machine_spec = self.cell.machine_json
+        if machine_spec is None:
+            raise TypeError("ProvisionTrigger needs a cell or a machine_spec")
         self.machine_spec = machine_spec
         self.pending = pending
         self.poll_interval = float(poll_interval)
         self.owner = owner
-        self.cell = cell
         self.end_task = end_task
         self.deferred_at = deferred_at
 
     @classmethod
     def for_cell(
-        cls, cell: dict[str, Any], pending: dict[str, Any], ref: Any = None, end_task: bool = False
+        cls, cell: CellSpec, pending: dict[str, Any], ref: Any = None, end_task: bool = False
     ) -> tuple[ProvisionTrigger, float]:
         """The trigger waiting for ``cell``'s pending machine, and the seconds until its own
         deadline (Airflow's deferral timeout adds a grace to that, as a backstop)."""
-        spec = cell["machine_spec"]
-        owner = {"dag_id": ref.dag_id, "run_id": ref.run_id, "cell_id": cell["id"]} if ref else None
+        spec = cell.machine_json
+        owner = {"dag_id": ref.dag_id, "run_id": ref.run_id, "cell_id": cell.id} if ref else None
         poll = float(spec.get("provision_poll_seconds") or 15)
         trigger = cls(
-            spec,
+            None,
             pending,
             poll,
             owner,
@@ -70,11 +81,12 @@ class ProvisionTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "machine_spec": self.machine_spec,
+                # A cell's trigger carries the cell once; its machine is in it.
+                "machine_spec": None if self.cell is not None else self.machine_spec,
                 "pending": self.pending,
                 "poll_interval": self.poll_interval,
                 "owner": self.owner,
-                "cell": self.cell,
+                "cell": self.cell.to_json() if self.cell is not None else None,
                 "end_task": self.end_task,
                 "deferred_at": self.deferred_at,
             },

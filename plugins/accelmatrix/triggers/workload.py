@@ -24,6 +24,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
+from accelmatrix.spec.cell import CellSpec
 from accelmatrix.triggers.ending import end_event, warm_great_expectations
 
 # See WorkloadTrigger._settle_before_resume.
@@ -31,65 +32,85 @@ RESUME_SETTLE_SECONDS = 10.0
 
 
 class WorkloadTrigger(BaseTrigger):
+    """Watch one workload (``handle``) until it ends or its deadline passes.
+
+    ``cell`` (a CellSpec, or its JSON form after the triggerer deserialised the trigger)
+    is carried once and says everything about the workload: its machine, timeout and hang
+    detection. Without a cell the trigger watches a workload on a bare machine
+    (``machine_spec``, ``timeout`` and ``hang_detection`` given alone): it then only fires
+    the outcome, recording nothing.
+    """
+
     def __init__(
         self,
-        machine_spec: dict[str, Any],
         handle: dict[str, Any],
         deadline: float,
         log_offset: int = 0,
         poll_interval: float = 1.0,
-        hang_detection: dict[str, Any] | None = None,
         started_at: float | None = None,
-        cell: dict[str, Any] | None = None,
+        cell: CellSpec | dict[str, Any] | None = None,
         dag_id: str | None = None,
         run_id: str | None = None,
         end_task: bool = False,
         test_failure_ends_task: bool = False,
         deferred_at: float | None = None,
-        timeout: float | None = None,
         resource: dict[str, Any] | None = None,
+        machine_spec: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        hang_detection: dict[str, Any] | None = None,
     ):
         super().__init__()
+        self.cell = CellSpec.from_json(cell) if cell is not None else None
+        if self.cell is not None:
+            # A trigger serialised before the cell carried these also passes them: the
+            # cell's own values win.
+            hang = self.cell.workload.hang_detection
+            machine_spec = self.cell.machine_json
+            # With the timeout, a wait for capacity (Kueue) does not count: the deadline
+            # moves on while the backend reports the workload queued.
+            timeout = self.cell.timeouts.workload_s
+            hang_detection = hang.model_dump() if hang is not None else None
+        if machine_spec is None:
+            raise TypeError("WorkloadTrigger needs a cell or a machine_spec")
         self.machine_spec = machine_spec
+        self.timeout = timeout
+        self.hang_detection = hang_detection
         self.handle = handle
         self.deadline = deadline
         self.log_offset = log_offset
         self.poll_interval = poll_interval
-        self.hang_detection = hang_detection
         self.started_at = started_at if started_at is not None else time.time()
-        self.cell = cell
         self.dag_id = dag_id
         self.run_id = run_id
         self.end_task = end_task
         self.test_failure_ends_task = test_failure_ends_task
         self.deferred_at = deferred_at if deferred_at is not None else time.time()
-        # The workload timeout: with it, a wait for capacity (Kueue) does not count (the
-        # deadline moves on while the backend reports the workload queued).
-        self.timeout = timeout
         # The machine, released here as soon as the outcome is final (lifecycle.finish_run).
         self.resource = resource
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "machine_spec": self.machine_spec,
-                "handle": self.handle,
-                "deadline": self.deadline,
-                "log_offset": self.log_offset,
-                "poll_interval": self.poll_interval,
-                "hang_detection": self.hang_detection,
-                "started_at": self.started_at,
-                "cell": self.cell,
-                "dag_id": self.dag_id,
-                "run_id": self.run_id,
-                "end_task": self.end_task,
-                "test_failure_ends_task": self.test_failure_ends_task,
-                "deferred_at": self.deferred_at,
-                "timeout": self.timeout,
-                "resource": self.resource,
-            },
-        )
+        kwargs: dict[str, Any] = {
+            "handle": self.handle,
+            "deadline": self.deadline,
+            "log_offset": self.log_offset,
+            "poll_interval": self.poll_interval,
+            "started_at": self.started_at,
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "end_task": self.end_task,
+            "test_failure_ends_task": self.test_failure_ends_task,
+            "deferred_at": self.deferred_at,
+            "resource": self.resource,
+        }
+        if self.cell is not None:  # the cell says the rest
+            kwargs["cell"] = self.cell.to_json()
+        else:
+            kwargs.update(
+                machine_spec=self.machine_spec,
+                timeout=self.timeout,
+                hang_detection=self.hang_detection,
+            )
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from accelmatrix.backends.registry import get_backend
@@ -174,7 +195,7 @@ class WorkloadTrigger(BaseTrigger):
                 )
             )
         except Exception:
-            self.log.exception("could not stop the workload of %s", self.cell.get("id"))
+            self.log.exception("could not stop the workload of %s", self.cell.id)
 
     async def _settle_before_resume(self) -> None:
         """Resume the task no sooner than RESUME_SETTLE_SECONDS after it deferred.
@@ -234,7 +255,7 @@ class WorkloadTrigger(BaseTrigger):
                 record_run_outcome, self.cell, ref, event, self.handle
             )
         except Exception:
-            self.log.exception("could not record the outcome of %s", self.cell.get("id"))
+            self.log.exception("could not record the outcome of %s", self.cell.id)
             return None
         self.log.info("%s: %s", state, msg)
         return state, msg
