@@ -78,11 +78,11 @@ bench: venv $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python bench/bench_parse.py
 	$(BIN)/python bench/bench_evaluation.py
 
-# `airflow standalone` run by accelmatrix.standalone, which also stops on SIGTERM: Airflow's
+# `airflow standalone` run by accelmatrix.deploy.standalone, which also stops on SIGTERM: Airflow's
 # stops its components only on Ctrl-C, and a SIGTERM (to it, or to this make) left them all
 # running (docs/deploy.md, "make standalone").
 # The executor: a LocalExecutor whose task processes start with accelmatrix and Great
-# Expectations imported (plugins/accelmatrix/executor.py), unless you chose another one.
+# Expectations imported (plugins/accelmatrix/deploy/executor.py), unless you chose another one.
 # [core] parallelism: LocalExecutor forks that many workers at start, each runs one task at
 # a time. 4 per CPU, at most Airflow's default of 32: 8 on 2 cores, where BENCHMARKS.md
 # measured it. Set AIRFLOW__CORE__PARALLELISM (or STANDALONE_PARALLELISM) to change it.
@@ -91,12 +91,12 @@ bench: venv $(AIRFLOW_HOME)/.migrated
 STANDALONE_PARALLELISM ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n * 4 < 32 ? n * 4 : 32 )))
 standalone: venv $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python -m accelmatrix pools --apply
-	AIRFLOW__CORE__EXECUTOR=$${AIRFLOW__CORE__EXECUTOR:-accelmatrix.executor.PreloadedLocalExecutor} \
+	AIRFLOW__CORE__EXECUTOR=$${AIRFLOW__CORE__EXECUTOR:-accelmatrix.deploy.executor.PreloadedLocalExecutor} \
 	AIRFLOW__CORE__PARALLELISM=$${AIRFLOW__CORE__PARALLELISM:-$(STANDALONE_PARALLELISM)} \
 	AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL=$${AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL:-1} \
 	AIRFLOW__WORKERS__EXECUTION_API_RETRIES=$${AIRFLOW__WORKERS__EXECUTION_API_RETRIES:-12} \
 	AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN=$${AIRFLOW__WORKERS__EXECUTION_API_RETRY_WAIT_MIN:-3} \
-		$(BIN)/python -m accelmatrix.standalone
+		$(BIN)/python -m accelmatrix.deploy.standalone
 
 clean:
 	rm -rf $(AIRFLOW_HOME)

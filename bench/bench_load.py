@@ -55,7 +55,7 @@ from accelmatrix_testkit.services import (  # noqa: E402
 
 POOL = "accelmatrix_load"
 # --executors name -> AirflowStack executor. The Celery workers preload the task side
-# (accelmatrix.celery_config), as docker-compose.yaml deploys them.
+# (accelmatrix.deploy.celery_config), as docker-compose.yaml deploys them.
 EXECUTOR_CHOICES = {
     "preloaded": "PreloadedLocalExecutor",
     "local": "LocalExecutor",

@@ -1,6 +1,6 @@
 """The accelmatrix janitor DAG: releases accelerators that dead runs left behind.
 
-Thin on purpose: the logic lives in accelmatrix.janitor. Every 30 minutes it lists the
+Thin on purpose: the logic lives in accelmatrix.cleanup.janitor. Every 30 minutes it lists the
 managed resources of every machine the suites define and tears down those past their TTL
 whose owning task instances are finished (or past TTL plus a grace), recording each in the
 results store's ``reaped`` table. Scheduled runs really delete; a manual run is a dry run
@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from accelmatrix.janitor import DEFAULT_GRACE_SECONDS
+from accelmatrix.cleanup.janitor import DEFAULT_GRACE_SECONDS
 
 
 @task(task_id="sweep", retries=1, retry_delay=timedelta(minutes=1))
 def sweep_task() -> dict:
-    from accelmatrix import janitor
+    from accelmatrix.cleanup import janitor
 
     ctx = get_current_context()
     params = ctx["params"]

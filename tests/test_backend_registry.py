@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelmatrix import janitor
 from accelmatrix.backends.base import Backend, BackendError
 from accelmatrix.backends.registry import CAPABILITIES, KINDS, get_backend, kind_of, kinds_that
+from accelmatrix.cleanup import janitor
 from accelmatrix.spec.loader import SuiteError, load_suite
 from accelmatrix.spec.suite import Machine
 from accelmatrix_testkit import fault_matrix

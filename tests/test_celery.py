@@ -76,7 +76,7 @@ def test_stack_executor_settings(tmp_path):
     # docker-compose.yaml's Celery config: Airflow's default plus the preloading worker hook.
     assert (
         celery.env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"]
-        == "accelmatrix.celery_config.CELERY_CONFIG"
+        == "accelmatrix.deploy.celery_config.CELERY_CONFIG"
     )
     with pytest.raises(ValueError, match="celery_broker_url"):
         AirflowStack(
@@ -226,7 +226,7 @@ def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
     assert re.search(r"(RunWorkloadOperator|WorkloadTrigger)\] step 5 loss:", run_log), run_log
     assert "Finished training run" in run_log, run_log
 
-    # Each worker preloaded the task side before forking its pool (accelmatrix.celery_config),
+    # Each worker preloaded the task side before forking its pool (accelmatrix.deploy.celery_config),
     # so evaluate judged its cell in its own task process: one start, no deferral.
     for name, text in worker_logs.items():
         assert "preloaded the accelmatrix task side" in text, f"{name}: {text[-3000:]}"

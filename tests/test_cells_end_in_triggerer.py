@@ -7,7 +7,7 @@ What ``dag.test()`` cannot show (it resumes every deferred task in-process):
   started on a worker exactly once (their triggers ended them: no resume, so Airflow
   3.3.2's defer/resume race has nothing to fail);
 * REST names every mapped task instance by its cell id in every state, waiting ones
-  included (accelmatrix.policy), never "0";
+  included (accelmatrix.deploy.policy), never "0";
 * the retry rule: an infrastructure failure that ends in the trigger is retried, a workload
   failure is not (even with retries set), a check failure fails ``evaluate`` with the verdict
   table in its log.
@@ -130,7 +130,7 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
 
     def watch() -> None:
         # While the run goes on: REST's rendered_map_index (what the grid shows) of every
-        # mapped task instance in every state. The cluster policy (accelmatrix.policy)
+        # mapped task instance in every state. The cluster policy (accelmatrix.deploy.policy)
         # names a task instance when Airflow creates it, so a waiting one (no state,
         # scheduled, queued) is named too, not only once its task process has started.
         while not stop.is_set():

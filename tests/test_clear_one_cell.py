@@ -2,7 +2,7 @@
 
 Airflow 3.3.2 widens a clear of one mapped task to the setup and teardown tasks of every
 map index of its group (shared notes): the dry run below shows it. accelmatrix's provision
-step skips itself for cells that were only swept up by that widening (accelmatrix.clearing),
+step skips itself for cells that were only swept up by that widening (accelmatrix.cleanup.clearing),
 so the other cells get no second machine (which nothing would tear down: their teardowns
 are not selected) and keep their results. The cleared cell gets exactly one new machine and one results row.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelmatrix.clearing import pending_machine_steps
+from accelmatrix.cleanup.clearing import pending_machine_steps
 from accelmatrix_testkit import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_clearing_one_failed_cell_reruns_only_that_cell(tmp_path):
         selected = {(t["task_id"], t["map_index"]) for t in preview["task_instances"]}
         # Airflow's own widening: the provision (setup task) of EVERY cell is selected.
         # The other cells' teardowns are not: re-provisioning them would leak a machine
-        # per cell, which is why provision must refuse (accelmatrix.clearing).
+        # per cell, which is why provision must refuse (accelmatrix.cleanup.clearing).
         for cell in first.values():
             if cell["task_id"] == f"{GROUP}.provision":
                 assert (cell["task_id"], cell["map_index"]) in selected, selected

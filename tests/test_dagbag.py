@@ -35,7 +35,7 @@ def test_local_smoke_graph():
     t = dag.task_dict
     assert t["cpu-small.teardown"].is_teardown and t["cpu-small.provision"].is_setup
     # The gate is a setup-less teardown that fails the run: "Mark run as failed" does not
-    # skip it, and it waits for every cell's teardown (see accelmatrix.stopped).
+    # skip it, and it waits for every cell's teardown (see accelmatrix.cleanup.stopped).
     assert t["gate"].is_teardown and t["gate"].on_failure_fail_dagrun
     assert t["gate"].trigger_rule == "all_done_setup_success"
     assert "cpu-small.teardown" in t["gate"].upstream_task_ids

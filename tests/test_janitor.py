@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from accelmatrix import janitor
 from accelmatrix.backends.base import CellContext, ManagedResource
+from accelmatrix.cleanup import janitor
 from accelmatrix.results.store import ResultsStore
 
 pytest_plugins = ["tpu_env"]  # also brings tests/sshd.py

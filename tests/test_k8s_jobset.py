@@ -386,7 +386,7 @@ def test_a_role_without_pods_log_is_named_and_teardown_still_deletes(cluster, tm
 
 
 def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, cluster):
-    from accelmatrix import janitor
+    from accelmatrix.cleanup import janitor
     from accelmatrix.results.store import ResultsStore
 
     # Expired a minute ago (ttl -60 s); its Job's deadline must still be valid (>= 0).

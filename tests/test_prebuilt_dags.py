@@ -1,4 +1,4 @@
-"""DAGs prebuilt before a fork (dag_factory.prebuild_dags, called by accelmatrix.preload).
+"""DAGs prebuilt before a fork (dag_factory.prebuild_dags, called by accelmatrix.deploy.preload).
 
 A forked task process takes its suite's DAG from the parent's memory instead of building it
 again. What must hold: it is taken only in a forked process, only once there, only while

@@ -1,4 +1,4 @@
-"""PreloadedLocalExecutor (accelmatrix.executor) on a real Airflow, and what it changes.
+"""PreloadedLocalExecutor (accelmatrix.deploy.executor) on a real Airflow, and what it changes.
 
 Its forked task processes start with accelmatrix and Great Expectations imported, so
 ``evaluate`` judges the cell in its own task process: no deferral, no triggerer round trip
@@ -62,7 +62,7 @@ def test_checks_are_warm_only_after_the_preload(tmp_path):
     code = (
         "import os, sys\n"
         "from accelmatrix import lifecycle\n"
-        "from accelmatrix.preload import preload_task_side\n"
+        "from accelmatrix.deploy.preload import preload_task_side\n"
         "from accelmatrix.store_access import results_store\n"
         "results_store().ensure_schema(); results_store().close()\n"
         "assert not lifecycle.checks_are_warm()\n"
@@ -103,7 +103,7 @@ def test_a_backend_whose_extra_is_absent_is_no_preload_failure(tmp_path):
         "import sys, logging\n"
         "logging.basicConfig(level=logging.INFO)\n"
         "sys.modules['paramiko'] = None\n"
-        "from accelmatrix.preload import import_task_side_modules\n"
+        "from accelmatrix.deploy.preload import import_task_side_modules\n"
         "assert import_task_side_modules() == [], 'ssh without paramiko reported as failed'\n"
         "assert 'accelmatrix.backends.ssh.backend' not in sys.modules\n"
         "sys.modules['paramiko'] = None\n"
@@ -124,7 +124,7 @@ def test_the_preloaded_heap_stays_out_of_the_schedulers_garbage_collections(tmp_
     freeze/fork/unfreeze of a worker respawn; later objects are still collected."""
     code = (
         "import gc\n"
-        "from accelmatrix.executor import PreloadedLocalExecutor\n"
+        "from accelmatrix.deploy.executor import PreloadedLocalExecutor\n"
         "ex = PreloadedLocalExecutor(parallelism=2)\n"
         "ex.start()\n"
         "try:\n"
@@ -153,7 +153,7 @@ def test_idle_workers_stop_on_sigterm(tmp_path):
     code = (
         "import multiprocessing, os, signal, time\n"
         "from airflow.executors.local_executor import LocalExecutor\n"
-        "import accelmatrix.executor as mod\n"
+        "import accelmatrix.deploy.executor as mod\n"
         "def like_the_scheduler(signum, frame):\n"
         "    if multiprocessing.current_process().name != 'MainProcess':\n"
         "        return\n"

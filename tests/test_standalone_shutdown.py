@@ -203,12 +203,12 @@ def test_make_standalone_stops_within_30_s_of_sigterm(tmp_path):
 
 
 def test_what_outlives_the_grace_period_is_killed(tmp_path):
-    """The backstop of ``accelmatrix.standalone``: a descendant that ignores SIGTERM is
+    """The backstop of ``accelmatrix.deploy.standalone``: a descendant that ignores SIGTERM is
     killed once the grace period is over, one that obeys stops at once (a fresh interpreter:
     the code signals its own descendants)."""
     code = (
         "import subprocess, sys, time\n"
-        "from accelmatrix.standalone import _Shutdown\n"
+        "from accelmatrix.deploy.standalone import _Shutdown\n"
         "stubborn = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
         "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)'],"
         " stdout=subprocess.PIPE)\n"

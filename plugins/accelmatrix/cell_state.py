@@ -37,7 +37,7 @@ class CellState(StrEnum):
     COLLECT_FAILED = "collect_failed"
     EVALUATION_FAILED = "evaluation_failed"
     PREFLIGHT_FAILED = "preflight_failed"
-    CANCELLED = "cancelled"  # stopped from outside (accelmatrix.stopped)
+    CANCELLED = "cancelled"  # stopped from outside (accelmatrix.cleanup.stopped)
 
 
 class RunState(StrEnum):

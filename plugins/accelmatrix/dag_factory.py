@@ -239,7 +239,7 @@ def prebuild_dags(suites_dir: Path | str | None = None) -> int:
 
     Why: a task process parses the DAG file to find its task, and building a suite's DAG
     (operators, the mapped task group, its edges) was ~12 % of a short task's CPU in a
-    py-spy profile of a 64-cell run. Built once here (accelmatrix.preload), each forked
+    py-spy profile of a 64-cell run. Built once here (accelmatrix.deploy.preload), each forked
     process takes its DAG from memory instead (build_dag), once, and only while the suite
     file's content is what it was here; the code is the same by construction (a fork).
     Returns how many DAGs were built.
@@ -320,7 +320,7 @@ def build_dag(path: Path | str, *, use_cache: bool = True) -> DAG:
         # A teardown (with no setup) that fails the run: "Mark run as failed" skips every
         # other unfinished task, and with the gate skipped Airflow 3.3.2 would end the run
         # green. As a teardown it still runs, after every cell's teardown, settles the
-        # results of cut-short cells and keeps the run red (see accelmatrix.stopped).
+        # results of cut-short cells and keeps the run red (see accelmatrix.cleanup.stopped).
         gate = gate_task(planned, str(path)).as_teardown(on_failure_fail_dagrun=True)
         gate << groups
         for group in shape.groups:

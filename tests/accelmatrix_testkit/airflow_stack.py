@@ -39,7 +39,7 @@ Resource figures: a sampler thread records the memory of each component's proces
 window, e.g. one DAG run.
 
 ``executor="PreloadedLocalExecutor"``: the LocalExecutor subclass ``make standalone`` runs,
-which imports the task side before forking its workers (``accelmatrix.executor``).
+which imports the task side before forking its workers (``accelmatrix.deploy.executor``).
 
 CeleryExecutor (``executor="CeleryExecutor"``, the docker-compose.yaml deployment): the
 metadata DB is ``database_url`` (PostgreSQL; see ``accelmatrix_testkit.services``), the broker
@@ -49,7 +49,7 @@ other components, with ``--skip-serve-logs`` (they write to the shared log folde
 other component), distinct Celery node names ``celery-<i>@<host>`` and the same name as the
 task instances' ``hostname`` (``[core] hostname_callable``), so a test can see which worker
 ran a task. They are components like the others: stopped, swept and measured. Their Celery
-configuration is ``accelmatrix.celery_config`` (each worker preloads the task side before
+configuration is ``accelmatrix.deploy.celery_config`` (each worker preloads the task side before
 its pool forks, as docker-compose.yaml deploys it) unless ``celery_preload=False``.
 """
 
@@ -86,10 +86,10 @@ TESTS_DIR = Path(__file__).resolve().parents[1]  # holds this package: tests/acc
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 # Name -> [core] executor. PreloadedLocalExecutor is a LocalExecutor whose forked task
-# processes start with accelmatrix and Great Expectations imported (accelmatrix.executor).
+# processes start with accelmatrix and Great Expectations imported (accelmatrix.deploy.executor).
 EXECUTORS = {
     "LocalExecutor": "LocalExecutor",
-    "PreloadedLocalExecutor": "accelmatrix.executor.PreloadedLocalExecutor",
+    "PreloadedLocalExecutor": "accelmatrix.deploy.executor.PreloadedLocalExecutor",
     "CeleryExecutor": "CeleryExecutor",
 }
 # What the 3.3.2 scheduler logs when it fails a task whose deferral exit it learns about
@@ -408,7 +408,7 @@ class AirflowStack:
             )
             if self.celery_preload:  # as docker-compose.yaml deploys it
                 env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"] = (
-                    "accelmatrix.celery_config.CELERY_CONFIG"
+                    "accelmatrix.deploy.celery_config.CELERY_CONFIG"
                 )
         if self.suites_dir:
             env["ACCELMATRIX_SUITES_DIR"] = str(self.suites_dir)

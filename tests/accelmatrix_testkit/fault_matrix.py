@@ -63,7 +63,7 @@ NOT_APPLICABLE: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 # Reported, never failed: (row, backend) pairs with a known, not yet fixed problem. Empty:
-# the run-marked-failed cleanup (accelmatrix.stopped) is merged.
+# the run-marked-failed cleanup (accelmatrix.cleanup.stopped) is merged.
 KNOWN_LEAKS: frozenset[tuple[str, str]] = frozenset()
 
 

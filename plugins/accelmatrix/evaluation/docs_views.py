@@ -7,7 +7,7 @@ the ~0.3 s CPU one cell's evaluation costs (profiled on a no-op cell). These sub
 change one thing: the environment gets a process-wide in-memory bytecode cache (Jinja's
 documented hook for this, ``Environment.bytecode_cache``). ``warm_templates`` fills it:
 
-``evaluate.warm_up`` calls it, in PreloadedLocalExecutor (accelmatrix.executor) before the
+``evaluate.warm_up`` calls it, in PreloadedLocalExecutor (accelmatrix.deploy.executor) before the
 workers fork, so every task process starts with the compiled templates, and in the
 triggerer's warm-up. Elsewhere the first evaluation in a process fills it. A template whose
 source changed is compiled again: the bucket checks the source's checksum.

@@ -23,7 +23,7 @@ _EVAL_LOCK = threading.Lock()
 def checks_are_warm() -> bool:
     """Whether Great Expectations is already imported in this process.
 
-    True in a PreloadedLocalExecutor's task processes (accelmatrix.executor) and in a
+    True in a PreloadedLocalExecutor's task processes (accelmatrix.deploy.executor) and in a
     triggerer after its warm-up. Evaluating where it is warm takes a fraction of a second;
     where it is cold the import alone costs ~2.5 s of CPU, more than a deferral's round trip.
     """

@@ -141,8 +141,8 @@ def _settle_stopped_run(planned: list[CellSpec], ref: RunRef) -> set[str]:
     fail a provision task after its machine exists (the defer/resume race). Listing is one
     call per machine kind; in a clean run it finds nothing.
     """
-    from accelmatrix import stopped
-    from accelmatrix.janitor import reap_run
+    from accelmatrix.cleanup import stopped
+    from accelmatrix.cleanup.janitor import reap_run
 
     store = results_store()
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}

@@ -44,7 +44,7 @@ def record_run_outcome(
         state, msg = CellState.RAN, f"workload exited {exit_code} as expected"
     store = results_store()
     row = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    from accelmatrix.stopped import STOPPED
+    from accelmatrix.cleanup.stopped import STOPPED
 
     if row.get("state") == STOPPED:
         # The run was stopped from outside and the teardown killed the workload before the

@@ -25,8 +25,8 @@ def teardown(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str,
 
 def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: dict[str, Any]) -> None:
     """A cell whose work ended without an outcome (its run marked failed from outside, its
-    worker killed) gets a verdict here, before its machine goes: see accelmatrix.stopped."""
-    from accelmatrix import stopped
+    worker killed) gets a verdict here, before its machine goes: see accelmatrix.cleanup.stopped."""
+    from accelmatrix.cleanup import stopped
 
     row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     if row.get("state") not in stopped.IN_FLIGHT:

@@ -7,7 +7,7 @@ What the steps share lives here, once:
   task runs. ``map_index_template`` reads the operator's own rendered field, so it renders
   to the cell id before ``execute`` (a template over a context variable set inside
   ``execute`` would only name the task after ``execute`` returned). The cluster policy
-  (accelmatrix/policy.py) writes the same name when Airflow creates the task instance, so
+  (accelmatrix/deploy/policy.py) writes the same name when Airflow creates the task instance, so
   the grid shows it in every state; the task itself only carries it into its final state
   and holds back the Task SDK's early PATCH of it (``_hold_back_early_name``).
 * ``cell`` arrives as a reference (id, index, machine: what the DAG maps over) and is
@@ -64,7 +64,7 @@ class CellOperator(BaseOperator):
     def _hold_back_early_name(self, context: Any) -> None:
         """Spare the Execution API the early ``rendered-map-index`` PATCH of every task.
 
-        Why: the cluster policy (accelmatrix/policy.py) already named this task instance
+        Why: the cluster policy (accelmatrix/deploy/policy.py) already named this task instance
         by its cell id when Airflow created it, so the PATCH the Task SDK sends right after
         rendering (``_prepare``) writes the value the row holds. In a 64-cell run it was
         384 of 3,397 Execution API calls, each an api-server request and a write to

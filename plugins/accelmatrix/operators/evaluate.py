@@ -3,7 +3,7 @@
 Importing Great Expectations costs ~2.5 s of CPU per process, so the evaluation runs where
 it is imported already:
 
-* in this task process when it was started warm (``accelmatrix.executor.
+* in this task process when it was started warm (``accelmatrix.deploy.executor.
   PreloadedLocalExecutor`` imports it before forking the workers): no deferral at all;
 * otherwise, with ``deferrable=True`` (the default), in the triggerer through
   EvaluationTrigger, which records the verdicts and ends this task (no second task start);

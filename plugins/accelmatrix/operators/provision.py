@@ -62,9 +62,9 @@ class ProvisionOperator(CellOperator):
     def _reprovision(self, context: Any, ref: Any) -> Any:
         """On a second try: skip when Airflow re-queued this provision only because another
         cell was cleared (3.3.2 clears the setup tasks of every map index); else say what
-        runs again. None on a first try. See accelmatrix.clearing.
+        runs again. None on a first try. See accelmatrix.cleanup.clearing.
         """
-        from accelmatrix import clearing
+        from accelmatrix.cleanup import clearing
 
         if not clearing.needs_check(context) or ref.task_group is None:
             return None

@@ -88,7 +88,7 @@ class RunCellStore(StoreCore):
         cell_id: str | None = None,
         error: str | None = None,
     ) -> None:
-        """Append one janitor decision to ``reaped`` (see accelmatrix.janitor)."""
+        """Append one janitor decision to ``reaped`` (see accelmatrix.cleanup.janitor)."""
         row = {
             "backend": backend,
             "name": name,

@@ -30,7 +30,7 @@ class ResultsStore(
     def warm(self) -> bool:
         """Do once what each process's first use of the store costs, then close up.
 
-        Called in a process that forks task processes (accelmatrix.preload), so that each
+        Called in a process that forks task processes (accelmatrix.deploy.preload), so that each
         forked task starts with the engine's dialect set up and the schema check and the
         steps' first reads compiled: py-spy found that first use at ~10 %
         of a short task process's CPU. Only reads: nothing is created or migrated here

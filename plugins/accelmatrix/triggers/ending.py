@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
-from accelmatrix.stopped import STOPPED
+from accelmatrix.cleanup.stopped import STOPPED
 
 log = logging.getLogger(__name__)
 

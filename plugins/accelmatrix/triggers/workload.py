@@ -175,11 +175,11 @@ class WorkloadTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """A person acted on the deferred run task (mark failed/success, clear) or deleted
         its run: Airflow 3.3.2 calls this then, and never on a triggerer restart or a
-        timeout. The workload is cancelled at once (accelmatrix.stopped.stop_workload);
+        timeout. The workload is cancelled at once (accelmatrix.cleanup.stopped.stop_workload);
         the lines land in the run task's log."""
         if not (self.cell and self.dag_id and self.run_id):
             return
-        from accelmatrix.stopped import stop_workload
+        from accelmatrix.cleanup.stopped import stop_workload
 
         try:
             # Shielded: 3.3.2 cancels the trigger again at its next state sync (about a

@@ -4,7 +4,7 @@ The clear goes through Airflow's own REST endpoint (``POST /api/v2/dags/{dag}/
 clearTaskInstances``) on the api-server the page runs in, with a short-lived token of the
 user who clicked (the auth manager's ``generate_jwt``): Airflow checks that user's access
 again, clears the cells' tasks the way the UI's "Clear" does (setup and teardown widening
-included, see accelmatrix.clearing) and writes its own audit-log entry with that user as
+included, see accelmatrix.cleanup.clearing) and writes its own audit-log entry with that user as
 owner. This module adds one more audit-log entry, ``accelmatrix.rerun_failed_cells``, naming
 the cells, which the run page shows ("re-run of 2 failed cells by admin at ...").
 

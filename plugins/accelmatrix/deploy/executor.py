@@ -2,7 +2,7 @@
 
 Under LocalExecutor the workers are forked from the scheduler when the executor starts, and
 every task process is forked from a worker. This subclass preloads the task side
-(``accelmatrix.preload``) in the scheduler just before the workers are forked, so every task
+(``accelmatrix.deploy.preload``) in the scheduler just before the workers are forked, so every task
 process starts warm and ``evaluate`` runs in its own task process instead of deferring. Apart
 from the garbage collector and its workers' SIGTERM (both below) it changes nothing else of
 LocalExecutor.
@@ -26,8 +26,8 @@ to its default as it starts, as a worker that was spawned instead of forked has 
 worker is unchanged (the task supervisor forwards SIGTERM to its task while the task runs).
 A scheduler that stops normally still ends its workers itself (``LocalExecutor.end``).
 
-Configure with ``AIRFLOW__CORE__EXECUTOR=accelmatrix.executor.PreloadedLocalExecutor``. The
-CeleryExecutor counterpart is ``accelmatrix.celery_config``.
+Configure with ``AIRFLOW__CORE__EXECUTOR=accelmatrix.deploy.executor.PreloadedLocalExecutor``. The
+CeleryExecutor counterpart is ``accelmatrix.deploy.celery_config``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from multiprocessing import util as mp_util
 
 from airflow.executors.local_executor import LocalExecutor
 
-from accelmatrix.preload import preload_task_side
+from accelmatrix.deploy.preload import preload_task_side
 
 
 class PreloadedLocalExecutor(LocalExecutor):

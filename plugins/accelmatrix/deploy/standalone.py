@@ -1,6 +1,6 @@
 """``airflow standalone`` that stops on SIGTERM: what ``make standalone`` runs.
 
-``python -m accelmatrix.standalone`` is ``airflow standalone`` with one difference: SIGTERM
+``python -m accelmatrix.deploy.standalone`` is ``airflow standalone`` with one difference: SIGTERM
 (and SIGHUP) stop it the way Ctrl-C does.
 
 Why: Airflow 3.3.2's ``airflow standalone`` (``airflow/cli/commands/standalone_command.py``)

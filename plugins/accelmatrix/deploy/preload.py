@@ -11,8 +11,8 @@ triggerer (``lifecycle.checks_are_warm``).
 
 This is the same idea as Airflow's ``[dag_processor] parsing_pre_import_modules`` for DAG
 parsers; Airflow has no such setting for task processes, so the two places that fork them
-call this: ``accelmatrix.executor.PreloadedLocalExecutor`` and the Celery worker hook in
-``accelmatrix.celery_config``. Nothing here opens a connection, starts a thread or keeps a
+call this: ``accelmatrix.deploy.executor.PreloadedLocalExecutor`` and the Celery worker hook in
+``accelmatrix.deploy.celery_config``. Nothing here opens a connection, starts a thread or keeps a
 file open (a fork would copy them): it imports and computes, and the results store's
 connections it opens to warm up are closed before it returns.
 """
@@ -53,8 +53,8 @@ TASK_SIDE_MODULES = (
     "accelmatrix.evaluation",
     "accelmatrix.evaluation.offline_docs",
     "accelmatrix.evaluation.run_table",  # the gate validates the run's table of cells
-    "accelmatrix.clearing",
-    "accelmatrix.stopped",
+    "accelmatrix.cleanup.clearing",
+    "accelmatrix.cleanup.stopped",
     "accelmatrix.pricing",
     "accelmatrix.backends.local.backend",
     "accelmatrix.backends.ssh.backend",
