@@ -264,6 +264,7 @@ def kind_medians(tis: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in by_kind.items()}
 
 
+STAMPS = ("provision_started_at", "provisioned_at", "run_started_at", "run_ended_at", "teardown_at")
 PHASES = (
     ("provision->run start", "provisioned_at", "run_started_at"),
     ("run start->run end", "run_started_at", "run_ended_at"),
@@ -312,6 +313,9 @@ def cell_figures(
     finally:
         store.close()
     out: dict[str, list[float]] = {"held_minus_workload": [], "held": []}
+    out["_rows"] = [  # type: ignore[assignment]  # the stamps, for dump_results
+        {k: c.get(k) for k in ("cell_id", "state", *STAMPS)} for c in cells
+    ]
     for c in cells:
         if c["resource_held_seconds"] is not None and c["workload_seconds"] is not None:
             out["held_minus_workload"].append(c["resource_held_seconds"] - c["workload_seconds"])
@@ -348,6 +352,201 @@ def airflow_span(tis: list[dict[str, Any]], workload_seconds: float) -> list[flo
         if span is not None:  # a cell whose run has no end date is left out
             spans.append(span - workload_seconds)
     return spans
+
+
+CHAIN = ("provision", "setup", "run", "collect")  # then evaluate and teardown, after collect
+
+
+def _step(ti: dict[str, Any]) -> str:
+    return ti["task_id"].rsplit(".", 1)[-1]
+
+
+def critical_path(r: dict[str, Any]) -> dict[str, float]:
+    """The run's wall time cut into consecutive parts along its critical path, from Airflow's
+    task instance dates: the parts sum to the wall time exactly.
+
+    run start -> plan -> (the cell that finished last:) provision -> setup -> run -> collect
+    -> evaluate or teardown (whichever ended later) -> gate -> run end. ``gap before X`` is
+    the time from X's upstream ending to X starting: a scheduler loop noticing, a free slot,
+    the task process starting (in the task's own span: its DAG parse). For the suite's
+    ``run`` (results store stamps) its span is cut into the time before the workload started,
+    the workload, and the time from its exit to the task's end (the run's first watch, or
+    the deferral and the trigger's polls).
+    """
+    tis = [ti for ti in r["ti_list"] if ti.get("start_date") and ti.get("end_date")]
+    run = r.get("run") or {}
+    t0, t_end = _ts(run.get("start_date")), _ts(run.get("end_date"))
+    by = {(_step(ti), ti["map_index"]): ti for ti in tis}
+    plan, gate = by.get(("plan", -1)), by.get(("gate", -1))
+    if not (t0 and t_end and plan and gate):
+        return {}
+    parts: dict[str, float] = {}
+
+    def add(name: str, a: datetime | None, b: datetime | None) -> None:
+        if a is not None and b is not None:
+            parts[name] = parts.get(name, 0.0) + (b - a).total_seconds()
+
+    add("gap before plan", t0, _ts(plan["start_date"]))
+    add("plan", _ts(plan["start_date"]), _ts(plan["end_date"]))
+    # The leaf the gate waited for: the last to end before the gate started. (The bare DAG's
+    # gate waits for the evaluate tasks only, Airflow leaving a group's teardown out of its
+    # leaves; ours also waits for every teardown.)
+    leaves = [
+        ti
+        for ti in tis
+        if _step(ti) in ("evaluate", "teardown")
+        and ti["map_index"] >= 0
+        and _ts(ti["end_date"]) <= _ts(gate["start_date"])
+    ] or [ti for ti in tis if _step(ti) in ("evaluate", "teardown") and ti["map_index"] >= 0]
+    last = max(leaves, key=lambda ti: _ts(ti["end_date"]))
+    index, prev_end = last["map_index"], _ts(plan["end_date"])
+    last_leaf_end = _ts(last["end_date"])
+    stamps = {c["cell_id"]: c for c in r.get("cell_rows") or []}
+    for step in (*CHAIN, _step(last)):
+        ti = by.get((step, index))
+        if ti is None:
+            continue
+        start, end = _ts(ti["start_date"]), _ts(ti["end_date"])
+        if step not in CHAIN:  # one name whichever it was: the runs' rows line up
+            step = "evaluate or teardown (the gate's last)"
+        add(f"gap before {step}", prev_end, start)
+        c = stamps.get(ti.get("rendered_map_index"))
+        if step == "run" and c and c.get("run_started_at") and c.get("run_ended_at"):
+            began, ended = _ts(str(c["run_started_at"])), _ts(str(c["run_ended_at"]))
+            # Sub-parts of `run` (names start with a space: not summed again).
+            add(" - run: task start -> workload start", start, began)
+            add(" - run: the workload", began, ended)
+            add(" - run: workload exit -> task end", ended, end)
+        add(step, start, end)
+        prev_end = end
+    add("gap before gate", last_leaf_end, _ts(gate["start_date"]))
+    add("gate", _ts(gate["start_date"]), _ts(gate["end_date"]))
+    add("gate end -> run end", _ts(gate["end_date"]), t_end)
+    return parts
+
+
+def kind_table(r: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per task kind over every cell: median span (start -> end), median gap before it (its
+    upstream's end -> its start; provision: plan's end) and the sum of its spans (task
+    seconds: what the kind takes from the executor slots)."""
+    tis = [ti for ti in r["ti_list"] if ti.get("start_date") and ti.get("end_date")]
+    by = {(_step(ti), ti["map_index"]): ti for ti in tis}
+    upstream = {"provision": "plan", "setup": "provision", "run": "setup", "collect": "run"}
+    upstream |= {"evaluate": "collect", "teardown": "collect"}
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("plan", *KINDS, "gate"):
+        own = [ti for ti in tis if _step(ti) == kind]
+        spans = [_seconds(ti["start_date"], ti["end_date"]) or 0.0 for ti in own]
+        gaps = []
+        for ti in own:
+            up = upstream.get(kind)
+            u = by.get((up, ti["map_index"])) or by.get((up, -1)) if up else None
+            if u is not None:
+                gaps.append(_seconds(u["end_date"], ti["start_date"]) or 0.0)
+        if spans:
+            out[kind] = {
+                "span": statistics.median(spans),
+                "gap": statistics.median(gaps) if gaps else float("nan"),
+                "task_s": sum(spans),
+            }
+    return out
+
+
+def json_roundtrip(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dates as the dump holds them (strings), so a live report and ``--from-dump`` agree."""
+    import json
+
+    return json.loads(json.dumps(runs, default=str))
+
+
+def report_breakdown(runs: list[dict[str, Any]], sizes: list[int]) -> None:
+    """Where the suite's extra wall time over the bare DAG goes: the critical path's parts
+    (median over runs; each column sums to about the median wall) and the per-kind table."""
+    med = statistics.median
+    for n in sizes:
+        paths = {
+            k: [critical_path(r) for r in runs if r["n"] == n and r["kind"] == k]
+            for k in ("bare", "accelmatrix")
+        }
+        names: list[str] = []
+        for ps in paths.values():
+            for p in ps:
+                names += [k for k in p if k not in names]
+        print()
+        print(
+            f"N={n}: the wall time along the critical path, median s over runs "
+            "(provision .. teardown: the cell that ended last)"
+        )
+        print(f"  {'part':<46}{'bare':>8}{'ours':>8}{'ours - bare':>13}{'share':>8}")
+        rows, extra = [], 0.0
+        for name in names:
+            b = med(p.get(name, 0.0) for p in paths["bare"]) if paths["bare"] else 0.0
+            o = med(p.get(name, 0.0) for p in paths["accelmatrix"]) if paths["accelmatrix"] else 0.0
+            rows.append((name, b, o))
+        walls = {
+            k: med(sum(v for name, v in p.items() if not name.startswith(" ")) for p in ps)
+            if ps
+            else 0.0
+            for k, ps in paths.items()
+        }
+        extra = walls["accelmatrix"] - walls["bare"]
+        for name, b, o in rows:
+            share = f"{(o - b) / extra:>8.0%}" if extra > 0 else f"{'-':>8}"
+            print(f"  {name:<46}{b:>8.2f}{o:>8.2f}{o - b:>13.2f}{share}")
+        print(
+            f"  {'sum (median of the sums)':<46}{walls['bare']:>8.2f}"
+            f"{walls['accelmatrix']:>8.2f}{extra:>13.2f}"
+        )
+        cpus = {
+            k: [r.get("cpu") or {} for r in runs if r["n"] == n and r["kind"] == k] for k in paths
+        }
+        comps = [
+            c
+            for c in ("scheduler", "api-server", "triggerer", "dag-processor", "all")
+            if all(any(d.get(c) is not None for d in cs) for cs in cpus.values())
+        ]
+        if comps:
+            print(
+                f"N={n}: CPU s per run by component tree, median, bare / ours: "
+                + "; ".join(
+                    f"{c} "
+                    + " / ".join(
+                        f"{med(d[c] for d in cpus[k] if d.get(c) is not None):.1f}"
+                        for k in ("bare", "accelmatrix")
+                    )
+                    for c in comps
+                )
+            )
+        print(
+            f"N={n}: per task kind over every cell, median s: span (start -> end), gap before "
+            "(its upstream's end -> its start), task s (sum of spans)"
+        )
+        print(
+            f"  {'kind':<10}"
+            + "".join(
+                f"{h:>12}"
+                for h in (
+                    "bare span",
+                    "ours span",
+                    "bare gap",
+                    "ours gap",
+                    "bare task s",
+                    "ours task s",
+                )
+            )
+        )
+        tables = {
+            k: [kind_table(r) for r in runs if r["n"] == n and r["kind"] == k]
+            for k in ("bare", "accelmatrix")
+        }
+        for kind in ("plan", *KINDS, "gate"):
+            cols = []
+            for field in ("span", "gap", "task_s"):
+                for k in ("bare", "accelmatrix"):
+                    vals = [t[kind][field] for t in tables[k] if kind in t]
+                    cols.append(f"{med(vals):>12.2f}" if vals else f"{'-':>12}")
+            order = [cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]]
+            print(f"  {kind:<10}" + "".join(order))
 
 
 _ACCESS = re.compile(r"method=(\S+) path=(/execution/\S+)")
@@ -394,6 +593,7 @@ def one_run(stack: AirflowStack, dag_id: str, timeout: float, poll: float = 2.0)
     raced = stack.stale_success_failures()
     failed = [ti for ti in tis if ti["state"] == "failed"]
     return {
+        "run_row": run,
         "failed": len(failed),
         "failed_by_race": sum(1 for ti in failed if ti["id"] in raced),
         "dag_id": dag_id,
@@ -409,6 +609,22 @@ def one_run(stack: AirflowStack, dag_id: str, timeout: float, poll: float = 2.0)
         "ti_list": tis,
         "api_calls": execution_api_calls(api_log, api_offset) if api_log.exists() else {},
     }
+
+
+def flat_runs(results: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The runs' raw figures (task instance dates, wall, the cells' store stamps), flat: what
+    ``--dump`` writes and the breakdown reads."""
+    return [
+        {
+            "n": n,
+            "kind": kind,
+            **{k: r.get(k) for k in ("dag_id", "run_id", "state", "wall", "ti_list")},
+            "run": r.get("run_row"),
+            "cell_rows": r.get("cell_rows"),
+        }
+        for (n, kind), rs in sorted(results.items())
+        for r in rs
+    ]
 
 
 def _usage_line(u: Usage) -> str:
@@ -457,6 +673,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, DBs)")
     ap.add_argument(
+        "--dump",
+        type=Path,
+        help="write every measured run's task instances and cell stamps to this JSON file "
+        "(for `--from-dump`: the tables again without rerunning)",
+    )
+    ap.add_argument(
         "--slot-order",
         choices=["machine_time", "throughput"],
         default="machine_time",
@@ -468,7 +690,18 @@ def main(argv: list[str] | None = None) -> int:
         help="Airflow's metadata DB and the results store on a throw-away PostgreSQL "
         "(127.0.0.1) instead of SQLite",
     )
+    ap.add_argument(
+        "--from-dump",
+        type=Path,
+        help="print the breakdown of the runs a `--dump` file holds and exit (no Airflow)",
+    )
     args = ap.parse_args(argv)
+    if args.from_dump:
+        import json
+
+        runs = json.loads(args.from_dump.read_text())
+        report_breakdown(runs, sorted({r["n"] for r in runs}))
+        return 0
 
     base = Path(tempfile.mkdtemp(prefix="accelmatrix-bench-lifecycle-"))
     home = base / "airflow"
@@ -530,6 +763,7 @@ def main(argv: list[str] | None = None) -> int:
                                 r["run_id"],
                                 r["ti_list"],
                             )
+                            r["cell_rows"] = r["cells"].pop("_rows")
                         results.setdefault((n, kind), []).append(r)
                         log(
                             f"N={n} {kind}: {r['state']} in {r['wall']:.1f} s "
@@ -551,7 +785,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(base, ignore_errors=True)
 
+    runs = flat_runs(results)
+    if args.dump:
+        import json
+
+        args.dump.write_text(json.dumps(runs, default=str, indent=1))
+        log(f"dumped {len(runs)} runs to {args.dump}")
     report(results, args)
+    report_breakdown(json_roundtrip(runs), args.sizes)
     own = resource.getrusage(resource.RUSAGE_SELF)
     print(
         f"(this benchmark process itself: {own.ru_utime + own.ru_stime:.1f} CPU s for REST "
