@@ -55,6 +55,19 @@ TASK_SIDE_MODULES = (
     "accelmatrix.evaluation.run_table",  # the gate validates the run's table of cells
     "accelmatrix.cleanup.clearing",
     "accelmatrix.cleanup.stopped",
+    # plan and the gate read the suite (spec models; the DAG is built without them), and the
+    # gate updates the perf history and alerts: notifications.transport alone imports the
+    # HTTP provider and aiohttp (0.21 s). Imported in the gate task they were 0.3-0.4 s of CPU
+    # at the run's serial end, every run (bench_lifecycle, 2026-11-28).
+    "accelmatrix.spec.loader",
+    "accelmatrix.spec.followup",
+    "accelmatrix.history.changes",
+    "accelmatrix.history.report",
+    "accelmatrix.history.series",
+    "accelmatrix.history.followup",
+    "accelmatrix.notifications.dedup",
+    "accelmatrix.notifications.transport",
+    "accelmatrix.cleanup.janitor",
     "accelmatrix.pricing",
     "accelmatrix.backends.local.backend",
     "accelmatrix.backends.ssh.backend",
