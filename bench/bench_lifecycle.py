@@ -519,7 +519,7 @@ def report_breakdown(runs: list[dict[str, Any]], sizes: list[int]) -> None:
             )
         print(
             f"N={n}: per task kind over every cell, median s: span (start -> end), gap before "
-            "(its upstream's end -> its start), task s (sum of spans)"
+            "(its upstream's end -> its start), task s (sum of spans), CPU s (one task: its process and supervisor)"
         )
         print(
             f"  {'kind':<10}"
@@ -532,6 +532,8 @@ def report_breakdown(runs: list[dict[str, Any]], sizes: list[int]) -> None:
                     "ours gap",
                     "bare task s",
                     "ours task s",
+                    "bare CPU s",
+                    "ours CPU s",
                 )
             )
         )
@@ -545,8 +547,14 @@ def report_breakdown(runs: list[dict[str, Any]], sizes: list[int]) -> None:
                 for k in ("bare", "accelmatrix"):
                     vals = [t[kind][field] for t in tables[k] if kind in t]
                     cols.append(f"{med(vals):>12.2f}" if vals else f"{'-':>12}")
-            order = [cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]]
-            print(f"  {kind:<10}" + "".join(order))
+            for k in ("bare", "accelmatrix"):  # median CPU of one task of the kind
+                vals = [
+                    r["kind_cpu"][kind]
+                    for r in runs
+                    if r["n"] == n and r["kind"] == k and kind in (r.get("kind_cpu") or {})
+                ]
+                cols.append(f"{med(vals):>12.2f}" if vals else f"{'-':>12}")
+            print(f"  {kind:<10}" + "".join(cols))
 
 
 _ACCESS = re.compile(r"method=(\S+) path=(/execution/\S+)")
