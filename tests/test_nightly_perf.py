@@ -104,6 +104,7 @@ def _wait_all(stack, dag_id: str, n: int, timeout: float) -> list[dict]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow(640)
 def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     """`airflow backfill create` of 14 nightly builds on a real scheduler, with re-tests
     turned off; from the 9th build on, step time is 5 % higher: inside the bounds band
