@@ -71,7 +71,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 # on every worker, which xdist requires (it checks that all workers collected the same list).
 # A `slow(N)` mark says a test takes about N s on the 2-core CI machine, its setup included
 # (a module fixture counts with the first test that uses it, as `--durations` reports it);
-# tests of 30 s and more carry one. It selects nothing: `-m "not slow"` leaves them out.
+# tests of 30 s and more carry one. It only orders; it skips and selects nothing.
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items) -> None:
     weight: dict[str, float] = {}
@@ -80,5 +80,6 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         path = item.nodeid.split("::", 1)[0]
         first.setdefault(path, i)
         mark = item.get_closest_marker("slow")
-        weight[path] = weight.get(path, 0.0) + (float(mark.args[0]) if mark else 0.0)
+        seconds = (mark.args[0] if mark.args else mark.kwargs.get("seconds", 0)) if mark else 0
+        weight[path] = weight.get(path, 0.0) + float(seconds)
     items.sort(key=lambda it: (-weight[p := it.nodeid.split("::", 1)[0]], first[p]))
