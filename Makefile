@@ -53,10 +53,13 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 # 2 cores: 33 min here for 763 tests (the serial run, ~38 min, was measured at 686 tests).
 # Each worker may run an Airflow of its own (~1.7 GB of memory); TEST_WORKERS=0 runs the
 # suite in one process.
+# --no-loadscope-reorder: xdist would otherwise hand out the files with the most tests
+# first, which put the longest ones (one to six tests each) last, with one worker idle
+# for ~10 minutes at the end; tests/conftest.py orders the files longest first instead.
 TEST_WORKERS ?= 2
 test: venv
 	.ci/test-deps
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The fault-injection matrix on a real Airflow (every backend, ~27 min here): prints the
 # faults x backends table (README "Reliability") and writes it to reliability-table.md.

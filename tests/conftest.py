@@ -56,3 +56,30 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     from needs import pytest_terminal_summary as summary
 
     summary(terminalreporter, exitstatus, config)
+
+
+# -- long files first ----------------------------------------------------------------------
+# `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder`: xdist hands out
+# whole files in the order the workers collected them, and a worker takes its next file
+# when its current one has at most 2 tests left. Without --no-loadscope-reorder xdist puts
+# the files with the most tests first, so the longest files (one to six tests each:
+# test_nightly_perf.py, test_standalone_shutdown.py, ...) came last, and one worker sat idle
+# for ~10 minutes while the other finished them. So files run longest first (the
+# longest-processing-time rule): every file is weighed by the sum of its tests'
+# `slow(seconds)` marks, heaviest first; unmarked files keep their collection order after
+# the marked ones, and every test keeps its place inside its file. The reorder is the same
+# on every worker, which xdist requires (it checks that all workers collected the same list).
+# A `slow(N)` mark says a test takes about N s on the 2-core CI machine, its setup included
+# (a module fixture counts with the first test that uses it, as `--durations` reports it);
+# tests of 30 s and more carry one. It only orders; it skips and selects nothing.
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items) -> None:
+    weight: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        path = item.nodeid.split("::", 1)[0]
+        first.setdefault(path, i)
+        mark = item.get_closest_marker("slow")
+        seconds = (mark.args[0] if mark.args else mark.kwargs.get("seconds", 0)) if mark else 0
+        weight[path] = weight.get(path, 0.0) + float(seconds)
+    items.sort(key=lambda it: (-weight[p := it.nodeid.split("::", 1)[0]], first[p]))

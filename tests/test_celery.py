@@ -126,6 +126,7 @@ def test_services_start_on_loopback_and_stop_by_pid(postgres, redis):
 
 
 @pytest.mark.integration
+@pytest.mark.slow(130)
 def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
     results_url = postgres.url("accelmatrix")
     with AirflowStack(

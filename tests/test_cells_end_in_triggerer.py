@@ -122,6 +122,7 @@ def _worker_starts(log: str) -> int:
     return log.count("::group::Pre Execute")
 
 
+@pytest.mark.slow(100)
 def test_passing_run_all_green_and_named_from_the_first_second(stack):
     unnamed: list[str] = []  # task instance, state and name, each time one was seen unnamed
     seen_named: set[tuple[str, str]] = set()  # (step, state) seen with the cell id
@@ -234,6 +235,7 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
     assert _machines_left(stack, "pass8") == []
 
 
+@pytest.mark.slow(50)
 def test_retry_rule_and_verdicts_in_the_triggerer(stack):
     run_id = stack.trigger("outcomes")
     state = stack.wait_for_run("outcomes", run_id, timeout=400)

@@ -80,6 +80,7 @@ def _by_cell(tis: list[dict]) -> dict[tuple[str, str], dict]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow(120)
 def test_clearing_one_failed_cell_reruns_only_that_cell(tmp_path):
     suites = tmp_path / "suites"
     suites.mkdir()

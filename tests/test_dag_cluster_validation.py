@@ -50,6 +50,7 @@ def failed_checks(run_id: str, cell: str) -> dict[str, str]:
     return dict(zip(bad.check_name, bad.message, strict=True))
 
 
+@pytest.mark.slow(40)
 def test_healthy_job_passes_and_a_hang_is_killed_early(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv(CONN, json.dumps({"conn_type": "generic", "host": "localhost"}))
     write_suite(tmp_path, monkeypatch, {"ok": "none", "hang": "hang"})
@@ -97,6 +98,7 @@ def test_healthy_job_passes_and_a_hang_is_killed_early(airflow_db, tmp_path, mon
     assert hang_status["ended_at"] - hang_status["started_at"] < 30
 
 
+@pytest.mark.slow(40)
 def test_rising_loss_and_collective_timeout_fail_their_checks(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv(CONN, json.dumps({"conn_type": "generic", "host": "localhost"}))
     # The collective timeout takes 3 s of silence to surface: on a loaded machine a 4 s hang

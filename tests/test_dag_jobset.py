@@ -61,6 +61,7 @@ checks:
 """
 
 
+@pytest.mark.slow(30)
 def test_two_pod_ddp_cell_end_to_end(airflow_db, tmp_path, monkeypatch):
     volume = tmp_path / "volume"
     volume.mkdir()

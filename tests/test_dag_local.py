@@ -62,6 +62,7 @@ def store():
     return ResultsStore.from_settings()
 
 
+@pytest.mark.slow(50)
 def test_local_smoke_end_to_end(airflow_db):
     state, run_id, tis = run_dag("local_smoke")
     s = store()
@@ -148,6 +149,7 @@ checks:
 """
 
 
+@pytest.mark.slow(40)
 def test_failing_workloads_timeouts_and_setup(airflow_db, tmp_path, monkeypatch):
     suites = tmp_path / "suites"
     suites.mkdir()

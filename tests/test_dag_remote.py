@@ -65,6 +65,7 @@ TPU_SUITE = {
 }
 
 
+@pytest.mark.slow(90)
 def test_tpu_cells_end_to_end_and_an_infrastructure_failure(
     airflow_db, server, emu, gcloud_in_environ, tmp_path, monkeypatch
 ):
@@ -122,6 +123,7 @@ def test_tpu_cells_end_to_end_and_an_infrastructure_failure(
     assert emu.state["nodes"] == {}
 
 
+@pytest.mark.slow(100)
 def test_preempted_tpu_is_replaced_and_the_run_retried(
     airflow_db, server, emu, gcloud_in_environ, tmp_path, monkeypatch
 ):

@@ -27,6 +27,7 @@ INCLUDE = ROOT / "include"
 
 
 @pytest.mark.integration
+@pytest.mark.slow(70)
 def test_e2e_training_end_to_end(airflow_db, accel_home):
     state, run_id, tis = run_dag("e2e_training")
     s = store()

@@ -41,6 +41,7 @@ def slow_tpu(server):
         yield emu
 
 
+@pytest.mark.slow(200)
 def test_gate_deletes_the_machine_of_a_provision_airflow_failed(tmp_path, server, slow_tpu):
     suite = {
         "description": "one TPU cell whose provision Airflow fails after the node exists",

@@ -210,6 +210,7 @@ def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_pa
 
 # -- tpu-vm -----------------------------------------------------------------------------------
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
+@pytest.mark.slow(40)
 def test_tpu_orphans_reaped_through_gcloud(
     airflow_db, accel_home, emu, gcloud_in_environ, server, tmp_path
 ):

@@ -510,6 +510,7 @@ def test_a_container_stuck_in_container_creating_times_out(cluster, tmp_path):
     assert not [k for k in state(cluster)["pods"] if r["job_name"] in k]
 
 
+@pytest.mark.slow(30)
 def test_a_25_mib_log_streams_and_is_collected_whole(cluster, tmp_path):
     """The kubelet rotates the log at 10 MiB and `pods/log` serves the current file only: the
     live log and output.log still hold every line once, in order (k8s_logs follows it)."""

@@ -122,6 +122,7 @@ def _forged_token() -> str:
     return jwt.encode(claims, secrets.token_urlsafe(64), algorithm="HS512")
 
 
+@pytest.mark.slow(50)
 def test_every_route_requires_airflow_authentication(site: Site) -> None:
     old_run = quote(site.run_ids[0], safe="")
     routes = [
@@ -254,6 +255,7 @@ COLOURS = {
 }
 
 
+@pytest.mark.slow(40)
 def test_chromium_logs_in_and_sees_the_matrix(site: Site, tmp_path: Path) -> None:
     driver = _browser(tmp_path)
     from selenium.webdriver.common.by import By
@@ -347,6 +349,7 @@ def _open_from_navigation(driver, site: Site, suite: str = "demo") -> None:  # n
     _wait(lambda: driver.current_url == f"{site.base}/plugin/accelmatrix/suites/{suite}")
 
 
+@pytest.mark.slow(30)
 def test_every_link_works_from_the_navigation_entry(site: Site, tmp_path: Path) -> None:
     """Item 1: opened from Airflow's navigation, the log, Data Docs, run and page links all
     go where they point (they did nothing in Airflow 3.3.2's sandboxed plugin iframe)."""

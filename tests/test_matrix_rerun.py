@@ -99,6 +99,7 @@ def _cells(driver) -> dict[str, str]:  # noqa: ANN001
     return {td.get_attribute("data-cell-id"): td.get_attribute("data-kind") for td in tds}
 
 
+@pytest.mark.slow(130)
 def test_filter_and_rerun_failed_cells_from_the_matrix(tmp_path: Path) -> None:
     suites = tmp_path / "suites"
     suites.mkdir()

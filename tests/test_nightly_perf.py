@@ -104,6 +104,7 @@ def _wait_all(stack, dag_id: str, n: int, timeout: float) -> list[dict]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow(640)
 def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     """`airflow backfill create` of 14 nightly builds on a real scheduler, with re-tests
     turned off; from the 9th build on, step time is 5 % higher: inside the bounds band
@@ -139,6 +140,10 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
             dags_folder=ROOT / "dags",
             suites_dir=suites,
             parallelism=4,
+            # The executor `make standalone` runs: task processes fork with accelmatrix and
+            # Great Expectations already imported, instead of importing them in each of the
+            # ~8 task processes of every one of the 14 runs.
+            executor="PreloadedLocalExecutor",
             env_extra={
                 # Only the backfill creates runs: no scheduled run of "today" in between.
                 "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",

@@ -184,6 +184,7 @@ def test_idle_workers_stop_on_sigterm(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow(90)
 def test_evaluate_runs_in_its_task_process_without_deferring(tmp_path):
     script = tmp_path / "workload.py"
     script.write_text(WORKLOAD)

@@ -23,6 +23,7 @@ GOOD = "model=tiny-mlp,config=baseline"
 BAD = "model=tiny-mlp,config=diverge"
 
 
+@pytest.mark.slow(120)
 def test_local_smoke_on_a_real_scheduler(tmp_path):
     home = tmp_path / "airflow"
     with AirflowStack(

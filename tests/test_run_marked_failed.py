@@ -73,6 +73,7 @@ def _wait(what: str, check, timeout: float, stack: AirflowStack):
         time.sleep(0.5)
 
 
+@pytest.mark.slow(100)
 def test_run_marked_failed_while_workloads_run(tmp_path, monkeypatch):
     suites = tmp_path / "suites"
     suites.mkdir()

@@ -184,6 +184,7 @@ def _needles(value: str) -> list[str]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow(90)
 def test_no_secret_in_logs_artifacts_or_results(echo_run, capfd):
     assert echo_run["state"] == "success", echo_run["tis"]
     printed = capfd.readouterr()

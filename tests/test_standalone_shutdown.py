@@ -128,6 +128,7 @@ def _expected_workers(env: dict[str, str]) -> int:
 
 
 @pytest.mark.integration
+@pytest.mark.slow(220)
 def test_make_standalone_stops_within_30_s_of_sigterm(tmp_path):
     env = _env(tmp_path)
     log_path = tmp_path / "make-standalone.log"

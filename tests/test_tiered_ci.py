@@ -296,6 +296,7 @@ def _repo(tmp_path: Path) -> Path:
 
 
 @pytest.mark.integration
+@pytest.mark.slow(70)
 def test_tiered_ci_broken_ref_end_to_end(airflow_db, accel_home, tmp_path, monkeypatch):
     """The cpu tier at the broken tag: JUnit failure named, elapsed warning, webhook, cost."""
     inc = tmp_path / "include"

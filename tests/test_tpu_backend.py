@@ -166,6 +166,7 @@ def test_retry_finds_the_node_and_a_preempted_node_is_replaced(accel_home, emu, 
     assert emu.node(r1["name"]) is None and not ssh_keys.key_path(r1["name"]).exists()
 
 
+@pytest.mark.slow(40)
 def test_multi_host_slice_runs_on_every_worker(accel_home, emu, gcloud_env, spec):
     b = backend(gcloud_env, spec, accelerator_type="v4-16")  # 2 hosts
     r = b.provision(ctx(accel_home))
@@ -263,6 +264,7 @@ def test_stockout_and_quota_leave_nothing_behind(accel_home, emu, gcloud_env, sp
     assert emu.state["nodes"] == {}
 
 
+@pytest.mark.slow(40)
 def test_queued_resource_capacity_wait_and_timeout(accel_home, emu, gcloud_env, spec):
     b = backend(
         gcloud_env, spec, capacity="queued", valid_until_seconds=600, accelerator_type="v6e-16"
@@ -281,6 +283,7 @@ def test_queued_resource_capacity_wait_and_timeout(accel_home, emu, gcloud_env, 
     assert emu.state["queued_resources"] == {}  # the failed request was deleted
 
 
+@pytest.mark.slow(90)
 def test_provision_trigger_defers_the_capacity_wait(
     accel_home, emu, gcloud_env, gcloud_in_environ, spec, caplog
 ):

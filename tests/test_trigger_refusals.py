@@ -166,6 +166,7 @@ def _post_run(stack, dag_id: str, conf: dict, headers: dict | None = None) -> ht
 
 
 @pytest.mark.integration
+@pytest.mark.slow(40)
 def test_rest_trigger_refuses_a_glob_selecting_nothing(stack):
     stack.wait_for_dag("local_smoke", timeout=180)
     bad = _post_run(stack, "local_smoke", {"cells": [TYPO]})
