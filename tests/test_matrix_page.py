@@ -371,12 +371,13 @@ def test_plugin_module_is_cheap_to_import() -> None:
     """Every Airflow component imports the plugin (the ``airflow.plugins`` entry point, or
     the plugins folder's shim): it adds nothing but the lazy wrapper and the trigger guard's
     middleware class (standard library only).
-    (Airflow's settings already loaded the package and its cluster policy, accelmatrix.deploy.policy,
-    through the ``airflow.policy`` entry point: that much and no more.)"""
+    (Airflow's settings already loaded the package and its cluster policy,
+    accelmatrix.deploy.policy, through the ``airflow.policy`` entry point: that much and no
+    more.)"""
     code = (
         "import sys; import airflow.plugins_manager; before = set(sys.modules); "
         "assert sorted(m for m in before if m.startswith('accelmatrix')) == "
-        "['accelmatrix', 'accelmatrix.deploy.policy'], before; "
+        "['accelmatrix', 'accelmatrix.deploy', 'accelmatrix.deploy.policy'], before; "
         "import accelmatrix_plugin; import accelmatrix.ui.plugin as p; "
         "added = sorted(set(sys.modules) - before); print(added); "
         "assert added == ['accelmatrix.ui', 'accelmatrix.ui.asgi', 'accelmatrix.ui.plugin', "
