@@ -10,7 +10,7 @@ creates (``TaskMap.expand_mapped_task``, ``DagRun._revise_map_indexes_if_mapped`
 when it refreshes one from its task; this hook gives it the name there. The name comes from
 the list the cell group is mapped over (the plan's XCom: one ``{id, index, machine}`` per
 cell, in map-index order), so it is exactly what the task's own template renders when it
-starts (``{{ task.cell["id"] }}``): the name never changes under the user.
+starts (``{{ task.cell.id }}``, operators/base.py): the name never changes under the user.
 
 Registered as a policy plugin through the ``airflow.policy`` entry point (pyproject.toml),
 Airflow's way to ship a policy in a package: no ``airflow_local_settings.py`` to install.

@@ -174,13 +174,10 @@ def _build_of(suite: Any, conf: dict[str, Any] | None, params: dict[str, Any]) -
     return build
 
 
-# What a cell reference carries: its name in the grid (id), its place in the plan (index)
-# and what a multi-machine suite's per-machine selector filters on (machine).
-REF_KEYS = ("id", "index", "machine")
-
-
 class CellRef(TypedDict):
-    """What the DAG maps over for one cell (the JSON Airflow stores as the mapped value)."""
+    """What the DAG maps over for one cell (the JSON Airflow stores as the mapped value): its
+    name in the grid (id), its place in the plan (index) and what a multi-machine suite's
+    per-machine selector filters on (machine)."""
 
     id: str
     index: int
@@ -205,17 +202,14 @@ def planned_cells(ref: RunRef, cells: list[CellRef] | list[CellSpec]) -> list[Ce
     that names the run and the cell: the run was reset (cleared whole, re-planned) under
     this task.
     """
-    wanted = [c["id"] for c in cells if isinstance(c, dict) and "workload" not in c]
-    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, wanted) if wanted else {}
-    if missing := [cid for cid in wanted if cid not in specs]:
+    refs = {c["id"] for c in cells if isinstance(c, dict) and "workload" not in c}
+    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, list(refs)) if refs else {}
+    if missing := sorted(refs - specs.keys()):
         raise RuntimeError(
             f"no planned spec for cell {missing[0]!r} of {ref.dag_id} / {ref.run_id} in the "
             "results store (cell_specs); was the run re-planned meanwhile?"
         )
-    return [
-        CellSpec.from_json(specs[c["id"]] if isinstance(c, dict) and "workload" not in c else c)
-        for c in cells
-    ]
+    return [CellSpec.from_json(specs.get(c["id"], c) if isinstance(c, dict) else c) for c in cells]
 
 
 def _check_budget(

@@ -35,7 +35,9 @@ from airflow.sdk import BaseOperator
 if TYPE_CHECKING:  # imported by the steps at run time: DAG parsing never loads the models
     from accelmatrix.spec.cell import CellSpec
 
-# Airflow's grid, REST ``rendered_map_index`` and the logs name a mapped task by this.
+# Airflow's grid, REST ``rendered_map_index`` and the logs name a mapped task by this. It
+# renders the mapped reference (a dict: Jinja falls back from the attribute to the key) and
+# the CellSpec the reference is replaced by alike.
 CELL_NAME = "{{ task.cell.id }}"
 
 

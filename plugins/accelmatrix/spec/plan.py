@@ -189,9 +189,7 @@ def expand(
                 ),
                 # Backend variables (${work_dir}, ...) stay for the backend to fill in.
                 workload=workload,
-                checks=_with_exit_status(
-                    _rendered_checks(suite, suite_id, variables, rendered_checks)
-                ),
+                checks=_rendered_checks(suite, suite_id, variables, rendered_checks),
                 quarantined=q_reason is not None,
                 quarantine_reason=q_reason,
                 notes=notes,
@@ -244,7 +242,8 @@ def _unselected_message(
 def _rendered_checks(
     suite: Suite, suite_id: str, variables: dict[str, Any], seen: dict[str, list[CheckBase]]
 ) -> list[CheckBase]:
-    """The suite's checks with this cell's placeholders filled in, validated again.
+    """The suite's checks with this cell's placeholders filled in, validated again, and
+    the exit status check every cell has.
 
     The suite validated the text with its placeholders (``steps: ${params.steps}``); the
     values a run gives them must make valid checks too, or the run stops here, before any
@@ -257,7 +256,7 @@ def _rendered_checks(
     key = json.dumps(rendered, sort_keys=True, default=str)
     if key not in seen:
         try:
-            seen[key] = parse_checks(rendered)
+            seen[key] = _with_exit_status(parse_checks(rendered))
         except ValidationError as exc:
             problems = "; ".join(
                 f"checks[{e['loc'][0]}].{'.'.join(str(x) for x in e['loc'][2:])}: {e['msg']}"
