@@ -20,7 +20,9 @@ the cell's fault says.
 * Then one run per run-level fault, over one slow cell per backend: the scheduler stopped
   and started again while the workloads run; the DAG run marked failed through
   ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` while they run; the triggerer SIGKILLed
-  with every run task deferred and started 10 s later; the api-server stopped while the
+  with every run task deferred and started 10 s later; a second triggerer started beside
+  the first, the first SIGKILLed while it holds every run task's trigger and left down (the
+  second must adopt them all, as Airflow's triggerer HA promises); the api-server stopped while the
   cells' first tasks run and started 10 s later; the results store's PostgreSQL stopped for
   30 s from the first run task's success (the collects meet it); the TPU and Kubernetes
   APIs unreachable for 60 s mid-run (tpu-vm, k8s-job, k8s-jobset only).
@@ -40,17 +42,20 @@ step says what happened. Set ACCELMATRIX_FAULT_TABLE=path to get the table in a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+import sqlalchemy as sa
 import yaml
 from needs import missing
 
@@ -68,6 +73,7 @@ from accelmatrix_testkit.fault_matrix import (
     RUN_MARKED_FAILED,
     STORE_DOWN,
     TRIGGERER_KILLED,
+    TRIGGERER_TAKEOVER,
     Outcome,
     details,
     leftover_dirs,
@@ -100,7 +106,17 @@ CLOUD = ("tpu", "k8s", "jobset")
 PODS = {"jobset": 2}
 # ACCELMATRIX_FAULT_PHASES=triggerer,cloud runs only those phases (the table then shows
 # the others as "-"); all of them by default (`make reliability`).
-PHASES = ("per_cell", "marked_failed", "scheduler", "triggerer", "api_server", "store", "cloud")
+PHASES = (
+    "per_cell",
+    "marked_failed",
+    "scheduler",
+    "triggerer",
+    "triggerer_ha",
+    "api_server",
+    "store",
+    "cloud",
+)
+SECOND_TRIGGERER = "triggerer-2"  # the HA row's second triggerer (its log: triggerer-2.log)
 STORE_WAITED = "results store unreachable (retrying"  # core.py's warning while it waits
 
 
@@ -124,6 +140,12 @@ class Env:
         for d in (self.signals, self.ssh_root, self.vm_root, self.volume):
             d.mkdir(parents=True, exist_ok=True)
         self.stack: AirflowStack | None = None
+
+    @functools.cached_property
+    def metadata(self) -> sa.Engine:
+        """Airflow's metadata DB, read only (which triggerer holds which trigger)."""
+        assert self.stack is not None
+        return sa.create_engine(self.stack.database_url)
 
     def machines(self) -> dict[str, dict[str, Any]]:
         py = sys.executable
@@ -907,6 +929,13 @@ def test_fault_matrix(env: Env, tmp_path):
         outcomes += slow_phase(
             env, "faults_triggerer_killed", TRIGGERER_KILLED, kill_triggerer, notes
         )
+    if "triggerer_ha" in phases:
+        try:
+            outcomes += slow_phase(
+                env, "faults_triggerer_takeover", TRIGGERER_TAKEOVER, triggerer_takeover, notes
+            )
+        finally:
+            one_triggerer_again(env)
     if "api_server" in phases:
         outcomes += slow_phase(
             env, "faults_api_server_restart", API_SERVER_RESTART, restart_api_server, notes
@@ -1015,12 +1044,9 @@ def slow_phase(env: Env, run_id: str, label: str, inject, notes: list[str]) -> l
     return out
 
 
-def kill_triggerer(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
-    """SIGKILL the triggerer (its process group) while every run task is deferred; start it
-    again 10 s later. The workloads go on meanwhile; the new triggerer picks up the
-    deferred tasks' triggers from the database and follows them from their saved state."""
-    all_slow_running(env, machines)
-    deferred = wait_for(
+def every_run_deferred(env: Env, run_id: str, machines: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Wait until the run task of every slow cell is deferred; their task instances."""
+    return wait_for(
         lambda: (
             d
             if len(
@@ -1036,12 +1062,98 @@ def kill_triggerer(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
         60,
         "every run task deferred",
     )
+
+
+def kill_triggerer(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
+    """SIGKILL the triggerer (its process group) while every run task is deferred; start it
+    again 10 s later. The workloads go on meanwhile; the new triggerer picks up the
+    deferred tasks' triggers from the database and follows them from their saved state."""
+    all_slow_running(env, machines)
+    deferred = every_run_deferred(env, run_id, machines)
     pid = env.stack.procs["triggerer"].pid
     code = env.stack.stop_component("triggerer", sig=signal.SIGKILL, grace=5)
     time.sleep(10)
     env.stack.start_component("triggerer")
     time.sleep(5)  # the new triggerer follows the workloads for a while before they end
     return f"triggerer pid {pid} SIGKILLed (exit {code}) with {len(deferred)} run tasks deferred, restarted 10 s later"
+
+
+def run_triggers(env: Env, run_id: str) -> dict[str, int | None]:
+    """The run tasks' triggers in the metadata DB: task id -> the triggerer job holding it."""
+    query = sa.text(
+        "SELECT ti.task_id, t.triggerer_id FROM task_instance ti JOIN trigger t"
+        " ON ti.trigger_id = t.id WHERE ti.dag_id = :dag AND ti.run_id = :run"
+        " AND ti.task_id LIKE '%.run'"
+    )
+    with env.metadata.connect() as c:
+        return {r.task_id: r.triggerer_id for r in c.execute(query, {"dag": DAG_ID, "run": run_id})}
+
+
+def alive_triggerer_jobs(env: Env) -> set[int]:
+    """Triggerer jobs that have not ended and beat in the last 10 s."""
+    since = datetime.now(UTC) - timedelta(seconds=10)
+    query = sa.text(
+        "SELECT id, latest_heartbeat FROM job WHERE job_type = 'TriggererJob' AND end_date IS NULL"
+    )
+    with env.metadata.connect() as c:
+        rows = c.execute(query).all()
+    # SQLite hands timestamps back as naive UTC strings or datetimes, PostgreSQL as aware.
+    return {
+        r.id for r in rows if r.latest_heartbeat is not None and _utc(r.latest_heartbeat) > since
+    }
+
+
+def _utc(value: Any) -> datetime:
+    ts = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def triggerer_takeover(env: Env, run_id: str, machines: tuple[str, ...]) -> str:
+    """Airflow's HA promise: with two triggerers running, one may die and the other adopts
+    its triggers. Every run task's trigger is held by the first triggerer (the only one when
+    they deferred); a second starts, and once it beats the first is SIGKILLed and stays
+    down. The second must adopt every orphaned trigger (Airflow reassigns a trigger whose
+    triggerer has not beaten for ``[triggerer] triggerer_health_check_threshold``, 30 s)
+    and follow the workloads to their end from their saved log offsets."""
+    all_slow_running(env, machines)
+    every_run_deferred(env, run_id, machines)
+    held = wait_for(
+        lambda: (
+            h
+            if len(h := run_triggers(env, run_id)) == len(machines) and None not in h.values()
+            else None
+        ),
+        60,
+        "every run task's trigger held by a triggerer",
+    )
+    first = set(held.values())
+    env.stack.start_another(SECOND_TRIGGERER, like="triggerer")
+    second = wait_for(
+        lambda: alive_triggerer_jobs(env) - first, 120, "the second triggerer's heartbeat"
+    )
+    pid = env.stack.procs["triggerer"].pid
+    env.stack.stop_component("triggerer", sig=signal.SIGKILL, grace=5)
+    t = time.monotonic()
+    adopted = wait_for(
+        lambda: h if set((h := run_triggers(env, run_id)).values()) <= second else None,
+        180,
+        "the second triggerer adopting every run task's trigger",
+    )
+    took = time.monotonic() - t
+    time.sleep(5)  # the second triggerer follows the workloads for a while before they end
+    return (
+        f"triggerer pid {pid} (job {sorted(first)}) SIGKILLed holding {len(held)} run "
+        f"triggers; job {sorted(second)} adopted all {len(adopted)} in {took:.0f} s"
+    )
+
+
+def one_triggerer_again(env: Env) -> None:
+    """Back to one triggerer for the phases that follow: the second stopped, the first
+    started again."""
+    if SECOND_TRIGGERER in env.stack.procs:
+        env.stack.stop_component(SECOND_TRIGGERER)
+    if "triggerer" not in env.stack.procs:
+        env.stack.start_component("triggerer")
 
 
 def restart_api_server(env: Env, run_id: str, machines: tuple[str, ...]) -> str:

@@ -48,12 +48,14 @@ FAULTS: dict[str, str | None] = {
     "scheduler stopped + restarted mid-run": None,
     "DAG run marked failed (REST) mid-run": None,
     "triggerer SIGKILLed while run is deferred, restarted 10 s later": None,
+    "second triggerer takes over from a SIGKILLed one (HA)": None,
     "api-server restarted while tasks run": None,
     "results store (PostgreSQL) down 30 s during collect": None,
     "cloud API unreachable 60 s mid-run (TPU + Kubernetes emulators down)": None,
 }
 RUN_MARKED_FAILED = "DAG run marked failed (REST) mid-run"
 TRIGGERER_KILLED = "triggerer SIGKILLed while run is deferred, restarted 10 s later"
+TRIGGERER_TAKEOVER = "second triggerer takes over from a SIGKILLed one (HA)"
 API_SERVER_RESTART = "api-server restarted while tasks run"
 STORE_DOWN = "results store (PostgreSQL) down 30 s during collect"
 CLOUD_API_DOWN = "cloud API unreachable 60 s mid-run (TPU + Kubernetes emulators down)"
