@@ -461,19 +461,7 @@ class AirflowStack:
             "api-server": ["api-server", "--port", str(self.port), "--host", "127.0.0.1"],
         }
         for name in self.components:
-            out = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in stop)
-            proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
-                [self.airflow_bin, *commands[name]],
-                env=self.env,
-                cwd=self.home,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            out.close()  # the child holds its own descriptor
-            self.procs[name] = proc
-            self._ps[name] = psutil.Process(proc.pid)
+            self._spawn(name, [self.airflow_bin, *commands[name]])
         self._start_celery_workers()
         self._sampler.start()
         self._wait_healthy()
@@ -509,19 +497,7 @@ class AirflowStack:
                 str(self.celery_concurrency),
                 "--skip-serve-logs",
             ]
-            out = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 (child holds its own)
-            proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
-                cmd,
-                env=env,
-                cwd=self.home,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            out.close()
-            self.procs[name] = proc
-            self._ps[name] = psutil.Process(proc.pid)
+            self._spawn(name, cmd)
 
     def _wait_celery_workers(self) -> None:
         """Wait until every worker logged Celery's ``<node> ready.`` (it consumes the queue)."""
@@ -619,19 +595,7 @@ class AirflowStack:
         argv = self._stopped.pop(name, None)
         if argv is None:
             raise StackError(f"component {name!r} was not stopped by stop_component")
-        out = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
-        proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
-            argv,
-            env=self.env,
-            cwd=self.home,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        out.close()
-        self.procs[name] = proc
-        self._ps[name] = psutil.Process(proc.pid)
+        self._spawn(name, argv)
         if self._client is not None:
             self._client.close()  # _wait_healthy makes a new one
             self._client = None
@@ -641,6 +605,53 @@ class AirflowStack:
             self._wait_healthy()
         finally:
             self.startup_timeout = saved
+
+    def start_another(self, name: str, like: str) -> None:
+        """Start one more process of the component ``like`` under the name ``name`` (e.g. a
+        second triggerer, as Airflow's HA runs them), with the same command and settings;
+        ``stop_component(name)`` and ``stop()`` end it like the others."""
+        if name in self.procs or name in COMPONENTS:
+            raise StackError(f"{name!r} is already a component name")
+        self._spawn(name, self._argv(like))
+
+    def revive_exited(self) -> list[str]:
+        """Start again, with the same command, every component whose process has exited, as
+        a supervisor does (docker-compose's ``restart: always``, a Kubernetes Deployment);
+        returns ``"name (exit N)"`` for each."""
+        revived = []
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                continue
+            self._remember_descendants()
+            self._spawn(name, list(proc.args))  # type: ignore[arg-type]
+            revived.append(f"{name} (exit {proc.returncode})")
+        return revived
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        """Start component ``name`` with ``argv`` in a session of its own, logging to
+        ``<logs>/<name>.log`` (appended: a restarted component keeps one log)."""
+        env = self._worker_env(name) if name in self.celery_worker_names else self.env
+        out = open(self.logs_dir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+            argv,
+            env=env,
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out.close()
+        self.procs[name] = proc
+        self._ps[name] = psutil.Process(proc.pid)
+
+    def _argv(self, name: str) -> list[str]:
+        """The command line component ``name`` runs (or ran, if it is stopped now)."""
+        if name in self.procs:
+            return list(self.procs[name].args)  # type: ignore[arg-type]
+        if name in self._stopped:
+            return list(self._stopped[name])
+        raise StackError(f"no component {name!r} (running: {sorted(self.procs)})")
 
     def restart_component(self, name: str, down_seconds: float = 0.0) -> None:
         """Stop one component, stay down ``down_seconds``, start it again."""
