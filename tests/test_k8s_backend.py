@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -272,6 +273,58 @@ def test_teardown_deletes_job_and_pods_and_tolerates_gone(cluster, tmp_path):
     b.teardown(r)  # already gone: fine
     st = b.poll(h)
     assert st.done and st.infrastructure_failure and "disappeared" in st.detail
+
+
+@pytest.mark.slow(20)
+def test_teardown_task_waits_out_an_unreachable_api(cluster, tmp_path, accel_home):
+    """The teardown task's delete meets the API down (a control-plane upgrade, a network
+    blip): it tries again until the API answers, then the Job and its pods are gone. Before,
+    the first refused connection failed the task and the Job ran on until the janitor."""
+    from accelmatrix import lifecycle
+    from accelmatrix.spec.cell import CellSpec
+    from accelmatrix_testkit.log_capture import logged
+
+    spec = machine(cluster)
+    b = backend(cluster)
+    r = b.provision(ctx(tmp_path, "outage=1"))
+    h = b.submit(r, py("import time; print('up', flush=True); time.sleep(60)"), {})
+    while not b.read_logs(h, 0)[0]:
+        time.sleep(0.05)
+    cell = CellSpec(
+        id="outage=1",
+        index=0,
+        axes={"outage": "1"},
+        values={"outage": "1"},
+        machine="gpu",
+        backend=spec["backend"],
+        pool="accelmatrix_gpu",
+        machine_spec=spec,
+        workload={"run": ["true"]},
+        checks=[],
+    )
+    ref = lifecycle.RunRef(dag_id="k8s_tests", run_id="manual__2026-01-01T00:00:00+00:00")
+    cluster.emulator.take_down()
+    up = threading.Timer(6, cluster.emulator.bring_up)
+    up.start()
+    t = time.monotonic()
+    try:
+        with pytest.raises(Exception) as bare:  # one try, as the teardown task made before
+            b.teardown(r)
+        assert b.unreachable(bare.value), repr(bare.value)
+        with logged() as warned:
+            lifecycle.teardown(cell, r, ref)
+        assert time.monotonic() - t >= 5  # it waited for the API
+    finally:
+        up.join()
+    out = "\n".join(warned)
+    assert "could not reach the API to delete" in out
+    assert r["name"] not in state(cluster)["jobs"]
+    assert not [p for p in state(cluster)["pods"] if r["job_name"] in p]
+    # An answer is not an outage: a 403 fails at once.
+    from kubernetes.client.exceptions import ApiException
+
+    assert not b.unreachable(ApiException(status=403, reason="Forbidden"))
+    assert b.unreachable(ApiException(status=503, reason="Service Unavailable"))
 
 
 def test_teardown_removes_orphaned_pods(cluster, tmp_path):

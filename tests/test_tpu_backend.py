@@ -14,6 +14,7 @@ import json
 import shutil
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -368,3 +369,90 @@ def test_list_managed_ignores_unmanaged(emu, gcloud_env, spec):
     emu.plant_node("bare", ZONE)
     got = backend(gcloud_env, spec).list_managed()
     assert [(m.name, m.labels["dag"]) for m in got] == [("am-mine", "d")]
+
+
+@pytest.mark.slow(60)
+def test_teardown_waits_out_an_unreachable_tpu_api(
+    accel_home,
+    emu,
+    gcloud_env,
+    gcloud_in_environ,
+    spec,
+):
+    """The teardown task meets the Cloud TPU API down for longer than gcloud's own retries
+    (about 36 s here): it tries again until the API answers, then the node is gone. Before,
+    its first failed gcloud call failed the task and the node ran on until the janitor."""
+    from accelmatrix import lifecycle
+    from accelmatrix_testkit.log_capture import logged
+
+    b = backend(gcloud_env, spec)
+    r = b.provision(ctx(accel_home, "model=outage"))
+    cell = CellSpec(
+        id="model=outage",
+        index=0,
+        axes={"model": "outage"},
+        values={"model": "outage"},
+        machine="tpu",
+        backend=spec["backend"],
+        pool="accelmatrix_tpu",
+        machine_spec=spec,
+        workload={"run": ["true"]},
+        checks=[],
+    )
+    ref = lifecycle.RunRef(dag_id="tpu_smoke", run_id=RUN)
+    emu.take_down()
+    up = threading.Timer(40, emu.bring_up)
+    up.start()
+    t = time.monotonic()
+    try:
+        with logged() as warned:
+            held = lifecycle.teardown(cell, r, ref)
+    finally:
+        up.join()
+    assert time.monotonic() - t >= 40  # it waited for the API, it did not skip the delete
+    out = "\n".join(warned)
+    assert "could not reach the API to delete" in out and "UNAVAILABLE" in out
+    assert emu.node(r["name"]) is None
+    assert held["held_seconds"] > 0
+
+
+def test_gcloud_connection_errors_are_unreachable_not_answers():
+    """What gcloud printed against the emulator's closed port, and the API's own 503."""
+    from accelmatrix.errors import InfrastructureError as Infra
+    from accelmatrix.hooks.tpu import TpuNotFound, TpuUnreachable, parse_gcloud_error
+
+    crashed = (
+        "ERROR: gcloud crashed (ConnectionError): HTTPConnectionPool(host='127.0.0.1', "
+        "port=43899): Max retries exceeded with url: /v2/projects/p/locations/us-central2-b/"
+        "nodes/nope?alt=json (Caused by NewConnectionError('<urllib3.connection."
+        "HTTPConnection object at 0x7f5876cf3470>: Failed to establish a new connection: "
+        "[Errno 111] Connection refused'))\n\nIf you would like to report this issue, please "
+        "run the following command:\n  gcloud feedback\n"
+    )
+    e = parse_gcloud_error(crashed, 1)
+    assert isinstance(e, TpuUnreachable) and isinstance(e, Infra)
+    assert e.status == "UNAVAILABLE" and "Connection refused" in str(e)
+    unavailable = parse_gcloud_error(
+        "ERROR: (gcloud.compute.tpus.tpu-vm.describe) UNAVAILABLE: The service is currently "
+        "unavailable.\n",
+        1,
+    )
+    assert isinstance(unavailable, TpuUnreachable)
+    # An answer is not an outage: a missing node is final.
+    gone = parse_gcloud_error(
+        "ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: Resource 'x' was not found\n", 1
+    )
+    assert isinstance(gone, TpuNotFound) and not isinstance(gone, TpuUnreachable)
+    assert TpuVmBackend(spec_for_unreachable()).unreachable(e)
+    assert not TpuVmBackend(spec_for_unreachable()).unreachable(gone)
+
+
+def spec_for_unreachable() -> dict:
+    return TpuVmMachine.model_validate(
+        {
+            "backend": "tpu-vm",
+            "zone": ZONE,
+            "accelerator_type": "v4-8",
+            "runtime_version": "tpu-ubuntu2204-base",
+        }
+    ).model_dump(mode="json")

@@ -193,6 +193,12 @@ class Backend(abc.ABC):
     def teardown(self, resource: dict[str, Any]) -> None:
         """Release everything; idempotent, tolerates not-found."""
 
+    def unreachable(self, error: BaseException) -> bool:
+        """Whether ``error`` says the machine's control plane could not be reached (so the
+        same call may succeed later), rather than that it answered no. The teardown step
+        waits out the first kind. Machines without a control plane of their own: never."""
+        return False
+
     @abc.abstractmethod
     def list_managed(self) -> list[ManagedResource]:
         """Every resource this backend created and still holds (for the janitor)."""

@@ -14,10 +14,12 @@ exception parsed from gcloud's ``ERROR: (gcloud.<command>) ...`` line:
 ``TpuInvalidArgument``      INVALID_ARGUMENT / FAILED_PRECONDITION
 ``TpuTimeout``              gcloud did not return within the timeout (its process group is
                             killed; the server-side operation may still complete)
+``TpuUnreachable``          UNAVAILABLE, or gcloud "crashed" on a connection error once its
+                            own retries (about 30 s) ran out: the same call may work later
 ``TpuError``                anything else (all of the above subclass it)
 ==========================  =================================================================
 
-Quota, stockout and timeout errors are also ``InfrastructureError`` (the machine failed us).
+Quota, stockout, timeout and unreachable errors are also ``InfrastructureError`` (the machine failed us).
 
 Credentials. Every gcloud run gets its credentials and configuration through its own
 subprocess environment (``env=``), never through ``os.environ``: a triggerer runs many cells'
@@ -65,6 +67,7 @@ from accelmatrix.hooks.tpu_errors import (
     TpuQuotaExceeded,
     TpuStockout,
     TpuTimeout,
+    TpuUnreachable,
     parse_gcloud_error,
 )
 
@@ -461,6 +464,7 @@ __all__ = [
     "TpuQuotaExceeded",
     "TpuStockout",
     "TpuTimeout",
+    "TpuUnreachable",
     "TpuVmHook",
     "dict_flag",
     "parse_gcloud_error",

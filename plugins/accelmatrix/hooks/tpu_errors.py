@@ -85,6 +85,17 @@ class TpuTimeout(TpuError, InfrastructureError):
     pass
 
 
+class TpuUnreachable(TpuError, InfrastructureError):
+    """The Cloud TPU API could not be reached (gcloud's own retries, about 30 s, ran out)
+    or answered UNAVAILABLE: the same call may succeed later."""
+
+
+# How gcloud reports a request that never got an answer: it "crashes" with the HTTP
+# library's exception name (requests and urllib3 both use these).
+_UNREACHABLE = re.compile(
+    r"gcloud crashed \((ConnectionError|ConnectTimeout|ReadTimeout|Timeout|SSLError|"
+    r"ProxyError|ChunkedEncodingError|MaxRetryError|NewConnectionError|ProtocolError)\)"
+)
 _ERROR_LINE = re.compile(r"^ERROR: \((gcloud[^)]*)\) ?(.*)$", re.MULTILINE)
 
 
@@ -94,6 +105,15 @@ def parse_gcloud_error(stderr: str, returncode: int | None = None) -> TpuError:
     gcloud reports HTTP errors as ``STATUS: message`` (plus details as YAML) and failed
     long-running operations as the operation's JSON error ``{"code": 8, "message": ...}``.
     """
+    crashed = _UNREACHABLE.search(stderr)
+    if crashed:
+        line = stderr[crashed.start() :].strip().splitlines()[0]
+        return TpuUnreachable(
+            f"UNAVAILABLE: {line}",
+            status="UNAVAILABLE",
+            returncode=returncode,
+            stderr=stderr,
+        )
     m = _ERROR_LINE.search(stderr)
     command = m.group(1) if m else ""
     rest = stderr[m.start(2) :].strip() if m else stderr.strip()
@@ -128,4 +148,6 @@ def parse_gcloud_error(stderr: str, returncode: int | None = None) -> TpuError:
         cls = TpuPermissionDenied
     elif status in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"):
         cls = TpuInvalidArgument
+    elif status == "UNAVAILABLE":
+        cls = TpuUnreachable
     return cls(text, status=status, command=command, returncode=returncode, stderr=stderr)

@@ -14,10 +14,12 @@ import logging
 import time
 from typing import Any
 
+from accelmatrix.backends.base import Backend
 from accelmatrix.backends.registry import get_backend
 from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
 from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.spec.timeouts import TEARDOWN_API_PATIENCE_SECONDS
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
@@ -41,6 +43,43 @@ def forget_earlier_machine(ref: RunRef, cell_id: str) -> None:
             log.warning("could not remove %s: %s", art / name, e)
 
 
+def delete_machine(
+    backend: Backend, resource: dict[str, Any], *, patience: float, sleep=time.sleep
+) -> None:
+    """``backend.teardown(resource)``, tried again while the backend says the error means its
+    API could not be reached, for up to ``patience`` seconds (backing off 2 s to 15 s).
+
+    A delete is idempotent, so trying again is safe; giving up during a control-plane blip
+    would leave the machine running until the janitor's next pass. Other errors (the API
+    answered no) and the last unreachable one propagate: the task fails with them.
+    """
+    deadline = time.monotonic() + patience
+    wait = 2.0
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            backend.teardown(resource)
+        except Exception as e:
+            if not backend.unreachable(e) or time.monotonic() + wait > deadline:
+                raise
+            log.warning(
+                "could not reach the API to delete %s (try %d; trying again in %.0f s, for up "
+                "to %.0f s in all): %s",
+                resource.get("name"),
+                tries,
+                wait,
+                patience,
+                e,
+            )
+            sleep(wait)
+            wait = min(wait * 2, 15.0)
+            continue
+        if tries > 1:
+            log.info("deleted %s once its API answered again (try %d)", resource.get("name"), tries)
+        return
+
+
 def release_machine(
     cell: CellSpec, resource: dict[str, Any], ref: RunRef, *, step: str
 ) -> dict[str, Any]:
@@ -49,7 +88,10 @@ def release_machine(
     Returns ``held_seconds`` and ``workload_seconds`` of the first release.
     """
     earlier = released_by(cell, resource, ref)
-    get_backend(cell.machine_json).teardown(resource)
+    # `run` releases on the side and leaves a failure to the teardown task; the teardown
+    # task is the last one that can, so it waits out an unreachable cloud API.
+    patience = TEARDOWN_API_PATIENCE_SECONDS if step == "teardown" else 0.0
+    delete_machine(get_backend(cell.machine_json), resource, patience=patience)
     if earlier is not None:
         log.info(
             "%s was released by %s %.1f s after it was created; checked that it is gone",

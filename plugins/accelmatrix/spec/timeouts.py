@@ -25,6 +25,11 @@ PROVISION_GRACE_SECONDS = 900
 # Airflow's timeout of an evaluation deferred to the triggerer (it takes about a second a
 # cell): a backstop for a triggerer that never runs it.
 EVALUATION_DEFERRAL = timedelta(minutes=15)
+# How long the teardown task keeps trying to delete a machine whose cloud API it cannot
+# reach (a control-plane upgrade, a network blip): a delete is idempotent, and a teardown
+# that gives up leaves the machine running until the janitor's next pass. Within the
+# teardown task's execution_timeout (30 min).
+TEARDOWN_API_PATIENCE_SECONDS = 300
 # A task's own execution_timeout allows this much beyond the limit of the work inside it
 # (connecting, writing the results store).
 TASK_GRACE_SECONDS = 60

@@ -86,7 +86,7 @@ from accelmatrix.backends.kubernetes.job_manifest import CONTAINER, JobManifest
 from accelmatrix.backends.kubernetes.job_pods import JobPods
 from accelmatrix.backends.kubernetes.job_setup import SetupJob
 from accelmatrix.backends.kubernetes.pod_logs import PodLogs
-from accelmatrix.backends.kubernetes.unreachable import infra, polled
+from accelmatrix.backends.kubernetes.unreachable import infra, is_unreachable, polled
 from accelmatrix.backends.local.collect import collect_globs
 from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
 from accelmatrix.hooks.k8s import KubeClients, api_message, get_clients
@@ -364,6 +364,9 @@ class KubernetesJobBackend(Backend):
         api.delete_job(resource["setup_job_name"])
         api.delete_pods(resource["job_name"])
         self.remove_local_work_dir(resource)
+
+    def unreachable(self, error: BaseException) -> bool:
+        return is_unreachable(error)
 
     def list_managed(self) -> list[ManagedResource]:
         clients = self.clients()

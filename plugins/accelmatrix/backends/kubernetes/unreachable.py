@@ -33,20 +33,24 @@ def infra(detail: str) -> JobStatus:
     return JobStatus(done=True, exit_code=None, detail=detail, infrastructure_failure=True)
 
 
-def polled(key: str, poll: Callable[[], JobStatus]) -> JobStatus:
-    """``poll()``, with an unreachable API turned into "still running" for a grace period."""
+def is_unreachable(e: BaseException) -> bool:
+    """The API did not answer (a refused or dropped connection, a timeout) or answered that
+    it cannot serve now (5xx, 429): the same call may succeed later. Any other answer
+    (400-499) is final."""
     from kubernetes.client.exceptions import ApiException
 
+    if isinstance(e, ApiException):
+        return e.status is None or not (400 <= e.status < 500) or e.status == 429
+    # urllib3's errors do not all derive from OSError.
+    return isinstance(e, OSError | ConnectionError) or type(e).__module__.startswith("urllib3")
+
+
+def polled(key: str, poll: Callable[[], JobStatus]) -> JobStatus:
+    """``poll()``, with an unreachable API turned into "still running" for a grace period."""
     try:
         status = poll()
-    except ApiException as e:
-        if e.status is not None and 400 <= e.status < 500 and e.status != 429:
-            raise
-        return _unreachable(key, e)
-    except (OSError, ConnectionError) as e:
-        return _unreachable(key, e)
-    except Exception as e:  # urllib3 errors do not derive from OSError
-        if type(e).__module__.startswith("urllib3"):
+    except Exception as e:
+        if is_unreachable(e):
             return _unreachable(key, e)
         raise
     with _state_lock:

@@ -60,6 +60,7 @@ from accelmatrix.backends.tpu_vm.workers import TpuWorkers, worker_artifacts_dir
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuError,
+    TpuUnreachable,
     TpuVmHook,
     queued_resource_error,
     queued_resource_state,
@@ -453,6 +454,9 @@ class TpuVmBackend(Backend):
         from accelmatrix.hooks.ssh import forget_direct_hosts
 
         forget_direct_hosts(str(ssh_keys.key_path(name)))
+
+    def unreachable(self, error: BaseException) -> bool:
+        return isinstance(error, TpuUnreachable)
 
 
 __all__ = ["TpuVmBackend", "TpuError"]
