@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -211,6 +212,66 @@ def test_one_pod_failing_fails_the_group_at_once_and_names_the_pod(cluster, tmp_
     assert json.loads((art / "status.json").read_text())["exit_code"] == 3
     b.teardown(r)
     assert json.loads((art / "status.json").read_text())["exit_code"] == 3  # kept
+    assert left(cluster, name) == {}
+
+
+def test_a_group_whose_leader_is_gone_shows_the_log_of_the_pod_left(cluster, tmp_path):
+    """A pod fails before the first poll, and the failed JobSet deletes its still-active
+    peers, the leader among them, so the first snapshot sees no leader. output.log, which
+    collect reads the workload's metrics from, is then the log of the pod left: before,
+    it was not written and the cell's metric rows were lost (the fault matrix found it)."""
+    b = backend(cluster, num_nodes=2)
+    r = b.provision(ctx(tmp_path, "leaderless"))
+    name = r["job_name"]
+    code = (
+        "import os, sys, time\nrank = int(os.environ['RANK'])\n"
+        "if rank == 1:\n    print('step 1 loss: 0.500', flush=True); sys.exit(3)\n"
+        "time.sleep(3600)"
+    )
+    h = b.submit(r, [sys.executable, "-c", code], {})
+
+    def leader_gone_after_failure() -> bool:
+        js = cluster.jobsets.jobsets.get((NS, name)) or {}
+        with cluster.emulator.lock:
+            leaders = [n for (_, n) in cluster.emulator.pods if f"{name}-workers-0-0-" in n]
+        return js.get("status", {}).get("terminalState") == "Failed" and not leaders
+
+    deadline = time.monotonic() + 30
+    while not leader_gone_after_failure():  # no poll before: no snapshot saw the leader
+        assert time.monotonic() < deadline, "the JobSet did not fail and delete its leader"
+        time.sleep(0.1)
+    st = wait(b, h)
+    assert st.exit_code == 3, st
+    art = Path(r["artifacts_dir"])
+    assert "step 1 loss: 0.500" in (art / "output.log").read_text()
+    status = json.loads((art / "status.json").read_text())
+    assert status["pod"].startswith(f"{name}-workers-0-1-"), status
+    b.teardown(r)
+    assert left(cluster, name) == {}
+
+
+def test_teardown_waits_out_an_unreachable_api(cluster, tmp_path):
+    """The JobSet's teardown reports an unreachable API as such (not folded into a
+    BackendError), so the teardown step's delete tries again until the API answers."""
+    from accelmatrix.lifecycle.release import delete_machine
+
+    b = backend(cluster, num_nodes=2)
+    r = b.provision(ctx(tmp_path, "outage"))
+    name = r["job_name"]
+    h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
+    wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
+    cluster.emulator.take_down()
+    up = threading.Timer(5, cluster.emulator.bring_up)
+    up.start()
+    t = time.monotonic()
+    try:
+        with pytest.raises(Exception) as bare:
+            b.teardown(r)
+        assert b.unreachable(bare.value), repr(bare.value)
+        delete_machine(b, r, patience=60)
+        assert time.monotonic() - t >= 4
+    finally:
+        up.join()
     assert left(cluster, name) == {}
 
 

@@ -58,7 +58,7 @@ from accelmatrix.backends.kubernetes.jobset_inventory import JobSetInventory
 from accelmatrix.backends.kubernetes.jobset_manifest import JobSetManifest
 from accelmatrix.backends.kubernetes.jobset_reader import JobSetReader
 from accelmatrix.backends.kubernetes.pod_logs import PodLogs, log_forbidden
-from accelmatrix.backends.kubernetes.unreachable import infra, polled
+from accelmatrix.backends.kubernetes.unreachable import infra, is_unreachable, polled
 from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients, api_message
@@ -244,7 +244,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         ns, name = resource["namespace"], resource["job_name"]
         self.save_outputs_unless_saved(clients, resource)
         api = self.api(clients, ns)
-        errors = []
+        errors: list[Exception] = []
         for step in (
             lambda: api.delete_jobset(name),
             lambda: api.delete_job(resource["setup_job_name"]),
@@ -253,10 +253,15 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             try:
                 step()
             except Exception as e:  # delete what we may; report the rest
-                errors.append(f"{e.status} {api_message(e)}" if hasattr(e, "status") else str(e))
+                errors.append(e)
         self.remove_local_work_dir(resource)
+        if unanswered := [e for e in errors if is_unreachable(e)]:
+            raise unanswered[0]  # as it is: the teardown step waits out an unreachable API
         if errors:
-            raise BackendError(f"teardown of {resource['name']} incomplete: " + "; ".join(errors))
+            said = [
+                f"{e.status} {api_message(e)}" if hasattr(e, "status") else str(e) for e in errors
+            ]
+            raise BackendError(f"teardown of {resource['name']} incomplete: " + "; ".join(said))
 
     def list_managed(self) -> list[ManagedResource]:
         clients = self.clients()

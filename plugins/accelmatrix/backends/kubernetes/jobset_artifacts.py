@@ -1,6 +1,7 @@
 """What a JobSet cell leaves in its artifacts dir: every pod's log, status.json, timing.
 
-``JobSetArtifacts.snapshot`` saves every pod's log spool, the leader's as ``output.log``, a
+``JobSetArtifacts.snapshot`` saves every pod's log spool, the leader's as ``output.log`` (or,
+if the leader is gone, the lowest-ranked pod's), a
 ``status.json`` with every pod's state (pods a restart deleted keep their last record, and a
 verdict poll reached is kept), and the group's timing (all pods running, rendezvous spread)
 as runner metrics. It is the group's record on disk, apart from creating, judging and
@@ -59,10 +60,16 @@ class JobSetArtifacts:
             return
         (art / "pods").mkdir(parents=True, exist_ok=True)
         attempt = int(((js or {}).get("status") or {}).get("restarts") or 0)
-        leader = verdict.leader(pods, attempt)
+        # output.log, which collect reads the workload's metrics from, is the leader's log.
+        # A group whose leader is gone already (the failure policy deleted the still-active
+        # peers of the pod that failed first, before any poll saw them) shows the log of
+        # the lowest-ranked pod left, of the current attempt first.
+        shown = verdict.leader(pods, attempt) or min(
+            pods, key=lambda p: (verdict.attempt(p.metadata.labels) != attempt, verdict.index(p))
+        )
         infos = []
         for pod in pods:  # pods/<pod>.log is the pod's log spool (k8s_logs)
-            self.logs.spooled(pod, art, art / "output.log" if pod is leader else None)
+            self.logs.spooled(pod, art, art / "output.log" if pod is shown else None)
             term = k8s_pods.terminated(pod, CONTAINER)
             job_i, pod_i = verdict.index(pod)
             infos.append(
@@ -89,9 +96,7 @@ class JobSetArtifacts:
             seen = {i["name"] for i in infos}
             infos = [i for i in prior.get("pods") or [] if i.get("name") not in seen] + infos
             infos.sort(key=lambda i: (i.get("attempt", 0), i.get("job_index", 0), i.get("rank", 0)))
-        lead = next(
-            (i for i in infos if leader is not None and i["name"] == leader.metadata.name), infos[0]
-        )
+        lead = next((i for i in infos if i["name"] == shown.metadata.name), infos[0])
         exit_code, reason = lead["exit_code"], lead["reason"]
         judged = outcome is not None and outcome.done
         if judged:
