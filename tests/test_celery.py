@@ -12,40 +12,18 @@ advisory locks of the store's PostgreSQL path) and agree with Airflow.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from needs import missing
 
 from accelmatrix_testkit import AirflowStack
-from accelmatrix_testkit.services import PostgresServer, RedisServer, ServiceUnavailable
 
+pytest_plugins = ["celery_services"]
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "local_smoke"
 GOOD = "model=tiny-mlp,config=baseline"
 BAD = "model=tiny-mlp,config=diverge"
-
-
-@pytest.fixture
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = PostgresServer()
-    except ServiceUnavailable as e:
-        missing("celery", str(e))
-    with server:
-        yield server
-
-
-@pytest.fixture
-def redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer()
-    except ServiceUnavailable as e:
-        missing("celery", str(e))
-    with server:
-        yield server
 
 
 def test_stack_executor_settings(tmp_path):

@@ -281,7 +281,7 @@ def test_teardown_task_waits_out_an_unreachable_api(cluster, tmp_path, accel_hom
     blip): it tries again until the API answers, then the Job and its pods are gone. Before,
     the first refused connection failed the task and the Job ran on until the janitor."""
     from accelmatrix import lifecycle
-    from accelmatrix.spec.cell import CellSpec
+    from accelmatrix_testkit.cells import bare_cell
     from accelmatrix_testkit.log_capture import logged
 
     spec = machine(cluster)
@@ -290,18 +290,7 @@ def test_teardown_task_waits_out_an_unreachable_api(cluster, tmp_path, accel_hom
     h = b.submit(r, py("import time; print('up', flush=True); time.sleep(60)"), {})
     while not b.read_logs(h, 0)[0]:
         time.sleep(0.05)
-    cell = CellSpec(
-        id="outage=1",
-        index=0,
-        axes={"outage": "1"},
-        values={"outage": "1"},
-        machine="gpu",
-        backend=spec["backend"],
-        pool="accelmatrix_gpu",
-        machine_spec=spec,
-        workload={"run": ["true"]},
-        checks=[],
-    )
+    cell = bare_cell("outage=1", spec, "gpu")
     ref = lifecycle.RunRef(dag_id="k8s_tests", run_id="manual__2026-01-01T00:00:00+00:00")
     cluster.emulator.take_down()
     up = threading.Timer(6, cluster.emulator.bring_up)

@@ -25,48 +25,26 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from needs import missing
 
 from accelmatrix import settings
 from accelmatrix.backends.registry import get_backend
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.fault_matrix import leftover_dirs, processes_running
-from accelmatrix_testkit.services import PostgresServer, RedisServer, ServiceUnavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
+pytest_plugins = ["celery_services"]
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("fault_workload.py")
 DAG_ID = "metadata_db_restart"
 MACHINES = ("a", "b")  # two local machines: one slow cell each
 LOSS_RE = r"^step \d+ loss: ([0-9.]+)$"
 DOWN_SECONDS = 20
-
-
-@pytest.fixture
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = PostgresServer()
-    except ServiceUnavailable as e:
-        missing("celery", str(e))
-    with server:
-        yield server
-
-
-@pytest.fixture
-def redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer()
-    except ServiceUnavailable as e:
-        missing("celery", str(e))
-    with server:
-        yield server
 
 
 def suite(signals: Path) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from accelmatrix.backends.tpu_vm import backend as tpu_vm_module
 from accelmatrix.backends.tpu_vm import ssh_keys
 from accelmatrix.backends.tpu_vm.backend import TpuVmBackend
 from accelmatrix.hooks.tpu import TpuVmHook
-from accelmatrix.spec.cell import CellSpec
 from accelmatrix.triggers.provision import ProvisionTrigger
+from accelmatrix_testkit.cells import bare_cell
 
 pytest_plugins = ["tpu_env"]
 pytestmark = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
@@ -309,18 +309,7 @@ def test_provision_trigger_defers_the_capacity_wait(
     from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
 
     pending = b.begin_provision(ctx(accel_home, "model=settle"))
-    cell = CellSpec(
-        id="model=settle",
-        index=0,
-        axes={"model": "settle"},
-        values={"model": "settle"},
-        machine="tpu",
-        backend=machine["backend"],
-        pool="accelmatrix_tpu",
-        machine_spec=machine,
-        workload={"run": ["true"]},
-        checks=[],
-    )
+    cell = bare_cell("model=settle", machine, "tpu")
     trigger, _ = ProvisionTrigger.for_cell(cell, pending)
     again = ProvisionTrigger(**trigger.serialize()[1])  # as the triggerer loads it
     assert again.deferred_at == trigger.deferred_at and again.cell == cell
@@ -387,18 +376,7 @@ def test_teardown_waits_out_an_unreachable_tpu_api(
 
     b = backend(gcloud_env, spec)
     r = b.provision(ctx(accel_home, "model=outage"))
-    cell = CellSpec(
-        id="model=outage",
-        index=0,
-        axes={"model": "outage"},
-        values={"model": "outage"},
-        machine="tpu",
-        backend=spec["backend"],
-        pool="accelmatrix_tpu",
-        machine_spec=spec,
-        workload={"run": ["true"]},
-        checks=[],
-    )
+    cell = bare_cell("model=outage", spec, "tpu")
     ref = lifecycle.RunRef(dag_id="tpu_smoke", run_id=RUN)
     emu.take_down()
     up = threading.Timer(40, emu.bring_up)

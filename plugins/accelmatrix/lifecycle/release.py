@@ -14,6 +14,8 @@ import logging
 import time
 from typing import Any
 
+import tenacity
+
 from accelmatrix.backends.base import Backend
 from accelmatrix.backends.registry import get_backend
 from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
@@ -43,9 +45,7 @@ def forget_earlier_machine(ref: RunRef, cell_id: str) -> None:
             log.warning("could not remove %s: %s", art / name, e)
 
 
-def delete_machine(
-    backend: Backend, resource: dict[str, Any], *, patience: float, sleep=time.sleep
-) -> None:
+def delete_machine(backend: Backend, resource: dict[str, Any], *, patience: float) -> None:
     """``backend.teardown(resource)``, tried again while the backend says the error means its
     API could not be reached, for up to ``patience`` seconds (backing off 2 s to 15 s).
 
@@ -53,31 +53,25 @@ def delete_machine(
     would leave the machine running until the janitor's next pass. Other errors (the API
     answered no) and the last unreachable one propagate: the task fails with them.
     """
-    deadline = time.monotonic() + patience
-    wait = 2.0
-    tries = 0
-    while True:
-        tries += 1
-        try:
-            backend.teardown(resource)
-        except Exception as e:
-            if not backend.unreachable(e) or time.monotonic() + wait > deadline:
-                raise
-            log.warning(
-                "could not reach the API to delete %s (try %d; trying again in %.0f s, for up "
-                "to %.0f s in all): %s",
-                resource.get("name"),
-                tries,
-                wait,
-                patience,
-                e,
-            )
-            sleep(wait)
-            wait = min(wait * 2, 15.0)
-            continue
-        if tries > 1:
-            log.info("deleted %s once its API answered again (try %d)", resource.get("name"), tries)
-        return
+
+    def warn(state: tenacity.RetryCallState) -> None:
+        log.warning(
+            "could not reach the API to delete %s (try %d; trying again in %.0f s, for up "
+            "to %.0f s in all): %s",
+            resource.get("name"),
+            state.attempt_number,
+            state.next_action.sleep if state.next_action else 0.0,
+            patience,
+            state.outcome.exception() if state.outcome else None,
+        )
+
+    tenacity.Retrying(
+        retry=tenacity.retry_if_exception(backend.unreachable),
+        stop=tenacity.stop_before_delay(patience),
+        wait=tenacity.wait_exponential(min=2, max=15),
+        before_sleep=warn,
+        reraise=True,
+    )(backend.teardown, resource)
 
 
 def release_machine(
