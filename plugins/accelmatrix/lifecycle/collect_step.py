@@ -49,7 +49,7 @@ def collect(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str, 
         prior.get("state") == CellState.COLLECT_FAILED
     ):  # an earlier attempt crashed, this one worked
         results_store().upsert_cell(
-            ref.dag_id, ref.run_id, cell.id, state=CellState.COLLECTED, message=""
+            ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=CellState.COLLECTED, message=""
         )
     return result
 

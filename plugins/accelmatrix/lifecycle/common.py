@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES
+from accelmatrix.results.fence import StepTry
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
@@ -35,6 +36,16 @@ class RunRef:
     # labels so the janitor can ask Airflow whether the cell's tasks still run.
     task_group: str | None = None
     map_index: int | None = None
+    # The asking task try: fences the cell's row against an older try of the same task that
+    # still runs after Airflow moved on (results/fence.py). None outside a task (triggers).
+    task_id: str | None = None
+    try_number: int | None = None
+
+    @property
+    def fence(self) -> StepTry | None:
+        if self.task_id is None or self.try_number is None:
+            return None
+        return StepTry(self.task_id, self.try_number)
 
     def artifacts(self, cell_id: str) -> Path:
         return settings.cell_artifacts_dir(self.dag_id, self.run_id, cell_id)
@@ -46,11 +57,14 @@ class RunRef:
         map_index = getattr(ti, "map_index", None)
         task_id = str(getattr(ti, "task_id", "") or "")
         mapped = isinstance(map_index, int) and map_index >= 0 and "." in task_id
+        try_number = getattr(ti, "try_number", None)
         return cls(
             dag_id=context["dag"].dag_id,
             run_id=context["run_id"],
             task_group=task_id.rsplit(".", 1)[0] if mapped else None,
             map_index=map_index if mapped else None,
+            task_id=task_id or None,
+            try_number=try_number if isinstance(try_number, int) else None,
         )
 
 
@@ -66,7 +80,9 @@ def _record_step_failure(cell: CellSpec, ref: RunRef, state: str, message: str) 
         state = prior["state"]
         if prior.get("message"):
             message = f"{prior['message']}; {message}"
-    store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state=state, message=message[:4000])
+    store.upsert_cell(
+        ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=state, message=message[:4000]
+    )
 
 
 def _read_json(path: Path) -> Any:

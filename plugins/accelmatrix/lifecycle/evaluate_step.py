@@ -108,6 +108,7 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> di
         ref.dag_id,
         ref.run_id,
         cell.id,
+        fence=ref.fence,
         state=state,
         message=message,
         data_docs=result["data_docs"],

@@ -11,6 +11,7 @@ from accelmatrix.backends.registry import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.lifecycle.release import forget_earlier_machine
+from accelmatrix.results.fence import StepTry
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
@@ -43,6 +44,7 @@ def begin_provision(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
         ref.dag_id,
         ref.run_id,
         cell.id,
+        fence=ref.fence,
         state=CellState.PROVISIONING,
         provision_started_at=utcnow(),
     )
@@ -50,7 +52,7 @@ def begin_provision(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
     try:
         record = backend.begin_provision(_cell_context(cell, ref))
     except Exception as e:
-        record_provision_failure(ref.dag_id, ref.run_id, cell.id, str(e))
+        record_provision_failure(ref.dag_id, ref.run_id, cell.id, str(e), fence=ref.fence)
         raise
     if record.get("pending"):
         return record
@@ -62,7 +64,7 @@ def finish_provision(cell: CellSpec, ref: RunRef, pending: dict[str, Any]) -> di
     try:
         resource = backend.finish_provision(pending)
     except Exception as e:
-        record_provision_failure(ref.dag_id, ref.run_id, cell.id, str(e))
+        record_provision_failure(ref.dag_id, ref.run_id, cell.id, str(e), fence=ref.fence)
         raise
     return _provisioned(cell, ref, backend.kind, resource)
 
@@ -72,10 +74,12 @@ def provision_failed(cell: CellSpec, ref: RunRef, pending: dict[str, Any], reaso
     try:
         get_backend(cell.machine_json).abandon_provision(pending, reason)
     finally:
-        record_provision_failure(ref.dag_id, ref.run_id, cell.id, reason)
+        record_provision_failure(ref.dag_id, ref.run_id, cell.id, reason, fence=ref.fence)
 
 
-def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str) -> None:
+def record_provision_failure(
+    dag_id: str, run_id: str, cell_id: str, reason: str, *, fence: StepTry | None = None
+) -> None:
     """The cell's machine could not be provisioned: an infrastructure failure (idempotent).
 
     Called by the provision task and by ProvisionTrigger (whose resumed task may never run
@@ -89,7 +93,12 @@ def record_provision_failure(dag_id: str, run_id: str, cell_id: str, reason: str
         reason,
     )
     results_store().upsert_cell(
-        dag_id, run_id, cell_id, state=CellState.INFRA_FAILED, message=f"provision failed: {reason}"
+        dag_id,
+        run_id,
+        cell_id,
+        fence=fence,
+        state=CellState.INFRA_FAILED,
+        message=f"provision failed: {reason}",
     )
 
 
@@ -98,7 +107,12 @@ def _provisioned(
 ) -> dict[str, Any]:
     forget_earlier_machine(ref, cell.id)
     results_store().upsert_cell(
-        ref.dag_id, ref.run_id, cell.id, state=CellState.PROVISIONED, provisioned_at=utcnow()
+        ref.dag_id,
+        ref.run_id,
+        cell.id,
+        fence=ref.fence,
+        state=CellState.PROVISIONED,
+        provisioned_at=utcnow(),
     )
     log.info("provisioned %s resource %s", kind, resource["name"])
     return resource

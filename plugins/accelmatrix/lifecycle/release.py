@@ -112,6 +112,7 @@ def release_machine(
         ref.dag_id,
         ref.run_id,
         cell.id,
+        fence=ref.fence,
         teardown_at=utcnow(),
         resource_held_seconds=held,
         workload_seconds=workload,

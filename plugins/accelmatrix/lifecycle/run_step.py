@@ -57,6 +57,7 @@ def record_run_outcome(
         ref.dag_id,
         ref.run_id,
         cell.id,
+        fence=ref.fence,
         run_ended_at=utcnow(),
         exit_code=exit_code,
         state=state,

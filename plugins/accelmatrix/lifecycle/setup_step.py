@@ -24,11 +24,11 @@ def setup(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> None:
     store = results_store()
     if not wl.setup and not wl.services:
         log.info("no setup commands")
-        store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state=CellState.SETUP)
+        store.upsert_cell(ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=CellState.SETUP)
         return
     backend = get_backend(cell.machine_json)
     variables = backend.variables(resource)
-    store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state=CellState.SETUP)
+    store.upsert_cell(ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=CellState.SETUP)
     try:
         backend.setup(
             resource,
@@ -46,7 +46,12 @@ def setup(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> None:
             )
     except SetupFailed as e:
         store.upsert_cell(
-            ref.dag_id, ref.run_id, cell.id, state=CellState.SETUP_FAILED, message=str(e)
+            ref.dag_id,
+            ref.run_id,
+            cell.id,
+            fence=ref.fence,
+            state=CellState.SETUP_FAILED,
+            message=str(e),
         )
         raise
     except InfrastructureError as e:  # the machine failed during setup, not the commands
@@ -54,6 +59,7 @@ def setup(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> None:
             ref.dag_id,
             ref.run_id,
             cell.id,
+            fence=ref.fence,
             state=CellState.INFRA_FAILED,
             message=f"infrastructure failure during setup: {e}",
         )

@@ -144,7 +144,14 @@ class RunWorkloadOperator(CellOperator):
         env = workload_env(cell, resource, variables)
         timeouts = cell.timeouts
         store = results_store()
-        store.upsert_cell(ref.dag_id, ref.run_id, cell.id, state="running", run_started_at=utcnow())
+        store.upsert_cell(
+            ref.dag_id,
+            ref.run_id,
+            cell.id,
+            fence=ref.fence,
+            state="running",
+            run_started_at=utcnow(),
+        )
         handle = backend.submit(resource, argv, env)
         verb = "reattached to" if handle.get("reattached") else "started"
         self.log.info("%s workload of %s: %s", verb, cell.id, argv)

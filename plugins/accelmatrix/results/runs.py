@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
+from accelmatrix.results.fence import StepTry, SupersededTry
 from accelmatrix.results.schema import (
     CELL_FIELDS,
     RUN_FIELDS,
@@ -27,6 +28,7 @@ from accelmatrix.results.schema import (
     checks,
     metrics,
     runs,
+    step_tries,
     utcnow,
 )
 
@@ -37,9 +39,16 @@ class RunCellStore(StoreCore):
     # ------------------------------------------------------------------------------- upserts
 
     def _upsert(self, table: Table, key: dict[str, str], fields: dict[str, Any]) -> None:
-        now = utcnow()
-        values = {**key, **fields, "updated_at": now}
-        set_cols = [*fields, "updated_at"]
+        self._write(lambda conn: self._upsert_in(conn, table, key, fields))
+
+    def _upsert_in(
+        self, conn: Connection, table: Table, key: dict[str, str], fields: dict[str, Any]
+    ) -> None:
+        """Insert the row or update only ``fields``, inside the caller's transaction."""
+        values = {**key, **fields}
+        if "updated_at" in table.c:
+            values["updated_at"] = utcnow()
+        set_cols = [c for c in values if c not in key]
         dialect = self.dialect
 
         if dialect in ("sqlite", "postgresql"):
@@ -52,28 +61,53 @@ class RunCellStore(StoreCore):
             stmt = stmt.on_conflict_do_update(
                 index_elements=list(key), set_={c: stmt.excluded[c] for c in set_cols}
             )
-            self._write(lambda conn: conn.execute(stmt))
+            conn.execute(stmt)
             return
-
+        # Other dialects: update, else insert; a lost race raises IntegrityError, which
+        # ``_write`` retries.
         where = and_(*(table.c[k] == v for k, v in key.items()))
-
-        def generic(conn: Connection) -> None:
-            res = conn.execute(update(table).where(where).values({c: values[c] for c in set_cols}))
-            if res.rowcount == 0:
-                conn.execute(insert(table).values(values))
-
-        self._write(generic)
+        res = conn.execute(update(table).where(where).values({c: values[c] for c in set_cols}))
+        if res.rowcount == 0:
+            conn.execute(insert(table).values(values))
 
     def upsert_run(self, dag_id: str, run_id: str, **fields: Any) -> None:
         """Insert the run or update only the given fields; ``created_at`` is set once."""
         self._reject_unknown("run", fields, RUN_FIELDS)
         self._upsert(runs, self._key(dag_id, run_id), self._coerce(runs, fields))
 
-    def upsert_cell(self, dag_id: str, run_id: str, cell_id: str, **fields: Any) -> None:
+    def upsert_cell(
+        self, dag_id: str, run_id: str, cell_id: str, *, fence: StepTry | None = None, **fields: Any
+    ) -> None:
         """Insert the cell or update only the given fields (unspecified columns keep their
-        values), so each task can report just what it learned."""
+        values), so each task can report just what it learned.
+
+        With ``fence`` (the writing task's try), the write is refused with
+        ``SupersededTry`` when a newer try of the same task has written this cell: a stale
+        try must not move the row back (results/fence.py). Unfenced writers (plan, the
+        gate, triggers, the janitor) write as before.
+        """
         self._reject_unknown("cell", fields, CELL_FIELDS)
-        self._upsert(cells, self._key(dag_id, run_id, cell_id), self._coerce(cells, fields))
+        key = self._key(dag_id, run_id, cell_id)
+        values = self._coerce(cells, fields)
+        if fence is None:
+            self._upsert(cells, key, values)
+            return
+
+        def tx(conn: Connection) -> None:
+            # PostgreSQL: one writer per cell at a time (SQLite's BEGIN IMMEDIATE already is).
+            self._lock(conn, "step_tries", *key.values())
+            fence_key = {**key, "task_id": fence.task_id}
+            newest = conn.execute(
+                select(step_tries.c.try_number).where(
+                    *(step_tries.c[k] == v for k, v in fence_key.items())
+                )
+            ).scalar()
+            if newest is not None and newest > fence.try_number:
+                raise SupersededTry(cell_id, fence, newest)
+            self._upsert_in(conn, step_tries, fence_key, {"try_number": fence.try_number})
+            self._upsert_in(conn, cells, key, values)
+
+        self._write(tx)
 
     def record_reaped(
         self,
@@ -113,8 +147,8 @@ class RunCellStore(StoreCore):
             return [dict(r._mapping) for r in conn.execute(query).all()]
 
     def reset_run(self, dag_id: str, run_id: str) -> int:
-        """Delete the run's cells, their specs, metrics and checks (not its run row); returns
-        rows deleted.
+        """Delete the run's cells, their specs, metrics, checks and try fences (not its run
+        row); returns rows deleted.
 
         Called by ``plan`` when a run is planned again (the whole run cleared, or a backfill
         re-processing a logical date that keeps its run_id): the re-run replaces its rows
@@ -125,7 +159,7 @@ class RunCellStore(StoreCore):
         def tx(conn: Connection) -> int:
             self._lock(conn, "reset", *key.values())
             n = 0
-            for table in (metrics, checks, cells, cell_specs):
+            for table in (metrics, checks, cells, cell_specs, step_tries):
                 n += conn.execute(
                     delete(table).where(
                         table.c.dag_id == key["dag_id"], table.c.run_id == key["run_id"]

@@ -202,6 +202,17 @@ cells = Table(
     PrimaryKeyConstraint("dag_id", "run_id", "cell_id", name="pk_cells"),
 )
 
+# The newest try of each task that has written a cell's row (results/fence.py): a write
+# from an older try of the same task is refused, so a stale try cannot move the row back.
+step_tries = Table(
+    "step_tries",
+    metadata,
+    *_key_columns(with_cell=True),
+    Column("task_id", String(ID_LEN), nullable=False),
+    Column("try_number", Integer, nullable=False),
+    PrimaryKeyConstraint("dag_id", "run_id", "cell_id", "task_id", name="pk_step_tries"),
+)
+
 # What plan decided for each cell of a run (the expanded cell: workload, machine, checks),
 # written once by plan and read by each of the cell's tasks. The mapped tasks are expanded
 # over small cell references, not these, because Airflow hands every mapped task instance
