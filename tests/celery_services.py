@@ -25,6 +25,18 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def results_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL with an ``accelmatrix`` database for the results store, shared by a
+    module's tests (the store tests that need a real server)."""
+    try:
+        server = PostgresServer(databases=("accelmatrix",))
+    except ServiceUnavailable as e:
+        missing("celery", str(e))
+    with server:
+        yield server
+
+
 @pytest.fixture
 def redis() -> Iterator[RedisServer]:
     try:

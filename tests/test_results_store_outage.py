@@ -13,47 +13,40 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from needs import missing
 from sqlalchemy.exc import OperationalError
 
 from accelmatrix.results.store import ResultsStore
-from accelmatrix_testkit.services import PostgresServer, ServiceUnavailable
+from accelmatrix_testkit.services import PostgresServer
+
+pytest_plugins = ["celery_services"]
 
 DAG, RUN, CELL = "outage_dag", "run_1", "machine=a"
 ROWS = [{"name": "loss", "step": i, "value": 1.0 / (i + 1)} for i in range(5)]
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = PostgresServer(databases=("accelmatrix",))
-    except ServiceUnavailable as e:
-        missing("celery", str(e))
-    with server:
-        yield server
-
-
 @pytest.fixture
-def store(postgres) -> Iterator[ResultsStore]:
-    s = ResultsStore(postgres.url("accelmatrix"))
+def store(results_postgres) -> Iterator[ResultsStore]:
+    s = ResultsStore(results_postgres.url("accelmatrix"))
     s.ensure_schema()
     s.upsert_cell(DAG, RUN, CELL, state="running")
     yield s
-    postgres.bring_up()
+    results_postgres.bring_up()
     s.close()
 
 
-def _back_after(postgres: PostgresServer, seconds: float) -> threading.Thread:
-    t = threading.Thread(target=lambda: (time.sleep(seconds), postgres.bring_up()), daemon=True)
+def _back_after(results_postgres: PostgresServer, seconds: float) -> threading.Thread:
+    t = threading.Thread(
+        target=lambda: (time.sleep(seconds), results_postgres.bring_up()), daemon=True
+    )
     t.start()
     return t
 
 
-def test_a_write_during_an_outage_waits_and_lands_once(postgres, store, monkeypatch):
+def test_a_write_during_an_outage_waits_and_lands_once(results_postgres, store, monkeypatch):
     monkeypatch.setenv("ACCELMATRIX_RESULTS_OUTAGE_SECONDS", "60")
     assert store.get_cell(DAG, RUN, CELL)["state"] == "running"  # a pooled connection
-    postgres.take_down()
-    back = _back_after(postgres, 4)
+    results_postgres.take_down()
+    back = _back_after(results_postgres, 4)
     t0 = time.monotonic()
     store.replace_metrics(DAG, RUN, CELL, ROWS)
     store.upsert_cell(DAG, RUN, CELL, state="collected")
@@ -65,20 +58,20 @@ def test_a_write_during_an_outage_waits_and_lands_once(postgres, store, monkeypa
     assert store.get_cell(DAG, RUN, CELL)["state"] == "collected"
 
 
-def test_a_read_during_an_outage_waits(postgres, store, monkeypatch):
+def test_a_read_during_an_outage_waits(results_postgres, store, monkeypatch):
     monkeypatch.setenv("ACCELMATRIX_RESULTS_OUTAGE_SECONDS", "60")
-    postgres.take_down()
-    back = _back_after(postgres, 3)
+    results_postgres.take_down()
+    back = _back_after(results_postgres, 3)
     assert store.get_cell(DAG, RUN, CELL)["state"] == "running"
     back.join()
 
 
-def test_an_outage_longer_than_the_wait_fails(postgres, store, monkeypatch):
+def test_an_outage_longer_than_the_wait_fails(results_postgres, store, monkeypatch):
     monkeypatch.setenv("ACCELMATRIX_RESULTS_OUTAGE_SECONDS", "2")
-    postgres.take_down()
+    results_postgres.take_down()
     t0 = time.monotonic()
     with pytest.raises(OperationalError):
         store.upsert_cell(DAG, RUN, CELL, state="collected")
     assert time.monotonic() - t0 < 30
-    postgres.bring_up()
+    results_postgres.bring_up()
     assert store.get_cell(DAG, RUN, CELL)["state"] == "running"

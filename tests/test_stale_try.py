@@ -16,20 +16,16 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from needs import missing
-from test_step_failures import _evaluate, _suite
+from test_step_failures import _evaluate, _suite, run_workload
 
 from accelmatrix import lifecycle
-from accelmatrix.backends.registry import get_backend
 from accelmatrix.results.fence import StepTry, SupersededTry
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.spec.templating import render_tree
-from accelmatrix_testkit.services import PostgresServer, ServiceUnavailable
+
+pytest_plugins = ["celery_services"]
 
 
 def _step(ref: lifecycle.RunRef, task: str, try_number: int) -> lifecycle.RunRef:
@@ -54,16 +50,7 @@ def _run_and_collect(cell, ref: lifecycle.RunRef, resource: dict) -> None:
     """setup, run to its exit, release and collect, each as its own task's first try."""
     lifecycle.setup(cell, resource, _step(ref, "setup", 1))
     run = _step(ref, "run", 1)
-    backend = get_backend(cell.machine_json)
-    variables = backend.variables(resource)
-    argv = render_tree(cell.workload.run, variables)
-    handle = backend.submit(resource, argv, lifecycle.workload_env(cell, resource, variables))
-    deadline = time.monotonic() + 60
-    while not (status := backend.poll(handle)).done:
-        assert time.monotonic() < deadline, "workload did not finish"
-        time.sleep(0.1)
-    event = {"status": "exited", "exit_code": status.exit_code, "detail": status.detail}
-    assert lifecycle.record_run_outcome(cell, run, event, handle)[0] == "ran"
+    run_workload(cell, resource, run)
     lifecycle.finish_run(cell, resource, run, "ran")
     lifecycle.collect(cell, resource, _step(ref, "collect", 1))
 
@@ -121,21 +108,11 @@ def test_a_run_planned_again_starts_its_fences_afresh(accel_home, tmp_path):
     assert _row(cell, ref)["state"] == "provisioned"
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = PostgresServer(databases=("accelmatrix",))
-    except ServiceUnavailable as e:
-        missing("celery", str(e))
-    with server:
-        yield server
-
-
-def test_racing_tries_on_postgresql_end_with_the_newest_trys_write(postgres):
+def test_racing_tries_on_postgresql_end_with_the_newest_trys_write(results_postgres):
     """Tries of one task writing at once (PostgreSQL, a connection each), in shuffled
     order, over several cells: every row ends as its newest try wrote it, and the older
     tries that came after it were refused."""
-    store = ResultsStore(postgres.url("accelmatrix"))
+    store = ResultsStore(results_postgres.url("accelmatrix"))
     store.ensure_schema()
     rng = random.Random(7)
     try:

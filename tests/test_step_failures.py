@@ -48,6 +48,12 @@ def _run(cell: dict[str, Any], ref: lifecycle.RunRef) -> dict[str, Any]:
     """provision, setup and run one cell to its exit; returns the resource."""
     resource = lifecycle.begin_provision(cell, ref)
     lifecycle.setup(cell, resource, ref)
+    run_workload(cell, resource, ref)
+    return resource
+
+
+def run_workload(cell: dict[str, Any], resource: dict[str, Any], ref: lifecycle.RunRef) -> None:
+    """Run the cell's workload on ``resource`` to its exit and record the outcome (``ran``)."""
     backend = get_backend(cell.machine_json)
     variables = backend.variables(resource)
     argv = render_tree(cell.workload.run, variables)
@@ -58,7 +64,6 @@ def _run(cell: dict[str, Any], ref: lifecycle.RunRef) -> dict[str, Any]:
         time.sleep(0.1)
     event = {"status": "exited", "exit_code": status.exit_code, "detail": status.detail}
     assert lifecycle.record_run_outcome(cell, ref, event, handle)[0] == "ran"
-    return resource
 
 
 def _evaluate(cell: dict[str, Any], ref: lifecycle.RunRef) -> str:
