@@ -1,39 +1,52 @@
-"""Confirm and bisect: the two-sample verdict, the binary search over builds, the builds
-between two builds, the follow-up run's plan, and the whole loop against a real SQLite
-results store: a planted history night by night, the gate's pass, the re-test started once,
-its follow-up runs planted from the known truth (as the suite's cells would report them)
-and advanced, until the change is confirmed, bisected or dismissed.
+"""Confirm and bisect: the comparison and its verdicts by size, the search over builds, the
+builds between two builds, the session's plan and its driver run for real, and the whole
+loop against a real SQLite results store: a planted history night by night, the gate's
+pass, the re-test started once, its sessions planted from the known truth (one machine per
+session, as the session cell's log would show it) and advanced, until the change is
+confirmed, bisected or dismissed.
 
-The statistics' rates over many generated histories are bench/bench_confirm.py's; these
-tests pin the behaviour on cases with known answers."""
+The statistics' error rates over many generated fleets are bench/bench_confirm.py's;
+these tests pin the behaviour on cases with known answers, and the rates on a small
+number of generated trials each."""
 
 from __future__ import annotations
 
-import math
+import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Bisect, Step, max_steps
+from accelmatrix.history.bisect import AMBIGUOUS, FOUND, RUNNING, Search, spread
 from accelmatrix.history.builds import BuildsError, builds_between, date_template
 from accelmatrix.history.changepoints import DEFAULT
 from accelmatrix.history.changes import groups_to_notify, update_changes
-from accelmatrix.history.confirm import (
-    CONFIRMED,
-    NOT_REPRODUCED,
-    UNDECIDED,
-    Policy,
-    decide,
-    newest_point_suspect,
-    next_repeats,
+from accelmatrix.history.compare import (
+    DIFFERENT,
+    NEW_LEVEL,
+    OLD_LEVEL,
+    SAME,
+    UNKNOWN,
+    compare,
+    judge,
+    level,
 )
+from accelmatrix.history.confirm import newest_point_suspect
 from accelmatrix.history.followup import advance, start_confirmations
 from accelmatrix.history.report import changes_json, changes_table
+from accelmatrix.history.session import pairs_of, read_samples
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.spec.followup import FOLLOWUP_KEY, Followup, base_cell, expand_followup
+from accelmatrix.spec.followup import (
+    FOLLOWUP_KEY,
+    Followup,
+    base_cell,
+    expand_followup,
+    followup_of,
+    session_order,
+)
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.plan import PlanError
 from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
@@ -41,44 +54,71 @@ from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
 ROOT = Path(__file__).resolve().parents[1]
 TRACKED = {"step_time": "median"}
 
-# -- the verdict ---------------------------------------------------------------------------
+# -- the comparison ------------------------------------------------------------------------
 
 
-def test_decide_confirms_a_clear_step_and_rejects_an_equal_pair() -> None:
+def _session(rng, change: float, pairs: int, cv: float = 0.01, machine_sd: float = 0.03):
+    """``pairs`` A/B pairs of one machine (its speed drawn once): base level 1, head
+    ``1 + change``."""
+    m = 1 + machine_sd * rng.standard_normal()
+    a = m * (1 + cv * rng.standard_normal(pairs))
+    b = m * (1 + change) * (1 + cv * rng.standard_normal(pairs))
+    return compare(a, b, list(zip(a, b, strict=True)))
+
+
+def test_compare_reports_both_sides_the_change_its_interval_and_the_tests() -> None:
     rng = np.random.default_rng(3)
-    good = 100 + 2 * rng.standard_normal(5)
-    slow = 108 + 2 * rng.standard_normal(5)
-    d = decide(good, slow, claimed=0.08)
-    assert d.verdict == CONFIRMED and d.p_worse < 0.01, d
-    assert d.n_good == d.n_suspect == 5 and 0.05 < d.change < 0.11
-    same = 100 + 2 * rng.standard_normal(5)
-    d = decide(good, same, claimed=0.08)
-    assert d.verdict == NOT_REPRODUCED and d.p_same < 0.05, d
+    c = _session(rng, 0.05, 12)
+    assert c.n_base == c.n_head == c.pairs == 12
+    assert 0.035 < c.change < 0.065 and c.ci_low < c.change < c.ci_high
+    assert c.ci_low > 0 and c.p_paired < 0.01 and c.p_greater < 0.01 and c.p_less > 0.5
+    assert c.cliffs_delta > 0.3 and 0 <= c.p_mwu <= 1
+    assert c.median_head > c.median_base
+    # NaN, None and non-positive samples are no evidence; fewer than 2 pairs, no change.
+    c = compare([1.0, float("nan")], [1.1, None], [(1.0, 1.1), (float("nan"), 1.0)])
+    assert c.pairs == 1 and np.isnan(c.change) and judge(c, min_change=0.02) == UNKNOWN
 
 
-def test_decide_is_undecided_on_overlapping_small_samples_and_drops_nan() -> None:
-    d = decide([100, 103, 99], [101, 104, 100, float("nan")], claimed=0.03)
-    assert d.verdict == UNDECIDED and d.n_suspect == 3, d
-    # Fewer than 2 finite values a side: no verdict either way.
-    assert decide([1.0], [2.0, 3.0], claimed=0.5).verdict == UNDECIDED
+def test_the_interval_covers_the_true_change_as_often_as_it_says() -> None:
+    # 8 pairs is a re-test's first session: a percentile bootstrap alone covers ~88 %.
+    rng = np.random.default_rng(11)
+    trials = 300
+    hits = sum(
+        c.ci_low <= 0.02 <= c.ci_high for c in (_session(rng, 0.02, 8) for _ in range(trials))
+    )
+    assert hits / trials >= 0.92, hits / trials
 
 
-def test_decide_follows_the_metrics_direction() -> None:
-    good = [1000, 1010, 990, 1005, 995]
-    lower = [900, 910, 890, 905, 895]  # 10 % less throughput: worse
-    assert decide(good, lower, claimed=0.1, higher_is_better=True).verdict == CONFIRMED
-    # The same samples for a lower-is-better metric are an improvement, not the claimed
-    # regression: ruled out.
-    assert decide(good, lower, claimed=0.1).verdict == NOT_REPRODUCED
+def test_judge_weighs_size_as_well_as_significance() -> None:
+    rng = np.random.default_rng(5)
+    assert judge(_session(rng, 0.08, 16), min_change=0.02) == DIFFERENT
+    assert judge(_session(rng, 0.0, 24, cv=0.005), min_change=0.02) == SAME
+    # 0.5 % slower, tightly measured: significant, yet no change worth a page.
+    tiny = _session(rng, 0.005, 40, cv=0.002)
+    assert tiny.p_paired < 0.01 and judge(tiny, min_change=0.02) == SAME
+    assert judge(_session(rng, 0.05, 4), min_change=0.02) == UNKNOWN  # too few pairs
 
 
-def test_repeats_double_up_to_the_cap() -> None:
-    p = Policy(repeats=5, max_repeats=20)
-    done, rounds = 0, []
-    while (k := next_repeats(done, p)) > 0:
-        rounds.append(k)
-        done += k
-    assert rounds == [5, 5, 10] and done == 20
+def test_level_places_a_build_nearer_the_claimed_change_or_nearer_none() -> None:
+    rng = np.random.default_rng(7)
+    assert level(_session(rng, 0.05, 12), claimed=0.05) == NEW_LEVEL
+    assert level(_session(rng, 0.0, 12), claimed=0.05) == OLD_LEVEL
+    # A build 1 % slower by chance is at the old level of a 5 % change, not "bad".
+    assert level(_session(rng, 0.01, 16), claimed=0.05) == OLD_LEVEL
+    # For throughput lower is worse: the same samples read the other way.
+    lower = _session(rng, -0.05, 12)
+    assert level(lower, claimed=0.05, higher_is_better=True) == NEW_LEVEL
+    assert level(lower, claimed=0.05) == OLD_LEVEL
+
+
+def test_level_error_rates_on_generated_sessions() -> None:
+    """A build 1 % off by itself (builds differ by +-1.5 %), a 3 % change: each placed on
+    the wrong side in under 5 % of 200 sessions of 16 pairs, machines 3 % apart."""
+    rng = np.random.default_rng(13)
+    wrong_new = sum(level(_session(rng, 0.01, 16), claimed=0.03) == NEW_LEVEL for _ in range(200))
+    wrong_old = sum(level(_session(rng, 0.03, 16), claimed=0.03) == OLD_LEVEL for _ in range(200))
+    none = sum(level(_session(rng, 0.0, 16), claimed=0.03) == NEW_LEVEL for _ in range(200))
+    assert wrong_new <= 10 and wrong_old <= 10 and none <= 2, (wrong_new, wrong_old, none)
 
 
 def test_newest_point_suspect() -> None:
@@ -93,30 +133,31 @@ def test_newest_point_suspect() -> None:
     assert newest_point_suspect([100.0] * 5 + [150.0]) is None  # too little history
 
 
-# -- the bisect ----------------------------------------------------------------------------
+# -- the search over builds --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [2, 3, 7, 16, 32])
-def test_bisect_names_every_culprit_within_its_step_limit(n: int) -> None:
+@pytest.mark.parametrize("n", [2, 3, 7, 16])
+def test_search_names_every_culprit_from_the_levels(n: int) -> None:
+    builds = [f"b{i}" for i in range(n + 1)]
     for culprit in range(1, n + 1):
-        b = Bisect([f"b{i}" for i in range(n + 1)])
-        while (nxt := b.next_build()) is not None:
-            i, name = nxt
-            b.record(Step(i, name, CONFIRMED if i >= culprit else NOT_REPRODUCED))
-        assert b.state == FOUND and b.culprit == f"b{culprit}" and b.last_good == f"b{culprit - 1}"
-        assert len(b.steps) <= math.ceil(math.log2(n)) <= max_steps(n) - 2
+        levels = {b: (NEW_LEVEL if i >= culprit else OLD_LEVEL) for i, b in enumerate(builds)}
+        s = Search(builds, levels)
+        assert s.state == FOUND and s.culprit == f"b{culprit}" and s.last_good == f"b{culprit - 1}"
+        # With only the ends known, every build between is still open.
+        s = Search(builds, {builds[-1]: NEW_LEVEL})
+        assert s.untested() == builds[1:-1] and (s.state == FOUND) == (n == 1 or len(builds) == 2)
 
 
-def test_bisect_stops_ambiguous_and_refuses_a_step_not_due() -> None:
-    b = Bisect([f"b{i}" for i in range(9)])
-    i, name = b.next_build()
-    with pytest.raises(ValueError, match="not the one due"):
-        b.record(Step(i + 1, f"b{i + 1}", CONFIRMED))
-    b.record(Step(i, name, UNDECIDED))
-    assert b.state == AMBIGUOUS and b.next_build() is None and b.culprit is None
-    assert Bisect(["a", "b"]).state == FOUND  # adjacent: the bad end is the culprit
+def test_search_stops_ambiguous_on_a_level_that_does_not_hold() -> None:
+    builds = [f"b{i}" for i in range(6)]
+    s = Search(builds, {"b2": NEW_LEVEL, "b4": OLD_LEVEL, "b5": NEW_LEVEL})
+    assert s.state == AMBIGUOUS and "b2 is at the new level" in s.contradiction
+    s = Search(builds, {"b2": OLD_LEVEL, "b3": UNKNOWN, "b5": NEW_LEVEL})
+    assert s.state == RUNNING and s.untested() == ["b3", "b4"]
     with pytest.raises(ValueError):
-        Bisect(["a"])
+        Search(["a"], {})
+    assert spread([f"x{i}" for i in range(20)], 6) == ["x2", "x5", "x8", "x11", "x14", "x17"]
+    assert spread(["a", "b"], 6) == ["a", "b"] and spread(["a"], 0) == []
 
 
 # -- the builds between two builds --------------------------------------------------------
@@ -159,33 +200,109 @@ def test_builds_errors_name_what_to_write() -> None:
         builds_between("n-2026-03-01", "other", template="n-${run.ds}")
 
 
-# -- the follow-up run's plan -------------------------------------------------------------
+# -- the session's plan and its driver -----------------------------------------------------
 
 
-def test_followup_plan_interleaves_builds_and_each_cell_tests_its_build() -> None:
+def test_session_order_is_palindromes_of_the_builds() -> None:
+    assert session_order(2, 4) == [0, 1, 1, 0, 0, 1, 1, 0]
+    assert session_order(3, 3) == [0, 1, 2, 2, 1, 0, 0, 1, 2]
+
+
+def test_session_plan_is_one_cell_per_suspect_cell_running_every_build() -> None:
     suite = load_suite(ROOT / "include" / "suites" / "nightly_perf.yaml")
+    builds = ["nightly-2026-03-05", "nightly-2026-03-06", "nightly-2026-03-07"]
     fu = Followup(
-        kind="confirm",
-        confirmation=1,
-        round=1,
-        cells=["model=small"],
-        builds=["nightly-2026-03-01", "nightly-2026-03-02"],
-        repeats=3,
+        kind="confirm", confirmation=1, round=2, cells=["model=small"], builds=builds, pairs=4
     )
-    plan = expand_followup(suite, "nightly_perf", fu, params={"slow_from": "2026-03-02"})
-    ids = [c.id for c in plan.cells]
-    assert ids == [
-        f"model=small,build=nightly-2026-03-0{b},repeat={r}" for r in (1, 2, 3) for b in (1, 2)
-    ]
-    for c in plan.cells:
-        build = c.axes["build"]
-        assert c.workload.run[3] == build and c.workload.env["BUILD_UNDER_TEST"] == build
-        assert base_cell(c.id) == ("model=small", build)
+    plan = expand_followup(suite, "nightly_perf", fu, params={"slow_from": "2026-03-07"})
+    (cell,) = plan.cells
+    assert cell.id == "model=small,retest=2" and base_cell(cell.id) == "model=small"
+    assert cell.values["builds"] == builds
+    run = cell.workload.run
+    assert run[:2] == ["${python}", "-c"] and "##accelmatrix-sample" in run[2]
+    session = json.loads(run[3])
+    assert session["order"] == session_order(3, 4)
+    assert [r["build"] for r in session["runs"]] == builds
+    for r, b in zip(session["runs"], builds, strict=True):
+        assert r["argv"][3] == b  # --build: each build's own rendered workload
+    assert session["runs"][1]["env"] == {"BUILD_UNDER_TEST": builds[1]}
+    assert cell.workload.timeout == 120 * 12  # the suite's per sample
+    assert {c.type for c in cell.checks} == {"exit_status", "log_contains"}
     with pytest.raises(PlanError, match="not a cell of nightly_perf"):
         expand_followup(suite, "nightly_perf", fu.model_copy(update={"cells": ["model=big"]}))
+    with pytest.raises(PlanError, match="listed twice"):
+        followup_of({FOLLOWUP_KEY: {**fu.model_dump(), "builds": [builds[0], builds[0]]}})
+    with pytest.raises(PlanError, match="builds"):
+        followup_of({FOLLOWUP_KEY: {**fu.model_dump(), "builds": [builds[0]]}})
+
+
+def test_the_driver_runs_the_builds_interleaved_and_the_reader_pairs_them(tmp_path) -> None:
+    """The session's workload, run for real by this Python: two builds of a tiny script
+    that prints its build's step time; the log read back gives each build's samples, in the
+    recorded order, paired by half-palindrome."""
+    suite = load_suite(ROOT / "include" / "suites" / "nightly_perf.yaml")
+    builds = ["nightly-2026-03-06", "nightly-2026-03-07"]
+    fu = Followup(
+        kind="confirm", confirmation=1, round=1, cells=["model=small"], builds=builds, pairs=3
+    )
+    (cell,) = expand_followup(suite, "nightly_perf", fu, params={"slow_from": "2026-03-07"}).cells
+    from accelmatrix.spec.templating import render_tree
+
+    # The backend's placeholders, filled in as the run step fills them on the machine.
+    argv = render_tree(
+        cell.workload.run, {"python": sys.executable, "include_dir": str(ROOT / "include")}
+    )
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120).stdout
+    (tmp_path / "output.log").write_text(out)
+    session = read_samples(
+        tmp_path / "output.log",
+        builds=builds,
+        round_=1,
+        sources=suite.workload.metrics,
+        statistics={"step_time": "median"},
+    )
+    assert session.failed == [] and session.ran == 6
+    assert [s.build for s in session.samples] == [builds[k] for k in session_order(2, 3)]
+    pairs = pairs_of(session.samples, builds[0], builds[1], "step_time")
+    assert len(pairs) == 3
+    # slow_from 03-07: the second build is about 5 % slower in every pair.
+    assert all(1.02 < b / a < 1.09 for a, b in pairs), pairs
+
+
+def test_a_failed_or_cut_short_sample_is_no_sample(tmp_path) -> None:
+    from accelmatrix.backends.interleave import MARK
+
+    def mark(i, build, event, **kw):
+        return MARK + json.dumps({"i": i, "build": build, "event": event, **kw}) + "\n"
+
+    log = tmp_path / "output.log"
+    log.write_text(
+        mark(0, "a", "begin") + "step_time: 1.0s\n" + mark(0, "a", "end", exit=0)
+        + mark(1, "b", "begin") + "step_time: 2.0s\n" + mark(1, "b", "end", exit=3)
+        + mark(2, "b", "begin") + "step_time: 2.0s\n"
+    )  # fmt: skip
+    suite = load_suite(ROOT / "include" / "suites" / "nightly_perf.yaml")
+    s = read_samples(
+        log,
+        builds=["a", "b"],
+        round_=1,
+        sources=suite.workload.metrics,
+        statistics={"step_time": "median"},
+    )
+    assert [(x.build, x.value) for x in s.samples] == [("a", 1.0)]
+    assert s.failed == [
+        "sample 1 (b) exited 3",
+        "sample 2 (b) did not end (the session was cut short)",
+    ]
 
 
 # -- the loop, against a real results store ----------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session logs go where the gate reads them: this test's artifacts directory."""
+    monkeypatch.setenv("ACCELMATRIX_ARTIFACTS_DIR", str(tmp_path / "artifacts"))
 
 
 class Loop:
@@ -298,9 +415,16 @@ def test_weekly_regression_is_bisected_to_the_mid_week_build(tmp_path: Path) -> 
     assert retest["culprit"] == f"nightly-{pm.date(73):%Y-%m-%d}"
     assert retest["last_good"] == f"nightly-{pm.date(72):%Y-%m-%d}"
     assert len(retest["builds"]) == 8
-    assert 1 <= len(retest["steps"]) <= math.ceil(math.log2(7)) + 2
-    assert all(s["verdict"] in (CONFIRMED, NOT_REPRODUCED) for s in retest["steps"])
-    assert [r for r in retest["run_ids"] if "bisect" in r]
+    # One session, one machine: the two Mondays and the six days between, interleaved.
+    assert retest["run_ids"] == [f"accelmatrix_confirm__{retest['id']}_1"]
+    steps = {s["build"]: s["verdict"] for s in retest["steps"]}
+    assert len(steps) == 7 and all(v in ("good", "bad") for v in steps.values()), steps
+    assert [steps[f"nightly-{pm.date(n):%Y-%m-%d}"] for n in (71, 72, 73, 74)] == [
+        "good",
+        "good",
+        "bad",
+        "bad",
+    ]
     table = changes_table(loop.store, pm.dag_id)
     assert "bisect of 8 builds" in table and f"{pm.date(73):%Y-%m-%d}" in table
     assert len(loop.due()) == 1
@@ -311,7 +435,7 @@ def test_weekly_regression_is_bisected_to_the_mid_week_build(tmp_path: Path) -> 
     html = render_changes(view, page_base="/accelmatrix", n_runs=30, form_base=None, can_edit=False)
     assert f"first bad build <b>nightly-{pm.date(73):%Y-%m-%d}</b>" in html
     assert html.count("<tr><td>nightly-") == len(retest["steps"])
-    assert "run_id=accelmatrix_bisect__" in html and 'class="rt-found"' in html
+    assert "run_id=accelmatrix_confirm__" in html and 'class="rt-found"' in html
 
 
 def test_a_lone_outlier_night_is_not_reproduced_and_never_notifies(tmp_path: Path) -> None:
@@ -399,7 +523,7 @@ def test_a_stale_followup_run_changes_nothing(tmp_path: Path) -> None:
         round=1,
         cells=["model=m0,machine=k0"],
         builds=["a", "b"],
-        repeats=5,
+        pairs=8,
     )
     again = advance(loop.store, loop.suite, pm.dag_id, retest["run_ids"][0], fu, {}, loop.trigger)
     assert again["state"] == retest["state"] and loop.retests() == [retest]

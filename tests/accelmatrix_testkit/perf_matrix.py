@@ -31,6 +31,8 @@ machines:
 workload:
   run: ["${{python}}", "-c", "print('step_time: 1s')"]
   timeout: 60
+  metrics:
+    - {{type: log_regex, name: step_time, pattern: 'step_time: ([0-9.e+-]+)s', series: true}}
 checks:
   - {{type: log_contains, pattern: step_time}}
 """
@@ -155,12 +157,26 @@ class PerfMatrix:
         *,
         now: int | None = None,
         empty: bool = False,
+        machine_sd: float = 0.03,
     ) -> None:
-        """Write a follow-up run (a re-test) as the suite's cells would report it: each cell
-        the value its build has (the level of the build's night with the planted causes)
-        with fresh machine noise, on the machines as they are on night ``now`` (default: the
-        build's night); ``empty``: the cells report nothing (an infrastructure failure)."""
-        from accelmatrix.spec.followup import FOLLOWUP_KEY, base_cell, expand_followup
+        """Write a re-test session as its cells would leave it: the run, one session cell per
+        suspect cell, and that cell's log (``output.log`` in its artifacts, where the session
+        reader finds it), with the interleave driver's markers around each sample and the
+        value its build has (the level of the build's night with the planted causes) on
+        this session's one machine (a speed factor drawn once per session, ``machine_sd``)
+        with fresh noise per sample, on the machines as they are on night ``now`` (default:
+        the build's night); ``empty``: the samples print nothing (an infrastructure
+        failure)."""
+        import json
+
+        from accelmatrix import settings
+        from accelmatrix.backends.interleave import MARK
+        from accelmatrix.spec.followup import (
+            FOLLOWUP_KEY,
+            base_cell,
+            expand_followup,
+            session_order,
+        )
 
         store.upsert_run(
             self.dag_id,
@@ -171,17 +187,27 @@ class PerfMatrix:
             started_at=datetime.now(UTC),
             state="passed",
         )
+        order = session_order(len(followup.builds), followup.pairs)
         for c in expand_followup(suite, self.dag_id, followup).cells:
-            _cid, build = base_cell(c.id)
-            night = (datetime.strptime(build[-10:], "%Y-%m-%d").replace(tzinfo=UTC) - DAY0).days
             model, machine = c.axes["model"], c.axes["machine"]
+            assert base_cell(c.id) == self.cell(model, machine)
             store.upsert_cell(
                 self.dag_id, run_id, c.id, axes=c.axes, machine=machine, state="passed"
             )
-            rows = []
-            for me, base in self.metrics.items():
+            log = settings.cell_artifacts_dir(self.dag_id, run_id, c.id) / "output.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            speed = 1 + machine_sd * rng.standard_normal()
+            lines = []
+            for i, k in enumerate(order):
+                build = followup.builds[k]
+                day = datetime.strptime(build[-10:], "%Y-%m-%d").replace(tzinfo=UTC)
+                night = (day - DAY0).days
+                lines.append(MARK + json.dumps({"i": i, "build": build, "event": "begin"}))
                 if not empty:
                     at = night if now is None else now
-                    value = self.value(rng, model, machine, at, base, build_night=night)
-                    rows.append({"name": me, "value": value, "step": None})
-            store.replace_metrics(self.dag_id, run_id, c.id, rows)
+                    for me, base in self.metrics.items():
+                        value = self.value(rng, model, machine, at, base, build_night=night)
+                        lines.append(f"{me}: {value * speed!r}s")
+                end = {"i": i, "build": build, "event": "end", "exit": 0}
+                lines.append(MARK + json.dumps(end))
+            log.write_text("\n".join(lines) + "\n")

@@ -1,120 +1,107 @@
 """Which build between the last good one and the first bad one caused a confirmed change.
 
-A nightly suite tests one build a night, but a weekly suite, skipped nights or per-commit
-builds leave several untested builds between the last good run and the first bad one.
-The search is a plain binary search over that ordered range, as Pinpoint runs it: test
-the middle build, keep the half that still holds the change, repeat until the good and
-bad ends are neighbours. Each step re-tests one build against the last good build,
-interleaved, with the same repeats and test as the confirmation (``history.confirm``):
+A nightly suite tests one build a night, but a detector's change point is uncertain by a
+night or two, and a weekly suite, skipped nights or per-commit builds leave several
+untested builds between the last good run and the first bad one. Each build of that range
+gets a **level**: measured on the re-test's machine against the last good build
+(``history.compare.level``), it sits at the old level, at the new one (nearer the
+confirmed change than no change), or is not yet known.
 
-* confirmed (the middle build is worse than the good one) -> the culprit is at or before
-  it;
-* not reproduced -> the middle build is still good, the culprit is after it;
-* undecided at the repeat cap -> the search stops as **ambiguous** and says at which build
-  (a change that builds in over several builds, or noise too large for the cap).
+Pinpoint halves the range one build at a time because each of its steps costs a new
+machine. Here a session runs up to ``spec.followup.MAX_SESSION_BUILDS`` builds on one
+machine, so the search tests every build of a short range at once, and a long one at
+evenly spaced builds (a k-ary search: the range shrinks by the number of builds tested
+per session, not by two). ``Search`` is pure state over the levels found so far; the
+controller (``history.followup``) runs the sessions and keeps the levels in the store.
 
-``Bisect`` is pure state: the controller (``history.followup``) asks it for the next build
-and feeds it each step's verdict; the store keeps its steps. It never runs more than
-``max_steps(n)`` = ceil(log2 n) + 2 steps for n candidate builds (a binary search needs
-ceil(log2 n); the two spare are for a step that had to be repeated after an
-infrastructure failure).
+The culprit is the first build at the new level after the last at the old one, once they
+are neighbours. A build at the new level before one at the old level is a change that
+does not hold (two changes, or one undone): the search stops as **ambiguous** and says
+where, rather than guess.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED
+from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL
 
-__all__ = ["AMBIGUOUS", "FOUND", "Bisect", "Step", "max_steps"]
+__all__ = ["AMBIGUOUS", "FOUND", "RUNNING", "Search", "spread"]
 
 FOUND = "found"
 AMBIGUOUS = "ambiguous"
 RUNNING = "running"
 
 
-def max_steps(candidates: int) -> int:
-    """The most steps a bisect of ``candidates`` builds (those after the last good one, the
-    known bad one included) may take."""
-    if candidates <= 1:
-        return 0
-    return math.ceil(math.log2(candidates)) + 2
-
-
 @dataclass
-class Step:
-    """One tested build: its index in the range, name, verdict and the medians seen."""
-
-    index: int
-    build: str
-    verdict: str
-    median_good: float | None = None
-    median_build: float | None = None
-    n: int = 0
-    p_value: float | None = None
-
-
-@dataclass
-class Bisect:
-    """A binary search over ``builds`` (oldest first): ``builds[0]`` is the last good build,
-    ``builds[-1]`` the first build known bad (confirmed)."""
+class Search:
+    """The levels known over ``builds`` (oldest first): ``builds[0]`` is the last good
+    build (the reference, at the old level by definition), ``builds[-1]`` the suspect
+    build, at the new level once the change is confirmed."""
 
     builds: list[str]
-    steps: list[Step] = field(default_factory=list)
+    levels: dict[str, str]
 
     def __post_init__(self) -> None:
         if len(self.builds) < 2:
-            raise ValueError("a bisect needs the last good build and the first bad one")
+            raise ValueError("a search needs the last good build and the first bad one")
         if len(set(self.builds)) != len(self.builds):
             raise ValueError(f"builds listed twice in the range: {self.builds}")
 
+    def _level(self, i: int) -> str | None:
+        if i == 0:
+            return OLD_LEVEL
+        return self.levels.get(self.builds[i])
+
     @property
     def bounds(self) -> tuple[int, int]:
-        """(last known good index, first known bad index) after the recorded steps."""
-        lo, hi = 0, len(self.builds) - 1
-        for s in self.steps:
-            if s.verdict == CONFIRMED:
-                hi = min(hi, s.index)
-            elif s.verdict == NOT_REPRODUCED:
-                lo = max(lo, s.index)
-        return lo, hi
+        """(last index at the old level, first index at the new level after it)."""
+        n = len(self.builds)
+        old = [i for i in range(n) if self._level(i) == OLD_LEVEL]
+        lo = max(old)
+        new = [i for i in range(lo + 1, n) if self._level(i) == NEW_LEVEL]
+        return lo, (min(new) if new else n - 1)
+
+    @property
+    def contradiction(self) -> str | None:
+        """A build at the new level before one at the old level, said in words; or None."""
+        n = len(self.builds)
+        new = [i for i in range(n) if self._level(i) == NEW_LEVEL]
+        old = [i for i in range(n) if self._level(i) == OLD_LEVEL]
+        if new and old and min(new) < max(old):
+            return (
+                f"{self.builds[min(new)]} is at the new level but the later "
+                f"{self.builds[max(old)]} is back at the old one: the change does not hold"
+            )
+        return None
 
     @property
     def state(self) -> str:
-        """running | found | ambiguous."""
-        if any(s.verdict not in (CONFIRMED, NOT_REPRODUCED) for s in self.steps):
+        if self.contradiction is not None:
             return AMBIGUOUS
         lo, hi = self.bounds
-        if lo >= hi:  # contradictory verdicts (a good build after a bad one)
-            return AMBIGUOUS
-        if hi - lo == 1:
-            return FOUND
-        if len(self.steps) >= max_steps(len(self.builds) - 1):
-            return AMBIGUOUS
-        return RUNNING
+        return FOUND if hi - lo == 1 and self._level(hi) == NEW_LEVEL else RUNNING
 
-    def next_build(self) -> tuple[int, str] | None:
-        """The build to test next (its index and name), or None when the search is over."""
-        if self.state != RUNNING:
-            return None
+    def untested(self) -> list[str]:
+        """The builds strictly between the bounds: where the culprit still may be."""
         lo, hi = self.bounds
-        mid = (lo + hi) // 2
-        return mid, self.builds[mid]
-
-    def record(self, step: Step) -> None:
-        """Add a step's outcome; it must be the build ``next_build`` named."""
-        expected = self.next_build()
-        if expected is None or expected[0] != step.index:
-            raise ValueError(f"step for build {step.build!r} was not the one due ({expected})")
-        self.steps.append(step)
+        return self.builds[lo + 1 : hi]
 
     @property
     def culprit(self) -> str | None:
-        """The first bad build, once found."""
         return self.builds[self.bounds[1]] if self.state == FOUND else None
 
     @property
     def last_good(self) -> str | None:
-        """The last good build before the culprit, once found."""
         return self.builds[self.bounds[0]] if self.state == FOUND else None
+
+
+def spread(builds: list[str], room: int) -> list[str]:
+    """At most ``room`` of ``builds``, evenly spaced (all of them when they fit)."""
+    if room <= 0:
+        return []
+    if len(builds) <= room:
+        return list(builds)
+    step = (len(builds) + 1) / (room + 1)
+    picks = sorted({min(len(builds) - 1, round(step * (k + 1)) - 1) for k in range(room)})
+    return [builds[i] for i in picks]

@@ -1,32 +1,36 @@
-"""Confirm and bisect: a suspect change re-tested through the suite's own DAG, the same night.
+"""Confirm and bisect: a suspect change re-tested the same night, one machine per suspect
+cell, before anybody is paged.
 
 When the gate's change-point pass leaves an open regression group that nobody was told of
 yet, ``start_confirmations`` records a re-test of it (``results.schema.confirmations``, one
 per group: the unique key is what stops a re-run gate or a restarted scheduler from
-starting a second) and triggers a **follow-up run** of the suite: an ordinary DAG run whose
-conf names the suspect cells, the last good build and the suspect build, and the repeats
-(``spec.followup`` plans it: the builds interleaved, each cell testing its own build).
+starting a second) and triggers a **session**: an ordinary DAG run of the suite whose conf
+names the suspect cells and the builds to compare (``spec.followup`` plans it: one cell
+per suspect cell, every build set up once on its machine and run interleaved, A B B A).
 
-At the follow-up run's gate, ``advance`` reads the run's samples (each cell's value of the
-changed metric, by the series' own statistic), decides with ``history.confirm.decide`` and
-moves the re-test on:
+The builds of a session are the last good build (the reference), the suspect build, and
+the builds between them, up to ``MAX_SESSION_BUILDS`` (evenly spaced when the range is
+longer). So one session both confirms the change and, in a range that short, names its
+first bad build.
 
-    confirming --undecided, under the cap--> confirming (next round: the repeats doubled)
-    confirming --not reproduced--> not_reproduced (the group is closed as invalid: no page)
-    confirming --confirmed, adjacent builds--> confirmed (the suspect build is the culprit)
-    confirming --confirmed, builds between--> bisecting (one follow-up run per step)
-    bisecting --step decided--> bisecting (next middle build) | found | ambiguous
-    any --the runs gave no samples--> failed;  --over history.confirm.max_usd--> refused
+At the session's gate, ``advance`` reads each session cell's samples from its log
+(``history.session``), pools them with the earlier sessions' pairs, and judges by the
+**size** of the change (``history.compare``):
 
-A confirmed change notifies with its culprit (``found``; ``ambiguous`` when the bisect could
-not decide a step, saying between which builds), and so does one whose re-test could not
-run (``failed``: its runs gave no samples; ``refused``: over the budget), with the reason
-(``NOTIFY_STATES``). ``not_reproduced`` closes the group as invalid; ``undecided`` at the
-cap leaves it open on the history page, unpaged: the re-runs neither reproduced the change
-nor ruled it out.
+    confirming --suspect build undecided, under max_pairs--> confirming (another session)
+    confirming --suspect at the old level--> not_reproduced (closed as invalid: no page)
+    confirming --suspect at the new level--> confirmed (two builds) | found (the first
+               build at the new level, next to the last at the old) | bisecting
+    bisecting --builds between still unknown--> bisecting (another session on them)
+    bisecting --> found | ambiguous (a level that does not hold, or undecided at the cap)
+    any --the sessions gave no samples--> failed;  --over history.confirm.max_usd--> refused
 
-Follow-up runs never become points of the nightly series: they are recorded with run type
-``confirm`` or ``bisect`` (``results.schema.FOLLOWUP_RUN_TYPES``), which history reads skip.
+A confirmed change notifies with its culprit, and so does one whose re-test could not run
+(``failed``, ``refused``), with the reason (``NOTIFY_STATES``). ``not_reproduced`` closes
+the group as invalid; ``undecided`` at the cap leaves it open on the history page, unpaged.
+
+Sessions never become points of the nightly series: they are recorded with run type
+``confirm`` / ``bisect`` (``results.schema.FOLLOWUP_RUN_TYPES``), which history reads skip.
 Triggering is the caller's (``Trigger``): the gate passes one that asks Airflow's
 execution API, as TriggerDagRunOperator does; run ids are deterministic, so asking twice
 starts one run.
@@ -38,20 +42,24 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Bisect, Step
+from accelmatrix import settings
+from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, spread
 from accelmatrix.history.builds import BuildsError, builds_between
-from accelmatrix.history.confirm import (
-    CONFIRMED,
-    NOT_REPRODUCED,
-    UNDECIDED,
-    Decision,
-    Policy,
-    decide,
-    next_repeats,
-)
+from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
+from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
+from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
+from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.results.changes import OPEN_STATES
-from accelmatrix.spec.followup import FOLLOWUP_KEY, Followup, base_cell, expand_followup
+from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
+from accelmatrix.spec.followup import (
+    FOLLOWUP_KEY,
+    MAX_SESSION_BUILDS,
+    Followup,
+    expand_followup,
+    session_cell_id,
+    session_order,
+)
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -75,13 +83,15 @@ FAILED, REFUSED = "failed", "refused"
 ACTIVE_STATES = (CONFIRMING, BISECTING)
 # Undecided at the cap is not among them: the re-runs neither reproduced the change nor ruled
 # it out, which is no reason to page anyone (the group stays open on the history page, with
-# the re-test's medians and p-value). A re-test that could not run is (failed, refused).
+# the re-test's figures). A re-test that could not run is (failed, refused).
 NOTIFY_STATES = (CONFIRMED, FAILED, REFUSED, FOUND, AMBIGUOUS)
 # Who closes a group whose change the re-runs did not reproduce (triage's "by").
 CONFIRM_BY = NOT_REPRODUCED_BY
 # Re-tests a gate starts at most per run: a bad night over many cells is one group (a
 # build or machine kind), so this bounds the machine time a storm of groups can take.
 MAX_NEW_PER_RUN = 4
+# How a build's level reads on the page and in the steps.
+STEP_VERDICT = {NEW_LEVEL: "bad", OLD_LEVEL: "good"}
 
 # (run_id, conf) -> True if the run was created, False if it already existed.
 Trigger = Callable[[str, dict[str, Any]], bool]
@@ -89,11 +99,11 @@ Trigger = Callable[[str, dict[str, Any]], bool]
 
 def policy_of(spec: Any) -> Policy:
     """The test policy of a suite's ``history.confirm`` block."""
-    return Policy(repeats=spec.repeats, max_repeats=spec.max_repeats)
+    return Policy(pairs=spec.pairs, max_pairs=spec.max_pairs)
 
 
 def run_id_for(kind: str, confirmation_id: int, round_: int) -> str:
-    """The follow-up run's id: one per re-test and round, so a second trigger is a no-op."""
+    """The session run's id: one per re-test and round, so a second trigger is a no-op."""
     return f"accelmatrix_{kind}__{confirmation_id}_{round_}"
 
 
@@ -109,13 +119,13 @@ def start_confirmations(
 ) -> list[dict[str, Any]]:
     """Start the re-test of every open regression group of ``dag_id`` that has none and was
     not notified (at most MAX_NEW_PER_RUN); the confirmations started (or refused).
-    ``params`` are the run's params, passed on to the follow-up runs."""
+    ``params`` are the run's params, passed on to the sessions."""
     spec = suite.history.confirm
     if not spec.enabled:
         return []
     have = {c["group_id"] for c in store.get_confirmations(dag_id)}
     started: list[dict[str, Any]] = []
-    builds: list[dict[str, Any]] | None = None
+    nights: list[dict[str, Any]] | None = None
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
         if len(started) >= MAX_NEW_PER_RUN:
             break
@@ -146,23 +156,18 @@ def start_confirmations(
                     "change_id": p["id"],
                     "cell_id": p["cell_id"],
                     "metric": p["metric"],
-                    "statistic": _statistic(suite, p["metric"]),
+                    "statistic": suite.history.track.get(p["metric"], "median"),
                     "higher_is_better": suite.history.higher_is_better_for(p["metric"]),
                     "claimed": abs(p["change"] or 0.0),
                 }
             )
-        if builds is None:
-            builds = _nights(store, dag_id)
-        good, suspect = _sandwich(builds, points[0])
+        if nights is None:
+            nights = _nights(store, dag_id)
+        good, suspect = _sandwich(nights, points[0])
         row = store.start_confirmation(
             dag_id,
             g["id"],
-            {
-                "state": CONFIRMING,
-                "targets": targets,
-                "good_build": good,
-                "suspect_build": suspect,
-            },
+            {"state": CONFIRMING, "targets": targets, "good_build": good, "suspect_build": suspect},
         )
         if row is None:  # another gate got there first
             continue
@@ -178,29 +183,54 @@ def start_confirmations(
                 ),
             )
             continue
+        if unread := [t["metric"] for t in targets if not _per_sample(suite, t["metric"])]:
+            _finish(
+                store,
+                row,
+                REFUSED,
+                reason=(
+                    f"cannot re-test {', '.join(sorted(set(unread)))} on one machine: a re-test "
+                    "tells its samples apart in the workload's log, and this metric is not a "
+                    "log_regex metric of the suite"
+                ),
+            )
+            continue
+        builds, note = _range(suite, dag_id, good, suspect)
+        inner = spread(builds[1:-1], MAX_SESSION_BUILDS - 2) if spec.bisect else []
         log.info(
-            "re-testing change group %s of %s: %s vs %s on %s",
+            "re-testing change group %s of %s: %s vs %s (%d builds) on %s%s",
             g["id"],
             dag_id,
             good,
             suspect,
+            len(builds),
             ", ".join(cells),
+            f" ({note})" if note else "",
         )
-        _launch(store, suite, row, "confirm", [good, suspect], cells, spec.repeats, params, trigger)
+        _launch(
+            store,
+            suite,
+            row,
+            "confirm",
+            [good, *inner, suspect],
+            cells,
+            params,
+            trigger,
+            builds=builds,
+            reason=note,
+        )
     return started
 
 
 # A change the detector placed (not a lone newest point) is re-tested across this many
 # more nights on each side: with a few nights after it, a small step's position is
-# uncertain by a night or two, and re-testing two builds both on one side of the real
-# change would call a real regression "not reproduced". The bisect then finds the night.
+# uncertain by a night or two. The session tests every build of that range, so the first
+# build at the new level is found wherever in it the change landed.
 SANDWICH_MARGIN = 1
 
 
 def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
     """The suite's runs that are points of its series, oldest first."""
-    from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
-
     rows = [r for r in store.get_runs(dag_id) if r.get("run_type") not in FOLLOWUP_RUN_TYPES]
     return list(reversed(rows))
 
@@ -224,22 +254,44 @@ def _sandwich(nights: list[dict[str, Any]], p: dict[str, Any]) -> tuple[str | No
     )
 
 
+def _range(suite: Any, dag_id: str, good: str, suspect: str) -> tuple[list[str], str | None]:
+    """Every build from ``good`` to ``suspect``, and why only the two ends when the builds
+    between cannot be listed (the re-test then confirms without naming a culprit between)."""
+    try:
+        return (
+            builds_between(
+                good,
+                suspect,
+                template=suite.runtime_version,
+                list_command=suite.history.builds,
+                source=f"suite {dag_id}",
+            ),
+            None,
+        )
+    except BuildsError as e:
+        return [good, suspect], f"the builds between are not tested: {e}"
+
+
+def _per_sample(suite: Any, metric: str) -> bool:
+    """Whether the session can tell the samples of ``metric`` apart (a log metric)."""
+    return any(isinstance(s, LogRegexSource) and s.name == metric for s in suite.workload.metrics)
+
+
 def _launch(
     store: ResultsStore,
     suite: Any,
     row: dict[str, Any],
     kind: str,
-    run_builds: list[str],
-    run_cells: list[str],
-    repeats: int,
+    session_builds: list[str],
+    cells: list[str],
     params: dict[str, Any],
     trigger: Trigger,
     **fields: Any,
 ) -> None:
-    """Trigger the next follow-up run of a re-test, testing ``run_builds`` (the good build
-    first) on ``run_cells``, ``repeats`` runs each; ``fields`` are saved on the re-test with
-    it. Refused instead when it would cost over ``history.confirm.max_usd``."""
-    builds, cells = run_builds, run_cells
+    """Trigger the next session of a re-test: ``session_builds`` (the reference first) on
+    one machine per cell of ``cells``, ``history.confirm.pairs`` samples of each build;
+    ``fields`` are saved on the re-test with it. Refused instead when it would cost over
+    ``history.confirm.max_usd``."""
     spec = suite.history.confirm
     round_ = int(row["round"]) + 1
     run_id = run_id_for(kind, row["id"], round_)
@@ -248,22 +300,22 @@ def _launch(
         confirmation=row["id"],
         round=round_,
         cells=cells,
-        builds=builds,
-        repeats=repeats,
+        builds=session_builds,
+        pairs=spec.pairs,
         max_usd=spec.max_usd,
     )
+    kept = {k: v for k, v in fields.items() if k not in ("state", "reason")}
     if spec.max_usd is not None:
         estimate = estimate_cost(suite, row["dag_id"], fu, params)
         if estimate > spec.max_usd:
-            kept = {k: v for k, v in fields.items() if k != "state"}
             _finish(
                 store,
                 {**row, **kept},
                 REFUSED,
                 reason=(
-                    f"the {kind} run would cost an estimated {estimate:.2f} USD for "
-                    f"{len(cells) * len(builds) * repeats} cell(s), over history.confirm."
-                    f"max_usd {spec.max_usd:.2f}: nothing was provisioned"
+                    f"the {kind} session would cost an estimated {estimate:.2f} USD for "
+                    f"{len(cells)} machine(s) x {len(session_builds) * spec.pairs} samples, "
+                    f"over history.confirm.max_usd {spec.max_usd:.2f}: nothing was provisioned"
                 ),
                 **kept,
             )
@@ -278,27 +330,28 @@ def _launch(
     try:
         created = trigger(run_id, conf)
     except Exception as e:  # noqa: BLE001 - recorded on the re-test, which then notifies
-        kept = {k: v for k, v in fields.items() if k != "state"}
         _finish(store, {**row, **kept}, FAILED, reason=f"could not start {run_id}: {e}", **kept)
         return
-    log.info("%s run %s %s", kind, run_id, "started" if created else "already exists")
+    log.info("%s session %s %s", kind, run_id, "started" if created else "already exists")
 
 
 def estimate_cost(suite: Any, dag_id: str, fu: Followup, params: dict[str, Any]) -> float:
-    """The follow-up run's estimated cost, as the plan's budget check computes it."""
+    """The session's estimated cost, as the plan's budget check computes it."""
     from accelmatrix.pricing import estimate_cost as estimate
 
     user = {k: v for k, v in params.items() if k in suite.params}
     plan = expand_followup(suite, dag_id, fu, params=user)
     expected = suite.budget.expected_seconds if suite.budget is not None else None
+    if expected is not None:
+        expected *= len(session_order(len(fu.builds), fu.pairs))
     return estimate(plan.cells, expected)
 
 
 def refused_by_plan(
     store: ResultsStore, dag_id: str, run_id: str, fu: Followup, reason: str
 ) -> None:
-    """The follow-up run's own plan refused it (its budget): the re-test ends as refused
-    with the plan's reason, and the group notifies at the suite's next gate."""
+    """The session's own plan refused it (its budget): the re-test ends as refused with the
+    plan's reason, and the group notifies at the suite's next gate."""
     rows = store.get_confirmations(ids=[fu.confirmation])
     if rows and rows[0]["dag_id"] == dag_id and rows[0]["run_id"] == run_id:
         _finish(store, rows[0], REFUSED, reason=reason)
@@ -316,83 +369,139 @@ def advance(
     params: dict[str, Any],
     trigger: Trigger,
 ) -> dict[str, Any] | None:
-    """At a follow-up run's gate: add its samples, decide, and start the next run or finish.
+    """At a session's gate: add its samples, decide, and start the next session or finish.
     The re-test as it now stands, or None when this run is not the one it waits for."""
     rows = store.get_confirmations(ids=[fu.confirmation])
     if not rows or rows[0]["dag_id"] != dag_id:
-        log.warning("follow-up run %s: no re-test %s of %s", run_id, fu.confirmation, dag_id)
+        log.warning("session run %s: no re-test %s of %s", run_id, fu.confirmation, dag_id)
         return None
     row = rows[0]
     if row["run_id"] != run_id or row["state"] not in ACTIVE_STATES:
         log.info(
-            "follow-up run %s: re-test %s is %s and waits for %s: nothing to do",
+            "session run %s: re-test %s is %s and waits for %s: nothing to do",
             run_id,
             row["id"],
             row["state"],
             row["run_id"],
         )
         return row
-    policy = policy_of(suite.history.confirm)
     cost = (row["cost"] or 0.0) + sum(
         c["cost"] for c in store.get_cells(dag_id, run_id) if c.get("cost") is not None
     )
-    samples = _merge(row["samples"], _samples(store, dag_id, run_id, row["targets"]))
-    samples["_runs"] = int(samples.get("_runs", 0)) + fu.repeats
-    row = {**row, "samples": samples, "cost": cost}
-    good, tested = fu.builds[0], fu.builds[-1]
-    if fu.kind == "confirm":
-        return _after_confirm(store, suite, row, good, tested, policy, params, trigger)
-    return _after_step(store, suite, row, good, tested, policy, params, trigger)
+    samples, problems = _read_session(suite, dag_id, run_id, fu, row["targets"])
+    pooled = {k: list(v) for k, v in (row["samples"] or {}).items()}
+    for key, new in samples.items():
+        pooled.setdefault(key, []).extend(new)
+    for p in problems:
+        log.warning("session %s: %s", run_id, p)
+    row = {**row, "samples": pooled, "cost": cost}
+    if row["state"] == CONFIRMING:
+        return _after_confirm(store, suite, row, params, trigger, problems)
+    return _after_search(store, suite, row, params, trigger)
+
+
+def _read_session(
+    suite: Any, dag_id: str, run_id: str, fu: Followup, targets: list[dict[str, Any]]
+) -> tuple[dict[str, list[list[object]]], list[str]]:
+    """target key -> the session's sample rows; and what went wrong in the session."""
+    out: dict[str, list[list[object]]] = {}
+    problems: list[str] = []
+    for cell in fu.cells:
+        mine = [t for t in targets if t["cell_id"] == cell]
+        if not mine:
+            continue
+        session_cell = session_cell_id(cell, fu.round)
+        path = settings.cell_artifacts_dir(dag_id, run_id, session_cell) / "output.log"
+        session = read_samples(
+            path,
+            builds=fu.builds,
+            round_=fu.round,
+            sources=suite.workload.metrics,
+            statistics={t["metric"]: t["statistic"] for t in mine},
+        )
+        problems += [f"{cell}: {p}" for p in session.failed]
+        for t in mine:
+            out.setdefault(_key(t), []).extend(
+                s.as_list() for s in session.samples if s.metric == t["metric"]
+            )
+    return out, problems
+
+
+def _compare(row: dict[str, Any], t: dict[str, Any], build: str) -> Comparison:
+    """``build`` against the re-test's reference build, on target ``t``'s pooled pairs."""
+    samples = [Sample.from_list(s) for s in row["samples"].get(_key(t), [])]
+    ref, metric = row["good_build"], t["metric"]
+    return compare(
+        values_of(samples, ref, metric),
+        values_of(samples, build, metric),
+        pairs_of(samples, ref, build, metric),
+    )
+
+
+def _decision(c: Comparison, verdict: str) -> dict[str, Any]:
+    """A comparison as the re-test stores it (its names are those the page reads)."""
+    return {
+        **c.as_dict(),
+        "verdict": verdict,
+        "n_good": c.n_base,
+        "n_suspect": c.n_head,
+        "median_good": c.median_base,
+        "median_suspect": c.median_head,
+        "p_worse": c.p_greater,
+    }
 
 
 def _after_confirm(
     store: ResultsStore,
     suite: Any,
     row: dict[str, Any],
-    good: str,
-    suspect: str,
-    policy: Policy,
     params: dict[str, Any],
     trigger: Trigger,
+    problems: list[str],
 ) -> dict[str, Any]:
-    """The confirm round's verdict: another round, not reproduced, undecided, confirmed
-    (culprit = the suspect build for adjacent builds), or the bisect's first step."""
-    decisions = _decide(row, good, suspect, policy)
-    if decisions is None:
+    """The suspect build against the last good one: another session, not reproduced,
+    undecided, or confirmed (and then, with builds between, the search for the first bad)."""
+    policy = policy_of(suite.history.confirm)
+    suspect = row["suspect_build"]
+    comparisons = {_key(t): (t, _compare(row, t, suspect)) for t in row["targets"]}
+    comparisons = {k: v for k, v in comparisons.items() if v[1].pairs >= 2}
+    if not comparisons:
+        why = "; ".join(problems[:3]) or "their cells failed: see the run"
         return _finish(
             store,
             row,
             FAILED,
             reason=(
-                "the confirm runs gave fewer than 2 samples of a build for every suspect "
-                "series (their cells failed: see the run); not a verdict on the change"
+                "the re-test sessions gave fewer than 2 pairs of samples for every suspect "
+                f"series ({why}); not a verdict on the change"
             ),
         )
-    verdict = _group_verdict(decisions)
-    if verdict == UNDECIDED and (more := next_repeats(row["samples"]["_runs"], policy)) > 0:
+    verdicts = {
+        k: _verdict(level(c, claimed=t["claimed"], higher_is_better=t["higher_is_better"]))
+        for k, (t, c) in comparisons.items()
+    }
+    decision = {k: _decision(c, verdicts[k]) for k, (_t, c) in comparisons.items()}
+    found = set(verdicts.values())
+    verdict = (
+        CONFIRMED
+        if CONFIRMED in found
+        else (NOT_REPRODUCED if found == {NOT_REPRODUCED} else UNDECIDED)
+    )
+    last = _session_builds(row)
+    if verdict == UNDECIDED and _room(row, suspect, policy):
         cells = sorted({t["cell_id"] for t in row["targets"]})
         _launch(
-            store,
-            suite,
-            row,
-            "confirm",
-            [good, suspect],
-            cells,
-            more,
-            params,
-            trigger,
-            samples=row["samples"],
-            cost=row["cost"],
-        )
+            store, suite, row, "confirm", last, cells, params, trigger,
+            samples=row["samples"], cost=row["cost"], decision=decision,
+        )  # fmt: skip
         return store.get_confirmations(ids=[row["id"]])[0]
-    decision = {k: d.as_dict() for k, d in decisions.items()}
-    _record_on_points(store, row, decisions)
+    _record_on_points(store, row, decision)
     if verdict == NOT_REPRODUCED:
-        best = max(decisions.values(), key=lambda d: abs(d.change))
+        best = max(comparisons.values(), key=lambda tc: abs(tc[1].change))[1]
         note = (
-            f"not reproduced by {best.n_good} + {best.n_suspect} re-runs: median "
-            f"{best.median_good:.6g} ({good}) vs {best.median_suspect:.6g} ({suspect}), "
-            f"{best.change:+.1%}"
+            f"not reproduced on one machine, {best.pairs} pairs: median "
+            f"{best.median_base:.6g} ({row['good_build']}) vs {best.median_head:.6g} "
+            f"({suspect}), {best.change:+.1%} [{best.ci_low:+.1%}, {best.ci_high:+.1%}]"
         )
         store.set_triage("group", row["group_id"], "invalid", by=CONFIRM_BY, note=note)
         return _finish(store, row, NOT_REPRODUCED, decision=decision, reason=note)
@@ -402,249 +511,156 @@ def _after_confirm(
             row,
             UNDECIDED,
             decision=decision,
-            reason=f"undecided after {row['samples']['_runs']} runs per build (the cap)",
+            reason=f"undecided after {policy.max_pairs} pairs per build (history.confirm.max_pairs)",
         )
-    # Confirmed. The bisect compares the builds in between with the confirmed size.
-    confirmed = [t for t in row["targets"] if decisions[_key(t)].verdict == CONFIRMED]
+    # Confirmed. The search judges every build between by the size confirmed on the
+    # machine, with the series that moved most.
+    confirmed = [
+        (t, c) for k, (t, c) in comparisons.items() if verdicts[k] == CONFIRMED
+    ]  # fmt: skip
+    t, c = max(confirmed, key=lambda tc: abs(tc[1].change))
     targets = [
-        {**t, "claimed": abs(decisions[_key(t)].change)} if t in confirmed else t
-        for t in row["targets"]
+        {**x, "claimed": abs(comparisons[_key(x)][1].change), "primary": x is t}
+        if _key(x) in comparisons
+        else x
+        for x in row["targets"]
     ]
-    row = {**row, "targets": targets}
-    try:
-        builds = builds_between(
-            good,
-            suspect,
-            template=suite.runtime_version,
-            list_command=suite.history.builds,
-            source=f"suite {row['dag_id']}",
+    row = {**row, "targets": targets, "decision": decision}
+    return _after_search(store, suite, row, params, trigger, state=BISECTING)
+
+
+def _after_search(
+    store: ResultsStore,
+    suite: Any,
+    row: dict[str, Any],
+    params: dict[str, Any],
+    trigger: Trigger,
+    state: str | None = None,
+) -> dict[str, Any]:
+    """Judge every tested build of the range by the confirmed change, and finish with the
+    culprit, or test the builds still unknown in another session."""
+    policy = policy_of(suite.history.confirm)
+    builds = list(row["builds"] or [row["good_build"], row["suspect_build"]])
+    primary = next((t for t in row["targets"] if t.get("primary")), None)
+    if primary is None:  # confirmed by an earlier version of this record: its largest
+        primary = max(row["targets"], key=lambda t: abs(t.get("claimed") or 0))
+    levels: dict[str, str] = {}
+    steps = []
+    for i, b in enumerate(builds[1:], start=1):
+        c = _compare(row, primary, b)
+        if c.pairs < 2:
+            continue
+        lv = level(c, claimed=primary["claimed"], higher_is_better=primary["higher_is_better"])
+        levels[b] = lv
+        steps.append(
+            {
+                "index": i,
+                "build": b,
+                "verdict": STEP_VERDICT.get(lv, "unknown"),
+                "n": c.pairs,
+                "median_good": c.median_base,
+                "median_build": c.median_head,
+                "change": c.change,
+                "ci_low": c.ci_low,
+                "ci_high": c.ci_high,
+                "p_value": c.p_paired,
+                "cliffs_delta": c.cliffs_delta,
+            }
         )
-    except BuildsError as e:
+    suspect = row["suspect_build"]
+    levels[suspect] = NEW_LEVEL  # confirmed: the suspect build is at the new level
+    search = Search(builds, levels)
+    fields: dict[str, Any] = {"steps": steps, "targets": row["targets"]}
+    if row.get("decision") is not None:
+        fields["decision"] = row["decision"]
+    if search.state == FOUND:
+        kind = CONFIRMED if len(builds) == 2 else FOUND
+        return _finish(
+            store, row, kind, culprit=search.culprit, last_good=search.last_good, **fields
+        )
+    if search.state == AMBIGUOUS:
+        return _finish(store, row, AMBIGUOUS, reason=search.contradiction, **fields)
+    if not suite.history.confirm.bisect:
+        return _finish(
+            store, row, CONFIRMED, reason="the builds between are not searched "
+            "(history.confirm.bisect is off)", **fields,
+        )  # fmt: skip
+    open_ = [b for b in search.untested() if _room(row, b, policy)]
+    lo, hi = search.bounds
+    if not open_:
         return _finish(
             store,
             row,
-            CONFIRMED,
-            decision=decision,
-            reason=f"not bisected: {e}",
-            targets=targets,
+            AMBIGUOUS,
+            reason=(
+                f"the first bad build is between {builds[lo]} and {builds[hi]}: the builds "
+                f"between stayed undecided within {policy.max_pairs} pairs each "
+                "(a change that builds in over several builds, or noise too large)"
+            ),
+            **fields,
         )
-    if len(builds) <= 2 or not suite.history.confirm.bisect:
-        return _finish(
-            store,
-            row,
-            CONFIRMED,
-            decision=decision,
-            targets=targets,
-            culprit=suspect if len(builds) <= 2 else None,
-            last_good=good if len(builds) <= 2 else None,
-            reason=None if len(builds) <= 2 else "bisect is off (history.confirm.bisect)",
-        )
-    nxt = Bisect(builds).next_build()
-    if nxt is None:  # cannot happen with more than two builds; say so rather than guess
-        return _finish(store, row, AMBIGUOUS, decision=decision, reason="no build to bisect")
-    cells = sorted({t["cell_id"] for t in confirmed})
-    log.info("change confirmed; bisecting %d builds from %s to %s", len(builds), good, suspect)
+    picks = spread(open_, MAX_SESSION_BUILDS - 2)
+    cells = [primary["cell_id"]]
+    log.info("bisecting %s: %d builds between %s and %s", row["id"], len(open_), lo, hi)
     _launch(
         store,
         suite,
         row,
         "bisect",
-        [good, nxt[1]],
+        [row["good_build"], *picks, suspect],
         cells,
-        policy.repeats,
         params,
         trigger,
-        state=BISECTING,
-        decision=decision,
-        targets=targets,
-        builds=builds,
-        samples={},
-        steps=[],
+        state=state or BISECTING,
+        samples=row["samples"],
         cost=row["cost"],
+        **fields,
     )
     return store.get_confirmations(ids=[row["id"]])[0]
-
-
-def _after_step(
-    store: ResultsStore,
-    suite: Any,
-    row: dict[str, Any],
-    good: str,
-    build: str,
-    policy: Policy,
-    params: dict[str, Any],
-    trigger: Trigger,
-) -> dict[str, Any]:
-    """A bisect step's verdict on ``build``: another round, the next step, or the end."""
-    bisect = Bisect(list(row["builds"]), [Step(**s) for s in row["steps"]])
-    due = bisect.next_build()
-    if due is None or due[1] != build:
-        return _finish(store, row, AMBIGUOUS, reason=f"bisect step for {build} was not due")
-    primary = [
-        t
-        for t in row["targets"]
-        if (row["decision"] or {}).get(_key(t), {}).get("verdict") == CONFIRMED
-    ]
-    decisions = _decide({**row, "targets": primary}, good, build, policy)
-    d = None if decisions is None else max(decisions.values(), key=lambda x: abs(x.change))
-    verdict = UNDECIDED if d is None else _group_verdict(decisions)
-    if verdict == UNDECIDED and d is not None:
-        if (more := next_repeats(row["samples"]["_runs"], policy)) > 0:
-            cells = sorted({t["cell_id"] for t in primary})
-            _launch(
-                store,
-                suite,
-                row,
-                "bisect",
-                [good, build],
-                cells,
-                more,
-                params,
-                trigger,
-                samples=row["samples"],
-                cost=row["cost"],
-            )
-            return store.get_confirmations(ids=[row["id"]])[0]
-    step = Step(
-        index=due[0],
-        build=build,
-        verdict=verdict if d is not None else FAILED,
-        median_good=None if d is None else d.median_good,
-        median_build=None if d is None else d.median_suspect,
-        n=0 if d is None else d.n_suspect,
-        p_value=None if d is None else d.p_worse,
-    )
-    bisect.record(step)
-    steps = [*row["steps"], step.__dict__]
-    row = {**row, "steps": steps, "samples": {}}
-    nxt = bisect.next_build()
-    if nxt is not None:
-        cells = sorted({t["cell_id"] for t in primary})
-        _launch(
-            store,
-            suite,
-            row,
-            "bisect",
-            [good, nxt[1]],
-            cells,
-            policy.repeats,
-            params,
-            trigger,
-            steps=steps,
-            samples={},
-            cost=row["cost"],
-        )
-        return store.get_confirmations(ids=[row["id"]])[0]
-    if bisect.state == FOUND:
-        return _finish(
-            store,
-            row,
-            FOUND,
-            steps=steps,
-            culprit=bisect.culprit,
-            last_good=bisect.last_good,
-        )
-    return _finish(
-        store,
-        row,
-        AMBIGUOUS,
-        steps=steps,
-        reason=(
-            f"bisect could not decide at build {build} within {policy.max_repeats} runs per "
-            f"build (the culprit is between {row['builds'][bisect.bounds[0]]} and "
-            f"{row['builds'][bisect.bounds[1]]})"
-        ),
-    )
 
 
 # -- pieces ------------------------------------------------------------------------------
 
 
-def _statistic(suite: Any, metric: str) -> str:
-    return suite.history.track.get(metric, "median")
+def _verdict(lv: str) -> str:
+    return {NEW_LEVEL: CONFIRMED, OLD_LEVEL: NOT_REPRODUCED}.get(lv, UNDECIDED)
 
 
 def _key(target: dict[str, Any]) -> str:
     return f"{target['cell_id']}|{target['metric']}"
 
 
-def _samples(
-    store: ResultsStore, dag_id: str, run_id: str, targets: list[dict[str, Any]]
-) -> dict[str, dict[str, list[float]]]:
-    """target key -> build -> the run's values (one per cell: the metric's statistic over
-    the cell's steps). A cell that logged no value of the metric adds nothing: an
-    infrastructure failure is never a sample."""
-    import numpy as np
-
-    wanted = {(t["cell_id"], t["metric"]): t for t in targets}
-    per_cell: dict[tuple[str, str, str], list[tuple[int | None, float]]] = {}
-    for m in store.get_metrics(dag_id, run_id):
-        cid, build = base_cell(m["cell_id"])
-        if build is None or (cid, m["name"]) not in wanted or m["value"] is None:
-            continue
-        per_cell.setdefault((m["cell_id"], m["name"], build), []).append((m["step"], m["value"]))
-    out: dict[str, dict[str, list[float]]] = {}
-    for (cell, name, build), rows in sorted(per_cell.items()):
-        t = wanted[(base_cell(cell)[0], name)]
-        rows.sort(key=lambda r: (r[0] is not None, r[0] or 0))
-        values = np.asarray([v for _, v in rows], dtype="float64")
-        values = values[np.isfinite(values)]
-        if not len(values):
-            continue
-        stat = t["statistic"]
-        value = float(values[-1] if stat == "last" else getattr(np, stat)(values))
-        out.setdefault(_key(t), {}).setdefault(build, []).append(value)
-    return out
+def _session_builds(row: dict[str, Any]) -> list[str]:
+    """The builds the re-test's last session compared (its run's conf is not at hand here:
+    the range's ends and the builds between that have samples)."""
+    have = {str(s[3]) for rows in (row["samples"] or {}).values() for s in rows}
+    builds = list(row["builds"] or [row["good_build"], row["suspect_build"]])
+    inner = [b for b in builds[1:-1] if b in have]
+    return [builds[0], *inner, builds[-1]]
 
 
-def _merge(old: dict[str, Any], new: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
-    out = {
-        k: ({b: list(v) for b, v in d.items()} if isinstance(d, dict) else d)
-        for k, d in (old or {}).items()
-    }
-    for key, by_build in new.items():
-        for build, values in by_build.items():
-            out.setdefault(key, {}).setdefault(build, []).extend(values)
-    return out
-
-
-def _decide(
-    row: dict[str, Any], good: str, tested: str, policy: Policy
-) -> dict[str, Decision] | None:
-    """A decision per target with at least 2 samples of each build; None if none has."""
-    out = {}
-    for t in row["targets"]:
-        s = row["samples"].get(_key(t), {})
-        g, x = s.get(good, []), s.get(tested, [])
-        if len(g) < 2 or len(x) < 2:
-            continue
-        out[_key(t)] = decide(
-            g, x, claimed=t["claimed"], higher_is_better=t["higher_is_better"], policy=policy
-        )
-    return out or None
-
-
-def _group_verdict(decisions: dict[str, Decision]) -> str:
-    """Confirmed if any series of the group reproduces its change; not reproduced if none
-    does and every one is ruled out; otherwise undecided."""
-    verdicts = {d.verdict for d in decisions.values()}
-    if CONFIRMED in verdicts:
-        return CONFIRMED
-    if verdicts == {NOT_REPRODUCED}:
-        return NOT_REPRODUCED
-    return UNDECIDED
+def _room(row: dict[str, Any], build: str, policy: Policy) -> bool:
+    """Whether ``build`` may get another session's pairs within ``max_pairs``."""
+    ref = row["good_build"]
+    most = 0
+    for rows in (row["samples"] or {}).values():
+        samples = [Sample.from_list(s) for s in rows]
+        metrics = {s.metric for s in samples}
+        for m in metrics:
+            most = max(most, len(pairs_of(samples, ref, build, m)))
+    return most + policy.pairs <= policy.max_pairs
 
 
 def _record_on_points(
-    store: ResultsStore, row: dict[str, Any], decisions: dict[str, Decision]
+    store: ResultsStore, row: dict[str, Any], decision: dict[str, dict[str, Any]]
 ) -> None:
-    """Each re-tested change point gets its verdict and the decision behind it."""
+    """Each re-tested change point gets its verdict and the comparison behind it."""
     for t in row["targets"]:
-        d = decisions.get(_key(t))
+        d = decision.get(_key(t))
         if d is None:
             continue
         store.save_change_point(
-            row["dag_id"], {"confirm_state": d.verdict, "confirm": d.as_dict()}, id=t["change_id"]
+            row["dag_id"], {"confirm_state": d["verdict"], "confirm": d}, id=t["change_id"]
         )
 
 

@@ -101,7 +101,9 @@ def changes_json(store: ResultsStore, dag_id: str) -> dict[str, Any]:
 
 
 def confirmation_line(c: dict[str, Any]) -> str:
-    """One line on a group's re-test: its state, the decisive comparison, the culprit."""
+    """One line on a group's re-test: its state, the decisive comparison (both medians,
+    the change with its 95 % interval, the paired p-value, the pairs), the culprit, what
+    it cost."""
     text = f"re-test {c['id']} of group {c['group_id']}: {c['state']}"
     decision = c.get("decision") or {}
     if decision:
@@ -109,30 +111,36 @@ def confirmation_line(c: dict[str, Any]) -> str:
         text += (
             f" ({c.get('good_build') or '-'} median {_num(d.get('median_good'))} vs "
             f"{c.get('suspect_build') or '-'} median {_num(d.get('median_suspect'))}, "
-            f"{_pct(d.get('change'))}, p={_p(d.get('p_worse'))}, "
-            f"{d.get('n_good')} + {d.get('n_suspect')} runs)"
+            f"{_pct(d.get('change'))} [{_pct(d.get('ci_low'))}, {_pct(d.get('ci_high'))}], "
+            f"p={_p(d.get('p_paired', d.get('p_worse')))}, "
+            f"{d.get('pairs', d.get('n_suspect'))} pairs on one machine)"
         )
     if c.get("culprit"):
         text += f"; first bad build {c['culprit']} (last good {c.get('last_good') or '-'})"
     if c.get("reason"):
         text += f"; {c['reason']}"
+    if c.get("cost") is not None:
+        text += f"; cost {c['cost']:.4f} USD in {len(c.get('run_ids') or [])} session(s)"
     if c.get("run_id"):
         text += f"; waiting for run {c['run_id']}"
     return text
 
 
 def confirmation_lines(c: dict[str, Any]) -> list[str]:
-    """``confirmation_line`` and, for a bisect, its steps as a small table."""
+    """``confirmation_line`` and, when builds between were tested, each build's level."""
     lines = [confirmation_line(c)]
     steps = c.get("steps") or []
     if steps:
-        rows = [("build", "runs", "median good", "median build", "p", "verdict")]
+        rows = [("build", "pairs", "median good", "median build", "change", "95 % CI", "p",
+                 "verdict")]  # fmt: skip
         rows += [
             (
                 s["build"],
                 str(s.get("n") or 0),
                 _num(s.get("median_good")),
                 _num(s.get("median_build")),
+                _pct(s.get("change")),
+                f"[{_pct(s.get('ci_low'))}, {_pct(s.get('ci_high'))}]",
                 _p(s.get("p_value")),
                 s["verdict"],
             )

@@ -41,8 +41,9 @@ def plan_run(
     """Expand the suite for this run, log the plan, record every cell as planned/excluded.
 
     A run whose ``conf`` holds ``accelmatrix_followup`` is a re-test of named builds
-    (``spec.followup``): its plan is the suspect cells x builds x repeats, and it is
-    recorded with run type ``confirm`` or ``bisect`` (never a point of the perf series).
+    (``spec.followup``): its plan is one session cell per suspect cell (every build on one
+    machine, interleaved), and it is recorded with run type ``confirm``, ``bisect`` or
+    ``compare`` (never a point of the perf series).
     """
     from accelmatrix.spec.followup import FOLLOWUP_KEY, expand_followup, followup_of
     from accelmatrix.spec.loader import load_suite
@@ -57,12 +58,13 @@ def plan_run(
         followup = followup_of(conf) or followup_of(params)
         if followup is not None:
             log.info(
-                "%s run %d of re-test %d: builds %s, %d run(s) each, cells %s",
+                "%s session %d of re-test %d: builds %s, %d sample(s) each, interleaved on "
+                "one machine per cell: %s",
                 followup.kind,
                 followup.round,
                 followup.confirmation,
-                " and ".join(followup.builds),
-                followup.repeats,
+                ", ".join(followup.builds),
+                followup.pairs,
                 ", ".join(followup.cells),
             )
             plan = expand_followup(
@@ -226,6 +228,9 @@ def _check_budget(
         if budget.param and params.get(budget.param) is not None:
             limit, source = float(params[budget.param]), f"param {budget.param}"
         expected = budget.expected_seconds
+    if followup is not None and expected is not None:
+        # A session cell runs every build's samples on its one machine.
+        expected *= len(followup.builds) * followup.pairs
     if followup is not None and followup.max_usd is not None and followup.max_usd < limit:
         limit, source = followup.max_usd, "history.confirm.max_usd of the suite"
     try:

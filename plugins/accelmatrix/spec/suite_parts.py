@@ -289,35 +289,36 @@ HIGHER_IS_BETTER_HINTS = ("throughput", "per_s", "per_sec", "qps", "mfu", "accur
 class ConfirmSpec(Model):
     """How a suspect regression is re-tested before it notifies (``history.confirm``).
 
-    The suspect cells run on the last good build and the suspect build, interleaved,
-    ``repeats`` times each; an undecided test doubles them, up to ``max_repeats``. A change
-    spanning several builds is then bisected with the same repeats (``bisect``). Every
-    confirm and bisect run is an ordinary run of the suite's DAG, under its pools and
-    budget; ``max_usd`` caps each one's estimated cost, ``max_cells`` how many of a
-    group's cells are re-tested (the largest changes first).
+    Each suspect cell gets one machine for the re-test: the last good build, the suspect
+    build and the builds between them (up to 8 per session) are set up on it once and run
+    ``pairs`` times each, interleaved (A B B A ...). Their verdict is judged by the size of
+    the change (accelmatrix.history.compare). An undecided re-test adds ``pairs`` more per
+    build in another session, up to ``max_pairs``. Every session is an ordinary run of the
+    suite's DAG, under its pools and budget; ``max_usd`` caps each one's estimated cost,
+    ``max_cells`` how many of a group's cells are re-tested (the largest changes first).
     """
 
     enabled: bool = Field(True, description="re-test suspect changes before notifying")
-    repeats: Annotated[int, Field(ge=3, le=50)] = Field(
-        5, description="runs per build in the first round (doubled while undecided)"
+    # 7 pairs is the fewest whose exact Wilcoxon p-value can reach 0.01 (history.compare).
+    pairs: Annotated[int, Field(ge=7, le=50)] = Field(
+        8, description="samples of each build per session, each next to the last good build's"
     )
-    max_repeats: Annotated[int, Field(ge=3, le=200)] = Field(
-        20, description="most runs per build over all rounds"
+    max_pairs: Annotated[int, Field(ge=7, le=200)] = Field(
+        32, description="most pairs per build over all sessions of one re-test"
     )
     max_cells: Annotated[int, Field(ge=1, le=64)] = Field(
         4, description="most cells of one suspect group re-tested"
     )
     max_usd: Annotated[float, Field(ge=0)] | None = Field(
-        None, description="most one confirm or bisect run may cost (estimated before it starts)"
+        None, description="most one re-test session may cost (estimated before it starts)"
     )
-    bisect: bool = Field(True, description="bisect the builds between the last good and first bad")
+    bisect: bool = Field(True, description="find the first bad build between the good and bad")
 
     @model_validator(mode="after")
     def _cap(self) -> ConfirmSpec:
-        if self.max_repeats < self.repeats:
+        if self.max_pairs < self.pairs:
             raise ValueError(
-                f"history.confirm: max_repeats ({self.max_repeats}) is below repeats "
-                f"({self.repeats})"
+                f"history.confirm: max_pairs ({self.max_pairs}) is below pairs ({self.pairs})"
             )
         return self
 

@@ -1,0 +1,235 @@
+"""Two builds compared on one machine: the statistics of every re-test (confirm, bisect, and
+"compare any two builds").
+
+A re-test runs both builds on the same machine, interleaved (A B B A ...): each A sample
+sits next to a B sample, so the machine's own speed (2-4 % from machine to machine on real
+fleets) and its slow drift cancel in the ratio of the two. The unit of evidence is
+therefore the **pair**: one sample of each build taken next to each other, and its log
+ratio ``log(head / base)``. Everything here works on those ratios; the unpaired figures
+are reported beside them for the reader who wants them.
+
+What a comparison reports (``Comparison``), as PerfCompare and Pinpoint do:
+
+* each side's median and n;
+* the change, ``exp(median log ratio) - 1``, with a bootstrap 95 % confidence interval
+  over the pairs (``scipy.stats.bootstrap``, percentile, widened by the t quantile ratio
+  for the few pairs a re-test has: a plain percentile bootstrap of 8 pairs covers less
+  than it says, which would turn noise into verdicts);
+* the Wilcoxon signed-rank test on the log ratios (``scipy.stats.wilcoxon``, exact for
+  these sizes) and Mann-Whitney U on the raw samples (``scipy.stats.mannwhitneyu``);
+* Cliff's delta (the share of head > base minus head < base over all cross pairs);
+* a verdict, judged by the **size** of the change, not only its significance.
+
+Two verdicts, for two questions:
+
+``judge`` (compare any two builds): DIFFERENT when the change is significant (Wilcoxon
+p <= ``alpha``) and its whole interval lies beyond ``min_change``; SAME when its whole
+interval lies inside +-``min_change`` (an equivalence test: "no change worth a page");
+UNKNOWN otherwise, which asks for more pairs.
+
+``level`` (confirm and bisect): a change point claims "from this build on the metric sits
+``claimed`` worse". A build is at the NEW level when its interval vs the last good build
+lies entirely beyond half the claimed change (nearer the claimed change than no change),
+and significantly so; at the OLD level when the interval lies entirely below half of it;
+UNKNOWN otherwise. A bisect step that calls a build bad because it is 1 % slower by chance
+is what this replaces: a 1 % build against a 5 % claim sits at the old level.
+
+Thresholds are fixed, not fitted to any one series: bench/bench_confirm.py prints their
+error rates on generated fleets (builds that differ by themselves, machines that differ
+from each other), paired on one machine and spread over many.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = [
+    "DIFFERENT",
+    "NEW_LEVEL",
+    "OLD_LEVEL",
+    "SAME",
+    "UNKNOWN",
+    "Comparison",
+    "compare",
+    "judge",
+    "level",
+]
+
+DIFFERENT, SAME, UNKNOWN = "different", "same", "unknown"
+NEW_LEVEL, OLD_LEVEL = "new_level", "old_level"
+
+# A comparison needs this many pairs before any verdict: the exact one-sided Wilcoxon
+# p-value of n pairs is at least 1 / 2**n, so 7 is the fewest that can reach 0.01.
+MIN_PAIRS = 7
+ALPHA = 0.01
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Head against base: what a person reads to judge a re-test (module docstring)."""
+
+    n_base: int
+    n_head: int
+    pairs: int
+    median_base: float
+    median_head: float
+    change: float  # head / base - 1 from the pairs' median log ratio (signed)
+    ci_low: float  # bootstrap CONFIDENCE interval of ``change``
+    ci_high: float
+    p_paired: float  # Wilcoxon signed-rank on the pairs' log ratios, two-sided
+    p_greater: float  # ... one-sided: head is higher than base
+    p_less: float  # ... one-sided: head is lower than base
+    p_mwu: float  # Mann-Whitney U on the raw samples, two-sided
+    cliffs_delta: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    def oriented(self, higher_is_better: bool) -> tuple[float, float, float, float]:
+        """(change, ci_low, ci_high, p that head is worse), with worse = positive."""
+        if higher_is_better:
+            return -self.change, -self.ci_high, -self.ci_low, self.p_less
+        return self.change, self.ci_low, self.ci_high, self.p_greater
+
+
+def compare(
+    base: Sequence[float],
+    head: Sequence[float],
+    pairs: Sequence[tuple[float, float]],
+    *,
+    seed: int = 0,
+) -> Comparison:
+    """Compare ``head`` with ``base``: all their samples, and ``pairs`` of (base, head)
+    values taken next to each other on one machine. Non-finite and non-positive values are
+    dropped (a sample that produced no number is no evidence; a log ratio needs > 0)."""
+    b, h = _positive(base), _positive(head)
+    ratios = np.asarray([math.log(y / x) for x, y in pairs if _ok(x) and _ok(y)], dtype="float64")
+    med_b = float(np.median(b)) if len(b) else math.nan
+    med_h = float(np.median(h)) if len(h) else math.nan
+    n = len(ratios)
+    if n < 2:
+        return Comparison(
+            len(b), len(h), n, med_b, med_h, math.nan, math.nan, math.nan, 1.0, 1.0, 1.0,
+            _mwu(b, h), _cliffs(b, h),
+        )  # fmt: skip
+    centre = float(np.median(ratios))
+    lo, hi = _interval(ratios, seed)
+    p2, pg, pl = _wilcoxon(ratios)
+    return Comparison(
+        n_base=len(b),
+        n_head=len(h),
+        pairs=n,
+        median_base=med_b,
+        median_head=med_h,
+        change=math.expm1(centre),
+        ci_low=math.expm1(lo),
+        ci_high=math.expm1(hi),
+        p_paired=p2,
+        p_greater=pg,
+        p_less=pl,
+        p_mwu=_mwu(b, h),
+        cliffs_delta=_cliffs(b, h),
+    )
+
+
+def judge(c: Comparison, *, min_change: float, alpha: float = ALPHA) -> str:
+    """DIFFERENT, SAME or UNKNOWN for "is head different from base by at least
+    ``min_change`` (relative)?" (module docstring)."""
+    if c.pairs < MIN_PAIRS or math.isnan(c.change):
+        return UNKNOWN
+    if c.p_paired <= alpha and (c.ci_low > min_change or c.ci_high < -min_change):
+        return DIFFERENT
+    if -min_change < c.ci_low and c.ci_high < min_change:
+        return SAME
+    return UNKNOWN
+
+
+def level(
+    c: Comparison, *, claimed: float, higher_is_better: bool = False, alpha: float = ALPHA
+) -> str:
+    """NEW_LEVEL, OLD_LEVEL or UNKNOWN: does head (against the last good build as base) sit
+    at the level a change of ``claimed`` (relative, taken by size, worse in the metric's
+    direction) moved to, or at the old one? The line between them is half the claim."""
+    if c.pairs < MIN_PAIRS or math.isnan(c.change):
+        return UNKNOWN
+    _change, lo, hi, p_worse = c.oriented(higher_is_better)
+    half = abs(claimed) / 2
+    if lo > half and p_worse <= alpha:
+        return NEW_LEVEL
+    if hi < half:
+        return OLD_LEVEL
+    return UNKNOWN
+
+
+# -- pieces ------------------------------------------------------------------------------
+
+
+def _ok(v: float | None) -> bool:
+    return v is not None and math.isfinite(v) and v > 0
+
+
+def _positive(values: Sequence[float]) -> np.ndarray:
+    return np.asarray([v for v in values if _ok(v)], dtype="float64")
+
+
+def _interval(ratios: np.ndarray, seed: int) -> tuple[float, float]:
+    """The CONFIDENCE interval of the median log ratio: a percentile bootstrap over the
+    pairs, widened about the median by t(n-1) / z. With 8 to 30 pairs a bootstrap
+    percentile interval is too narrow (it is the sample's own spread, which understates
+    the population's); the t/z factor is the standard small-sample correction and brings
+    the coverage back to what it says on generated data (bench/bench_confirm.py)."""
+    from scipy.stats import bootstrap, norm, t
+
+    if np.ptp(ratios) == 0:
+        v = float(ratios[0])
+        return v, v
+    res = bootstrap(
+        (ratios,),
+        np.median,
+        confidence_level=CONFIDENCE,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+        vectorized=True,
+        axis=-1,
+    )
+    centre = float(np.median(ratios))
+    q = (1 + CONFIDENCE) / 2
+    widen = float(t.ppf(q, len(ratios) - 1) / norm.ppf(q))
+    lo = centre - widen * (centre - float(res.confidence_interval.low))
+    hi = centre + widen * (float(res.confidence_interval.high) - centre)
+    return lo, hi
+
+
+def _wilcoxon(ratios: np.ndarray) -> tuple[float, float, float]:
+    """(two-sided, greater, less) Wilcoxon signed-rank p-values of the log ratios."""
+    from scipy.stats import wilcoxon
+
+    if not np.any(ratios):
+        return 1.0, 1.0, 1.0
+    out = []
+    for alt in ("two-sided", "greater", "less"):
+        out.append(float(wilcoxon(ratios, alternative=alt, zero_method="zsplit").pvalue))
+    return out[0], out[1], out[2]
+
+
+def _mwu(b: np.ndarray, h: np.ndarray) -> float:
+    from scipy.stats import mannwhitneyu
+
+    if len(b) < 1 or len(h) < 1:
+        return 1.0
+    return float(mannwhitneyu(h, b, alternative="two-sided").pvalue)
+
+
+def _cliffs(b: np.ndarray, h: np.ndarray) -> float:
+    """Cliff's delta of head over base: P(head > base) - P(head < base) over all pairs."""
+    if not len(b) or not len(h):
+        return math.nan
+    diff = np.sign(h[:, None] - b[None, :])
+    return float(diff.mean())
