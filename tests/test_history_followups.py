@@ -338,7 +338,9 @@ def test_accepting_a_change_clears_the_regression_badge(store: ResultsStore) -> 
     planted = plant(store)
     view = history.load_history(store, DAG, 30)
     assert view.rows[0].marks == ["regression"]
-    assert model.load_run_view(store, DAG).cells[0].badges == ["regression"]
+    run = model.load_run_view(store, DAG)
+    assert run.cells[0].badges == ["regression"]
+    assert 'class="badge b-regression"' in render.run_page(run, ui_base="", app_base=APP)
     apply_triage(store, "group", planted.group, "accepted", by="alice", dag_id=DAG)
     view = history.load_history(store, DAG, 30)
     assert view.rows[0].marks == [] and view.counts["regression"] == 0
@@ -347,7 +349,8 @@ def test_accepting_a_change_clears_the_regression_badge(store: ResultsStore) -> 
     run = model.load_run_view(store, DAG)
     assert run.cells[0].badges == []
     assert [s.status for t in run.trends for s in t.series] == ["ok"]
-    assert "regression" not in Svg(render.run_page(run, ui_base="", app_base=APP)).find("td")
+    page = render.run_page(run, ui_base="", app_base=APP)
+    assert 'class="badge b-regression"' not in page and 'class="badge b-suspicious"' not in page
 
 
 def test_a_settled_change_leaves_what_the_bounds_say(store: ResultsStore) -> None:

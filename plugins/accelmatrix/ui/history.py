@@ -14,7 +14,15 @@ every column header is distinct (date and build, a start time where those repeat
 Above the grid, the suite's change groups (one cause behind the change points of a night:
 a build, a machine kind, a single series; ``accelmatrix.history``) are listed, open
 regressions first, each with its builds, cells, change and triage state; a user who may
-edit the suite's DAG sets the state there (a form POSTed to the app's triage route).
+edit the suite's DAG sets the state there (a form POSTed to the app's triage route). The
+regression mark follows triage at once (``trend_model.stored_verdicts``): an accepted
+change clears it without waiting for the suite's next run.
+
+Follow-up runs (confirm, bisect and compare re-tests of named builds,
+``results.runs.is_followup``) are runs of the suite's DAG but no column of the grid, and
+their cells (samples: ``model=small,build=...,repeat=2``) no row: below the grid, the
+re-tests section lists them, newest first, each linked to its run and to the change it
+re-tests, whose entry links back to them.
 
 Read in one query over the cells table (30,720 rows for 1,024 cells x 30 runs) and
 rendered as one string join: bench/bench_page.py times it against the <= 1 s goal.
