@@ -292,9 +292,13 @@ def test_latest_run_is_the_newest_nightly(store: ResultsStore) -> None:
     assert [r["run_id"] for r in view.runs] == planted.nightlies[::-1]
     page = render.run_page(view, ui_base="", app_base=APP)
     assert all(f not in page for f in planted.followups)
+    assert "retest-note" not in page
     retest = model.load_run_view(store, DAG, planted.followups[0])
     assert retest.run["run_id"] == planted.followups[0] and not retest.is_latest
     assert len(retest.cells) == 8
+    page = render.run_page(retest, ui_base="", app_base=APP)
+    assert "a confirm run re-testing builds, not a run of the suite" in page
+    assert f'href="{APP}/suites/{DAG}/history#retests"' in page
     # The gate's "is this run older than the latest?" asks the same.
     assert store.latest_logical_date(DAG) == DATES[-1]
     from accelmatrix.results.runs import is_followup
