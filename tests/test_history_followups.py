@@ -82,9 +82,10 @@ def _followup(
 
 def plant(store: ResultsStore) -> Planted:
     """The nightlies, the open regression the gate found (change point, group, series
-    verdict), its re-test (a confirm run and a bisect run, cells one per sample as today's
-    follow-up runs plan them) and two runs of the coming kinds: a compare run (one cell per
-    suspect cell and session) and a run named only by its conf block."""
+    verdict), its re-test (a confirm run and a bisect run with one cell per sample, as
+    follow-up runs were planned before sessions: the measured 16 cells) and two runs of
+    today's design: a compare run (one session cell per suspect cell) and a run known only
+    by its conf block."""
     nightlies = []
     for i, when in enumerate(DATES):
         scheduled = i == len(DATES) - 1
@@ -215,14 +216,22 @@ def plant(store: ResultsStore) -> Planted:
             started=TODAY + timedelta(hours=2),
         )
     )  # fmt: skip
-    # The coming kinds: a compare run, one cell per suspect cell (a session on one machine).
+    # Today's design: a compare run, one session cell per suspect cell (every build on one
+    # machine, interleaved).
     followups.append(
         _followup(
             store,
             "accelmatrix_compare__7_1",
             run_type="compare",
-            cells=[_cell(f"{CELL},session=1", 0, 1.02)],
-            block={"kind": "compare", "cells": [CELL], "builds": pair},
+            cells=[_cell(f"{CELL},retest=1", 0, 1.02)],
+            block={
+                "kind": "compare",
+                "confirmation": 7,
+                "round": 1,
+                "cells": [CELL],
+                "builds": pair,
+                "pairs": 5,
+            },
             logical_date=None,
             started=TODAY + timedelta(hours=3),
         )
@@ -233,7 +242,7 @@ def plant(store: ResultsStore) -> Planted:
             store,
             "manual__2026-05-12T12:30:00+00:00",
             run_type="manual",
-            cells=[_cell(f"{CELL},session=1", 0, 1.0)],
+            cells=[_cell(f"{CELL},retest=1", 0, 1.0)],
             block={"kind": "compare", "cells": [CELL], "builds": pair},
             logical_date=TODAY + timedelta(hours=3, minutes=30),
             started=TODAY + timedelta(hours=3, minutes=30),

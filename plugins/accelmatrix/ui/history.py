@@ -127,9 +127,9 @@ class RetestRun:
     run: dict[str, Any]
     kind: str  # confirm | bisect | compare | re-test (a kind this page does not know)
     round: int | None
-    builds: list[str]
+    builds: list[str]  # the first is the reference (last good build, a compare's base)
     cells: list[str]  # the suspect cells it re-tests
-    samples: int  # its cells (samples, or one per suspect cell and machine)
+    samples: int  # its cells (one session per suspect cell; one per sample before)
     cost: float | None
     confirmation: dict[str, Any] | None  # results.schema.confirmations row, if any
     group: ChangeEntry | None = None  # the change it re-tests, when listed
@@ -688,6 +688,10 @@ def render_retests(view: HistoryView, *, page_base: str) -> str:
             if conf and conf.get("state")
             else "-"
         )
+        builds = esc(rt.builds[0]) if rt.builds else ""
+        if len(rt.builds) > 1:
+            builds += " vs " + esc(", ".join(rt.builds[1:]))
+        builds = builds or esc(r.get("runtime_version") or "-")
         cells = rt.cells[:MAX_CELLS_SHOWN]
         more = len(rt.cells) - len(cells)
         cell_text = ", ".join(cells) + (f" +{more} more" if more > 0 else "")
@@ -701,9 +705,9 @@ def render_retests(view: HistoryView, *, page_base: str) -> str:
             f'{esc(kind)}</a><span class="sub">{esc(r["run_id"])}</span></td>'
             f"<td>{esc(_when(r.get('started_at') or r.get('created_at'), '%Y-%m-%d %H:%M'))}</td>"
             f"<td>{esc(r.get('state') or '-')}</td>"
-            f"<td>{esc(' vs '.join(rt.builds) or r.get('runtime_version') or '-')}</td>"
+            f"<td>{builds}</td>"
             f'<td class="cells" title="{esc(", ".join(rt.cells))}">{esc(cell_text or "-")}'
-            f'<span class="sub">{rt.samples} run cell(s)</span></td>'
+            f'<span class="sub">{rt.samples} cell(s) in the run</span></td>'
             f"<td>{esc(cost)}</td><td>{change}</td><td>{verdict}</td></tr>"
         )
     more = (
