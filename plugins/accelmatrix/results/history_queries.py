@@ -13,6 +13,7 @@ from sqlalchemy import (
 
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
+from accelmatrix.results.runs import suite_runs
 from accelmatrix.results.schema import (
     SCALAR_STEP,
     cells,
@@ -50,7 +51,7 @@ class HistoryQueries(StoreCore):
         since_ = schema.to_utc(since)
         until_ = schema.to_utc(until)
         # Follow-up runs re-test named builds: samples of a confirmation, not nights.
-        run_q = select(runs).where(_nightly(runs.c.run_type))
+        run_q = select(runs).where(suite_runs(runs))
         if dag_id is not None:
             run_q = run_q.where(runs.c.dag_id == dag_id)
         if suite is not None:
@@ -131,7 +132,7 @@ class HistoryQueries(StoreCore):
                 checks.c.dag_id == dag_id,
                 checks.c.metric.is_not(None),
                 checks.c.benchmark.is_not(None),
-                _nightly(runs.c.run_type),
+                suite_runs(runs),  # no follow-up run (a re-test) is a point of a series
             )
         )
         undated = runs.c.logical_date.is_(None)
@@ -145,8 +146,3 @@ class HistoryQueries(StoreCore):
             )
         with self._reading() as conn:
             return [dict(r._mapping) for r in conn.execute(q)]
-
-
-def _nightly(run_type: Any) -> Any:
-    """Rows of runs that are points of the perf series (not follow-up re-tests)."""
-    return or_(run_type.is_(None), run_type.not_in(schema.FOLLOWUP_RUN_TYPES))

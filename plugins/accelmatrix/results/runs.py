@@ -1,17 +1,29 @@
 """Runs and cells: the keyed upserts every step reports through, their reads, the
-per-run reset, and the janitor's ``reaped`` log."""
+per-run reset, and the janitor's ``reaped`` log.
+
+A suite's **follow-up runs** (re-tests of named builds: confirm, bisect, compare) are runs
+of its DAG too, but never the suite's "latest run" nor a point of its history: a run is one
+when its run type is in ``schema.FOLLOWUP_RUN_TYPES``, its params hold the block
+``accelmatrix_followup`` (``spec.followup.FOLLOWUP_KEY``), or its run id has a follow-up
+prefix (``accelmatrix_confirm__`` ...: a run refused before its plan recorded a run type).
+``is_followup`` says so of a row, ``suite_runs`` as a SQL condition.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Table,
+    Text,
     and_,
+    cast,
     delete,
     func,
     insert,
+    not_,
+    or_,
     select,
     update,
 )
@@ -31,6 +43,33 @@ from accelmatrix.results.schema import (
     step_tries,
     utcnow,
 )
+
+# spec.followup.FOLLOWUP_KEY (the results store imports nothing of spec).
+FOLLOWUP_PARAM = "accelmatrix_followup"
+FOLLOWUP_RUN_ID_PREFIXES = tuple(f"accelmatrix_{k}__" for k in schema.FOLLOWUP_RUN_TYPES)
+RunKinds = Literal["all", "suite", "followups"]
+
+
+def is_followup(run: Mapping[str, Any]) -> bool:
+    """Whether a ``runs`` row is a follow-up run (a re-test), not a run of the suite."""
+    if run.get("run_type") in schema.FOLLOWUP_RUN_TYPES:
+        return True
+    params = run.get("params")
+    if isinstance(params, Mapping) and params.get(FOLLOWUP_PARAM) is not None:
+        return True
+    return str(run.get("run_id") or "").startswith(FOLLOWUP_RUN_ID_PREFIXES)
+
+
+def suite_runs(table: Table = runs) -> Any:
+    """SQL: the rows of ``table`` (``runs``) that are runs of the suite, not follow-ups
+    (``is_followup``'s rule; params are canonical JSON text, so the block is the key
+    followed by an object)."""
+    c = table.c
+    return and_(
+        or_(c.run_type.is_(None), c.run_type.not_in(schema.FOLLOWUP_RUN_TYPES)),
+        not_(cast(c.params, Text).contains(f'"{FOLLOWUP_PARAM}": {{', autoescape=True)),
+        *(not_(c.run_id.startswith(p, autoescape=True)) for p in FOLLOWUP_RUN_ID_PREFIXES),
+    )
 
 
 class RunCellStore(StoreCore):
@@ -175,12 +214,11 @@ class RunCellStore(StoreCore):
             return sorted(r[0] for r in conn.execute(select(runs.c.dag_id).distinct()))
 
     def latest_logical_date(self, dag_id: str) -> Any:
-        """The newest logical date among the DAG's runs (None if none has one)."""
-        from sqlalchemy import func
-
+        """The newest logical date among the DAG's runs, follow-up runs aside (a re-test
+        triggered tonight re-tests older builds); None if none has one."""
         with self._reading() as conn:
             value = conn.execute(
-                select(func.max(runs.c.logical_date)).where(runs.c.dag_id == dag_id)
+                select(func.max(runs.c.logical_date)).where(runs.c.dag_id == dag_id, suite_runs())
             ).scalar()
         return schema.UtcDateTime().process_result_value(value, self._get_engine().dialect)
 
@@ -198,16 +236,30 @@ class RunCellStore(StoreCore):
             ).first()
         return dict(row._mapping) if row is not None else None
 
-    def get_runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+    def get_runs(
+        self, dag_id: str, limit: int | None = None, *, which: RunKinds = "all"
+    ) -> list[dict[str, Any]]:
         """The DAG's runs, newest build first: by logical date (a run without one, by its
         start), then start, then creation. The matrix page's run picker and its "latest
         run": after a backfill of last week's builds, the latest is still today's build,
-        not the backfill run that happened to start last."""
+        not the backfill run that happened to start last.
+
+        ``which="suite"``: the suite's own runs only (scheduled, manual, backfill), no
+        follow-up run (``is_followup``), which would otherwise sit newest: a re-test is
+        triggered after the run it re-tests, and may carry tonight's logical date.
+        ``which="followups"``: the follow-up runs only."""
         self._check_id("dag_id", dag_id, schema.ID_LEN)
+        if which not in ("all", "suite", "followups"):
+            raise ValueError(f"which must be all, suite or followups, got {which!r}")
         when = func.coalesce(runs.c.logical_date, runs.c.started_at)
+        where = [runs.c.dag_id == dag_id]
+        if which == "suite":
+            where.append(suite_runs())
+        elif which == "followups":
+            where.append(not_(suite_runs()))
         stmt = (
             select(runs)
-            .where(runs.c.dag_id == dag_id)
+            .where(*where)
             .order_by(
                 when.is_(None),
                 when.desc(),

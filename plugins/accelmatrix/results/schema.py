@@ -399,7 +399,7 @@ change_groups = Table(
 
 # The run types (runs.run_type) of a suite's follow-up runs: re-tests of named builds for a
 # confirmation or a bisect step. They are never points of the suite's perf series.
-FOLLOWUP_RUN_TYPES = ("confirm", "bisect")
+FOLLOWUP_RUN_TYPES = ("confirm", "bisect", "compare")
 
 # The re-test of one suspect group (accelmatrix.history.followup): a confirm run of the suite
 # (last good and suspect build, interleaved, repeated), more rounds while undecided, then a

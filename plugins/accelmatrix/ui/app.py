@@ -203,7 +203,7 @@ def create_app() -> FastAPI:
         from accelmatrix.ui.airflow_facts import run_facts
 
         store = results_store()
-        shown = run_id or next((r["run_id"] for r in store.get_runs(dag_id, limit=1)), None)
+        shown = run_id or next((r["run_id"] for r in model.suite_runs(store, dag_id, 1)), None)
         tries, stop = run_facts(dag_id, shown) if shown else ({}, None)
         try:
             view = model.load_run_view(

@@ -14,7 +14,15 @@ every column header is distinct (date and build, a start time where those repeat
 Above the grid, the suite's change groups (one cause behind the change points of a night:
 a build, a machine kind, a single series; ``accelmatrix.history``) are listed, open
 regressions first, each with its builds, cells, change and triage state; a user who may
-edit the suite's DAG sets the state there (a form POSTed to the app's triage route).
+edit the suite's DAG sets the state there (a form POSTed to the app's triage route). The
+regression mark follows triage at once (``trend_model.stored_verdicts``): an accepted
+change clears it without waiting for the suite's next run.
+
+Follow-up runs (confirm, bisect and compare re-tests of named builds,
+``results.runs.is_followup``) are runs of the suite's DAG but no column of the grid, and
+their cells (samples: ``model=small,build=...,repeat=2``) no row: below the grid, the
+re-tests section lists them, newest first, each linked to its run and to the change it
+re-tests, whose entry links back to them.
 
 Read in one query over the cells table (30,720 rows for 1,024 cells x 30 runs) and
 rendered as one string join: bench/bench_page.py times it against the <= 1 s goal.
@@ -34,8 +42,10 @@ from sqlalchemy import func, select
 
 from accelmatrix.results import schema
 from accelmatrix.results.changes import OPEN_STATES, TRIAGE_STATES
+from accelmatrix.results.runs import FOLLOWUP_PARAM, suite_runs
 from accelmatrix.ui.grid import LABELS, esc, q
 from accelmatrix.ui.model import cell_kind, run_finished, run_time
+from accelmatrix.ui.trend_model import stored_verdicts
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -47,6 +57,7 @@ MAX_RUNS = 100
 # Change groups listed besides the open regressions (all of which are listed), newest first.
 MAX_OTHER_GROUPS = 30
 MAX_CELLS_SHOWN = 4
+MAX_RETESTS = 50  # follow-up runs listed in the re-tests section, newest first
 NOTE_MAX = 500  # characters of a triage note
 MARKS = ("new", "broken", "regression", "flaky")
 MARK_TEXT = {
@@ -109,12 +120,35 @@ class ChangeEntry:
 
 
 @dataclass
+class RetestRun:
+    """One follow-up run (a confirm, bisect or compare re-test of named builds): a row of
+    the page's re-tests section, never a column of the grid."""
+
+    run: dict[str, Any]
+    kind: str  # confirm | bisect | compare | re-test (a kind this page does not know)
+    round: int | None
+    builds: list[str]  # the first is the reference (last good build, a compare's base)
+    cells: list[str]  # the suspect cells it re-tests
+    samples: int  # its cells (one session per suspect cell; one per sample before)
+    cost: float | None
+    confirmation: dict[str, Any] | None  # results.schema.confirmations row, if any
+    group: ChangeEntry | None = None  # the change it re-tests, when listed
+
+    @property
+    def group_id(self) -> int | None:
+        c = self.confirmation
+        return int(c["group_id"]) if c and c.get("group_id") is not None else None
+
+
+@dataclass
 class HistoryView:
     dag_id: str
     runs: list[dict[str, Any]]  # oldest first
     rows: list[Row]
     changes: list[ChangeEntry] = field(default_factory=list)  # open regressions first
     changes_hidden: int = 0  # older closed groups not listed
+    retests: list[RetestRun] = field(default_factory=list)  # newest first
+    retests_hidden: int = 0  # older follow-up runs not listed
 
     @property
     def counts(self) -> dict[str, int]:
@@ -125,7 +159,8 @@ def load_history(
     store: ResultsStore, dag_id: str, n_runs: int = DEFAULT_RUNS
 ) -> HistoryView | None:
     runs = runs_in_order(store, dag_id, max(1, min(n_runs, MAX_RUNS)))
-    if not runs:
+    retests, retests_hidden = load_retests(store, dag_id)
+    if not runs and not retests:
         return None
     pos = {r["run_id"]: i for i, r in enumerate(runs)}
     finished = [run_finished(r) for r in runs]
@@ -145,8 +180,9 @@ def load_history(
             row.squares[i] = (kind, state, index)
             if index is not None and i >= row.order_run:  # the latest plan's order wins
                 row.order, row.order_run = (index, cid), i
+    # As triage left them: accepting a change clears its cells' regression mark at once.
     regressions = {
-        r["cell_id"] for r in store.get_series_status(dag_id) if r["status"] == "regression"
+        r["cell_id"] for r in stored_verdicts(store, dag_id) if r["status"] == "regression"
     }
     for row in rows.values():
         _mark(row, runs, row.cell_id in regressions)
@@ -156,18 +192,22 @@ def load_history(
         key=lambda r: (min((rank[m] for m in r.marks), default=len(rank)), r.order),
     )
     changes, hidden = load_changes(store, dag_id)
-    return HistoryView(dag_id, runs, ordered, changes, hidden)
+    by_group = {e.id: e for e in changes if e.what == "group"}
+    for rt in retests:
+        rt.group = by_group.get(rt.group_id) if rt.group_id is not None else None
+    return HistoryView(dag_id, runs, ordered, changes, hidden, retests, retests_hidden)
 
 
 def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[dict[str, Any]]:
     """The suite's latest ``n_runs`` runs, oldest first, placed by logical date (a run
     without one by its start), then build (``runtime_version``), then start: the order of
-    the builds tested, whenever the runs happened to execute."""
+    the builds tested, whenever the runs happened to execute. Follow-up runs (re-tests,
+    ``results.runs.is_followup``) are no column: they have their own section."""
     r = schema.runs.c
     when = func.coalesce(r.logical_date, r.started_at, r.created_at)
     stmt = (
         select(schema.runs)
-        .where(r.dag_id == dag_id)
+        .where(r.dag_id == dag_id, suite_runs())
         .order_by(when.desc(), r.runtime_version.desc(), r.started_at.desc(), r.run_id.desc())
         .limit(n_runs)
     )
@@ -183,6 +223,65 @@ def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[dict[st
             x["run_id"],
         ),
     )
+
+
+def load_retests(store: ResultsStore, dag_id: str) -> tuple[list[RetestRun], int]:
+    """The suite's follow-up runs, newest first, up to ``MAX_RETESTS`` (and how many more
+    there are), each with the re-test it belongs to (``confirmations``: by the id its
+    ``accelmatrix_followup`` block names, else by run id), its cells and their cost."""
+    rows = store.get_runs(dag_id, limit=MAX_RETESTS + 1, which="followups")
+    if not rows:
+        return [], 0
+    hidden = max(0, len(rows) - MAX_RETESTS)
+    rows = rows[:MAX_RETESTS]
+    try:
+        confirmations = store.get_confirmations(dag_id)
+    except Exception:  # noqa: BLE001 - an older store without the table: runs alone
+        confirmations = []
+    by_id = {int(c["id"]): c for c in confirmations}
+    by_run: dict[str, dict[str, Any]] = {}
+    for conf in confirmations:
+        for run_id in [*(conf.get("run_ids") or []), conf.get("run_id")]:
+            if run_id:
+                by_run[str(run_id)] = conf
+    c = schema.cells.c
+    stmt = (
+        select(c.run_id, func.count(), func.sum(c.cost))
+        .where(c.dag_id == dag_id, c.run_id.in_([r["run_id"] for r in rows]))
+        .group_by(c.run_id)
+    )
+    with store._reading() as conn:  # noqa: SLF001 - one read-only query, no store API for it
+        counts = {run_id: (int(n), cost) for run_id, n, cost in conn.execute(stmt)}
+    out = []
+    for r in rows:
+        block = (r.get("params") or {}).get(FOLLOWUP_PARAM)
+        block = block if isinstance(block, dict) else {}
+        conf = by_run.get(r["run_id"])
+        if conf is None and isinstance(block.get("confirmation"), int):
+            conf = by_id.get(block["confirmation"])
+        kind = r.get("run_type") if r.get("run_type") in schema.FOLLOWUP_RUN_TYPES else None
+        kind = kind or block.get("kind") or _kind_of_run_id(r["run_id"]) or "re-test"
+        n, cost = counts.get(r["run_id"], (0, None))
+        out.append(
+            RetestRun(
+                run=r,
+                kind=str(kind),
+                round=block.get("round") if isinstance(block.get("round"), int) else None,
+                builds=[str(b) for b in block.get("builds") or []],
+                cells=[str(x) for x in block.get("cells") or []],
+                samples=n,
+                cost=cost,
+                confirmation=conf,
+            )
+        )
+    return out, hidden
+
+
+def _kind_of_run_id(run_id: str) -> str | None:
+    for kind in schema.FOLLOWUP_RUN_TYPES:
+        if run_id.startswith(f"accelmatrix_{kind}__"):
+            return kind
+    return None
 
 
 def load_changes(store: ResultsStore, dag_id: str) -> tuple[list[ChangeEntry], int]:
@@ -349,7 +448,7 @@ def render_history(
         f'<ul class="legend">{legend}</ul>'
         f'<div class="gridwrap"><table class="history" id="history"><thead><tr>'
         f'<th class="corner">cell</th><th>marks</th><th class="sq">{heads}</th></tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div>"
+        f"<tbody>{''.join(body)}</tbody></table></div>" + render_retests(view, page_base=page_base)
     )
 
 
@@ -414,8 +513,9 @@ def _change_text(e: ChangeEntry) -> str:
     return text
 
 
-def _retest_text(e: ChangeEntry, suite: str) -> str:
-    """The re-test cell: verdict, the decisive medians, the culprit, the bisect steps."""
+def _retest_text(e: ChangeEntry, suite: str, listed: bool = False) -> str:
+    """The re-test cell: verdict, the decisive medians, the culprit, the bisect steps, its
+    runs; ``listed``: the re-tests section lists runs of it (linked)."""
     c = e.retest
     if c is None:
         return '<span class="meta">-</span>'
@@ -453,6 +553,11 @@ def _retest_text(e: ChangeEntry, suite: str) -> str:
         links.append(f'<a href="{esc(href)}">{esc(r.split("__")[0])} {i + 1}</a>')
     if links:
         out += '<span class="sub runs">' + " ".join(links) + "</span>"
+    if listed:
+        out += (
+            f'<a class="sub retests-link" href="#retests-group-{e.id}">'
+            "its runs in the re-tests below</a>"
+        )
     return out
 
 
@@ -478,6 +583,7 @@ def render_changes(
             "suite's perf series.</p>"
         )
     embedded = form_base is not None and form_base != page_base
+    listed = {rt.group_id for rt in view.retests if rt.group is not None}
     rows = []
     for e in view.changes:
         cells = e.cells[:MAX_CELLS_SHOWN]
@@ -529,7 +635,8 @@ def render_changes(
             f"{e.series_count or len(e.cells)} series: {esc(cell_text)}</td>"
             f'<td class="pct">{esc(_change_text(e))}</td>'
             f'<td class="builds">{builds}{first}</td>'
-            f'<td class="retest">{_retest_text(e, suite)}</td>'
+            f'<td class="retest">'
+            f"{_retest_text(e, suite, e.what == 'group' and e.id in listed)}</td>"
             f'<td class="state">{state}</td>' + (f"<td>{form}</td>" if can_edit else "") + "</tr>"
         )
     more = (
@@ -544,6 +651,76 @@ def render_changes(
         f"first, then the rest, newest first.{esc(more)}"
         + ("" if can_edit else " Setting a state needs edit access to this suite's DAG.")
         + f'</p><table class="changes" id="changes"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def render_retests(view: HistoryView, *, page_base: str) -> str:
+    """The re-tests section: the suite's follow-up runs (confirm, bisect, compare), newest
+    first, each linked to its run page and to the change it re-tests. They are kept out of
+    the grid and of the suite's latest run: a re-test runs older builds, often several per
+    run, and its cells are samples, not cells of the suite."""
+    if not view.retests:
+        return ""
+    suite = f"{page_base}/suites/{q(view.dag_id)}"
+    rows, anchored = [], set()
+    for rt in view.retests:
+        r = rt.run
+        href = f"{suite}?run_id={quote(r['run_id'], safe=':')}"
+        kind = rt.kind + (f" {rt.round}" if rt.round else "")
+        gid = rt.group_id
+        anchor = ""
+        if gid is not None and rt.group is not None and gid not in anchored:
+            anchored.add(gid)
+            anchor = f' id="retests-group-{gid}"'
+        if rt.group is not None:
+            change = (
+                f'<a class="change-link" href="#{esc(rt.group.anchor)}">'
+                f"{esc(rt.group.summary or f'group {gid}')}</a>"
+            )
+        elif gid is not None:
+            change = f"change group {gid}"
+        else:
+            change = '<span class="meta">on demand</span>'
+        conf = rt.confirmation
+        verdict = (
+            f'<b class="rt-{esc(conf["state"])}">{esc(str(conf["state"]).replace("_", " "))}</b>'
+            if conf and conf.get("state")
+            else "-"
+        )
+        builds = esc(rt.builds[0]) if rt.builds else ""
+        if len(rt.builds) > 1:
+            builds += " vs " + esc(", ".join(rt.builds[1:]))
+        builds = builds or esc(r.get("runtime_version") or "-")
+        cells = rt.cells[:MAX_CELLS_SHOWN]
+        more = len(rt.cells) - len(cells)
+        cell_text = ", ".join(cells) + (f" +{more} more" if more > 0 else "")
+        cost = (
+            f"{rt.cost:.4g}" if isinstance(rt.cost, int | float) and math.isfinite(rt.cost) else "-"
+        )
+        rows.append(
+            f'<tr class="retest-run"{anchor} data-run-id="{esc(r["run_id"])}" '
+            f'data-kind="{esc(rt.kind)}" data-group-id="{"" if gid is None else gid}">'
+            f'<td><a class="run" href="{esc(href)}" title="{esc(_run_title(r))}">'
+            f'{esc(kind)}</a><span class="sub">{esc(r["run_id"])}</span></td>'
+            f"<td>{esc(_when(r.get('started_at') or r.get('created_at'), '%Y-%m-%d %H:%M'))}</td>"
+            f"<td>{esc(r.get('state') or '-')}</td>"
+            f"<td>{builds}</td>"
+            f'<td class="cells" title="{esc(", ".join(rt.cells))}">{esc(cell_text or "-")}'
+            f'<span class="sub">{rt.samples} cell(s) in the run</span></td>'
+            f"<td>{esc(cost)}</td><td>{change}</td><td>{verdict}</td></tr>"
+        )
+    more = (
+        f" {view.retests_hidden} older follow-up run(s) not listed." if view.retests_hidden else ""
+    )
+    return (
+        f'<h2 id="retests">Re-tests</h2><p class="meta" id="retests-meta">'
+        f"{len(view.retests)} follow-up run(s), newest first: confirm, bisect and compare runs "
+        "re-test named builds on the suspect cells. They are not runs of the suite: never a "
+        f"column above, nor its latest run.{esc(more)}</p>"
+        '<table class="changes retests" id="retests-table"><thead><tr><th>re-test run</th>'
+        "<th>started</th><th>state</th><th>builds</th><th>cells</th><th>cost</th>"
+        "<th>change re-tested</th><th>verdict</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 

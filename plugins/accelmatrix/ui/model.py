@@ -149,12 +149,20 @@ class RunView:
 
 # -- suites and runs -----------------------------------------------------------------------
 def list_suites(store: ResultsStore) -> list[SuiteSummary]:
-    """Every DAG with a run in the store, with its latest run."""
+    """Every DAG with a run in the store, with its latest run (never a follow-up run:
+    ``suite_runs``)."""
     out = []
     for dag_id in store.suite_dag_ids():
-        runs = store.get_runs(dag_id, limit=RUN_PICKER_LIMIT)
+        runs = suite_runs(store, dag_id)
         out.append(SuiteSummary(dag_id=dag_id, runs=len(runs), latest=runs[0] if runs else None))
     return out
+
+
+def suite_runs(store: ResultsStore, dag_id: str, limit: int = RUN_PICKER_LIMIT) -> list[dict]:
+    """The suite's runs, newest build first: scheduled, manual and backfill runs, never a
+    follow-up run (a confirm, bisect or compare re-test of older builds, listed on the
+    history page); all runs when the suite has only follow-ups."""
+    return store.get_runs(dag_id, limit=limit, which="suite") or store.get_runs(dag_id, limit=limit)
 
 
 def run_time(run: dict[str, Any]) -> datetime:
@@ -178,10 +186,14 @@ def load_run_view(
     ``log_tails``: read each failed workload's last log line (only for users who may read
     task logs). ``tries``: (task_id, map_index) -> (try_number, start) of the run's task
     instances from Airflow's database, so a cleared and re-run cell shows its attempt.
-    ``stopped_by``: who stopped the run and when (Airflow's audit log), for cancelled cells."""
-    runs = store.get_runs(dag_id, limit=RUN_PICKER_LIMIT)
+    ``stopped_by``: who stopped the run and when (Airflow's audit log), for cancelled cells.
+
+    The latest run and the run picker are the suite's own runs (``suite_runs``): a
+    follow-up run opens only by its id (the history page's re-tests link to it)."""
+    runs = suite_runs(store, dag_id)
     if not runs:
         return None
+    latest = runs[0]["run_id"]
     if run_id is None:
         run = runs[0]
     else:
@@ -192,7 +204,7 @@ def load_run_view(
             return None
         if all(r["run_id"] != run_id for r in runs):
             runs = [run, *runs]
-    is_latest = run["run_id"] == runs[0]["run_id"]
+    is_latest = run["run_id"] == latest
 
     until = run_time(run) or datetime.now(UTC)
     hist = _history(store, dag_id, until - timedelta(days=window_days), until)

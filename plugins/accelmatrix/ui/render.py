@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from accelmatrix.results.runs import is_followup
+from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
 from accelmatrix.ui import history, oncall, theme, trend
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_time
@@ -143,6 +145,14 @@ def run_page(
         if run.get(key):
             meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
     meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
+    if is_followup(run):
+        # A re-test of named builds: its cells are samples, not the suite's cells.
+        kind = run.get("run_type") if run.get("run_type") in FOLLOWUP_RUN_TYPES else "re-test"
+        meta.append(
+            f'<span class="retest-note">a {esc(kind)} run re-testing builds, not a run of the '
+            f'suite (<a href="{esc(page_base)}/suites/{esc(q(view.dag_id))}/history#retests">'
+            "re-tests</a>)</span>"
+        )
     if view.run_docs:
         docs = "/".join(q(part) for part in view.run_docs.split("/"))
         meta.append(

@@ -15,7 +15,7 @@ import logging
 import math
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
@@ -265,13 +265,53 @@ def tracked_trends(
     return out
 
 
+def stored_verdicts(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
+    """The gate's stored series verdicts (``series_status``) as they stand now.
+
+    The gate calls a series ``regression`` when it has an open regression change point
+    (``history.series.classify_suite``), and stores that until the suite's next run. A
+    person who closed the change since (accepted it: the new level is the baseline; or
+    invalid, infrastructure, fixed) has settled it: such a series is no regression any
+    more, as the next gate will say. It reads ``ok`` once accepted (the bounds re-center
+    onto the new level), else ``suspicious`` while its last points lie out of bounds."""
+    rows = store.get_series_status(dag_id)
+    if not any(r["status"] == "regression" for r in rows):
+        return rows
+    try:
+        points = store.get_change_points(dag_id)
+    except Exception:  # noqa: BLE001 - an older store without the table: as stored
+        log.warning("change points of %s not readable", dag_id, exc_info=True)
+        return rows
+    from accelmatrix.results.changes import OPEN_STATES
+
+    open_, settled = set(), {}
+    epoch = datetime.min.replace(tzinfo=UTC)
+    for p in sorted(points, key=lambda p: (p.get("logical_date") or epoch, p["id"])):
+        if p.get("direction") != "regression":
+            continue
+        key = (p["cell_id"], p["metric"])
+        if p.get("state") in OPEN_STATES:
+            open_.add(key)
+        else:
+            settled[key] = p.get("state")  # the newest wins
+    out = []
+    for r in rows:
+        key = (r["cell_id"], r["metric"])
+        if r["status"] == "regression" and key in settled and key not in open_:
+            out_of_bounds = settled[key] != "accepted" and (r.get("trailing") or 0) > 0
+            r = {**r, "status": "suspicious" if out_of_bounds else "ok"}
+        out.append(r)
+    return out
+
+
 def _verdicts(
     store: ResultsStore, dag_id: str, hist: History, *, use_stored: bool
 ) -> tuple[dict[tuple[str, str, str], str], str]:
-    """(benchmark, cell, metric) -> status: the gate's stored verdicts for the latest run;
-    classified here over the shown window otherwise (an older run, or none stored)."""
+    """(benchmark, cell, metric) -> status: the gate's stored verdicts for the latest run
+    (as triage left them: ``stored_verdicts``); classified here over the shown window
+    otherwise (an older run, or none stored)."""
     if use_stored:
-        stored = store.get_series_status(dag_id)
+        stored = stored_verdicts(store, dag_id)
         if stored:
             return {(r["benchmark"], r["cell_id"], r["metric"]): r["status"] for r in stored}, (
                 "series_status"
