@@ -431,7 +431,7 @@ def update_changes(
 def _window_start(store: ResultsStore, dag_id: str, window: int) -> datetime | None:
     """The time of the suite's ``window``-th newest run: the gate reads no older history
     (a year of nightly runs is ~6x the rows it needs). None when there are fewer runs."""
-    runs = store.get_runs(dag_id, limit=window)
+    runs = store.get_runs(dag_id, limit=window, which="suite")
     if len(runs) < window:
         return None
     last = runs[-1]

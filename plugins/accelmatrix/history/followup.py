@@ -51,7 +51,6 @@ from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.results.changes import OPEN_STATES
-from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
 from accelmatrix.spec.followup import (
     FOLLOWUP_KEY,
     MAX_SESSION_BUILDS,
@@ -231,8 +230,7 @@ SANDWICH_MARGIN = 1
 
 def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
     """The suite's runs that are points of its series, oldest first."""
-    rows = [r for r in store.get_runs(dag_id) if r.get("run_type") not in FOLLOWUP_RUN_TYPES]
-    return list(reversed(rows))
+    return list(reversed(store.get_runs(dag_id, which="suite")))
 
 
 def _sandwich(nights: list[dict[str, Any]], p: dict[str, Any]) -> tuple[str | None, str | None]:
