@@ -1,29 +1,35 @@
 #!/usr/bin/env python3
-"""Confirmation and bisection on generated perf histories with known answers.
+"""Confirm and bisect on generated fleets with known answers: what one machine per suspect
+cell, builds interleaved, buys over samples spread across machines.
 
-Confirmation (accelmatrix.history.confirm, the default Policy: 5 runs per build, doubling
-to at most 20, Mann-Whitney U). Nightly histories of 60 nights, level 100, machine noise
-CV 2 % (sigma 2). Each night the gate's two candidate rules look at the newest point: the
-newest-point suspect rule (3 sigmas worse than the nights before) and the change-point
-detector's report of a regression among the newest 3 points. The first candidate of a
-series is re-tested: the good build and the suspect build run ``repeats`` times each,
-with the same machine noise, and ``decide`` gives the verdict; undecided adds a round.
+The fleet (every figure is a parameter):
 
-* false candidates: series with no change but a lone outlier (4-8 sigma), a 2-night blip
-  (3-6 sigma), a stretch of 3 noisy nights (noise x 3) or nothing at all at the end: the
-  share of their candidates that confirmation keeps from notifying (goal >= 90 %; only a
-  confirmed verdict notifies: undecided at the cap does not);
-* real steps of 3-6 sigma: the share confirmed (goal >= 95 %);
-* the runs per build a decision needed (median; goal <= 10).
+* each sample has run-to-run noise ``--cv`` (1 %);
+* machines differ from each other by ``--machine-sd`` (3 %, sd);
+* a machine drifts during a session, linearly by up to ``--drift`` (1 %) end to end;
+* builds differ by themselves, each by a uniform offset within +-``--build-noise``
+  (1.5 %), on top of the change under test.
 
-Both with Gaussian noise and with heavy tails (Student t, 3 degrees of freedom, scaled to
-the same sigma) in the re-runs and the nights.
+Two ways to take the same samples, judged by the same code (``history.compare``,
+``history.bisect.Search``, the controller's rules: sessions of ``pairs`` pairs, another
+session while undecided, up to ``max_pairs``):
 
-Bisection (accelmatrix.history.bisect): ranges of 2-32 builds after the last good one, a
-culprit drawn uniformly among them, a step of 3-6 sigma from the culprit on; each step
-re-tests the middle build against the last good build with the same policy. Prints the
-share of confirmed ranges whose culprit it names (goal >= 90 %) and the most steps any
-bisect took against ceil(log2 N) + 2.
+* **one machine**: the re-test's design: one machine per session, the builds in
+  palindromes (A B B A), each sample paired with the reference build's in the same half;
+* **spread**: every sample on a machine of its own, as when each sample was a cell.
+
+Printed:
+
+1. Confirm: a suspect build against the last good one, claimed change 3 %. The share
+   confirmed when the change is real (goal >= 95 %, median <= 10 pairs), and when there is
+   none (goal <= 1 %); also when there is none but the two builds differ by themselves.
+2. Bisect: the last good build, 7 builds after it, the change landing on one of them at
+   random. The share of trials naming that build (goal >= 95 %), naming another one (a
+   noisy neighbour; goal <= 5 %), or none; sessions (machines) and pairs per build.
+3. Short histories: 8 nightlies before a step and 7 after, 2 % nightly noise: the share of
+   3-sigma steps confirmed by the night-by-night loop (the detector's reports, the
+   permissive candidates and the newest-point rule, each re-tested) (goal >= 95 %); and
+   with no step, pages per 1,000 points (goal <= 1).
 
 Seeds are fixed so two runs print the same figures; ``--seed`` changes them.
 
@@ -33,185 +39,282 @@ Seeds are fixed so two runs print the same figures; ``--seed`` changes them.
 from __future__ import annotations
 
 import argparse
-import math
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from accelmatrix.history.bisect import FOUND, Bisect, Step, max_steps  # noqa: E402
-from accelmatrix.history.changepoints import DEFAULT, detect  # noqa: E402
-from accelmatrix.history.confirm import (  # noqa: E402
-    CONFIRMED,
-    DEFAULT_POLICY,
-    UNDECIDED,
-    decide,
-    newest_point_suspect,
-    next_repeats,
-)
-
-LEVEL, SIGMA, HISTORY, WATCH = 100.0, 2.0, 60, 10
+from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spread  # noqa: E402
+from accelmatrix.history.changepoints import DEFAULT, detect_many  # noqa: E402
+from accelmatrix.history.changes import candidates_detector  # noqa: E402
+from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, compare, level  # noqa: E402
+from accelmatrix.history.confirm import Policy, newest_point_suspect  # noqa: E402
+from accelmatrix.history.followup import SANDWICH_MARGIN  # noqa: E402
+from accelmatrix.spec.followup import MAX_SESSION_BUILDS, session_order  # noqa: E402
 
 
-def noise(rng: np.random.Generator, n: int, heavy: bool) -> np.ndarray:
-    if heavy:  # Student t(3) has variance 3: scale to unit variance
-        return rng.standard_t(3, n) / math.sqrt(3)
-    return rng.standard_normal(n)
+@dataclass(frozen=True)
+class Fleet:
+    cv: float
+    machine_sd: float
+    drift: float
+    build_noise: float
 
 
-def confirm(rng, good_level, bad_level, claimed, heavy) -> tuple[str, int]:
-    """Re-test two builds in rounds until decided or capped: (verdict, runs per build)."""
-    g: list[float] = []
-    s: list[float] = []
-    while (k := next_repeats(len(g))) > 0:
-        g += list(good_level + SIGMA * noise(rng, k, heavy))
-        s += list(bad_level + SIGMA * noise(rng, k, heavy))
-        d = decide(g, s, claimed=claimed)
-        if d.verdict != UNDECIDED:
-            return d.verdict, len(g)
-    return UNDECIDED, len(g)
+@dataclass
+class Pool:
+    """Samples of builds pooled over sessions: (session, half) -> build -> value."""
+
+    halves: dict[tuple[int, int], dict[str, float]]
+    values: dict[str, list[float]]
+    sessions: int = 0
+
+    def pairs(self, ref: str, build: str) -> list[tuple[float, float]]:
+        return [(h[ref], h[build]) for h in self.halves.values() if ref in h and build in h]
+
+    def comparison(self, ref: str, build: str):
+        p = self.pairs(ref, build)
+        return compare(self.values.get(ref, []), self.values.get(build, []), p, seed=len(p))
+
+    def judge(self, ref: str, build: str, claimed: float) -> tuple[str, int]:
+        c = self.comparison(ref, build)
+        return level(c, claimed=claimed), c.pairs
 
 
-def first_candidate(x: np.ndarray, start: int) -> tuple[int, float] | None:
-    """The first night from ``start`` on whose newest point a candidate rule flags:
-    (night, claimed relative change)."""
-    for t in range(start, len(x)):
-        prefix = x[: t + 1]
-        sus = newest_point_suspect(prefix)
-        if sus is not None:
-            return t, sus[0]
-        for cp in detect(prefix[-HISTORY:], DEFAULT):
-            tail = len(prefix[-HISTORY:]) - cp.index
-            if tail <= 3 and cp.change > 0:
-                return t, abs(cp.change)
-    return None
+def session(
+    rng: np.random.Generator,
+    pool: Pool,
+    builds: list[str],
+    levels: dict[str, float],
+    pairs: int,
+    fleet: Fleet,
+    paired: bool,
+) -> None:
+    """Run one session of ``builds`` (true ``levels``) into ``pool``."""
+    order = session_order(len(builds), pairs)
+    speed = 1 + fleet.machine_sd * rng.standard_normal()
+    slope = fleet.drift * rng.uniform(-1, 1)
+    s = pool.sessions
+    pool.sessions += 1
+    for i, k in enumerate(order):
+        b = builds[k]
+        m = speed if paired else 1 + fleet.machine_sd * rng.standard_normal()
+        drift = 1 + slope * (i / max(1, len(order) - 1) - 0.5) if paired else 1.0
+        v = levels[b] * m * drift * (1 + fleet.cv * rng.standard_normal())
+        pool.halves.setdefault((s, i // len(builds)), {})[b] = v
+        pool.values.setdefault(b, []).append(v)
 
 
-def false_history(rng, kind: str, heavy: bool) -> np.ndarray:
-    x = LEVEL + SIGMA * noise(rng, HISTORY + WATCH, heavy)
-    at = HISTORY + int(rng.integers(0, WATCH - 3))
-    if kind == "outlier":
-        x[at] += SIGMA * rng.uniform(4, 8)
-    elif kind == "blip":
-        x[at : at + 2] += SIGMA * rng.uniform(3, 6)
-    elif kind == "noisy nights":
-        x[at : at + 3] = LEVEL + 3 * SIGMA * noise(rng, 3, heavy)
-    return x
+def confirm_trial(rng, change, claimed, fleet, policy, paired, build_noise=False):
+    """(verdict, pairs per build) of one confirm: "confirmed", "not", "undecided"."""
+    off = fleet.build_noise if build_noise else 0.0
+    levels = {"g": 1 + rng.uniform(-off, off), "s": (1 + change) * (1 + rng.uniform(-off, off))}
+    pool = Pool({}, {})
+    n = 0
+    while n + policy.pairs <= policy.max_pairs:
+        session(rng, pool, ["g", "s"], levels, policy.pairs, fleet, paired)
+        lv, n = pool.judge("g", "s", claimed)
+        if lv == NEW_LEVEL:
+            return "confirmed", n
+        if lv == OLD_LEVEL:
+            return "not", n
+    return "undecided", n
 
 
-def run_confirmation(trials: int, seed: int, heavy: bool) -> dict[str, object]:
-    rng = np.random.default_rng(seed)
-    runs: list[int] = []
-    suppressed = candidates = 0
-    by_kind: dict[str, list[int]] = {}
-    for kind in ("outlier", "blip", "noisy nights", "none"):
-        hit = kept = 0
-        for _ in range(trials):
-            x = false_history(rng, kind, heavy)
-            cand = first_candidate(x, HISTORY)
-            if cand is None:
-                continue
-            hit += 1
-            verdict, n = confirm(rng, LEVEL, LEVEL, cand[1], heavy)
-            runs.append(n)
-            kept += verdict != CONFIRMED  # undecided at the cap does not notify either
-        by_kind[kind] = [kept, hit]
-        suppressed += kept
-        candidates += hit
-    found = confirmed = 0
-    for _ in range(trials):
-        size = rng.uniform(3, 6)
-        x = LEVEL + SIGMA * noise(rng, HISTORY + WATCH, heavy)
-        x[HISTORY:] += size * SIGMA
-        cand = first_candidate(x, HISTORY)
-        if cand is None:
+def bisect_trial(rng, change, fleet, policy, paired, n_builds=8):
+    """(named build or None, the culprit, sessions, most pairs of a build) of one
+    re-test over ``n_builds`` builds (the last good first), as history.followup runs it."""
+    builds = [f"b{i}" for i in range(n_builds)]
+    culprit = int(rng.integers(1, n_builds))
+    off = fleet.build_noise
+    levels = {
+        b: (1 + change * (i >= culprit)) * (1 + rng.uniform(-off, off))
+        for i, b in enumerate(builds)
+    }
+    pool = Pool({}, {})
+    ref, sus = builds[0], builds[-1]
+    session_builds = [ref, *spread(builds[1:-1], MAX_SESSION_BUILDS - 2), sus]
+    found: dict[str, str] = {}
+    while True:
+        session(rng, pool, session_builds, levels, policy.pairs, fleet, paired)
+        lv, _ = pool.judge(ref, sus, change)
+        if lv != NEW_LEVEL:
+            if lv == OLD_LEVEL or len(pool.pairs(ref, sus)) + policy.pairs > policy.max_pairs:
+                return None, culprit, pool.sessions, len(pool.pairs(ref, sus))
+            session_builds = [ref, *[b for b in session_builds[1:-1]], sus]
             continue
-        found += 1
-        verdict, n = confirm(rng, LEVEL, LEVEL + size * SIGMA, cand[1], heavy)
-        runs.append(n)
-        confirmed += verdict == CONFIRMED
-    return {
-        "by_kind": by_kind,
-        "suppressed": suppressed / max(candidates, 1),
-        "candidates": candidates,
-        "confirmed": confirmed / max(found, 1),
-        "steps": found,
-        "median_runs": float(np.median(runs)) if runs else math.nan,
-    }
+        tested = [(b, pool.comparison(ref, b)) for b in builds[1:] if pool.pairs(ref, b)]
+        line = split_line([0.0, *(c.change for _b, c in tested)])
+        for b, c in tested:
+            found[b] = level(c, claimed=change, line=line)
+        found[sus] = NEW_LEVEL
+        s = Search(builds, found)
+        most = max(len(pool.pairs(ref, b)) for b in builds[1:])
+        if s.state == FOUND:
+            return builds.index(s.culprit), culprit, pool.sessions, most
+        if s.state == AMBIGUOUS:
+            return None, culprit, pool.sessions, most
+        room = [
+            b for b in s.untested() if len(pool.pairs(ref, b)) + policy.pairs <= policy.max_pairs
+        ]
+        if not room:
+            return None, culprit, pool.sessions, most
+        session_builds = [ref, *spread(room, MAX_SESSION_BUILDS - 2), sus]
 
 
-def run_bisect(trials: int, seed: int, heavy: bool) -> dict[str, object]:
-    rng = np.random.default_rng(seed)
-    right = total = worst_excess = 0
-    ambiguous = 0
-    for _ in range(trials):
-        n = int(rng.integers(2, 33))  # candidate builds after the last good one
-        culprit = int(rng.integers(1, n + 1))
-        size = rng.uniform(3, 6) * SIGMA
-        levels = [LEVEL + (size if i >= culprit else 0.0) for i in range(n + 1)]
-        # The confirmation measured the change between the two ends: that is the claim.
-        claimed = size / LEVEL
-        b = Bisect([f"b{i}" for i in range(n + 1)])
-        while (nxt := b.next_build()) is not None:
-            i, name = nxt
-            g: list[float] = []
-            m: list[float] = []
-            verdict = UNDECIDED
-            while (k := next_repeats(len(g), DEFAULT_POLICY)) > 0:
-                g += list(LEVEL + SIGMA * noise(rng, k, heavy))
-                m += list(levels[i] + SIGMA * noise(rng, k, heavy))
-                verdict = decide(g, m, claimed=claimed).verdict
-                if verdict != UNDECIDED:
+def candidates(x: np.ndarray) -> list[tuple[int, float]]:
+    """(index, claimed change) of the regressions the gate would re-test on series ``x``:
+    the detector's reports, the permissive detector's, and the newest-point suspect."""
+    strict, weak = (detect_many([x], d)[0] for d in (DEFAULT, candidates_detector(DEFAULT)))
+    out = [(cp.index, abs(cp.change)) for cp in strict if cp.change > 0]
+    for cp in weak:
+        if cp.change > 0 and not any(abs(cp.index - s.index) <= 1 for s in strict):
+            out.append((cp.index, abs(cp.change)))
+    if not any(i >= len(x) - 3 for i, _ in out):
+        hit = newest_point_suspect(x)
+        if hit is not None:
+            out.append((len(x) - 1, hit[0]))
+    return out
+
+
+def history_trial(rng, step_sigmas, fleet, policy, before=8, after=7, sigma=0.02, extra=0):
+    """(confirmed?, re-tests, pages) of the night-by-night loop over one series of nightly
+    builds: ``before`` at level 1, ``after`` at 1 + step_sigmas x sigma (none: 0)."""
+    n = extra + before + after
+    step_at = extra + before
+    level_of = [1 + (step_sigmas * sigma if i >= step_at else 0.0) for i in range(n)]
+    x = np.asarray(level_of) * (1 + sigma * rng.standard_normal(n))
+    tested: list[int] = []
+    pages = 0
+    confirmed = False
+    for night in range(9, n + 1):
+        for idx, claimed in candidates(x[:night]):
+            if any(abs(idx - t) <= 1 for t in tested):
+                continue
+            tested.append(idx)
+            # The sandwich: the builds around the change, a night more each side when the
+            # detector placed it (history.followup._sandwich); every build in it tested.
+            margin = SANDWICH_MARGIN if idx < night - 1 else 0
+            lo = max(0, idx - 1 - margin)
+            hi = min(night - 1, idx + margin)
+            builds = [f"n{i}" for i in range(lo, hi + 1)]
+            levels = {f"n{i}": level_of[i] for i in range(lo, hi + 1)}
+            pool = Pool({}, {})
+            while True:
+                session(rng, pool, builds, levels, policy.pairs, fleet, True)
+                c = pool.comparison(builds[0], builds[-1])
+                lv, k = level(c, claimed=claimed, line=policy.confirm_line(claimed)), c.pairs
+                if lv != "unknown" or k + policy.pairs > policy.max_pairs:
                     break
-            b.record(Step(index=i, build=name, verdict=verdict, n=len(g)))
-        total += 1
-        right += b.state == FOUND and b.culprit == f"b{culprit}"
-        ambiguous += b.state != FOUND
-        worst_excess = max(worst_excess, len(b.steps) - max_steps(n))
-    return {
-        "right": right / total,
-        "ambiguous": ambiguous / total,
-        "trials": total,
-        "steps_within_limit": worst_excess <= 0,
-    }
+            if lv == NEW_LEVEL:
+                pages += 1
+                confirmed = confirmed or lo < step_at <= hi
+    return confirmed, len(tested), pages
+
+
+def pct(k: int, n: int) -> str:
+    return f"{100 * k / n:5.1f} %"
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trials", type=int, default=400)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cv", type=float, default=0.01)
+    ap.add_argument("--machine-sd", type=float, default=0.03)
+    ap.add_argument("--drift", type=float, default=0.01)
+    ap.add_argument("--build-noise", type=float, default=0.015)
+    ap.add_argument("--only", type=int, choices=(1, 2, 3), help="print one part only")
+    a = ap.parse_args()
+    fleet = Fleet(a.cv, a.machine_sd, a.drift, a.build_noise)
+    policy = Policy()
     t0 = time.perf_counter()
     print(
-        f"confirmation: {a.trials} histories per kind, noise CV 2 %, policy "
-        f"{DEFAULT_POLICY.repeats} runs per build doubling to {DEFAULT_POLICY.max_repeats}"
+        f"fleet: sample noise {a.cv:.1%}, machines {a.machine_sd:.1%} sd apart, drift up to "
+        f"{a.drift:.1%} per session, builds +-{a.build_noise:.1%} by themselves; sessions of "
+        f"{policy.pairs} pairs, up to {policy.max_pairs}; {a.trials} trials per row\n"
     )
-    for heavy in (False, True):
-        r = run_confirmation(a.trials, a.seed, heavy)
-        name = "Student t(3)" if heavy else "Gaussian"
-        kinds = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in r["by_kind"].items())
-        print(
-            f"  {name:12s} false candidates kept from notifying: {r['suppressed']:.1%} "
-            f"of {r['candidates']} (goal >= 90 %) [{kinds}]"
-        )
-        print(
-            f"  {name:12s} real 3-6 sigma steps confirmed: {r['confirmed']:.1%} of "
-            f"{r['steps']} (goal >= 95 %); median runs per build {r['median_runs']:.0f} "
-            "(goal <= 10)"
-        )
-    print(f"bisection: {a.trials} ranges of 2-32 builds, steps of 3-6 sigma")
-    for heavy in (False, True):
-        r = run_bisect(a.trials, a.seed, heavy)
-        name = "Student t(3)" if heavy else "Gaussian"
-        print(
-            f"  {name:12s} culprit named: {r['right']:.1%} (goal >= 90 %), ambiguous "
-            f"{r['ambiguous']:.1%}, steps within ceil(log2 N) + 2: {r['steps_within_limit']}"
-        )
-    print(f"({time.perf_counter() - t0:.1f} s)")
+
+    if a.only in (None, 1):
+        confirm_part(a, fleet, policy)
+    if a.only in (None, 2):
+        bisect_part(a, fleet, policy)
+    if a.only in (None, 3):
+        history_part(a, fleet, policy)
+    print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def confirm_part(a, fleet, policy) -> None:
+    print(
+        "1. confirm, claimed change 3 %                  confirmed  not repro  undecided  median pairs"
+    )
+    for name, change, noisy in (
+        ("a real 3 % change", 0.03, False),
+        ("no change", 0.0, False),
+        ("no change, builds differ by themselves", 0.0, True),
+    ):
+        for paired in (True, False):
+            rng = np.random.default_rng(a.seed)
+            res = [
+                confirm_trial(rng, change, 0.03, fleet, policy, paired, noisy)
+                for _ in range(a.trials)
+            ]
+            v = [r[0] for r in res]
+            med = statistics.median(r[1] for r in res)
+            how = "one machine" if paired else "spread     "
+            print(
+                f"   {name:40s} {how}  {pct(v.count('confirmed'), a.trials)}  "
+                f"{pct(v.count('not'), a.trials)}  {pct(v.count('undecided'), a.trials)}  "
+                f"{med:6.0f}"
+            )
+
+
+def bisect_part(a, fleet, policy) -> None:
+    print(
+        "\n2. bisect of 7 builds after the last good     right build  a neighbour  none   sessions  pairs/build (median)"
+    )
+    for change in (0.05, 0.03):
+        for paired in (True, False):
+            rng = np.random.default_rng(a.seed + 1)
+            res = [bisect_trial(rng, change, fleet, policy, paired) for _ in range(a.trials)]
+            right = sum(r[0] == r[1] for r in res)
+            wrong = sum(r[0] is not None and r[0] != r[1] for r in res)
+            none = sum(r[0] is None for r in res)
+            sess = statistics.mean(r[2] for r in res)
+            pairs = statistics.median(r[3] for r in res)
+            how = "one machine" if paired else "spread     "
+            print(
+                f"   change {change:.0%}                   {how}  {pct(right, a.trials)}   "
+                f"{pct(wrong, a.trials)}   {pct(none, a.trials)}  {sess:5.2f}     {pairs:4.0f}"
+            )
+
+
+def history_part(a, fleet, policy) -> None:
+    print("\n3. short histories (8 before, 7 after, 2 % nightly noise)")
+    for sig in (2.5, 3.0, 4.0):
+        rng = np.random.default_rng(a.seed + 2)
+        res = [history_trial(rng, sig, fleet, policy) for _ in range(a.trials)]
+        hit = sum(r[0] for r in res)
+        tests = statistics.mean(r[1] for r in res)
+        print(
+            f"   {sig} sigma step: confirmed {pct(hit, a.trials)}; re-tests per series {tests:.2f}"
+        )
+    rng = np.random.default_rng(a.seed + 3)
+    res = [history_trial(rng, 0.0, fleet, policy, extra=45) for _ in range(a.trials)]
+    points = a.trials * (60 - 9 + 1)
+    pages = sum(r[2] for r in res)
+    tests = sum(r[1] for r in res)
+    print(
+        f"   no step, 60 nightlies each: {pages} page(s) in {points} points = "
+        f"{1000 * pages / points:.2f} per 1,000 points; {1000 * tests / points:.1f} re-tests "
+        "per 1,000 points (each a session, no page)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL
 
-__all__ = ["AMBIGUOUS", "FOUND", "RUNNING", "Search", "spread"]
+__all__ = ["AMBIGUOUS", "FOUND", "RUNNING", "Search", "split_line", "spread"]
 
 FOUND = "found"
 AMBIGUOUS = "ambiguous"
@@ -94,6 +94,31 @@ class Search:
     @property
     def last_good(self) -> str | None:
         return self.builds[self.bounds[0]] if self.state == FOUND else None
+
+
+def split_line(changes: list[float]) -> float:
+    """The line between the old level and the new one, from every tested build's measured
+    change against the last good build (oldest first; the last good build's own 0 first).
+
+    Builds differ by themselves (1-2 % on real fleets), the last good build included, so
+    "half the change from the last good build" puts a build that is slow by itself on the
+    wrong side as often as the last good build happens to be fast. The best single split
+    of the ordered changes (least squares, as a change point over the builds) gives the
+    old level as the mean of the builds before it and the new level as the mean of those
+    after; the line is halfway between. Each build's own offset then counts once, not
+    twice."""
+    x = [float(v) for v in changes]
+    if len(x) < 2:
+        raise ValueError("a split needs the last good build and one more")
+    best: tuple[float, float] | None = None
+    for k in range(1, len(x)):
+        a, b = x[:k], x[k:]
+        ma, mb = sum(a) / len(a), sum(b) / len(b)
+        cost = sum((v - ma) ** 2 for v in a) + sum((v - mb) ** 2 for v in b)
+        if best is None or cost < best[0]:
+            best = (cost, (ma + mb) / 2)
+    assert best is not None
+    return best[1]
 
 
 def spread(builds: list[str], room: int) -> list[str]:

@@ -11,10 +11,13 @@ are reported beside them for the reader who wants them.
 What a comparison reports (``Comparison``), as PerfCompare and Pinpoint do:
 
 * each side's median and n;
-* the change, ``exp(median log ratio) - 1``, with a bootstrap 95 % confidence interval
-  over the pairs (``scipy.stats.bootstrap``, percentile, widened by the t quantile ratio
-  for the few pairs a re-test has: a plain percentile bootstrap of 8 pairs covers less
-  than it says, which would turn noise into verdicts);
+* the change, ``exp(HL) - 1`` where HL is the Hodges-Lehmann estimate of the log ratios
+  (the median of their pairwise means: as robust to one wild sample as the median, and
+  nearly as efficient as the mean on Gaussian noise, so a 3 % change is decided in about
+  10 pairs instead of 16), with a bootstrap 95 % confidence interval over the pairs
+  (``scipy.stats.bootstrap``, percentile, widened by the t quantile ratio for the few
+  pairs a re-test has: a plain percentile bootstrap of 10 pairs covers less than it says,
+  which would turn noise into verdicts);
 * the Wilcoxon signed-rank test on the log ratios (``scipy.stats.wilcoxon``, exact for
   these sizes) and Mann-Whitney U on the raw samples (``scipy.stats.mannwhitneyu``);
 * Cliff's delta (the share of head > base minus head < base over all cross pairs);
@@ -79,7 +82,7 @@ class Comparison:
     pairs: int
     median_base: float
     median_head: float
-    change: float  # head / base - 1 from the pairs' median log ratio (signed)
+    change: float  # head / base - 1 from the pairs' log ratios (Hodges-Lehmann, signed)
     ci_low: float  # bootstrap CONFIDENCE interval of ``change``
     ci_high: float
     p_paired: float  # Wilcoxon signed-rank on the pairs' log ratios, two-sided
@@ -118,7 +121,7 @@ def compare(
             len(b), len(h), n, med_b, med_h, math.nan, math.nan, math.nan, 1.0, 1.0, 1.0,
             _mwu(b, h), _cliffs(b, h),
         )  # fmt: skip
-    centre = float(np.median(ratios))
+    centre = float(_hodges_lehmann(ratios))
     lo, hi = _interval(ratios, seed)
     p2, pg, pl = _wilcoxon(ratios)
     return Comparison(
@@ -151,15 +154,22 @@ def judge(c: Comparison, *, min_change: float, alpha: float = ALPHA) -> str:
 
 
 def level(
-    c: Comparison, *, claimed: float, higher_is_better: bool = False, alpha: float = ALPHA
+    c: Comparison,
+    *,
+    claimed: float,
+    higher_is_better: bool = False,
+    alpha: float = ALPHA,
+    line: float | None = None,
 ) -> str:
     """NEW_LEVEL, OLD_LEVEL or UNKNOWN: does head (against the last good build as base) sit
     at the level a change of ``claimed`` (relative, taken by size, worse in the metric's
-    direction) moved to, or at the old one? The line between them is half the claim."""
+    direction) moved to, or at the old one? The line between them is half the claim, or
+    ``line`` (oriented, relative to base) when the caller knows both levels better than
+    the base alone does (``history.bisect.split_line``)."""
     if c.pairs < MIN_PAIRS or math.isnan(c.change):
         return UNKNOWN
     _change, lo, hi, p_worse = c.oriented(higher_is_better)
-    half = abs(claimed) / 2
+    half = abs(claimed) / 2 if line is None else line
     if lo > half and p_worse <= alpha:
         return NEW_LEVEL
     if hi < half:
@@ -178,8 +188,16 @@ def _positive(values: Sequence[float]) -> np.ndarray:
     return np.asarray([v for v in values if _ok(v)], dtype="float64")
 
 
+def _hodges_lehmann(ratios: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The median of all pairwise means (Walsh averages, i <= j) along ``axis``."""
+    x = np.moveaxis(np.asarray(ratios), axis, -1)
+    i, j = np.triu_indices(x.shape[-1])
+    return np.median((x[..., i] + x[..., j]) / 2, axis=-1)
+
+
 def _interval(ratios: np.ndarray, seed: int) -> tuple[float, float]:
-    """The CONFIDENCE interval of the median log ratio: a percentile bootstrap over the
+    """The CONFIDENCE interval of the log ratios' Hodges-Lehmann estimate: a percentile
+    bootstrap over the
     pairs, widened about the median by t(n-1) / z. With 8 to 30 pairs a bootstrap
     percentile interval is too narrow (it is the sample's own spread, which understates
     the population's); the t/z factor is the standard small-sample correction and brings
@@ -191,7 +209,7 @@ def _interval(ratios: np.ndarray, seed: int) -> tuple[float, float]:
         return v, v
     res = bootstrap(
         (ratios,),
-        np.median,
+        _hodges_lehmann,
         confidence_level=CONFIDENCE,
         n_resamples=BOOTSTRAP_RESAMPLES,
         method="percentile",
@@ -199,7 +217,7 @@ def _interval(ratios: np.ndarray, seed: int) -> tuple[float, float]:
         vectorized=True,
         axis=-1,
     )
-    centre = float(np.median(ratios))
+    centre = float(_hodges_lehmann(ratios))
     q = (1 + CONFIDENCE) / 2
     widen = float(t.ppf(q, len(ratios) - 1) / norm.ppf(q))
     lo = centre - widen * (centre - float(res.confidence_interval.low))

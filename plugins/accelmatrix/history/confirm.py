@@ -51,8 +51,17 @@ class Policy:
     """How a suspect change is re-tested: pairs per build in each session, and the most
     pairs per build over all sessions."""
 
-    pairs: int = 8
-    max_pairs: int = 32
+    pairs: int = 10
+    max_pairs: int = 40
+    # The line a confirm judges the suspect build by is half the claimed change, but never
+    # above this: a claim from one or two nights after a step overstates it (a lone point
+    # 3 sigmas out carries its own noise), and a re-test must not dismiss a real 6 % step
+    # because the night claimed 12 %.
+    min_change: float = 0.02
+
+    def confirm_line(self, claimed: float) -> float:
+        """Where the suspect build's change must lie beyond to be confirmed."""
+        return min(abs(claimed) / 2, self.min_change)
 
 
 DEFAULT_POLICY = Policy()

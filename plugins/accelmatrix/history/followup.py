@@ -43,7 +43,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
-from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, spread
+from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spread
 from accelmatrix.history.builds import BuildsError, builds_between
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
@@ -98,7 +98,7 @@ Trigger = Callable[[str, dict[str, Any]], bool]
 
 def policy_of(spec: Any) -> Policy:
     """The test policy of a suite's ``history.confirm`` block."""
-    return Policy(pairs=spec.pairs, max_pairs=spec.max_pairs)
+    return Policy(pairs=spec.pairs, max_pairs=spec.max_pairs, min_change=spec.min_change)
 
 
 def run_id_for(kind: str, confirmation_id: int, round_: int) -> str:
@@ -225,7 +225,7 @@ def start_confirmations(
 # more nights on each side: with a few nights after it, a small step's position is
 # uncertain by a night or two. The session tests every build of that range, so the first
 # build at the new level is found wherever in it the change landed.
-SANDWICH_MARGIN = 1
+SANDWICH_MARGIN = 2
 
 
 def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
@@ -475,7 +475,14 @@ def _after_confirm(
             ),
         )
     verdicts = {
-        k: _verdict(level(c, claimed=t["claimed"], higher_is_better=t["higher_is_better"]))
+        k: _verdict(
+            level(
+                c,
+                claimed=t["claimed"],
+                higher_is_better=t["higher_is_better"],
+                line=policy.confirm_line(t["claimed"]),
+            )
+        )
         for k, (t, c) in comparisons.items()
     }
     decision = {k: _decision(c, verdicts[k]) for k, (_t, c) in comparisons.items()}
@@ -542,13 +549,14 @@ def _after_search(
     primary = next((t for t in row["targets"] if t.get("primary")), None)
     if primary is None:  # confirmed by an earlier version of this record: its largest
         primary = max(row["targets"], key=lambda t: abs(t.get("claimed") or 0))
+    tested = [(i, b, _compare(row, primary, b)) for i, b in enumerate(builds[1:], start=1)]
+    tested = [(i, b, c) for i, b, c in tested if c.pairs >= 2]
+    hib = primary["higher_is_better"]
+    line = split_line([0.0, *(c.oriented(hib)[0] for _i, _b, c in tested)])
     levels: dict[str, str] = {}
     steps = []
-    for i, b in enumerate(builds[1:], start=1):
-        c = _compare(row, primary, b)
-        if c.pairs < 2:
-            continue
-        lv = level(c, claimed=primary["claimed"], higher_is_better=primary["higher_is_better"])
+    for i, b, c in tested:
+        lv = level(c, claimed=primary["claimed"], higher_is_better=hib, line=line)
         levels[b] = lv
         steps.append(
             {
@@ -563,6 +571,7 @@ def _after_search(
                 "ci_high": c.ci_high,
                 "p_value": c.p_paired,
                 "cliffs_delta": c.cliffs_delta,
+                "line": line,
             }
         )
     suspect = row["suspect_build"]

@@ -301,10 +301,17 @@ class ConfirmSpec(Model):
     enabled: bool = Field(True, description="re-test suspect changes before notifying")
     # 7 pairs is the fewest whose exact Wilcoxon p-value can reach 0.01 (history.compare).
     pairs: Annotated[int, Field(ge=7, le=50)] = Field(
-        8, description="samples of each build per session, each next to the last good build's"
+        10, description="samples of each build per session, each next to the last good build's"
     )
     max_pairs: Annotated[int, Field(ge=7, le=200)] = Field(
-        32, description="most pairs per build over all sessions of one re-test"
+        40, description="most pairs per build over all sessions of one re-test"
+    )
+    min_change: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.02,
+        description=(
+            "a suspect build is confirmed when it is worse by half the claimed change or by "
+            "this much (relative), whichever is less"
+        ),
     )
     max_cells: Annotated[int, Field(ge=1, le=64)] = Field(
         4, description="most cells of one suspect group re-tested"
