@@ -5,10 +5,12 @@ Thin on purpose: the logic is in accelmatrix.history (nothing heavy imported at 
 time). ``analyse_history`` recomputes every suite's change points over all its points (the
 gate re-analyses only the last ``history.window`` points after each run), notifies new
 regression groups once, and stores the series verdicts for the matrix page.
-``recenter_bounds`` then rewrites each bounds file from the history window, using only
-points after a series' last accepted change point and before any change still untriaged
-or acknowledged; a benchmark with an open regression keeps its bounds (the log says
-which change holds it), as does one with fewer than ``min_samples`` samples.
+``recenter_bounds`` then re-centers the bounds of each bounds file from the history
+window, using only points after a series' last accepted change point and before any change
+still untriaged or acknowledged; a benchmark with an open regression keeps its bounds (the
+log says which change holds it), as does one with fewer than ``min_samples`` samples. The
+new bounds are stored in the results store (by ``accelmatrix-maintenance``, with the window
+and sample count); the bounds files under include/ (git's) are never written.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Bounds files: interoperable load/write, clear errors, and the bounds computation."""
+"""Bounds files: interoperable load/write, clear errors, the bounds computation, and the
+file with the stored (re-centered) bounds applied: in force for readers, and exported as
+text that keeps the file's comments."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from accelmatrix.evaluation.bounds import (
     BenchmarkBounds,
     BoundsError,
     BoundsFile,
+    bounds_key,
     compute_bounds,
+    export_text,
     load_bounds,
     write_bounds,
 )
@@ -173,3 +177,90 @@ def test_compute_bounds_rejects_bad_input(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         compute_bounds(samples, confidence)
+
+
+# -- stored bounds over the file ------------------------------------------------------------
+def _row(lo, hi, file_lo, file_hi, **more):
+    return {
+        "step_time_lower_bound": lo,
+        "step_time_upper_bound": hi,
+        "file_lower_bound": file_lo,
+        "file_upper_bound": file_hi,
+        **more,
+    }
+
+
+def test_bounds_key_is_relative_to_the_include_dir(tmp_path: Path) -> None:
+    (tmp_path / "inc" / "bounds").mkdir(parents=True)
+    f = tmp_path / "inc" / "bounds" / "b.yaml"
+    assert bounds_key(f, tmp_path / "inc") == "bounds/b.yaml"
+    assert bounds_key(tmp_path / "inc" / "x" / ".." / "bounds" / "b.yaml", tmp_path / "inc") == (
+        "bounds/b.yaml"
+    )
+    assert bounds_key(f, tmp_path / "other") == f.resolve().as_posix()
+
+
+def test_export_edits_values_in_place_and_adds_missing_fields(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("# header\n" + THEIRS)
+    stored = {
+        "llama-3-8b": _row(2.8, 2.9, 2.681, 2.789, average=2.85, sample_size=30),
+        "new-model": _row(1e-05, 0.5, None, None),  # no bounds in the file yet: added
+        "gone": _row(1.0, 2.0, None, None),
+    }
+    text, changes = export_text(path, stored)
+    assert text.startswith("# header\nbenchmarks:\n  llama-3-8b:\n    name: Llama 3.0 8B\n")
+    assert "    step_time_lower_bound: 2.8\n" in text and "    sample_size: 30\n" in text
+    assert "    step_time_lower_bound: 1.0e-05\n" in text  # read back as a float, not a string
+    raw = yaml.safe_load(text)
+    want = yaml.safe_load(THEIRS)
+    want["benchmarks"]["llama-3-8b"].update(
+        step_time_lower_bound=2.8, step_time_upper_bound=2.9, average=2.85, sample_size=30
+    )
+    want["benchmarks"]["new-model"].update(step_time_lower_bound=1e-05, step_time_upper_bound=0.5)
+    assert raw == want
+    assert set(changes) == {"llama-3-8b", "new-model"}
+    assert path.read_text() == "# header\n" + THEIRS  # printed, never written
+
+
+def test_export_of_a_file_changed_since_the_row_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text(THEIRS)
+    text, changes = export_text(path, {"llama-3-8b": _row(2.8, 2.9, 2.0, 2.1)})
+    assert (text, changes) == (THEIRS, {})
+
+
+def test_export_of_a_flow_style_file_is_printed_whole(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text(
+        "# gone\nbenchmarks: {m: {step_time_lower_bound: 1, step_time_upper_bound: 2}}\n"
+    )
+    text, changes = export_text(path, {"m": _row(1.5, 2.5, 1, 2)})
+    assert text.startswith("# b.yaml with the stored bounds applied; its comments could not")
+    assert yaml.safe_load(text)["benchmarks"]["m"] == {
+        "step_time_lower_bound": 1.5,
+        "step_time_upper_bound": 2.5,
+    }
+    assert changes == {"m": {"step_time_lower_bound": 1.5, "step_time_upper_bound": 2.5}}
+
+
+def test_export_of_the_example_files_keeps_every_comment(tmp_path: Path) -> None:
+    for path in sorted((ROOT / "include" / "bounds").glob("*.yaml")):
+        bounds = load_bounds(path)
+        name, b = next(
+            (n, b) for n, b in bounds.benchmarks.items() if b.step_time_upper_bound is not None
+        )
+        row = _row(
+            b.step_time_lower_bound + 0.25,
+            b.step_time_upper_bound + 0.25,
+            b.step_time_lower_bound,
+            b.step_time_upper_bound,
+        )
+        text, changes = export_text(path, {name: row})
+        assert set(changes) == {name}
+        original = path.read_text().splitlines()
+        comments = [ln for ln in original if ln.lstrip().startswith("#")]
+        assert [ln for ln in text.splitlines() if ln.lstrip().startswith("#")] == comments
+        assert len(text.splitlines()) == len(original)  # values replaced, no line added
+        got = yaml.safe_load(text)["benchmarks"][name]
+        assert got["step_time_upper_bound"] == b.step_time_upper_bound + 0.25

@@ -1,5 +1,5 @@
 """Perf history against a real SQLite results store: the history frame, dedupe by logical
-date, bounds re-centering, series verdicts, alerts (to a real HTTP receiver), budget, and
+date, bounds re-centering (stored, the file never written), series verdicts, alerts (to a real HTTP receiver), budget, and
 the additive schema migration."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 from test_tiered_ci import Receiver, _conn
 
-from accelmatrix.evaluation.bounds import compute_bounds, load_bounds
+from accelmatrix.evaluation.bounds import compute_bounds, load_bounds_in_force
 from accelmatrix.history.bounds_job import bounds_table, recenter
 from accelmatrix.history.frame import HISTORY_COLUMNS, history
 from accelmatrix.history.regression import Rules
@@ -154,7 +154,7 @@ def test_reset_run_replaces_a_reruns_rows(store):
     assert store.get_run(DAG, rid) is not None
 
 
-def test_recenter_rewrites_perf_fields_keeps_the_rest_and_refuses_few_samples(
+def test_recenter_stores_perf_fields_leaves_the_file_and_refuses_few_samples(
     store, tmp_path, caplog
 ):
     rng = np.random.default_rng(0)
@@ -165,9 +165,12 @@ def test_recenter_rewrites_perf_fields_keeps_the_rest_and_refuses_few_samples(
             cells["model=tiny-wide"] = [2.0 + d / 100]
         record(store, d, cells)
     record(store, -40, {"model=tiny-mlp": [50.0]})  # outside the window: ignored
-    path = tmp_path / "bounds.yaml"
+    include = tmp_path / "include"
+    (include / "bounds").mkdir(parents=True)
+    path = include / "bounds" / "bounds.yaml"
     path.write_text(
-        yaml.safe_dump(
+        "# kept by hand: accelmatrix never writes this file\n"
+        + yaml.safe_dump(
             {
                 "benchmarks": {
                     "tiny-mlp": {
@@ -191,43 +194,50 @@ def test_recenter_rewrites_perf_fields_keeps_the_rest_and_refuses_few_samples(
             sort_keys=False,
         )
     )
+    before = path.read_bytes()
     caplog.set_level("INFO")
     now = DAY0 + timedelta(days=20)
-    rep = recenter(path, store=store, window_days=30, confidence_level=0.9, min_samples=10, now=now)
-    assert rep.written and rep.updated == ["tiny-mlp"] and rep.kept == ["tiny-wide"]
-    raw = yaml.safe_load(path.read_text())
-    b = raw["benchmarks"]["tiny-mlp"]
-    want = compute_bounds(mlp, 0.9)
-    assert b["step_time_lower_bound"] == pytest.approx(want["step_time_lower_bound"])
-    assert b["step_time_upper_bound"] == pytest.approx(want["step_time_upper_bound"])
-    assert b["sample_size"] == 12 and b["average"] == pytest.approx(np.mean(mlp))
-    assert (b["name"], b["target_loss"], b["loss_tolerance"], b["owner_team"]) == (
-        "Tiny MLP",
-        0.15,
-        0.1,
-        "perf",
+    rep = recenter(
+        path,
+        store=store,
+        window_days=30,
+        confidence_level=0.9,
+        min_samples=10,
+        now=now,
+        include_dir=include,
     )
-    assert raw["benchmarks"]["tiny-wide"] == {
-        "name": "Wide",
-        "step_time_lower_bound": 0.0,
-        "step_time_upper_bound": 9.0,
-        "target_loss": 0.6,
-    }
-    assert raw["top_level_extra"] == [1, 2]
-    meta = raw["metadata"]
-    assert meta["source"] == "other-system" and meta["confidence_level"] == 0.9
-    assert meta["window_days"] == 30 and meta["sample_sizes"] == {"tiny-mlp": 12}
-    assert meta["query_end"] == now.isoformat()
-    assert meta["query_start"] == (now - timedelta(days=30)).isoformat()
-    load_bounds(path)  # still a valid bounds file
+    assert rep.stored and rep.updated == ["tiny-mlp"] and rep.kept == ["tiny-wide"]
+    assert rep.key == "bounds/bounds.yaml"
+    assert path.read_bytes() == before  # include/ is git's: never written
+    (row,) = store.get_bounds_history(["bounds/bounds.yaml"])
+    want = compute_bounds(mlp, 0.9)
+    for k in ("step_time_lower_bound", "step_time_upper_bound", "average", "confidence_interval"):
+        assert row[k] == pytest.approx(want[k])
+    assert row["benchmark"] == "tiny-mlp" and row["sample_size"] == 12
+    assert (row["reason"], row["by"]) == ("maintenance", "accelmatrix-maintenance")
+    assert (row["file_lower_bound"], row["file_upper_bound"]) == (0.0, 0.5)
+    d = row["detail"]
+    assert d["confidence_level"] == 0.9 and d["window_days"] == 30 and d["min_samples"] == 10
+    assert d["samples"] == {"tiny-mlp": 12} and d["query_end"] == now.isoformat()
+    assert d["query_start"] == (now - timedelta(days=30)).isoformat()
+    # Every reader sees the file with the stored bounds applied; the other fields are the
+    # file's.
+    b = load_bounds_in_force(path, include_dir=include, stored=store.bounds_in_force)
+    mlp_b = b.benchmarks["tiny-mlp"]
+    assert mlp_b.step_time_upper_bound == pytest.approx(want["step_time_upper_bound"])
+    assert (mlp_b.name, mlp_b.target_loss, mlp_b.owner_team) == ("Tiny MLP", 0.15, "perf")
+    assert b.benchmarks["tiny-wide"].step_time_upper_bound == 9.0
     text = caplog.text
     assert "tiny-mlp: [0, 0.5] -> [" in text and "(n=12)" in text
     assert "tiny-wide: kept [0, 9]: only 3 sample(s)" in text and "min_samples is 10" in text
 
-    # Nothing with enough samples: the file is not touched at all.
-    before = path.read_text()
-    rep = recenter(path, store=store, min_samples=50, now=now)
-    assert not rep.written and path.read_text() == before
+    # The next re-centering starts from the stored bounds; nothing with enough samples:
+    # nothing stored.
+    caplog.clear()
+    rep = recenter(path, store=store, min_samples=50, now=now, include_dir=include)
+    assert not rep.stored and len(store.get_bounds_history(["bounds/bounds.yaml"])) == 1
+    assert f"tiny-mlp: kept [{want['step_time_lower_bound']:.6g}, " in caplog.text
+    assert path.read_bytes() == before
 
 
 def test_bounds_table_matches_compute_bounds_exactly():
@@ -391,9 +401,9 @@ def test_an_older_database_gets_the_new_nullable_columns(tmp_path):
 
 @pytest.mark.integration
 def test_maintenance_dag_recenters_and_classifies(airflow_db, accel_home, tmp_path, monkeypatch):
-    """The maintenance DAG with dag.test(): the bounds file under the include dir is
-    rewritten from the history window ending at the run's logical date, and the suite's
-    series verdicts are stored."""
+    """The maintenance DAG with dag.test(): the bounds of the file under the include dir are
+    re-centered from the history window ending at the run's logical date and stored in the
+    results store (the file stays as it was), and the suite's series verdicts are stored."""
     from airflow.dag_processing.dagbag import DagBag
 
     from accelmatrix.lifecycle import results_store
@@ -404,6 +414,7 @@ def test_maintenance_dag_recenters_and_classifies(airflow_db, accel_home, tmp_pa
         "benchmarks:\n  tiny-mlp: {name: Tiny, step_time_lower_bound: 0.0,"
         " step_time_upper_bound: 5.0, target_loss: 0.15}\n"
     )
+    before = (include / "bounds" / "b.yaml").read_text()
     monkeypatch.setenv("ACCELMATRIX_INCLUDE_DIR", str(include))
     monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(tmp_path / "no-suites"))
     s = results_store()
@@ -416,12 +427,13 @@ def test_maintenance_dag_recenters_and_classifies(airflow_db, accel_home, tmp_pa
         run_conf={"bounds_files": ["bounds/b.yaml"], "min_samples": 5, "window_days": 30},
     )
     assert str(dr.state) == "success"
-    raw = yaml.safe_load((include / "bounds" / "b.yaml").read_text())
-    b = raw["benchmarks"]["tiny-mlp"]
-    assert b["sample_size"] == 6 and b["target_loss"] == 0.15 and b["name"] == "Tiny"
-    assert b["step_time_upper_bound"] == pytest.approx(
+    # The file is git's: never written; the re-centered bounds are stored.
+    assert (include / "bounds" / "b.yaml").read_text() == before
+    (row,) = s.get_bounds_history(["bounds/b.yaml"])
+    assert row["sample_size"] == 6 and row["by"] == "accelmatrix-maintenance"
+    assert row["step_time_upper_bound"] == pytest.approx(
         compute_bounds([1.0, 1.01, 0.99, 1.0, 1.5, 1.6], 0.95)["step_time_upper_bound"]
     )
-    assert raw["metadata"]["query_end"] == (DAY0 + timedelta(days=7)).isoformat()
+    assert row["detail"]["query_end"] == (DAY0 + timedelta(days=7)).isoformat()
     (status,) = s.get_series_status(DAG)
     assert (status["cell_id"], status["status"]) == ("model=tiny-mlp", "regression")

@@ -181,34 +181,49 @@ def test_bounds_never_recenter_across_an_open_regression(
                 ],
             )
     update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)  # the points learn their benchmark
+    monkeypatch.setenv("ACCELMATRIX_INCLUDE_DIR", str(tmp_path / "include"))
+    monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(tmp_path / "include" / "suites"))
+    file_text = path.read_text()
     end = pm.date(pm.nights)
     report = recenter(path, store=store, window_days=60, min_samples=5, now=end)
     (change,) = report.changes
     assert change.new is None and "held: open regression" in change.reason
-    assert yaml.safe_load(path.read_text())["benchmarks"]["m0"]["step_time_upper_bound"] == 1.1
+    assert not report.stored and store.bounds_in_force("bounds/b.yaml") == {}
 
     (group,) = store.get_change_groups(pm.dag_id)
-    monkeypatch.setenv("ACCELMATRIX_INCLUDE_DIR", str(tmp_path / "include"))
-    monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(tmp_path / "include" / "suites"))
     suite = yaml.safe_load((ROOT / "include" / "suites" / "nightly_perf.yaml").read_text())
     suite["checks"] = [
         {"type": "step_time_within_bounds", "bounds_file": "bounds/b.yaml", "benchmark": "m0"}
     ]
     suite.pop("notify", None)
     (tmp_path / "include" / "suites" / f"{pm.dag_id}.yaml").write_text(yaml.safe_dump(suite))
-    res = apply_triage(store, "group", group["id"], "accepted", by="ann")
+    res = apply_triage(store, "group", group["id"], "accepted", by="ann", note="new kernel")
     assert res.bounds and "width kept" in res.bounds[0], res.bounds
-    b = yaml.safe_load(path.read_text())["benchmarks"]["m0"]
+    # Stored with who and why; the bounds file (git's) is left as it was.
+    assert path.read_text() == file_text
+    b = store.bounds_in_force("bounds/b.yaml")["m0"]
+    assert (b["reason"], b["by"], b["note"]) == ("accepted change", "ann", "new kernel")
+    assert b["detail"]["group_id"] == group["id"]
     level = sorted(p["median_after"] for p in store.get_change_points(pm.dag_id))
     center = (b["step_time_lower_bound"] + b["step_time_upper_bound"]) / 2
     assert b["step_time_upper_bound"] - b["step_time_lower_bound"] == pytest.approx(0.2)
     assert level[0] <= center <= level[-1]
-    # Now the daily re-centering may use the new level (and only it).
+    # Now the daily re-centering may use the new level (and only it), starting from the
+    # accepted bounds, and stores its own row: the file is still not written.
     report = recenter(path, store=store, window_days=60, min_samples=5, now=end)
     (change,) = report.changes
     after = sum(pm.nights - p["position"] for p in store.get_change_points(pm.dag_id))
     assert change.new is not None and change.samples == after < 2 * pm.nights
+    assert change.old == pytest.approx((b["step_time_lower_bound"], b["step_time_upper_bound"]))
     assert change.new[0] > 1.0  # the old level (~1.0) no longer pulls the band down
+    assert report.stored and path.read_text() == file_text
+    m = store.bounds_in_force("bounds/b.yaml")["m0"]
+    assert (m["reason"], m["by"]) == ("maintenance", "accelmatrix-maintenance")
+    assert m["step_time_lower_bound"] == pytest.approx(change.new[0])
+    assert [r["reason"] for r in store.get_bounds_history(["bounds/b.yaml"])] == [
+        "maintenance",
+        "accepted change",
+    ]
 
 
 # -- the CLI -------------------------------------------------------------------------------

@@ -141,3 +141,38 @@ def test_is_at_head_agrees_with_alembic_on_every_kind_of_database(tmp_path: Path
     with engine.connect() as conn:
         assert not migrate.is_at_head(conn) and not migrate.at_head(conn)
     engine.dispose()
+
+
+def test_database_at_0006_is_upgraded_to_0007_with_the_bounds_table(tmp_path: Path) -> None:
+    """An existing store of revision 0006 (before bounds lived in the store) keeps its rows
+    and gets the ``bounds`` table when it is opened; it then takes stored bounds."""
+    db = tmp_path / "at0006.db"
+    url = f"sqlite:///{db}"
+    old = ResultsStore(url)
+    old.ensure_schema()
+    old.upsert_run(DAG, RUN, suite=DAG, logical_date=T0, runtime_version="nightly-2026-03-01")
+    old.close()
+    with sqlite3.connect(db) as conn:  # back to 0006, as a deployment of last week left it
+        conn.execute("DROP INDEX ix_bounds_file_benchmark")
+        conn.execute("DROP TABLE bounds")
+        conn.execute("UPDATE alembic_version SET version_num = '0006'")
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        assert migrate.current(conn) == "0006" and not inspect(conn).has_table("bounds")
+    engine.dispose()
+
+    store = ResultsStore(url)
+    store.ensure_schema()
+    diff, version = _diff_against_schema(url)
+    assert diff == [] and version == migrate.head() == "0007"
+    assert store.get_run(DAG, RUN)["runtime_version"] == "nightly-2026-03-01"
+    (rid,) = store.add_bounds(
+        "bounds/nightly_perf_bounds.yaml",
+        [{"benchmark": "nightly-small", "step_time_lower_bound": 0.0038}],
+        reason="accepted change",
+        by="ann",
+        detail={"group_id": 1},
+    )
+    row = store.bounds_in_force("bounds/nightly_perf_bounds.yaml")["nightly-small"]
+    assert row["id"] == rid and row["by"] == "ann" and row["step_time_upper_bound"] is None
+    store.close()

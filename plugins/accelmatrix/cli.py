@@ -6,6 +6,8 @@ pools         print the Airflow pools the suites need; --apply creates them via 
 changepoints  the change points of a series in a CSV file (time,value), or the stored
               change points of a suite (--suite DAG_ID)
 triage        set the state of a change group or change point (who and when are recorded)
+bounds        export FILE: print a bounds file with the bounds re-centered since (stored in
+              the results store) applied, comments kept, for a PR; history FILE: the rows
 """
 
 from __future__ import annotations
@@ -180,6 +182,85 @@ def cmd_triage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bounds_file(arg: str) -> tuple[Path, str] | str:
+    """The bounds file named on the command line and its key in the store, or why not.
+
+    Relative to the include dir (as a suite's check names it), or a path to a file in it:
+    ``bounds/nightly_perf_bounds.yaml`` and ``include/bounds/nightly_perf_bounds.yaml``
+    from the checkout are the same file."""
+    from accelmatrix.evaluation.bounds import bounds_key
+    from accelmatrix.spec.include_paths import include_file
+
+    include = settings.include_dir().resolve()
+    given = Path(arg)
+    if given.is_file() and include in given.resolve().parents:
+        path = given.resolve()
+    else:
+        try:
+            path = include_file(include, arg, field="FILE")
+        except ValueError as e:
+            return f"{e}; a bounds file is named relative to the include dir"
+        if not path.is_file():
+            return f"bounds file {arg!r} not found under the include dir {include}"
+    return path, bounds_key(path, include)
+
+
+def cmd_bounds(args: argparse.Namespace) -> int:
+    """export: the file's text with its stored rows in force applied on stdout, what
+    changed (from, to, who, when, why) on stderr; history: the stored rows, newest first."""
+    import json
+
+    from accelmatrix.evaluation.bounds import BoundsError, export_text, load_bounds
+    from accelmatrix.history.bounds_job import reason_line
+    from accelmatrix.store_access import results_store
+
+    found = _bounds_file(args.file)
+    if isinstance(found, str):
+        return _usage_error(found)
+    path, key = found
+    store = results_store()
+    if args.action == "history":
+        rows = store.get_bounds_history([key])
+        if args.json:
+            print(json.dumps(rows, indent=2, default=str))
+            return 0
+        for r in rows:
+            print(
+                f"{r['at']:%Y-%m-%d %H:%M} UTC  {r['benchmark']}  "
+                f"[{r['step_time_lower_bound']}, {r['step_time_upper_bound']}]  "
+                f"by {r['by']}: {reason_line(r)}" + (f" ({r['note']})" if r.get("note") else "")
+            )
+        if not rows:
+            print(f"no stored bounds for {key}: the file's values are in force", file=sys.stderr)
+        return 0
+    try:
+        stored = store.bounds_in_force(key)
+        text, changes = export_text(path, stored)
+        file_bounds = load_bounds(path)
+    except BoundsError as e:
+        return _usage_error(str(e))
+    sys.stdout.write(text)
+    for name, fields in changes.items():
+        old = file_bounds.benchmarks[name]
+        row = stored[name]
+        moved = ", ".join(f"{k} {getattr(old, k)} -> {v}" for k, v in fields.items())
+        print(
+            f"{key}: {name}: {moved} (by {row['by']} {row['at']:%Y-%m-%d %H:%M} UTC: "
+            f"{reason_line(row)})",
+            file=sys.stderr,
+        )
+    for name, row in stored.items():
+        if name not in changes and name in file_bounds.benchmarks:
+            print(
+                f"{key}: {name}: the file already has the stored bounds or changed since the "
+                f"newest row ({row['at']:%Y-%m-%d %H:%M} UTC): nothing to change",
+                file=sys.stderr,
+            )
+    if not changes:
+        print(f"{key}: no stored bounds to apply: the file is printed as it is", file=sys.stderr)
+    return 0
+
+
 def _usage_error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -226,5 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--user", help="who sets it (default: the login name)")
     t.add_argument("--suite", help="refuse unless the group/change is of this suite")
     t.set_defaults(func=cmd_triage)
+    b = sub.add_parser(
+        "bounds",
+        help="print a bounds file with the stored (re-centered) bounds applied, for a PR",
+    )
+    b.add_argument("action", choices=["export", "history"])
+    b.add_argument(
+        "file", help="the bounds file, relative to the include dir (or a path to it inside it)"
+    )
+    b.add_argument("--json", action="store_true", help="history: JSON instead of lines")
+    b.set_defaults(func=cmd_bounds)
     args = ap.parse_args(argv)
     return args.func(args)

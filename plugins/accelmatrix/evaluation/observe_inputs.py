@@ -3,8 +3,10 @@
 ``CellInputs`` holds what the planners (``accelmatrix.evaluation.checks``) look at: the log
 scanned in a single pass for every log check (``_scan_log``), the cell's metrics tables
 (``MetricsTable``: one row per step, one column per metric, plus the scalars; the same
-reading as ``write_train_metrics``), and the bounds files, loaded once each. Separate from the planners, which turn checks into ``CheckPlan``s: this
-is the reading of the outputs, they are the judging of them.
+reading as ``write_train_metrics``), and the bounds files, loaded once each with the bounds
+re-centered since stored in the results store applied (``load_bounds_in_force``): the file
+is only the initial baseline. Separate from the planners, which turn checks into
+``CheckPlan``s: this is the reading of the outputs, they are the judging of them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, load_bounds
+from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, Stored, load_bounds_in_force
 from accelmatrix.evaluation.metrics_table import MetricsTable, Rows
 from accelmatrix.evaluation.report import CellOutputs
 from accelmatrix.spec.checks import Check
@@ -33,9 +35,17 @@ MAX_LINE_CHARS = 160
 class CellInputs:
     """Cell outputs, parsed once and shared by all checks of the cell."""
 
-    def __init__(self, checks: list[Check], outputs: CellOutputs, include_dir: Path) -> None:
+    def __init__(
+        self,
+        checks: list[Check],
+        outputs: CellOutputs,
+        include_dir: Path,
+        stored_bounds: Callable[[str], Stored] | None = None,
+    ) -> None:
         self.outputs = outputs
         self.include_dir = include_dir
+        # bounds file key -> its stored rows in force; None: this process's results store.
+        self.stored_bounds = stored_bounds
         self.log_hits = _scan_log(checks, outputs.log_path)
         # steps_complete needs a row for every step it expects, logged or not.
         expected = [
@@ -62,7 +72,8 @@ class CellInputs:
         return None if rows is None else pd.Series(rows.values, dtype="float64")
 
     def bounds(self, rel: str) -> BoundsFile | BoundsError:
-        """The bounds file ``rel`` under the include dir, loaded once; a problem as the error.
+        """The bounds file ``rel`` under the include dir with its stored bounds applied,
+        loaded once; a problem as the error.
 
         The include-dir rule is applied again here: the suite validated the text with its
         placeholders, and a rendered ``${axis.model}`` could still lead outside.
@@ -71,7 +82,9 @@ class CellInputs:
         if path not in self._bounds:
             try:
                 include_file(self.include_dir, rel)
-                self._bounds[path] = load_bounds(path)
+                self._bounds[path] = load_bounds_in_force(
+                    path, include_dir=self.include_dir, stored=self.stored_bounds
+                )
             except BoundsError as exc:
                 self._bounds[path] = exc
             except ValueError as exc:

@@ -3,9 +3,16 @@
 For each benchmark of a bounds file: the step-time samples of the window (one per run and
 cell: the median step time its check judged, from every suite that checks the benchmark),
 bounds by ``compute_bounds`` (half-width = max(t-interval half-width, 1.5 % of the mean,
-max - mean, mean - min)), and the file rewritten keeping every non-performance field. A
-benchmark with fewer than ``min_samples`` samples keeps its old bounds, and the log says
-why: bounds from three noisy runs would fail good runs or pass bad ones.
+max - mean, mean - min)), stored in the results store (``bounds``: one row per benchmark,
+with the window and the sample count). A benchmark with fewer than ``min_samples`` samples
+keeps its old bounds, and the log says why: bounds from three noisy runs would fail good
+runs or pass bad ones.
+
+The bounds file itself is never written: in a deployment include/ comes from git (a DAG
+bundle, git-sync), read-only or overwritten at the next deploy. It is the initial baseline;
+the newest stored row of each benchmark is in force over it (``evaluation.bounds``), for
+the checks, the pages and the next re-centering alike, and ``python -m accelmatrix bounds
+export FILE`` prints the file with them applied, for a PR.
 
 ``bounds_table`` is the same computation for many benchmarks at once, vectorised; the job
 uses the exact per-benchmark function (a bounds file holds tens of benchmarks), the bench
@@ -23,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix.evaluation.bounds import (
     MIN_RELATIVE_HALF_WIDTH,
-    BoundsMetadata,
+    PERF_FIELDS,
+    apply_stored,
+    bounds_key,
     compute_bounds,
     load_bounds,
-    write_bounds,
 )
 from accelmatrix.results.changes import OPEN_STATES
 
@@ -37,15 +45,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Change", "RecenterReport", "bounds_table", "recenter"]
+__all__ = [
+    "MAINTENANCE_USER",
+    "PERF_FIELDS",
+    "Change",
+    "RecenterReport",
+    "bounds_table",
+    "reason_line",
+    "recenter",
+    "recenter_accepted",
+]
 
-PERF_FIELDS = (
-    "step_time_lower_bound",
-    "step_time_upper_bound",
-    "confidence_interval",
-    "average",
-    "sample_size",
-)
+# Who the maintenance DAG's re-centering is, in the stored rows.
+MAINTENANCE_USER = "accelmatrix-maintenance"
 
 
 @dataclass
@@ -73,7 +85,8 @@ class RecenterReport:
     query_start: datetime
     query_end: datetime
     changes: list[Change] = field(default_factory=list)
-    written: bool = False
+    stored: bool = False  # rows were added to the results store (the file is never written)
+    key: str = ""  # the file's key in the store (relative to the include dir)
 
     @property
     def updated(self) -> list[str]:
@@ -93,12 +106,15 @@ def recenter(
     min_samples: int = 10,
     metric: str = "step_time",
     now: datetime | None = None,
+    include_dir: str | Path | None = None,
 ) -> RecenterReport:
     """Recompute every benchmark of the bounds file at ``path`` from the window's history.
 
-    The file is rewritten only if at least one benchmark got new bounds; its metadata then
-    records the window (query_start/query_end, window_days), the confidence level,
-    min_samples and the sample size per benchmark.
+    The old bounds are the ones in force (the file with its stored rows applied). Each
+    benchmark that gets new bounds gets a stored row (reason ``maintenance``, by
+    ``accelmatrix-maintenance``) whose detail records the window (query_start, query_end,
+    window_days), the confidence level, min_samples and its sample count. The file is
+    never written.
     """
     from accelmatrix.history.frame import history
 
@@ -109,21 +125,23 @@ def recenter(
     if not 0 < confidence_level < 1:
         raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level}")
     path = Path(path)
-    bounds = load_bounds(path)
+    file_bounds = load_bounds(path)
     end = now or datetime.now(UTC)
     start = end - timedelta(days=window_days)
-    report = RecenterReport(path=path, query_start=start, query_end=end)
+    key = bounds_key(path, include_dir)
+    report = RecenterReport(path=path, query_start=start, query_end=end, key=key)
     if store is None:
         from accelmatrix.store_access import results_store
 
         store = results_store()
+    bounds = apply_stored(file_bounds, store.bounds_in_force(key))
     h = history(store, metric=metric, since=start, until=end)
     h = h[h["benchmark"].isin(list(bounds.benchmarks)) & h["value"].map(_finite)]
     keep, held = baseline_points(h, store.get_change_points(metric=metric))
     h = h[keep]
     samples = {b: g["value"].tolist() for b, g in h.groupby("benchmark")}
 
-    sizes: dict[str, int] = {}
+    rows: list[dict[str, Any]] = []
     for name, bench in bounds.benchmarks.items():
         values = samples.get(name, [])
         old = (bench.step_time_lower_bound, bench.step_time_upper_bound)
@@ -140,9 +158,7 @@ def recenter(
             change = Change(name, len(values), old, None, reason)
         else:
             new = compute_bounds(values, confidence_level)
-            for k in PERF_FIELDS:
-                setattr(bench, k, new[k])  # assignment marks the field set: it is written
-            sizes[name] = len(values)
+            rows.append({"benchmark": name, **new, **_file_values(file_bounds, name)})
             change = Change(
                 name,
                 len(values),
@@ -152,26 +168,41 @@ def recenter(
         log.info("bounds %s", change.line())
         report.changes.append(change)
 
-    if sizes:
-        meta = bounds.metadata or BoundsMetadata()
-        meta.query_start = start.isoformat()
-        meta.query_end = end.isoformat()
-        meta.confidence_level = confidence_level
-        for k, v in {
-            "window_days": window_days,
-            "min_samples": min_samples,
-            "metric": metric,
-            "sample_sizes": sizes,
-            "recomputed_by": "accelmatrix.history.bounds_job",
-        }.items():
-            setattr(meta, k, v)
-        bounds.metadata = meta
-        write_bounds(path, bounds)
-        report.written = True
-        log.info("wrote %s: %d benchmark(s) re-centered", path, len(sizes))
+    if rows:
+        store.add_bounds(
+            key,
+            rows,
+            reason="maintenance",
+            by=MAINTENANCE_USER,
+            detail={
+                "query_start": start.isoformat(),
+                "query_end": end.isoformat(),
+                "window_days": window_days,
+                "confidence_level": confidence_level,
+                "min_samples": min_samples,
+                "metric": metric,
+                "samples": {r["benchmark"]: r["sample_size"] for r in rows},
+            },
+        )
+        report.stored = True
+        log.info(
+            "stored re-centered bounds of %d benchmark(s) of %s in the results store "
+            "(the file is not written)",
+            len(rows),
+            key,
+        )
     else:
-        log.info("%s unchanged: no benchmark had %d sample(s) in the window", path, min_samples)
+        log.info("%s unchanged: no benchmark had %d sample(s) in the window", key, min_samples)
     return report
+
+
+def _file_values(file_bounds: Any, name: str) -> dict[str, Any]:
+    """The file's own bounds of ``name``: what a stored row is made over (its baseline)."""
+    b = file_bounds.benchmarks[name]
+    return {
+        "file_lower_bound": b.step_time_lower_bound,
+        "file_upper_bound": b.step_time_upper_bound,
+    }
 
 
 def baseline_points(
@@ -307,7 +338,7 @@ def maintenance_recenter(
             now=now,
         )
         out[rel] = {
-            "written": rep.written,
+            "stored": rep.stored,
             "updated": rep.updated,
             "kept": rep.kept,
             "changes": [c.line() for c in rep.changes],
@@ -396,52 +427,65 @@ def suite_bounds_files(dag_id: str) -> list[Path]:
     return []
 
 
-def recenter_accepted(store: ResultsStore, points: list[dict[str, Any]]) -> list[str]:
+def recenter_accepted(
+    store: ResultsStore,
+    points: list[dict[str, Any]],
+    *,
+    by: str = "accelmatrix",
+    change: dict[str, Any] | None = None,
+    note: str | None = None,
+) -> list[str]:
     """Re-center the bounds of accepted change points' benchmarks onto their new level.
 
     The new center is the median of the points' ``median_after`` per benchmark (one
-    benchmark is shared by the cells of one model); the interval keeps its width, as the
-    torchprime runbook asks of a re-baseline: the noise did not change, the level did.
-    Returns one line per benchmark touched (or why it was not).
+    benchmark is shared by the cells of one model); the interval keeps the width of the
+    bounds in force, as the torchprime runbook asks of a re-baseline: the noise did not
+    change, the level did. Stored as a row per benchmark (reason ``accepted change``,
+    ``by`` the person, ``change`` what was accepted: dag_id and group_id or change_id,
+    ``note`` theirs); the bounds file is never written. Returns one line per benchmark
+    touched (or why it was not).
     """
     import statistics
 
-    del store  # the points carry what is needed; kept for a uniform triage signature
     by_bench: dict[tuple[str, str], list[float]] = {}
     for p in points:
         level = p.get("median_after")
         if p.get("benchmark") and level is not None and math.isfinite(level):
             by_bench.setdefault((p["dag_id"], p["benchmark"]), []).append(float(level))
     lines = []
+    files: dict[Path, Any] = {}
     for (dag_id, bench), levels in sorted(by_bench.items()):
         center = statistics.median(levels)
         touched = False
         for path in suite_bounds_files(dag_id):
-            bounds = load_bounds(path)
-            b = bounds.benchmarks.get(bench)
-            if b is None:
+            if path not in files:
+                files[path] = load_bounds(path)
+            file_bounds = files[path]
+            if bench not in file_bounds.benchmarks:
                 continue
+            key = bounds_key(path)
+            b = apply_stored(file_bounds, store.bounds_in_force(key)).benchmarks[bench]
             lo, hi = b.step_time_lower_bound, b.step_time_upper_bound
             if lo is None or hi is None:
                 lines.append(f"{bench} in {path.name}: kept (no two-sided interval to move)")
                 touched = True
                 continue
             half = (hi - lo) / 2
-            b.step_time_lower_bound = max(0.0, center - half)
-            b.step_time_upper_bound = center + half
-            b.average = center
-            meta = bounds.metadata or BoundsMetadata()
-            meta.recentered_on_accept = {  # type: ignore[attr-defined]
+            new = {
                 "benchmark": bench,
-                "level": center,
-                "at": datetime.now(UTC).isoformat(),
+                "step_time_lower_bound": max(0.0, center - half),
+                "step_time_upper_bound": center + half,
+                "average": center,
+                "confidence_interval": b.confidence_interval,
+                "sample_size": b.sample_size,
+                **_file_values(file_bounds, bench),
             }
-            bounds.metadata = meta
-            write_bounds(path, bounds)
+            detail = {**(change or {}), "dag_id": dag_id, "level": center, "points": len(levels)}
+            store.add_bounds(key, [new], reason="accepted change", by=by, detail=detail, note=note)
             line = (
                 f"{bench} in {path.name}: [{lo:.6g}, {hi:.6g}] -> "
-                f"[{b.step_time_lower_bound:.6g}, {b.step_time_upper_bound:.6g}] "
-                f"(accepted level {center:.6g}, width kept)"
+                f"[{new['step_time_lower_bound']:.6g}, {new['step_time_upper_bound']:.6g}] "
+                f"(accepted level {center:.6g}, width kept; stored, {path.name} unchanged)"
             )
             log.info("bounds %s", line)
             lines.append(line)
@@ -449,3 +493,28 @@ def recenter_accepted(store: ResultsStore, points: list[dict[str, Any]]) -> list
         if not touched:
             lines.append(f"{bench}: no bounds file of {dag_id} holds it")
     return lines
+
+
+def reason_line(row: dict[str, Any]) -> str:
+    """Why a stored row was written, in words: the accepted change or the window."""
+    d = row.get("detail") or {}
+    if row.get("reason") == "accepted change":
+        what = (
+            f"change group {d['group_id']}"
+            if d.get("group_id") is not None
+            else f"change {d['change_id']}"
+            if d.get("change_id") is not None
+            else "a change"
+        )
+        of = f" of {d['dag_id']}" if d.get("dag_id") else ""
+        level = d.get("level")
+        at = f", new level {level:.6g}" if isinstance(level, int | float) else ""
+        return f"accepted {what}{of}{at}"
+    if row.get("reason") == "maintenance":
+        n = (d.get("samples") or {}).get(row.get("benchmark"))
+        start, end = str(d.get("query_start") or "?")[:10], str(d.get("query_end") or "?")[:10]
+        return (
+            f"maintenance: {n if n is not None else '?'} sample(s) from {start} to {end}"
+            f" ({d.get('window_days', '?')} days, confidence {d.get('confidence_level', '?')})"
+        )
+    return str(row.get("reason") or "?")

@@ -4,7 +4,9 @@ The page and the CLI both come here, so a decision has one effect wherever it is
 the state is stored with who and when (``ResultsStore.set_triage``); a group's state
 applies to every change point in it; accepting a change makes its new level the
 baseline, so the bounds of its benchmark are re-centered onto it at once
-(``history.bounds_job.recenter_accepted``) instead of at the next maintenance run.
+(``history.bounds_job.recenter_accepted``) instead of at the next maintenance run: stored
+in the results store with who accepted it, when, the change and the note, never written
+to the bounds file (include/ comes from git).
 Permission checks are the caller's: the page asks Airflow's auth manager for edit access
 to the suite's DAG; the CLI runs with the operator's own database access, like
 ``airflow`` itself.
@@ -69,5 +71,6 @@ def apply_triage(
         from accelmatrix.history.bounds_job import recenter_accepted
 
         points = store.get_change_points(group_id=id) if what == "group" else [row]
-        result.bounds = recenter_accepted(store, points)
+        change = {"group_id": id} if what == "group" else {"change_id": id}
+        result.bounds = recenter_accepted(store, points, by=by, change=change, note=note)
     return result

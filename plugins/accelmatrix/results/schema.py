@@ -472,3 +472,33 @@ reaped = Table(
     Column("at", UtcDateTime, nullable=False, default=utcnow),
     Index("ix_reaped_at", "at"),
 )
+
+# Step-time bounds re-centered by accelmatrix (history.bounds_job): the bounds files under
+# include/ are the initial baseline and are never written (a deployment's include/ comes
+# from git). Append-only: each re-centering adds one row per benchmark; the newest row of a
+# (file, benchmark), by id, is in force while the file still holds the values it was made
+# over (file_lower_bound, file_upper_bound): a file changed since (a merged PR) wins.
+bounds = Table(
+    "bounds",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    # The bounds file, relative to the include dir (posix), as a suite's check names it.
+    Column("file", String(NAME_LEN), nullable=False),
+    Column("benchmark", String(NAME_LEN), nullable=False),
+    Column("step_time_lower_bound", Float(precision=53), nullable=True),
+    Column("step_time_upper_bound", Float(precision=53), nullable=True),
+    Column("average", Float(precision=53), nullable=True),
+    Column("confidence_interval", Float(precision=53), nullable=True),
+    Column("sample_size", Integer, nullable=True),
+    # The file's bounds when the row was written: the baseline it replaces.
+    Column("file_lower_bound", Float(precision=53), nullable=True),
+    Column("file_upper_bound", Float(precision=53), nullable=True),
+    Column("reason", String(LABEL_LEN), nullable=False),  # accepted change | maintenance
+    # Why, in detail: the change (dag_id, group_id or change_id, level) or the window
+    # (query_start, query_end, window_days, confidence_level, min_samples, samples).
+    Column("detail", JsonText, nullable=False, default=lambda: {}),
+    Column("by", String(LABEL_LEN), nullable=False),  # the Airflow user, or the maintenance
+    Column("at", UtcDateTime, nullable=False, default=utcnow),
+    Column("note", Text, nullable=True),
+    Index("ix_bounds_file_benchmark", "file", "benchmark", "id"),
+)

@@ -1,8 +1,9 @@
 """``ResultsStore``: every read and write of accelmatrix's results database, one handle.
 
 The code is split by concern (core.py: engine, locks, migrations, validation; runs.py;
-measurements.py; series.py; history_queries.py; changes.py); this class joins them so
-callers keep one object with the same methods, picklable and cheap to construct.
+measurements.py; series.py; history_queries.py; changes.py; stored_bounds.py); this class
+joins them so callers keep one object with the same methods, picklable and cheap to
+construct.
 """
 
 from __future__ import annotations
@@ -14,12 +15,18 @@ from accelmatrix.results.migrate import is_at_head
 from accelmatrix.results.runs import RunCellStore
 from accelmatrix.results.schema import SCALAR_STEP
 from accelmatrix.results.series import SeriesAlertStore
+from accelmatrix.results.stored_bounds import BoundsStore
 
 __all__ = ["ResultsStore", "SCALAR_STEP"]
 
 
 class ResultsStore(
-    RunCellStore, MeasurementStore, SeriesAlertStore, HistoryQueries, ChangePointStore
+    RunCellStore,
+    MeasurementStore,
+    SeriesAlertStore,
+    HistoryQueries,
+    ChangePointStore,
+    BoundsStore,
 ):
     """Handle on one results database, given by a SQLAlchemy URL (see core.StoreCore).
 

@@ -1,10 +1,11 @@
 """The rule for files a suite names under include/ (bounds and baseline files): they stay inside.
 
 Written once because three readers apply it: suite validation (the text of the path, before
-there is a directory to resolve against), the maintenance job that rewrites bounds files and
-the matrix page that draws them (the resolved path, so a symlink cannot lead out either).
-A suite is reviewed like code, but a ``../../etc/x`` there would still let a DAG read, or the
-re-centering job rewrite, a file the suite's author does not own.
+there is a directory to resolve against), the maintenance job that re-centers the bounds of
+bounds files and the matrix page that draws them (the resolved path, so a symlink cannot
+lead out either). A suite is reviewed like code, but a ``../../etc/x`` there would still
+let a DAG read, or the re-centering job store bounds for, a file the suite's author does
+not own.
 """
 
 from __future__ import annotations

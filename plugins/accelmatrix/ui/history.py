@@ -24,6 +24,12 @@ their cells (samples: ``model=small,build=...,repeat=2``) no row: below the grid
 re-tests section lists them, newest first, each linked to its run and to the change it
 re-tests, whose entry links back to them.
 
+Between the two, the bounds section: per benchmark of the suite's bounds files that
+accelmatrix has re-centered, the bounds in force (the newest row stored in the results
+store), who set them, when and why (an accepted change, linked; the maintenance window),
+and the earlier rows. The bounds files themselves are never written (include/ comes from
+git); ``python -m accelmatrix bounds export FILE`` prints one with the stored bounds.
+
 Read in one query over the cells table (30,720 rows for 1,024 cells x 30 runs) and
 rendered as one string join: bench/bench_page.py times it against the <= 1 s goal.
 """
@@ -58,6 +64,8 @@ MAX_RUNS = 100
 MAX_OTHER_GROUPS = 30
 MAX_CELLS_SHOWN = 4
 MAX_RETESTS = 50  # follow-up runs listed in the re-tests section, newest first
+MAX_BOUNDS_ROWS = 200  # stored bounds rows read per bounds file, newest first
+MAX_EARLIER_BOUNDS = 10  # earlier rows listed per benchmark
 NOTE_MAX = 500  # characters of a triage note
 MARKS = ("new", "broken", "regression", "flaky")
 MARK_TEXT = {
@@ -141,6 +149,25 @@ class RetestRun:
 
 
 @dataclass
+class BoundsEntry:
+    """A benchmark of one of the suite's bounds files whose bounds accelmatrix re-centered."""
+
+    file: str  # relative to the include dir
+    benchmark: str
+    lower: float | None  # in force now
+    upper: float | None
+    file_lower: float | None  # the file's own
+    file_upper: float | None
+    row: dict[str, Any] | None  # the stored row in force; None: the file's values hold
+    rows: list[dict[str, Any]]  # every stored row read, newest first
+
+    @property
+    def superseded(self) -> bool:
+        """The newest stored row no longer holds: the file changed since (a merged PR)."""
+        return self.row is None and bool(self.rows)
+
+
+@dataclass
 class HistoryView:
     dag_id: str
     runs: list[dict[str, Any]]  # oldest first
@@ -149,6 +176,8 @@ class HistoryView:
     changes_hidden: int = 0  # older closed groups not listed
     retests: list[RetestRun] = field(default_factory=list)  # newest first
     retests_hidden: int = 0  # older follow-up runs not listed
+    bounds: list[BoundsEntry] = field(default_factory=list)
+    bounds_files: list[str] = field(default_factory=list)  # the suite's, relative
 
     @property
     def counts(self) -> dict[str, int]:
@@ -195,7 +224,67 @@ def load_history(
     by_group = {e.id: e for e in changes if e.what == "group"}
     for rt in retests:
         rt.group = by_group.get(rt.group_id) if rt.group_id is not None else None
-    return HistoryView(dag_id, runs, ordered, changes, hidden, retests, retests_hidden)
+    view = HistoryView(dag_id, runs, ordered, changes, hidden, retests, retests_hidden)
+    view.bounds, view.bounds_files = load_bounds_entries(store, dag_id)
+    return view
+
+
+def load_bounds_entries(store: ResultsStore, dag_id: str) -> tuple[list[BoundsEntry], list[str]]:
+    """The re-centered benchmarks of the suite's bounds files (file order), and the files.
+
+    A broken suite, an unreadable file or an older store only leaves the section out."""
+    from accelmatrix.evaluation.bounds import bounds_key, load_bounds, row_in_force
+    from accelmatrix.history.bounds_job import suite_bounds_files
+
+    out: list[BoundsEntry] = []
+    keys: list[str] = []
+    try:
+        paths = suite_bounds_files(dag_id)
+    except Exception:  # noqa: BLE001 - no suite file: no bounds section
+        return [], []
+    for path in paths:
+        try:
+            file_bounds = load_bounds(path)
+            key = bounds_key(path)
+            rows = store.get_bounds_history([key], limit=MAX_BOUNDS_ROWS)
+        except Exception:  # noqa: BLE001 - the section never breaks the page
+            log.warning("history: stored bounds of %s not readable", path, exc_info=True)
+            continue
+        keys.append(key)
+        by_bench: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            by_bench.setdefault(r["benchmark"], []).append(r)
+        for name, bench in file_bounds.benchmarks.items():
+            stored = by_bench.get(name)
+            if not stored:
+                continue
+            newest = stored[0]
+            held = newest if row_in_force(bench, newest) else None
+            lo, hi = bench.step_time_lower_bound, bench.step_time_upper_bound
+            if held is not None:
+                lo = (
+                    held["step_time_lower_bound"]
+                    if held["step_time_lower_bound"] is not None
+                    else lo
+                )
+                hi = (
+                    held["step_time_upper_bound"]
+                    if held["step_time_upper_bound"] is not None
+                    else hi
+                )
+            out.append(
+                BoundsEntry(
+                    key,
+                    name,
+                    lo,
+                    hi,
+                    bench.step_time_lower_bound,
+                    bench.step_time_upper_bound,
+                    held,
+                    stored,
+                )
+            )
+    return out, keys
 
 
 def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[dict[str, Any]]:
@@ -442,6 +531,7 @@ def render_history(
         + render_changes(
             view, page_base=page_base, n_runs=n_runs, form_base=form_base, can_edit=can_edit
         )
+        + render_bounds(view)
         + f'<h2>Cells</h2><p class="meta" id="history-meta">{len(view.rows)} cells; '
         f"{esc(counts)}. Oldest build left, newest right (by logical date, then build); "
         f"each square links to that run's cell. Show the last{others} runs.</p>"
@@ -652,6 +742,81 @@ def render_changes(
         + ("" if can_edit else " Setting a state needs edit access to this suite's DAG.")
         + f'</p><table class="changes" id="changes"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _bounds_pair(lo: Any, hi: Any) -> str:
+    return f"[{_num(lo) if lo is not None else '-'}, {_num(hi) if hi is not None else '-'}]"
+
+
+def _bounds_why(row: dict[str, Any], view: HistoryView) -> str:
+    from accelmatrix.history.bounds_job import reason_line
+
+    d = row.get("detail") or {}
+    text = esc(reason_line(row))
+    gid = d.get("group_id")
+    cid = d.get("change_id")
+    if d.get("dag_id") == view.dag_id and (gid is not None or cid is not None):
+        anchor = f"group-{int(gid)}" if gid is not None else f"change-{int(cid)}"
+        text = f'<a class="change-link" href="#{anchor}">{text}</a>'
+    who = f"{esc(row.get('by') or '?')}, {esc(_when(row.get('at'), '%Y-%m-%d %H:%M'))} UTC"
+    note = f'<span class="note">{esc(row["note"])}</span>' if row.get("note") else ""
+    return f'{text}<span class="sub">by {who}</span>{note}'
+
+
+def render_bounds(view: HistoryView) -> str:
+    """The bounds section: per re-centered benchmark of the suite's bounds files, the bounds
+    in force with who, when and why, and the earlier stored rows."""
+    if not view.bounds_files:
+        return ""
+    files = ", ".join(view.bounds_files)
+    meta = (
+        f'<h2 id="bounds">Bounds</h2><p class="meta" id="bounds-meta">Step-time bounds of '
+        f"{esc(files)}. The files are the initial baseline and are never written here; bounds "
+        "re-centered since (an accepted change, the maintenance DAG) are stored in the results "
+        "store, and the newest row is in force. <code>python -m accelmatrix bounds export "
+        "FILE</code> prints a file with them, for a PR."
+    )
+    if not view.bounds:
+        return meta + " No benchmark has been re-centered: the files' values are in force.</p>"
+    rows = []
+    for e in view.bounds:
+        if e.row is not None:
+            force = _bounds_why(e.row, view)
+            earlier = e.rows[1 : 1 + MAX_EARLIER_BOUNDS]
+        else:
+            force = (
+                '<span class="meta">the file\'s values: the file changed since the newest '
+                "stored row (a merged PR wins)</span>"
+            )
+            earlier = e.rows[:MAX_EARLIER_BOUNDS]
+        older = "".join(
+            f"<li>{esc(_bounds_pair(r['step_time_lower_bound'], r['step_time_upper_bound']))} "
+            f"{_bounds_why(r, view)}</li>"
+            for r in earlier
+        )
+        more = len(e.rows) - (1 if e.row is not None else 0) - len(earlier)
+        if more > 0:
+            older += f'<li class="meta">{more} older row(s) not listed</li>'
+        hist = (
+            f'<details><summary>{len(earlier) + max(more, 0)} earlier</summary><ul class="bounds-rows">'
+            f"{older}</ul></details>"
+            if older
+            else '<span class="meta">-</span>'
+        )
+        rows.append(
+            f'<tr class="bounds-entry" data-file="{esc(e.file)}" data-benchmark="{esc(e.benchmark)}"'
+            f' data-source="{"store" if e.row is not None else "file"}">'
+            f'<td>{esc(e.benchmark)}<span class="sub">{esc(e.file)}</span></td>'
+            f'<td class="in-force">{esc(_bounds_pair(e.lower, e.upper))}</td>'
+            f"<td>{esc(_bounds_pair(e.file_lower, e.file_upper))}</td>"
+            f"<td>{force}</td><td>{hist}</td></tr>"
+        )
+    return (
+        meta + "</p>"
+        '<table class="changes bounds" id="bounds-table"><thead><tr><th>benchmark</th>'
+        "<th>in force</th><th>in the file</th><th>set by, when, why</th><th>earlier</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 

@@ -226,7 +226,7 @@ def load_run_view(
         tries=tries,
         stopped_by=stopped_by,
     )
-    trends = _trends(dag_id, hist, verdicts, max_series)
+    trends = _trends(dag_id, hist, verdicts, max_series, store)
     since = until - timedelta(days=window_days)
     trends += tracked_trends(store, dag_id, since, until, max_series, {t.metric for t in trends})
     attach_changes(store, dag_id, trends, since=since)

@@ -3,8 +3,9 @@
 From the perf-check points of the shown window (``_history``, without pandas) and the
 series verdicts (the gate's stored ones for the latest run, else classified here over the
 window, ``_verdicts``), ``_trends`` builds one ``Trend`` per (benchmark, metric): the series
-most urgent first, the bounds band in force at each time, and the bounds in the suite's
-bounds files now (``current_bounds``). Separate from ``accelmatrix.ui.model`` (which builds
+most urgent first, the bounds band in force at each time, and the bounds in force now for
+the suite's bounds files (``current_bounds``: the file with the bounds re-centered since,
+stored in the results store, applied). Separate from ``accelmatrix.ui.model`` (which builds
 a run's grid of cells) because it is its own read of the store, with its own cost (the
 classification needs pandas); ``model.load_run_view`` calls it, and ``ui/trend.py`` draws it.
 """
@@ -340,10 +341,11 @@ def _trends(
     hist: History,
     verdicts: dict[tuple[str, str, str], str],
     max_series: int,
+    store: ResultsStore | None = None,
 ) -> list[Trend]:
     if not hist:
         return []
-    current = current_bounds(dag_id)
+    current = current_bounds(dag_id, store)
     rank = {s: i for i, s in enumerate(STATUS_PRIORITY)}
     charts: dict[tuple[str, str], list[Series]] = {}
     for (bench, metric, cid), pts in hist.items():
@@ -382,14 +384,17 @@ def _median(values: list[float]) -> float:
     return statistics.median(finite) if finite else math.nan
 
 
-def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:
-    """benchmark -> (lower, upper) from the bounds files the suite's perf checks name now.
+def current_bounds(
+    dag_id: str, store: ResultsStore | None = None
+) -> dict[str, tuple[float | None, float | None]]:
+    """benchmark -> (lower, upper) in force now for the bounds files the suite's perf checks
+    name: the file with its stored rows applied (``store``; None: this process's store).
 
     The suite is read by the loader, as the DAG reads it, and its perf checks are the
     ``StepTimeWithinBoundsCheck``s in it. A suite that has since broken (or a file outside
     the include dir) only leaves the lines out: the history is still drawn.
     """
-    from accelmatrix.evaluation.bounds import BoundsError, load_bounds
+    from accelmatrix.evaluation.bounds import BoundsError, load_bounds_in_force
     from accelmatrix.spec.checks.training import StepTimeWithinBoundsCheck
     from accelmatrix.spec.include_paths import include_file
     from accelmatrix.spec.loader import load_suite, resolve_suite
@@ -404,7 +409,11 @@ def current_bounds(dag_id: str) -> dict[str, tuple[float | None, float | None]]:
     for f in sorted(files):
         try:
             p = include_file(include, f)
-            loaded = load_bounds(p)
+            loaded = load_bounds_in_force(
+                p,
+                include_dir=include,
+                stored=None if store is None else store.bounds_in_force,
+            )
         except (BoundsError, ValueError) as e:
             log.warning("matrix page: %s", e)
             continue

@@ -1,0 +1,108 @@
+"""Re-centered step-time bounds: one row per benchmark per re-centering, newest in force.
+
+The bounds files under include/ come from git (a DAG bundle, git-sync) and are never
+written: when accelmatrix re-centers a benchmark's bounds (the maintenance DAG, or a
+person accepting a change) it appends a row here, with who, when and why. Readers overlay
+the newest row of each (file, benchmark) on the file (``evaluation.bounds.apply_stored``);
+``python -m accelmatrix bounds export FILE`` prints the file with them applied, for a PR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.engine import Connection
+
+from accelmatrix.results import schema
+from accelmatrix.results.core import StoreCore
+from accelmatrix.results.schema import bounds, utcnow
+
+__all__ = ["BOUNDS_REASONS", "BOUNDS_ROW_FIELDS", "BoundsStore"]
+
+BOUNDS_REASONS = ("accepted change", "maintenance")
+# What a caller gives per benchmark; file, reason, detail, by, at and note are per call.
+BOUNDS_ROW_FIELDS = (
+    "benchmark",
+    "step_time_lower_bound",
+    "step_time_upper_bound",
+    "average",
+    "confidence_interval",
+    "sample_size",
+    "file_lower_bound",
+    "file_upper_bound",
+)
+
+
+class BoundsStore(StoreCore):
+    """Rows of ``bounds``."""
+
+    def add_bounds(
+        self,
+        file: str,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        reason: str,
+        by: str,
+        detail: Mapping[str, Any] | None = None,
+        note: str | None = None,
+        at: datetime | None = None,
+    ) -> list[int]:
+        """Append one row per benchmark of ``file`` (relative to the include dir), all in
+        one transaction; their ids. The newest row of a (file, benchmark) is in force."""
+        self._check_id("file", file, schema.NAME_LEN)
+        if reason not in BOUNDS_REASONS:
+            raise ValueError(f"reason {reason!r}: allowed {', '.join(BOUNDS_REASONS)}")
+        if not by:
+            raise ValueError("who re-centers the bounds (by) must be named")
+        common = self._coerce(
+            bounds,
+            {"file": file, "reason": reason, "by": by, "at": at or utcnow(), "note": note},
+        )
+        values = []
+        for row in rows:
+            self._reject_unknown("bounds", row, BOUNDS_ROW_FIELDS)
+            self._check_id("benchmark", row.get("benchmark"), schema.NAME_LEN)
+            values.append({**common, **self._coerce(bounds, row), "detail": dict(detail or {})})
+        if not values:
+            return []
+
+        def tx(conn: Connection) -> list[int]:
+            self._lock(conn, "bounds", file)
+            return [
+                int(conn.execute(insert(bounds).values(v)).inserted_primary_key[0]) for v in values
+            ]
+
+        return self._write(tx)
+
+    def bounds_in_force(self, file: str) -> dict[str, dict[str, Any]]:
+        """benchmark -> its newest row of ``file`` (none: the file's values hold)."""
+        b = bounds.c
+        newest = (
+            select(func.max(b.id)).where(b.file == file).group_by(b.benchmark).scalar_subquery()
+        )
+        stmt = select(bounds).where(b.id.in_(newest))
+        with self._reading() as conn:
+            return {r.benchmark: dict(r._mapping) for r in conn.execute(stmt)}
+
+    def get_bounds_history(
+        self,
+        files: Iterable[str] | None = None,
+        *,
+        benchmark: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Stored rows, newest first (of these files, of this benchmark)."""
+        b = bounds.c
+        where = []
+        if files is not None:
+            where.append(b.file.in_(list(files)))
+        if benchmark is not None:
+            where.append(b.benchmark == benchmark)
+        stmt = select(bounds).where(*where).order_by(b.id.desc())
+        if limit is not None:
+            stmt = stmt.limit(int(limit))
+        with self._reading() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
