@@ -197,11 +197,11 @@ def history_trial(rng, step_sigmas, fleet, policy, before=8, after=7, sigma=0.02
             if any(abs(idx - t) <= 1 for t in tested):
                 continue
             tested.append(idx)
-            # The sandwich: the builds around the change, a night more each side when the
-            # detector placed it (history.followup._sandwich); every build in it tested.
-            margin = SANDWICH_MARGIN if idx < night - 1 else 0
-            lo = max(0, idx - 1 - margin)
-            hi = min(night - 1, idx + margin)
+            # The sandwich: the builds around the change, SANDWICH_MARGIN nights more each
+            # side where there are nights (history.followup._sandwich); the confirm judges
+            # its two ends (every build between is tested in the same session).
+            lo = max(0, idx - 1 - SANDWICH_MARGIN)
+            hi = min(night - 1, idx + SANDWICH_MARGIN)
             builds = [f"n{i}" for i in range(lo, hi + 1)]
             levels = {f"n{i}": level_of[i] for i in range(lo, hi + 1)}
             pool = Pool({}, {})
