@@ -195,6 +195,17 @@ def start_confirmations(
             )
             continue
         builds, note = _range(suite, dag_id, good, suspect)
+        plain = (points[0]["prev_runtime_version"], points[0]["runtime_version"])
+        if len(builds) > MAX_SESSION_BUILDS and (good, suspect) != plain and all(plain):
+            # Runs far apart (a weekly suite): the nights of the margin hold a week of
+            # builds each. The builds between the two runs around the change are already
+            # all tested; widening would only add sessions.
+            good, suspect = plain
+            builds, note = _range(suite, dag_id, good, suspect)
+            row = {**row, "good_build": good, "suspect_build": suspect}
+            store.save_confirmation(
+                dag_id, {"good_build": good, "suspect_build": suspect}, id=row["id"]
+            )
         inner = spread(builds[1:-1], MAX_SESSION_BUILDS - 2) if spec.bisect else []
         log.info(
             "re-testing change group %s of %s: %s vs %s (%d builds) on %s%s",
@@ -227,7 +238,7 @@ def start_confirmations(
 # noise: re-testing only the newest night against the one before would call that real step
 # "not reproduced". The session tests every build of the range, so the first build at the
 # new level is found wherever in it the change landed.
-SANDWICH_MARGIN = 2
+SANDWICH_MARGIN = 1
 
 
 def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
