@@ -8,6 +8,8 @@ changepoints  the change points of a series in a CSV file (time,value), or the s
 triage        set the state of a change group or change point (who and when are recorded)
 bounds        export FILE: print a bounds file with the bounds re-centered since (stored in
               the results store) applied, comments kept, for a PR; history FILE: the rows
+compare       SUITE --base BUILD --head BUILD: run both builds on one machine per cell,
+              interleaved, and print their comparison (--json for the JSON)
 """
 
 from __future__ import annotations
@@ -261,6 +263,45 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run a comparison of two builds with ``dag.test()`` (this machine, no scheduler; a
+    deployment triggers the DAG with the same conf block over REST) and print it."""
+    import json
+
+    from accelmatrix.demo import run_suite
+    from accelmatrix.spec.followup import COMPARE_KEY
+    from accelmatrix.spec.loader import SuiteError, load_suite, resolve_suite, suite_id
+    from accelmatrix.spec.params import ParamsError, check_run_conf
+    from accelmatrix.spec.plan import PlanError
+
+    try:
+        path = resolve_suite(args.suite, settings.suites_dir())
+        suite = load_suite(path)
+        dag_id = suite_id(path)
+        params = json.loads(args.params) if args.params else {}
+        if not isinstance(params, dict):
+            return _usage_error(f"--params: expected a JSON object, got {args.params!r}")
+        request = {"base": args.base, "head": args.head, "cells": args.cells or ["*"]}
+        conf = {**params, COMPARE_KEY: {**request, "pairs": args.pairs}}
+        check_run_conf(suite, dag_id, conf, f"{path}: compare")
+    except (SuiteError, ParamsError, PlanError, ValueError) as e:
+        return _usage_error(str(e))
+    state, run_id = run_suite(str(path), conf)
+    report = (
+        settings.artifacts_dir() / settings.safe_name(dag_id) / settings.safe_name(run_id)
+    ) / "compare.json"
+    if not report.is_file():
+        print(f"error: run {run_id} ended {state} without a comparison", file=sys.stderr)
+        return 1
+    data = json.loads(report.read_text())
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print((report.parent / "compare.txt").read_text())
+        print(f"report: {report.with_name('compare.html')}")
+    return 0 if state == "success" else 1
+
+
 def _usage_error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -317,5 +358,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument("--json", action="store_true", help="history: JSON instead of lines")
     b.set_defaults(func=cmd_bounds)
+    k = sub.add_parser(
+        "compare", help="compare two builds of a suite on one machine per cell, interleaved"
+    )
+    k.add_argument("suite", help="a suite name (local_smoke) or file")
+    k.add_argument("--base", required=True, help="the build to compare against")
+    k.add_argument("--head", required=True, help="the build under question")
+    k.add_argument("--cells", nargs="*", help="cell id globs (default: every cell)")
+    k.add_argument("--pairs", type=int, default=10, help="samples of each build a cell (7-200)")
+    k.add_argument("--params", help="JSON object of param values for the runs")
+    k.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    k.set_defaults(func=cmd_compare)
     args = ap.parse_args(argv)
     return args.func(args)

@@ -277,6 +277,9 @@ def _advance_followup(
     from accelmatrix.notifications import dedup as alerts
 
     store = results_store()
+    if followup.kind == "compare":
+        _compare_builds(suite, ref, followup)
+        return
     try:
         row = advance(
             store,
@@ -295,6 +298,26 @@ def _advance_followup(
             alerts.deliver_groups(sinks, store, [group])
     except Exception:  # noqa: BLE001 - like the perf history: never flips the verdict
         log.exception("re-test of %s not advanced", ref.dag_id)
+
+
+def _compare_builds(suite: Any, ref: RunRef, followup: Any) -> None:
+    """A compare run's gate: the two builds compared per cell and metric, logged as a table
+    and written beside the run's report (``compare.json``, ``compare.html``)."""
+    from accelmatrix.evidence import evidence_url
+    from accelmatrix.history.build_compare import compare_run, table, write_report
+
+    try:
+        bc = compare_run(results_store(), suite, ref.dag_id, ref.run_id, followup)
+        run_dir = (
+            settings.artifacts_dir()
+            / settings.safe_name(ref.dag_id)
+            / settings.safe_name(ref.run_id)
+        )
+        _js, page = write_report(bc, run_dir)
+        log.info("build comparison:\n%s", table(bc))
+        log.info("comparison report: %s", evidence_url(ref.dag_id, page))
+    except Exception:  # noqa: BLE001 - like the perf history: never flips the verdict
+        log.exception("builds of %s not compared", ref.dag_id)
 
 
 def _trigger(dag_id: str) -> Any:

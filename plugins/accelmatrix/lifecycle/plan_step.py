@@ -45,7 +45,12 @@ def plan_run(
     machine, interleaved), and it is recorded with run type ``confirm``, ``bisect`` or
     ``compare`` (never a point of the perf series).
     """
-    from accelmatrix.spec.followup import FOLLOWUP_KEY, expand_followup, followup_of
+    from accelmatrix.spec.followup import (
+        FOLLOWUP_KEY,
+        compare_followup,
+        expand_followup,
+        followup_of,
+    )
     from accelmatrix.spec.loader import load_suite
     from accelmatrix.spec.plan import PlanError, expand
 
@@ -56,13 +61,17 @@ def plan_run(
         only = None
     try:
         followup = followup_of(conf) or followup_of(params)
+        if followup is None:  # "compare any two builds": base and head, one machine a cell
+            followup = compare_followup(
+                suite, ref.dag_id, conf, params=user_params, logical_date=logical_date
+            )
         if followup is not None:
             log.info(
-                "%s session %d of re-test %d: builds %s, %d sample(s) each, interleaved on "
+                "%s session %d of re-test %s: builds %s, %d sample(s) each, interleaved on "
                 "one machine per cell: %s",
                 followup.kind,
                 followup.round,
-                followup.confirmation,
+                followup.confirmation or "(on demand)",
                 ", ".join(followup.builds),
                 followup.pairs,
                 ", ".join(followup.cells),

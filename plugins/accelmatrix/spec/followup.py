@@ -35,10 +35,13 @@ from accelmatrix.spec.suite import Suite
 from accelmatrix.spec.suite_parts import Model
 
 __all__ = [
+    "COMPARE_KEY",
     "FOLLOWUP_KEY",
+    "CompareRequest",
     "MAX_SESSION_BUILDS",
     "Followup",
     "base_cell",
+    "compare_followup",
     "expand_followup",
     "followup_of",
     "session_cell_id",
@@ -46,6 +49,8 @@ __all__ = [
 ]
 
 FOLLOWUP_KEY = "accelmatrix_followup"
+# The conf block that asks for a comparison of two builds (REST, the CLI, the page).
+COMPARE_KEY = "accelmatrix_compare"
 # The most builds one session tests: a bisect range up to this long is searched in one
 # session; a longer one is narrowed a session at a time (history.followup).
 MAX_SESSION_BUILDS = 8
@@ -63,7 +68,8 @@ class Followup(Model):
     """The ``accelmatrix_followup`` block of a follow-up run's conf."""
 
     kind: Literal["confirm", "bisect", "compare"]
-    confirmation: Annotated[int, Field(ge=1)]  # results.schema.confirmations.id
+    # results.schema.confirmations.id; None for a comparison asked for on demand.
+    confirmation: Annotated[int, Field(ge=1)] | None = None
     round: Annotated[int, Field(ge=1)]
     cells: Annotated[list[str], Field(min_length=1, max_length=64)]
     # The first is the reference (the last good build, or a compare's base).
@@ -91,6 +97,61 @@ def followup_of(conf: dict[str, Any] | None) -> Followup | None:
     if len(set(fu.builds)) != len(fu.builds):
         raise PlanError(f"conf {FOLLOWUP_KEY}.builds: a build is listed twice: {fu.builds}")
     return fu
+
+
+class CompareRequest(Model):
+    """The ``accelmatrix_compare`` block of a run's conf: "is build ``head`` slower than
+    build ``base`` on these cells?", answered by one session per cell (both builds on one
+    machine, interleaved) and ``history.build_compare``."""
+
+    base: Annotated[str, Field(min_length=1, max_length=250)]
+    head: Annotated[str, Field(min_length=1, max_length=250)]
+    cells: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] = ["*"]
+    pairs: Annotated[int, Field(ge=7, le=200)] = 10
+
+
+def compare_followup(
+    suite: Suite,
+    suite_id: str,
+    conf: dict[str, Any] | None,
+    *,
+    params: dict[str, Any] | None = None,
+    logical_date: datetime | None = None,
+) -> Followup | None:
+    """The session a conf's ``accelmatrix_compare`` block asks for (its cell globs matched
+    against the suite's cells like the ``cells`` param); None when there is no block. A
+    malformed block, equal builds or globs that select nothing are a PlanError naming the
+    field and what is allowed."""
+    raw = (conf or {}).get(COMPARE_KEY)
+    if raw is None:
+        return None
+    try:
+        req = CompareRequest.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise PlanError(f"conf {COMPARE_KEY}.{where}: {first['msg']}") from None
+    if req.base == req.head:
+        raise PlanError(f"conf {COMPARE_KEY}: base and head are the same build ({req.base!r})")
+    plan = expand(
+        suite,
+        suite_id,
+        params=params,
+        only=req.cells,
+        logical_date=logical_date,
+        runtime_version=req.base,
+    )
+    cells = [c.id for c in plan.cells]
+    if not cells:
+        raise PlanError(f"conf {COMPARE_KEY}.cells: {req.cells} selects no cell of {suite_id}")
+    if len(cells) > 64:
+        raise PlanError(
+            f"conf {COMPARE_KEY}.cells: {len(cells)} cells selected; a comparison takes at most "
+            "64 (one machine each): narrow the globs"
+        )
+    return Followup(
+        kind="compare", round=1, cells=cells, builds=[req.base, req.head], pairs=req.pairs
+    )
 
 
 def session_order(n_builds: int, pairs: int) -> list[int]:

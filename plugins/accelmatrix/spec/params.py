@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from accelmatrix.spec.followup import COMPARE_KEY, compare_followup
 from accelmatrix.spec.plan import PlanError, expand
 from accelmatrix.spec.suite import ParamSpec, Suite
 
@@ -93,6 +94,13 @@ def check_run_conf(suite: Suite, dag_id: str, conf: dict[str, Any], source: str)
     this through accelmatrix.ui.trigger_guard, ``plan --params``/``--cells`` through the
     same ``expand``.
     """
+    if COMPARE_KEY in conf:
+        # "Compare two builds": the block names its cells; the rest are param values.
+        rest = {k: v for k, v in conf.items() if k != COMPARE_KEY}
+        check_params(suite, rest, source)
+        user_params = {k: v for k, v in rest.items() if k in suite.params}
+        compare_followup(suite, dag_id, conf, params=user_params)
+        return
     check_params(suite, conf, source)
     only = conf.get("cells") or None
     if only == ["*"]:

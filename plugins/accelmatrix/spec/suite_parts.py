@@ -34,7 +34,7 @@ LABEL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 MACHINE_NAME_RE = r"^[a-z][a-z0-9-]*$"
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CELLS = 1024  # Airflow's [core] max_map_length default
-RESERVED_PARAMS = ("cells", "build", "accelmatrix_followup")
+RESERVED_PARAMS = ("cells", "build", "accelmatrix_followup", "accelmatrix_compare")
 
 Scalar = str | int | float | bool
 
