@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Confirm and bisect on a real Airflow: what the follow-up runs cost against running the
-same cells directly.
+"""Confirm and bisect on a real Airflow: what a re-test session costs against running the
+same samples directly.
 
 One real Airflow (scheduler, dag-processor, triggerer, api-server; SQLite; the
 PreloadedLocalExecutor) started by ``accelmatrix_testkit.AirflowStack`` runs the
@@ -8,13 +8,15 @@ PreloadedLocalExecutor) started by ``accelmatrix_testkit.AirflowStack`` runs the
 Mondays of history are written to the results store first (each from a direct run of the
 workload on its build, as its nightly would have measured it), then one run of the 9th
 Monday is triggered with a 5 % regression landing in the Thursday build before it. Its
-gate sees the newest point stand out and starts the re-test; the confirm run and the
-bisect runs follow, each an ordinary run of the suite.
+gate sees the newest point stand out and starts the re-test: one session run of the
+suite, one machine for the suspect cell, the two Mondays and the six days between
+interleaved on it.
 
 Printed: the time from the end of the gate that saw the candidate to the end of the last
-follow-up run (the culprit stored), and the time to run the same cells directly, one after
+session run (the culprit stored), and the time to run the same samples directly, one after
 another, with the same builds and arguments (``subprocess``, no Airflow), and their ratio
-(the issue's goal: <= 1.5x). Prints figures; it is not a test.
+(goal: <= 1.5x); and the machines provisioned (goal: one per suspect cell). Prints
+figures; it is not a test.
 
     .venv/bin/python bench/bench_followup.py [--step-ms 100] [--parallelism 4] [--keep]
 """
@@ -36,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT / "tests"))  # the test kit: accelmatrix_testkit
 
+from accelmatrix import settings  # noqa: E402
+from accelmatrix.backends.interleave import MARK  # noqa: E402
 from accelmatrix_testkit import AirflowStack  # noqa: E402
 
 DAG = "weekly_perf"
@@ -162,19 +166,29 @@ def main() -> int:
             ends = [ts(by_id[r]["end_date"]) for r in retest["run_ids"]]
             t_airflow = max(ends) - ts(gate["end_date"])
             cells = [c["cell_id"] for r in retest["run_ids"] for c in store.get_cells(DAG, r)]
+            # Every sample the sessions ran, in their order (the session logs' markers).
+            samples = []
+            for r in retest["run_ids"]:
+                for cid in (c["cell_id"] for c in store.get_cells(DAG, r)):
+                    log = (
+                        home / "accelmatrix" / "artifacts" / settings.safe_name(DAG)
+                        / settings.safe_name(r) / settings.safe_name(cid) / "output.log"
+                    )  # fmt: skip
+                    for line in log.read_text().splitlines():
+                        if line.startswith(MARK) and '"begin"' in line:
+                            samples.append(json.loads(line[len(MARK) :])["build"])
             store.close()
         t = time.perf_counter()
-        for cid in cells:
-            build = re.search(r",build=([^,]+),repeat=", cid).group(1)
+        for build in samples:
             run_direct(build, slow, a.step_ms)
         t_direct = time.perf_counter() - t
         print(
             f"re-test: {retest['state']}, culprit {retest['culprit']} (slow from {slow}), "
-            f"{len(retest['run_ids'])} follow-up runs, {len(cells)} cells of "
-            f"{5 * a.step_ms / 1000:.2f} s"
+            f"{len(retest['run_ids'])} session run(s), {len(cells)} machine(s) provisioned for "
+            f"1 suspect cell, {len(samples)} samples of {5 * a.step_ms / 1000:.2f} s"
         )
         print(
-            f"gate end -> culprit stored: {t_airflow:.0f} s on Airflow; the same cells run "
+            f"gate end -> culprit stored: {t_airflow:.0f} s on Airflow; the same samples run "
             f"directly one after another: {t_direct:.0f} s; ratio {t_airflow / t_direct:.2f} "
             f"(goal <= 1.5: {'met' if t_airflow / t_direct <= 1.5 else 'NOT met'})"
         )

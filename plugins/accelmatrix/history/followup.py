@@ -79,6 +79,8 @@ __all__ = [
 
 CONFIRMING, BISECTING = "confirming", "bisecting"
 FAILED, REFUSED = "failed", "refused"
+# A group whose change an earlier re-test already covers: it is answered by that one.
+DUPLICATE = "duplicate"
 ACTIVE_STATES = (CONFIRMING, BISECTING)
 # Undecided at the cap is not among them: the re-runs neither reproduced the change nor ruled
 # it out, which is no reason to page anyone (the group stays open on the history page, with
@@ -122,7 +124,8 @@ def start_confirmations(
     spec = suite.history.confirm
     if not spec.enabled:
         return []
-    have = {c["group_id"] for c in store.get_confirmations(dag_id)}
+    earlier = store.get_confirmations(dag_id)
+    have = {c["group_id"] for c in earlier}
     started: list[dict[str, Any]] = []
     nights: list[dict[str, Any]] | None = None
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
@@ -160,6 +163,22 @@ def start_confirmations(
                     "claimed": abs(p["change"] or 0.0),
                 }
             )
+        if (same := _same_cause(earlier, points)) is not None:
+            # The detector placed again a change a re-test already covers (a suspect night
+            # that the detector reports nights later, a night off): one cause, one re-test,
+            # one page. The group shows which re-test answers for it.
+            row = store.start_confirmation(
+                dag_id,
+                g["id"],
+                {"state": DUPLICATE, "targets": targets, "culprit": same.get("culprit"),
+                 "last_good": same.get("last_good"), "good_build": same.get("good_build"),
+                 "suspect_build": same.get("suspect_build"),
+                 "reason": f"the same change as re-test {same['id']} of group "
+                 f"{same['group_id']} ({same['state']}): no second re-test"},
+            )  # fmt: skip
+            if row is not None:
+                started.append(row)
+            continue
         if nights is None:
             nights = _nights(store, dag_id)
         good, suspect = _sandwich(nights, points[0])
@@ -278,6 +297,23 @@ def _range(suite: Any, dag_id: str, good: str, suspect: str) -> tuple[list[str],
         )
     except BuildsError as e:
         return [good, suspect], f"the builds between are not tested: {e}"
+
+
+def _same_cause(
+    earlier: list[dict[str, Any]], points: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The earlier re-test (in flight, or one that found the change real) whose builds hold
+    the build of one of ``points``, on one of its cells; None when there is none."""
+    for c in earlier:
+        if c["state"] not in (*ACTIVE_STATES, CONFIRMED, FOUND, AMBIGUOUS):
+            continue
+        cells = {t["cell_id"] for t in c["targets"] or []}
+        builds = set(c["builds"] or [c.get("good_build"), c.get("suspect_build")])
+        builds.discard(c.get("good_build"))  # the last good build is before the change
+        for p in points:
+            if p["cell_id"] in cells and p["runtime_version"] in builds:
+                return c
+    return None
 
 
 def _per_sample(suite: Any, metric: str) -> bool:
