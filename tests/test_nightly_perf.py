@@ -223,7 +223,12 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
                 assert store.bounds_in_force("bounds/nightly_perf_bounds.yaml") == {}
 
                 found = [r for r in retests if r["state"] in ("confirmed", "found")]
-                assert len(found) == 1, retests
+                assert len(found) == 1, [
+                    (r["id"], r["group_id"], r["state"], r["good_build"], r["suspect_build"],
+                     r["culprit"], r["builds"], r["reason"], r["created_at"])
+                    for r in retests
+                ] + [(p["id"], p["group_id"], p["runtime_version"], p["position"], p["n_after"],
+                      p["change"]) for p in store.get_change_points("nightly_perf")]  # fmt: skip
                 (retest,) = found
                 group = store.get_change_group(retest["group_id"])
                 points = store.get_change_points("nightly_perf", group_id=group["id"])

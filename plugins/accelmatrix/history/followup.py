@@ -163,7 +163,7 @@ def start_confirmations(
                     "claimed": abs(p["change"] or 0.0),
                 }
             )
-        if (same := _same_cause(earlier, points)) is not None:
+        if (same := _same_cause(store, earlier, points)) is not None:
             # The detector placed again a change a re-test already covers (a suspect night
             # that the detector reports nights later, a night off): one cause, one re-test,
             # one page. The group shows which re-test answers for it.
@@ -300,10 +300,13 @@ def _range(suite: Any, dag_id: str, good: str, suspect: str) -> tuple[list[str],
 
 
 def _same_cause(
-    earlier: list[dict[str, Any]], points: list[dict[str, Any]]
+    store: ResultsStore, earlier: list[dict[str, Any]], points: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
-    """The earlier re-test (in flight, or one that found the change real) whose builds hold
-    the build of one of ``points``, on one of its cells; None when there is none."""
+    """The earlier re-test that already answers for one of ``points``, or None: one in
+    flight or found real, on the same cell, whose builds hold the point's build; or one
+    found real on the same series whose new level the point sits at (a newest night judged
+    against nights on both sides of that step stands out by the step itself, not by a
+    second change: its level after is within half the found change of the earlier one)."""
     for c in earlier:
         if c["state"] not in (*ACTIVE_STATES, CONFIRMED, FOUND, AMBIGUOUS):
             continue
@@ -313,6 +316,19 @@ def _same_cause(
         for p in points:
             if p["cell_id"] in cells and p["runtime_version"] in builds:
                 return c
+        if c["state"] in ACTIVE_STATES:
+            continue
+        for t in c["targets"] or []:
+            (old,) = store.get_change_points(ids=[t["change_id"]]) or [None]
+            if old is None or not old["median_after"] or not old["change"]:
+                continue
+            for p in points:
+                if (p["cell_id"], p["metric"]) != (t["cell_id"], t["metric"]):
+                    continue
+                if p["median_after"] is None:
+                    continue
+                if abs(p["median_after"] / old["median_after"] - 1) < abs(old["change"]) / 2:
+                    return c
     return None
 
 
