@@ -54,7 +54,7 @@ from accelmatrix.history.changepoints import DEFAULT, detect_many  # noqa: E402
 from accelmatrix.history.changes import candidates_detector  # noqa: E402
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, compare, level  # noqa: E402
 from accelmatrix.history.confirm import Policy, newest_point_suspect  # noqa: E402
-from accelmatrix.history.followup import SANDWICH_MARGIN  # noqa: E402
+from accelmatrix.history.followup import SANDWICH_AFTER, SANDWICH_BEFORE  # noqa: E402
 from accelmatrix.spec.followup import MAX_SESSION_BUILDS, session_order  # noqa: E402
 
 
@@ -176,7 +176,9 @@ def candidates(x: np.ndarray) -> list[tuple[int, float]]:
         if cp.change > 0 and not any(abs(cp.index - s.index) <= 1 for s in strict):
             out.append((cp.index, abs(cp.change)))
     if not any(i >= len(x) - 3 for i, _ in out):
-        hit = newest_point_suspect(x)
+        # Against the level since the last change the detector reports (history.changes).
+        since = max((cp.index for cp in strict), default=0)
+        hit = newest_point_suspect(x[since:])
         if hit is not None:
             out.append((len(x) - 1, hit[0]))
     return out
@@ -197,11 +199,11 @@ def history_trial(rng, step_sigmas, fleet, policy, before=8, after=7, sigma=0.02
             if any(abs(idx - t) <= 1 for t in tested):
                 continue
             tested.append(idx)
-            # The sandwich: the builds around the change, SANDWICH_MARGIN nights more each
-            # side where there are nights (history.followup._sandwich); the confirm judges
+            # The sandwich: the builds around the change, SANDWICH_BEFORE / _AFTER nights
+            # more where there are nights (history.followup._sandwich); the confirm judges
             # its two ends (every build between is tested in the same session).
-            lo = max(0, idx - 1 - SANDWICH_MARGIN)
-            hi = min(night - 1, idx + SANDWICH_MARGIN)
+            lo = max(0, idx - 1 - SANDWICH_BEFORE)
+            hi = min(night - 1, idx + SANDWICH_AFTER)
             builds = [f"n{i}" for i in range(lo, hi + 1)]
             levels = {f"n{i}": level_of[i] for i in range(lo, hi + 1)}
             pool = Pool({}, {})

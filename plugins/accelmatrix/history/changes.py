@@ -154,10 +154,17 @@ def find_changes(
         )
         found = list(found)
         hib = higher_is_better(metric[a])
+        reported = [cp.index for cp in found]
         if suspects:
             found.extend(_weak_regressions(weak, found, hib))
         if suspects and not any(cp.index >= b - a - SUSPECT_TAIL for cp in found):
-            found.extend(_suspect(values[a:b], hib))
+            # The newest point is judged against the level since the last change the
+            # detector reports: against nights on both sides of an earlier step, a night at
+            # the new level stands out by that step, not by a change of its own.
+            since = max(reported, default=0)
+            found.extend(
+                replace(cp, index=cp.index + since) for cp in _suspect(values[a + since : b], hib)
+            )
         for cp in found:
             at = a + cp.index
             rising = cp.after.median > cp.before.median

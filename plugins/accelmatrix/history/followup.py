@@ -251,13 +251,14 @@ def start_confirmations(
     return started
 
 
-# The builds around a change are widened by this many nights each side (after it: only
+# The builds around a change are widened by this many nights before it and after it (only
 # nights that exist). A step's position is uncertain by a night or two, and a newest point
-# that stands out may be the second night of a step whose first night stayed inside the
+# that stands out may be the third night of a step whose first nights stayed inside the
 # noise: re-testing only the newest night against the one before would call that real step
 # "not reproduced". The session tests every build of the range, so the first build at the
 # new level is found wherever in it the change landed.
-SANDWICH_MARGIN = 1
+SANDWICH_BEFORE = 2
+SANDWICH_AFTER = 1
 
 
 def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
@@ -267,14 +268,14 @@ def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
 
 def _sandwich(nights: list[dict[str, Any]], p: dict[str, Any]) -> tuple[str | None, str | None]:
     """(last good build, suspect build) to re-test for change point ``p``: the builds around
-    it, widened by SANDWICH_MARGIN nights each side where there are nights."""
+    it, widened by SANDWICH_BEFORE / SANDWICH_AFTER nights where there are nights."""
     good, suspect = p["prev_runtime_version"], p["runtime_version"]
     ids = [r["run_id"] for r in nights]
     if p["run_id"] not in ids:
         return good, suspect
     first = ids.index(p["run_id"])
-    lo = max(0, first - 1 - SANDWICH_MARGIN)
-    hi = min(len(nights) - 1, first + SANDWICH_MARGIN, first + max(0, p["n_after"] - 1))
+    lo = max(0, first - 1 - SANDWICH_BEFORE)
+    hi = min(len(nights) - 1, first + SANDWICH_AFTER, first + max(0, p["n_after"] - 1))
     return (
         nights[lo].get("runtime_version") or good,
         nights[hi].get("runtime_version") or suspect,
