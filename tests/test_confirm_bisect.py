@@ -265,8 +265,9 @@ def test_the_driver_runs_the_builds_interleaved_and_the_reader_pairs_them(tmp_pa
     assert [s.build for s in session.samples] == [builds[k] for k in session_order(2, 3)]
     pairs = pairs_of(session.samples, builds[0], builds[1], "step_time")
     assert len(pairs) == 3
-    # slow_from 03-07: the second build is about 5 % slower in every pair.
-    assert all(1.02 < b / a < 1.09 for a, b in pairs), pairs
+    # slow_from 03-07: the second build is 5 % slower, times the two builds' own levels
+    # (1 % build-to-build noise drawn from their names: about -2.5 % for these two).
+    assert all(1.005 < b / a < 1.08 for a, b in pairs), pairs
 
 
 def test_a_failed_or_cut_short_sample_is_no_sample(tmp_path) -> None:

@@ -263,7 +263,7 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     assert retest["culprit"] == f"nightly-{slow.isoformat()}", retest
     assert retest["last_good"] == f"nightly-{days[7].isoformat()}", retest
     # One session: one machine for the suspect cell, every build of the range on it.
-    assert len(retest["run_ids"]) >= 1 and retest["cost"] is not None
+    assert len(retest["run_ids"]) >= 1 and retest["cost"] > 0
     verdicts = {s["build"]: s["verdict"] for s in retest["steps"]}
     assert verdicts[f"nightly-{slow.isoformat()}"] == "bad", retest["steps"]
     cp = max(points, key=lambda p: abs(p["effect"] or 0))

@@ -39,6 +39,7 @@ starts one run.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -446,8 +447,8 @@ def advance(
             row["run_id"],
         )
         return row
-    cost = (row["cost"] or 0.0) + sum(
-        c["cost"] for c in store.get_cells(dag_id, run_id) if c.get("cost") is not None
+    cost = _finite(row["cost"]) + sum(
+        _finite(c.get("cost")) for c in store.get_cells(dag_id, run_id)
     )
     samples, problems = _read_session(suite, dag_id, run_id, fu, row["targets"])
     pooled = {k: list(v) for k, v in (row["samples"] or {}).items()}
@@ -690,6 +691,11 @@ def _after_search(
 
 
 # -- pieces ------------------------------------------------------------------------------
+
+
+def _finite(v: Any) -> float:
+    """A cost as a number: none recorded (None, or NaN as the store reads it back) is 0."""
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) else 0.0
 
 
 def _verdict(lv: str) -> str:
