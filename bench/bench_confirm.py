@@ -81,10 +81,6 @@ class Pool:
         p = self.pairs(ref, build)
         return compare(self.values.get(ref, []), self.values.get(build, []), p, seed=len(p))
 
-    def judge(self, ref: str, build: str, claimed: float) -> tuple[str, int]:
-        c = self.comparison(ref, build)
-        return level(c, claimed=claimed), c.pairs
-
 
 def session(
     rng: np.random.Generator,
@@ -118,7 +114,8 @@ def confirm_trial(rng, change, claimed, fleet, policy, paired, build_noise=False
     n = 0
     while n + policy.pairs <= policy.max_pairs:
         session(rng, pool, ["g", "s"], levels, policy.pairs, fleet, paired)
-        lv, n = pool.judge("g", "s", claimed)
+        c = pool.comparison("g", "s")
+        lv, n = level(c, claimed=claimed, line=policy.confirm_line(claimed)), c.pairs
         if lv == NEW_LEVEL:
             return "confirmed", n
         if lv == OLD_LEVEL:
@@ -142,7 +139,8 @@ def bisect_trial(rng, change, fleet, policy, paired, n_builds=8):
     found: dict[str, str] = {}
     while True:
         session(rng, pool, session_builds, levels, policy.pairs, fleet, paired)
-        lv, _ = pool.judge(ref, sus, change)
+        c = pool.comparison(ref, sus)
+        lv = level(c, claimed=change, line=policy.confirm_line(change))
         if lv != NEW_LEVEL:
             if lv == OLD_LEVEL or len(pool.pairs(ref, sus)) + policy.pairs > policy.max_pairs:
                 return None, culprit, pool.sessions, len(pool.pairs(ref, sus))
