@@ -301,3 +301,24 @@ def test_chromium_editor_triages_from_the_navigation_view(site: Site, tmp_path) 
         )
     finally:
         driver.quit()
+
+
+def test_compare_form_goes_through_airflows_trigger_api_as_the_user(site: Site) -> None:
+    """The history page's "compare two builds" form: only an editor sees and may post it,
+    from this site only; the run is asked of Airflow's own REST API with the user's token
+    (here the planted suite has no DAG in this api-server, so Airflow's 404 comes back as
+    the refusal, naming it: nothing is started behind Airflow's back)."""
+    route = f"/accelmatrix/suites/{DAG}/compare"
+    page = f"/accelmatrix/suites/{DAG}/history"
+    fields = {"base": "nightly-2026-03-01", "head": "nightly-2026-03-02", "pairs": "8"}
+    with httpx.Client(base_url=site.base, timeout=60) as c:
+        editor = c.get(page, headers={"Cookie": f"_token={site.tokens['editor']}"}).text
+        viewer = c.get(page, headers={"Cookie": f"_token={site.tokens['viewer']}"}).text
+        assert 'id="compare"' in editor and f'action="/accelmatrix{route[12:]}"' in editor
+        assert 'id="compare"' not in viewer
+        assert _post(c, site, route, fields, user="viewer").status_code == 403
+        assert _post(c, site, route, fields, origin="https://evil.example").status_code == 403
+        missing = _post(c, site, route, {"base": "x"})
+        assert missing.status_code == 400 and "base and head" in missing.text
+        r = _post(c, site, route, fields)
+        assert r.status_code == 404 and "the comparison was refused" in r.text, r.text

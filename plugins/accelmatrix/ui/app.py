@@ -349,6 +349,47 @@ def create_app() -> FastAPI:
             )
         )
 
+    @app.post("/suites/{dag_id}/compare")
+    async def compare_builds(request: Request, dag_id: str, user: User) -> Response:
+        """Start a comparison of two builds (the history page's form): edit access to the
+        DAG, same-origin only, a run triggered through Airflow's REST API as the user, with
+        the conf block ``accelmatrix_compare`` (the trigger guard checks it); then the new
+        run's page."""
+        from starlette.concurrency import run_in_threadpool
+
+        from accelmatrix.ui import compare_trigger, rerun
+
+        require(user, dag_id)
+        if not may_edit(user, dag_id):
+            raise HTTPException(status_code=403, detail="comparing builds needs edit access")
+        from airflow.configuration import conf
+
+        try:
+            rerun.check_same_origin(
+                request.headers, request.url.scheme, conf.get("api", "base_url", fallback="")
+            )
+            form = await request.form()
+            block = compare_trigger.request_of(
+                {k: str(v) for k, v in form.items() if k in ("base", "head", "cells", "pairs")}
+            )
+            ui_base, app_base = _bases(request)
+            host, port = request.scope.get("server") or ("127.0.0.1", 8080)
+            run_id = await run_in_threadpool(
+                lambda: compare_trigger.trigger(
+                    server=f"{request.url.scheme}://{host}:{port}",
+                    ui_base=ui_base,
+                    dag_id=dag_id,
+                    block=block,
+                    user=user,
+                )
+            )
+        except rerun.Refused as e:
+            raise HTTPException(status_code=e.status, detail=e.reason) from None
+        return RedirectResponse(
+            f"{app_base}/suites/{quote(dag_id, safe='')}?run_id={quote(run_id, safe=':')}",
+            status_code=303,
+        )
+
     @app.post("/suites/{dag_id}/changes/{what}/{change_id}/triage")
     def triage(
         request: Request,

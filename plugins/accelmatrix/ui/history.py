@@ -538,7 +538,29 @@ def render_history(
         f'<ul class="legend">{legend}</ul>'
         f'<div class="gridwrap"><table class="history" id="history"><thead><tr>'
         f'<th class="corner">cell</th><th>marks</th><th class="sq">{heads}</th></tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div>" + render_retests(view, page_base=page_base)
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+        + render_retests(view, page_base=page_base)
+        + (render_compare_form(view, form_base) if can_edit and form_base is not None else "")
+    )
+
+
+def render_compare_form(view: HistoryView, form_base: str) -> str:
+    """ "Compare two builds" (edit access): base and head default to the two newest builds
+    of the suite's runs; the form starts a compare run (``history.build_compare``)."""
+    builds = [r.get("runtime_version") for r in view.runs if r.get("runtime_version")]
+    head = builds[-1] if builds else ""
+    base = builds[-2] if len(builds) > 1 else ""
+    action = f"{form_base}/suites/{q(view.dag_id)}/compare"
+    return (
+        '<h2 id="compare">Compare two builds</h2><p class="meta">Both builds run on one '
+        "machine per cell, interleaved (A B B A); the run's report gets the comparison: "
+        "medians, the change with its 95 % interval, p, Cliff's delta, the verdict and the "
+        f'cost.</p><form method="post" class="compare" action="{esc(action)}">'
+        f'<label>base <input name="base" required value="{esc(base)}"></label> '
+        f'<label>head <input name="head" required value="{esc(head)}"></label> '
+        '<label>cells <input name="cells" value="*" title="cell id globs, comma-separated">'
+        '</label> <label>pairs <input name="pairs" type="number" min="7" max="200" '
+        'value="10"></label> <button type="submit">compare</button></form>'
     )
 
 
