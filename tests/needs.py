@@ -67,7 +67,7 @@ def tool(group: str, name: str) -> str:
     """The path of the command ``name`` on PATH; ``missing(group)`` when there is none."""
     path = shutil.which(name)
     if path is None:
-        missing(group, f"{name} is not on PATH: install it ({GROUPS[group][1]})")
+        missing(group, f"{name} is not on PATH")
     return path
 
 
