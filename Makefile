@@ -1,6 +1,7 @@
 # accelmatrix: two commands on a fresh machine.
 #   make demo   set up everything and run every example suite of the local backend end to end
 #   make test   run the test suite
+#   make check  lint and every test that needs no server: the edit loop's quick answer
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
@@ -13,7 +14,7 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export ACCELMATRIX_HOME ?= $(AIRFLOW_HOME)/accelmatrix
 export PATH := $(BIN):$(PATH)
 
-.PHONY: venv demo test reliability lint format bench standalone clean
+.PHONY: venv demo test check reliability lint format bench standalone clean
 
 venv: $(VENV)/.installed
 
@@ -60,6 +61,15 @@ TEST_WORKERS ?= 2
 test: venv
 	.ci/test-deps
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# Lint, then every test that needs no server (no sshd, PostgreSQL, Redis, Chromium, cloud
+# emulator, gcloud, kubectl, Airflow metadata DB or scheduler: tests/conftest.py marks the
+# others `server` from the fixtures they use). No .ci/test-deps: nothing here needs a
+# package beyond the venv. The tests are spread one by one over the workers (no
+# --dist loadfile: few of them share a module fixture). `make test` runs these too.
+CHECK_WORKERS ?= 2
+check: lint
+	$(BIN)/pytest -q -n $(CHECK_WORKERS) -m "not server and not reliability and not loop"
 
 # The fault-injection matrix on a real Airflow (every backend, ~30 min here): prints the
 # faults x backends table (README "Reliability") and writes it to reliability-table.md;

@@ -58,6 +58,67 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     summary(terminalreporter, exitstatus, config)
 
 
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Under CI=true a run that skipped a test fails (needs.py)."""
+    from needs import pytest_sessionfinish as finish
+
+    finish(session, exitstatus)
+
+
+@pytest.fixture(scope="session")
+def needs_gcloud() -> str:
+    """The real gcloud CLI (the TPU tests drive it against the Cloud TPU emulator)."""
+    from needs import tool
+
+    return tool("gcloud", "gcloud")
+
+
+@pytest.fixture(scope="session")
+def needs_kubectl() -> str:
+    """The real kubectl (pointed at the Kubernetes emulator)."""
+    from needs import tool
+
+    return tool("kubectl", "kubectl")
+
+
+# -- marked by what they need --------------------------------------------------------------
+# `server`: the test needs a server or a real Airflow: the loopback sshd, PostgreSQL/Redis,
+# headless Chromium, the Cloud TPU or Kubernetes emulator, the real gcloud or kubectl, an
+# Airflow metadata DB (airflow_db, dag.test) or scheduler (AirflowStack). `make check` runs
+# the others (`-m "not server"`, about a minute here); `make test` runs them all. A test
+# gets the mark from its own `server` or `integration` mark (pyproject), or from using one
+# of these fixtures (tests/conftest.py, sshd.py, tpu_env.py, celery_services.py and the
+# modules' own server fixtures), so a new test that takes one is marked without a word.
+SERVER_FIXTURES = frozenset(
+    {
+        "airflow_db",  # Airflow's metadata DB, migrated
+        "sshd_server",  # tests/sshd.py: the loopback OpenSSH server
+        "server",  # tpu_env.py, test_ssh_backend.py, test_security.py: that sshd
+        "emulator",  # the Cloud TPU emulator (tpu_env.py, test_tpu_hook.py)
+        "emu",
+        "gcloud_env",
+        "cluster",  # the Kubernetes emulator with its kubelet (k8s tests)
+        "postgres",  # celery_services.py
+        "redis",
+        "results_postgres",
+        "needs_gcloud",
+        "needs_kubectl",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")
+def pytest_mark_by_need(session, config, items) -> None:  # noqa: ARG001
+    """Add the `server` mark before `-m` selects (tryfirst: before pytest's own deselection)."""
+    for item in items:
+        if item.get_closest_marker("server"):
+            continue
+        if item.get_closest_marker("integration") or SERVER_FIXTURES & set(
+            getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.server)
+
+
 # -- long files first ----------------------------------------------------------------------
 # `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder`: xdist hands out
 # whole files in the order the workers collected them, and a worker takes its next file

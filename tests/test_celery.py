@@ -169,12 +169,11 @@ def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
         (ti["task_id"], ti["rendered_map_index"] or ti["map_index"]): ti["state"] for ti in tis
     }
     summary = "\n".join(f"{k}: {v}" for k, v in sorted(states.items(), key=str))
+    # Airflow 3.3.2's defer/resume race (see tests/test_real_scheduler.py): named, never
+    # tolerated.
+    summary += f"\nscheduler's stale-success failures (defer/resume race): {sorted(raced)}"
 
     def expect(ti: dict, state: str) -> None:
-        # Airflow 3.3.2's defer/resume race (see tests/test_real_scheduler.py): tolerated only
-        # where the scheduler logged exactly that for this task instance.
-        if ti["state"] == "failed" and ti["id"] in raced:
-            return
         assert ti["state"] == state, f"{ti['task_id']} {ti['rendered_map_index']}\n{summary}"
 
     assert state == "failed", summary  # the diverge cell fails its checks by design
@@ -231,5 +230,4 @@ def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
     assert not {"passed", "failed"} & set(others.values()), others
     assert cells[BAD]["state"] == "failed", cells[BAD]
     assert cells[GOOD]["resource_held_seconds"] is not None
-    if not raced:
-        assert cells[GOOD]["state"] == "passed", cells[GOOD]
+    assert cells[GOOD]["state"] == "passed", (cells[GOOD], summary)

@@ -122,7 +122,8 @@ def test_segmentation_agrees_with_ruptures_pelt() -> None:
     """Before the merge rules, the segmentation is the exact optimum of squared error plus
     a penalty per change: ruptures' PELT (model l2) must find the same change points on
     the same standardised, cleaned series."""
-    ruptures = pytest.importorskip("ruptures")
+    import ruptures  # requirements-dev.txt
+
     from accelmatrix.history import changepoints as cpm
 
     rng = np.random.default_rng(4)

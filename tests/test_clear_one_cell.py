@@ -143,14 +143,15 @@ def test_clearing_one_failed_cell_reruns_only_that_cell(tmp_path):
         }
     assert stack.leftovers == []
     summary = "\n".join(f"{k}: {v['state']} try {v['try_number']}" for k, v in after.items())
+    # Airflow 3.3.2's defer/resume race (tests/test_real_scheduler.py): named, never tolerated.
+    summary += f"\nscheduler's stale-success failures (defer/resume race): {sorted(raced)}"
 
     # The cleared cell: provisioned again (one new machine), ran, passed, torn down.
     assert after[("provision", "x=b")]["state"] == "success", summary
     assert after[("provision", "x=b")]["try_number"] == 2, summary
     assert after[("teardown", "x=b")]["state"] == "success", summary
-    if after[("run", "x=b")]["id"] not in raced:
-        assert after[("run", "x=b")]["state"] == "success", summary
-        assert state == "success", summary
+    assert after[("run", "x=b")]["state"] == "success", summary
+    assert state == "success", summary
     # Clearing run (with downstream) does not clear setup, upstream of it; the new machine
     # is set up by provision itself, or the run would exit 4.
     assert "provisioning again: this cell's run, collect will run" in logs["x=b"], logs["x=b"]

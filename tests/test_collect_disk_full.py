@@ -1,7 +1,7 @@
 """A full artifacts disk fails collect as infrastructure, clearly, and keeps what it can.
 
 The cell's artifacts dir is a 256 KiB tmpfs (a real size-limited filesystem: mount needs
-root, the test skips without it); the workload prints three metric lines and leaves a 1 MiB
+root, the test skips in the group "tmpfs" of tests/needs.py without it); the workload prints three metric lines and leaves a 1 MiB
 artifact. Found by the fault matrix ("artifacts disk full"): collect failed with a bare
 ``OSError: [Errno 28] No space left on device`` (no path) as ``collect_failed``, and stored
 none of the metric rows of the log it already had.
@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from needs import missing
 from test_step_failures import _evaluate, _run
 
 from accelmatrix import lifecycle
@@ -47,7 +48,7 @@ def test_a_full_artifacts_disk_fails_collect_as_infrastructure_and_keeps_the_row
     art = ref.artifacts(cell.id)
     why = mount_tmpfs(art, "256k")
     if why is not None:
-        pytest.skip(f"cannot mount a tmpfs (root needed): {why}")
+        missing("tmpfs", f"cannot mount a 256 KiB tmpfs on {art} (root needed): {why}")
     try:
         resource = _run(cell, ref)
         with pytest.raises((OSError, RuntimeError)) as err:  # before the fix: OSError

@@ -24,7 +24,8 @@ import yaml
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.tpu_emulator import TpuEmulator
 
-pytestmark = pytest.mark.integration
+# The real gcloud (needs.py group "gcloud") drives the emulator.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("needs_gcloud")]
 pytest_plugins = ["tpu_env"]
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,6 @@ results store. Owner lookups go to the real (SQLite) Airflow metadata DB.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -209,7 +208,7 @@ def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_pa
 
 
 # -- tpu-vm -----------------------------------------------------------------------------------
-@pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
+@pytest.mark.usefixtures("needs_gcloud")
 @pytest.mark.slow(40)
 def test_tpu_orphans_reaped_through_gcloud(
     airflow_db, accel_home, emu, gcloud_in_environ, server, tmp_path

@@ -25,7 +25,7 @@ from accelmatrix_testkit.k8s_emulator import Cluster
 
 NS = "default"
 KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+needs_kubectl = pytest.mark.usefixtures("needs_kubectl")  # the real kubectl (needs.py)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -460,10 +459,8 @@ def test_workload_trigger_streams_a_k8s_cell(cluster, tmp_path):
     b.teardown(r)
 
 
-def test_kubectl_sees_what_the_backend_made(cluster, tmp_path):
-    kubectl = "/usr/bin/kubectl"
-    if not os.path.exists(kubectl):
-        pytest.skip("kubectl not installed")
+def test_kubectl_sees_what_the_backend_made(cluster, tmp_path, needs_kubectl):
+    kubectl = needs_kubectl
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "kubectl=1"))
     b.submit(r, py("import time; time.sleep(20)"), {})

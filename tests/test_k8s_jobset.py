@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -518,8 +517,9 @@ def test_cluster_validation_workload_runs_one_worker_per_pod(cluster, tmp_path):
     assert left(cluster, r["job_name"]) == {}
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_real_kubectl_sees_the_jobset_its_hostnames_and_headless_service(cluster, tmp_path):
+def test_real_kubectl_sees_the_jobset_its_hostnames_and_headless_service(
+    cluster, tmp_path, needs_kubectl
+):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "kubectl"))
     name = r["job_name"]
@@ -529,7 +529,7 @@ def test_real_kubectl_sees_the_jobset_its_hostnames_and_headless_service(cluster
 
     def kubectl(*args: str) -> str:
         p = subprocess.run(  # noqa: S603 (argv list)
-            [shutil.which("kubectl"), "-n", NS, *args],
+            [needs_kubectl, "-n", NS, *args],
             env=env,
             capture_output=True,
             text=True,

@@ -197,10 +197,8 @@ def test_every_route_requires_airflow_authentication(site: Site) -> None:
         assert "globalThis.AirflowPlugin" in r.text and "data-cell-id" not in r.text
 
 
-def _browser(tmp_path: Path, *, offline: bool = False):  # noqa: ANN202 - selenium is optional
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="selenium not installed (requirements-dev.txt)"
-    )
+def _browser(tmp_path: Path, *, offline: bool = False):  # noqa: ANN202 - a selenium driver
+    from selenium import webdriver  # requirements-dev.txt
     from selenium.webdriver.chrome.service import Service
 
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):

@@ -223,6 +223,8 @@ def test_filter_and_rerun_failed_cells_from_the_matrix(tmp_path: Path) -> None:
     summary = "\n".join(
         f"{k}: {v['state']} try {v['try_number']}" for k, v in sorted(after.items())
     )
+    # Airflow 3.3.2's defer/resume race (tests/test_real_scheduler.py): named, never tolerated.
+    summary += f"\nscheduler's stale-success failures (defer/resume race): {sorted(raced)}"
     # The failed cells' workloads ran again (run cleared, for the failed check too); the
     # passed cell was not touched.
     for cell in ("x=b", "x=c"):
@@ -237,15 +239,13 @@ def test_filter_and_rerun_failed_cells_from_the_matrix(tmp_path: Path) -> None:
     for step in ("run", "collect", "evaluate"):
         key = (f"{GROUP}.{step}", "x=a")
         assert after[key]["try_number"] == first[key]["try_number"], summary
-    if not raced:
-        assert state == "success", summary
+    assert state == "success", summary
     store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
     try:
         cells = {c["cell_id"]: c["state"] for c in store.get_cells(DAG_ID, run_id)}
     finally:
         store.close()
-    if not raced:
-        assert cells == {"x=a": "passed", "x=b": "passed", "x=c": "passed"}, cells
+    assert cells == {"x=a": "passed", "x=b": "passed", "x=c": "passed"}, (cells, summary)
     # Who did it, in Airflow's audit log: its own entry of the clear and the page's.
     by_event = {e["event"]: e for e in events}
     assert by_event["post_clear_task_instances"]["owner"] == "admin"

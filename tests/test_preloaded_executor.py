@@ -26,6 +26,11 @@ import yaml
 
 from accelmatrix_testkit import AirflowStack, by_step_and_cell
 
+# Every test here runs the executor's side of Airflow in fresh interpreters (its preload of
+# Airflow, accelmatrix and Great Expectations, LocalExecutor's forked workers) or a real
+# scheduler: `server` (tests/conftest.py), so `make check` leaves them to `make test`.
+pytestmark = pytest.mark.server
+
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "accelmatrix_cpu"
 FINISHED = "Finished training run"

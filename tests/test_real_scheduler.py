@@ -58,14 +58,14 @@ def test_local_smoke_on_a_real_scheduler(tmp_path):
         (ti["task_id"], ti["rendered_map_index"] or ti["map_index"]): ti["state"] for ti in tis
     }
     summary = "\n".join(f"{k}: {v}" for k, v in sorted(states.items(), key=str))
+    # Airflow 3.3.2 can fail a deferrable task (run, evaluate) after its trigger resumed it:
+    # the executor's stale "success" for the attempt that deferred is taken for an external
+    # kill (apache/airflow#67287, #71580, #72716). The product keeps the run green through
+    # it, so no assert below is switched off where the scheduler logged it: the ids it
+    # logged are only named in the message.
+    summary += f"\nscheduler's stale-success failures (defer/resume race): {sorted(raced)}"
 
     def expect(ti: dict, state: str) -> None:
-        # Airflow 3.3.2 can fail a deferrable task (run, evaluate) after its trigger resumed
-        # it: the executor's stale "success" for the attempt that deferred is taken for an
-        # external kill (apache/airflow#67287, #71580, #72716). Tolerated only where the
-        # scheduler logged exactly that for this task instance.
-        if ti["state"] == "failed" and ti["id"] in raced:
-            return
         assert ti["state"] == state, f"{ti['task_id']} {ti['rendered_map_index']}\n{summary}"
 
     # The gate turns the run red because the diverge cell failed its checks.
@@ -96,7 +96,7 @@ def test_local_smoke_on_a_real_scheduler(tmp_path):
     assert re.search(r"(RunWorkloadOperator|WorkloadTrigger)\] step 5 loss:", run_log), run_log
     assert "Finished training run" in run_log, run_log
 
-    # The results store agrees with Airflow (unless the race above cut a step short).
+    # The results store agrees with Airflow.
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
@@ -106,5 +106,4 @@ def test_local_smoke_on_a_real_scheduler(tmp_path):
         store.close()
     assert cells[BAD]["state"] == "failed", cells[BAD]
     assert cells[GOOD]["resource_held_seconds"] is not None
-    if not raced:
-        assert cells[GOOD]["state"] == "passed", cells[GOOD]
+    assert cells[GOOD]["state"] == "passed", (cells[GOOD], summary)

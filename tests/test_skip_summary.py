@@ -29,8 +29,8 @@ def test_plain():
 """
 
 
-def _pytest(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    (tmp_path / "test_cases.py").write_text(CASES)
+def _pytest(tmp_path: Path, cases: str = CASES, **env: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_cases.py").write_text(cases)
     return subprocess.run(  # noqa: S603
         [sys.executable, "-m", "pytest", "-q", "-p", "needs", "-p", "no:cacheprovider"]
         + ["--rootdir", str(tmp_path), str(tmp_path / "test_cases.py")],
@@ -38,8 +38,13 @@ def _pytest(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(TESTS), **env},
+        env={**_env(), "PYTHONPATH": str(TESTS), **env},
     )
+
+
+def _env() -> dict[str, str]:
+    """This run's environment without CI or ACCELMATRIX_REQUIRE_SERVERS: each case sets its own."""
+    return {k: v for k, v in os.environ.items() if k not in ("CI", "ACCELMATRIX_REQUIRE_SERVERS")}
 
 
 def test_skipped_groups_are_listed_with_why_and_the_fix(tmp_path):
@@ -72,6 +77,32 @@ def test_a_full_run_with_everything_installed_prints_no_block(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        env={**_env(), "PYTHONPATH": str(TESTS), "CI": "true"},
     )
     assert proc.returncode == 0 and "TEST GROUPS SKIPPED" not in proc.stdout
+
+
+def test_under_ci_a_skipped_group_fails_the_run_with_the_fix(tmp_path):
+    """CI=true: the tests still skip (the block groups them with their fix), then exit 1."""
+    proc = _pytest(tmp_path, CI="true")
+    assert proc.returncode == 1, proc.stdout
+    out = proc.stdout
+    assert "1 passed, 2 skipped" in out
+    assert "fix: apt-get install -y openssh-server" in out
+    assert "CI=true: a skipped test fails the run (exit 1)" in out
+
+
+def test_a_skip_outside_any_group_is_listed_and_fails_ci(tmp_path):
+    """A bare pytest.skip (or skipif) names no group: listed as untagged, with its test."""
+    cases = (
+        "import pytest\n\n"
+        "def test_bare():\n    pytest.skip('no frobnicator here')\n\n"
+        "@pytest.mark.skipif(True, reason='never on this host')\n"
+        "def test_marked():\n    pass\n"
+    )
+    out = _pytest(tmp_path, cases, CI="false").stdout
+    assert "untagged: 2 test(s) skipped - skipped outside any group of tests/needs.py" in out
+    assert "test_cases.py::test_bare: Skipped: no frobnicator here" in out
+    assert "never on this host" in out
+    assert "fix: make the test run, or skip it through needs.missing(group)" in out
+    assert _pytest(tmp_path, cases, CI="true").returncode == 1

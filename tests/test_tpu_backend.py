@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import stat
 import sys
 import threading
@@ -19,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
 from accelmatrix.backends.local.processes import pid_alive as _pid_alive
@@ -33,7 +31,9 @@ from accelmatrix.triggers.provision import ProvisionTrigger
 from accelmatrix_testkit.cells import bare_cell
 
 pytest_plugins = ["tpu_env"]
-pytestmark = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
+# The real gcloud (needs.py group "gcloud") and the real sshd (group "ssh") for every test
+# here; the pure model and error-parsing tests are in tests/test_tpu_vm_model.py.
+pytestmark = pytest.mark.usefixtures("needs_gcloud")
 
 ZONE = "us-central2-b"
 RUN = "manual__2026-01-01T00:00:00+00:00"
@@ -87,21 +87,6 @@ def wait_done(b, handle, timeout=40.0):
 
 def posts(emu, coll):
     return [r for r in emu.requests("POST") if r["path"].endswith(f"/{coll}")]
-
-
-def test_machine_model_execution_fields(spec):
-    m = TpuVmMachine.model_validate(spec)
-    assert m.ssh_port == spec["ssh_port"] and m.node_check_seconds == 1
-    base = {k: spec[k] for k in ("backend", "zone", "accelerator_type", "runtime_version")}
-    for bad in (
-        {"metadata": {"ssh-keys": "me:ssh-ed25519 AAAA"}},  # ours to set, per node
-        {"ssh_user": "root; rm -rf /"},
-        {"work_root": "relative/dir"},
-        {"work_root": "/a/../b"},
-        {"ssh_key_file": "/home/me/.ssh/id_rsa"},  # no credentials in YAML
-    ):
-        with pytest.raises(ValidationError):
-            TpuVmMachine.model_validate({**base, **bad})
 
 
 def test_single_host_cell_lifecycle(accel_home, emu, gcloud_env, spec, server):
@@ -392,45 +377,3 @@ def test_teardown_waits_out_an_unreachable_tpu_api(
     assert "could not reach the API to delete" in out and "UNAVAILABLE" in out
     assert emu.node(r["name"]) is None
     assert held["held_seconds"] > 0
-
-
-def test_gcloud_connection_errors_are_unreachable_not_answers():
-    """What gcloud printed against the emulator's closed port, and the API's own 503."""
-    from accelmatrix.errors import InfrastructureError as Infra
-    from accelmatrix.hooks.tpu import TpuNotFound, TpuUnreachable, parse_gcloud_error
-
-    crashed = (
-        "ERROR: gcloud crashed (ConnectionError): HTTPConnectionPool(host='127.0.0.1', "
-        "port=43899): Max retries exceeded with url: /v2/projects/p/locations/us-central2-b/"
-        "nodes/nope?alt=json (Caused by NewConnectionError('<urllib3.connection."
-        "HTTPConnection object at 0x7f5876cf3470>: Failed to establish a new connection: "
-        "[Errno 111] Connection refused'))\n\nIf you would like to report this issue, please "
-        "run the following command:\n  gcloud feedback\n"
-    )
-    e = parse_gcloud_error(crashed, 1)
-    assert isinstance(e, TpuUnreachable) and isinstance(e, Infra)
-    assert e.status == "UNAVAILABLE" and "Connection refused" in str(e)
-    unavailable = parse_gcloud_error(
-        "ERROR: (gcloud.compute.tpus.tpu-vm.describe) UNAVAILABLE: The service is currently "
-        "unavailable.\n",
-        1,
-    )
-    assert isinstance(unavailable, TpuUnreachable)
-    # An answer is not an outage: a missing node is final.
-    gone = parse_gcloud_error(
-        "ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: Resource 'x' was not found\n", 1
-    )
-    assert isinstance(gone, TpuNotFound) and not isinstance(gone, TpuUnreachable)
-    assert TpuVmBackend(spec_for_unreachable()).unreachable(e)
-    assert not TpuVmBackend(spec_for_unreachable()).unreachable(gone)
-
-
-def spec_for_unreachable() -> dict:
-    return TpuVmMachine.model_validate(
-        {
-            "backend": "tpu-vm",
-            "zone": ZONE,
-            "accelerator_type": "v4-8",
-            "runtime_version": "tpu-ubuntu2204-base",
-        }
-    ).model_dump(mode="json")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from accelmatrix.hooks.tpu import TpuVmHook
 from accelmatrix_testkit.tpu_emulator import TOKEN_PATH, TpuEmulator, access_token_for
 
 ZONE = "us-central2-b"
-pytestmark = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
+pytestmark = pytest.mark.usefixtures("needs_gcloud")  # the real gcloud (needs.py)
 
 
 @pytest.fixture(scope="module")

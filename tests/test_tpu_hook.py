@@ -6,8 +6,6 @@ Every gcloud run costs 1-2 s of CPU start-up, so each test makes few calls; the 
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from pydantic import ValidationError
 
@@ -30,7 +28,7 @@ from accelmatrix_testkit.tpu_emulator import TpuEmulator
 ZONE = "us-central2-b"
 Z = f"/v2/projects/p/locations/{ZONE}"
 
-needs_gcloud = pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud not installed")
+needs_gcloud = pytest.mark.usefixtures("needs_gcloud")  # the real gcloud (needs.py)
 
 
 @pytest.fixture(scope="module")

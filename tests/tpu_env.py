@@ -29,7 +29,7 @@ def emulator(server):
 
 
 @pytest.fixture(scope="module")
-def gcloud_env(emulator, tmp_path_factory):
+def gcloud_env(emulator, tmp_path_factory, needs_gcloud):  # noqa: ARG001 - the real gcloud
     return emulator.gcloud_env(tmp_path_factory.mktemp("gcloud-config"))
 
 

@@ -64,6 +64,41 @@ NOT_APPLICABLE: dict[str, tuple[tuple[str, ...], str]] = {
     CLOUD_API_DOWN: (("local", "ssh"), "no cloud API: the machine is this host / an SSH host"),
 }
 
+# Faults that end the cell before its workload starts: no metric row can be printed or
+# stored, so "rows lost" would compare 0 with 0; the table says "rows n/a" instead.
+NO_WORKLOAD: frozenset[str] = frozenset({"setup", "provision"})
+
+# The phases of tests/test_fault_matrix.py, in the order they run; ACCELMATRIX_FAULT_PHASES
+# names some of them (comma-separated), all when it is unset.
+PHASES = (
+    "per_cell",
+    "marked_failed",
+    "scheduler",
+    "triggerer",
+    "triggerer_ha",
+    "api_server",
+    "store",
+    "cloud",
+)
+
+
+def phases_from(value: str | None) -> list[str]:
+    """The phases ACCELMATRIX_FAULT_PHASES names (all of PHASES when unset). An empty list,
+    or a name that is not a phase, is refused: a run that injects no fault is not green."""
+    if value is None:
+        return list(PHASES)
+    phases = [p.strip() for p in value.split(",") if p.strip()]
+    if not phases:
+        raise ValueError(
+            f"ACCELMATRIX_FAULT_PHASES is set but names no phase ({value!r}): name some of "
+            f"{', '.join(PHASES)}, or unset it for all"
+        )
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise ValueError(f"ACCELMATRIX_FAULT_PHASES: {unknown} are not phases of {PHASES}")
+    return phases
+
+
 # Reported, never failed: (row, backend) pairs with a known, not yet fixed problem. Empty:
 # the run-marked-failed cleanup (accelmatrix.cleanup.stopped) is merged.
 KNOWN_LEAKS: frozenset[tuple[str, str]] = frozenset()
@@ -80,15 +115,45 @@ class Outcome:
     leaks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     applicable: bool = True
+    # False where the fault ends the cell before its workload starts (NO_WORKLOAD).
+    workload_ran: bool = True
     # Metric rows: what the workload printed (its last attempt) and what the store holds.
     expected_rows: int | None = None
     stored_rows: int | None = None
 
     @property
     def rows_lost(self) -> int | None:
-        if self.expected_rows is None or self.stored_rows is None:
+        """Rows the workload printed that the store lacks (None: not measured)."""
+        if not self.workload_ran or self.expected_rows is None or self.stored_rows is None:
             return None
         return max(0, self.expected_rows - self.stored_rows)
+
+    @property
+    def rows_extra(self) -> int | None:
+        """Rows the store holds beyond what the workload printed: a row stored twice."""
+        if not self.workload_ran or self.expected_rows is None or self.stored_rows is None:
+            return None
+        return max(0, self.stored_rows - self.expected_rows)
+
+    def row_problems(self) -> list[str]:
+        """What is wrong with the cell's metric rows: lost, stored twice, or stored for a
+        workload that never ran."""
+        if not self.workload_ran:
+            if self.stored_rows:
+                return [f"{self.stored_rows} metric rows stored, but the workload never ran"]
+            return []
+        out = []
+        if self.rows_lost:
+            out.append(
+                f"{self.rows_lost} of the {self.expected_rows} metric rows the workload printed "
+                f"are not in the results store ({self.stored_rows} stored)"
+            )
+        if self.rows_extra:
+            out.append(
+                f"{self.stored_rows} metric rows stored for the {self.expected_rows} the "
+                f"workload printed: {self.rows_extra} stored twice"
+            )
+        return out
 
     @property
     def known(self) -> bool:
@@ -110,12 +175,14 @@ class Outcome:
         if self.retried:
             parts.append(f"retried {'+'.join(self.retried)}")
         parts.append(f"LEAK: {', '.join(self.leaks)}" if self.leaks else "0 leaked")
-        if self.rows_lost is not None:
-            parts.append(
-                f"{self.rows_lost} rows lost"
-                if not self.rows_lost
-                else f"ROWS LOST: {self.rows_lost} of {self.expected_rows}"
-            )
+        if not self.workload_ran:
+            parts.append("rows n/a (no workload ran)")
+        elif self.rows_lost:
+            parts.append(f"ROWS LOST: {self.rows_lost} of {self.expected_rows}")
+        elif self.rows_extra:
+            parts.append(f"ROWS STORED TWICE: {self.rows_extra} of {self.stored_rows}")
+        elif self.rows_lost is not None:
+            parts.append("0 rows lost")
         if self.problems:
             parts.append(f"INCONSISTENT ({len(self.problems)})")
         if self.known and self.bad:
