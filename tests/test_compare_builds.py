@@ -71,6 +71,7 @@ def test_cli_compares_two_builds_on_one_machine_and_prints_json(
     assert cell["cell_id"] == "model=small,retest=1" and cell["state"] == "passed"
     run_dir = settings.artifacts_dir() / "nightly_perf" / settings.safe_name(run["run_id"])
     assert "step_time" in (run_dir / "compare.html").read_text()
+    assert 'href="compare.html"' in (run_dir / "index.html").read_text()  # the run report
     # The same build against itself, no slow_from: no change worth a page.
     rc = main(["compare", "nightly_perf", "--base", "nightly-2026-03-06", "--head",
                "nightly-2026-03-05", "--pairs", "8", "--json"])  # fmt: skip

@@ -305,6 +305,7 @@ def _compare_builds(suite: Any, ref: RunRef, followup: Any) -> None:
     and written beside the run's report (``compare.json``, ``compare.html``)."""
     from accelmatrix.evidence import evidence_url
     from accelmatrix.history.build_compare import compare_run, table, write_report
+    from accelmatrix.reports.run_page import write_run_index
 
     try:
         bc = compare_run(results_store(), suite, ref.dag_id, ref.run_id, followup)
@@ -314,6 +315,15 @@ def _compare_builds(suite: Any, ref: RunRef, followup: Any) -> None:
             / settings.safe_name(ref.run_id)
         )
         _js, page = write_report(bc, run_dir)
+        store = results_store()
+        # The run's report (written before the comparison) now links to it.
+        write_run_index(
+            run_dir,
+            ref.dag_id,
+            ref.run_id,
+            store.get_cells(ref.dag_id, ref.run_id),
+            store.get_checks(ref.dag_id, ref.run_id),
+        )
         log.info("build comparison:\n%s", table(bc))
         log.info("comparison report: %s", evidence_url(ref.dag_id, page))
     except Exception:  # noqa: BLE001 - like the perf history: never flips the verdict

@@ -47,6 +47,9 @@ def write_run_index(
         if (run_dir / "data_docs" / "index.html").exists()
         else ""
     )
+    # A compare run's report of the two builds (history.build_compare), once written.
+    if (run_dir / "compare.html").exists():
+        run_docs += ' (<a href="compare.html">comparison of the two builds</a>)'
     page = (
         "<!doctype html><meta charset=utf-8>"
         f"<title>{html.escape(dag_id)} {html.escape(run_id)}</title>"
