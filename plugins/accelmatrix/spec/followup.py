@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -58,6 +58,7 @@ MAX_SESSION_BUILDS = 8
 # suite's times this, so a cap keeps a runaway plan from holding a machine for days.
 MAX_SESSION_SAMPLES = 512
 _RETEST = ",retest="
+_M = TypeVar("_M", bound=Model)
 # The checks a session cell keeps: those that judge each sample alike (its exit, its log).
 # A perf bound or a step count over the whole session would judge every build's samples
 # together; the re-test's own verdict (history.compare) is what judges the builds.
@@ -88,12 +89,7 @@ def followup_of(conf: dict[str, Any] | None) -> Followup | None:
     raw = (conf or {}).get(FOLLOWUP_KEY)
     if raw is None:
         return None
-    try:
-        fu = Followup.model_validate(raw)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise PlanError(f"conf {FOLLOWUP_KEY}.{where}: {first['msg']}") from None
+    fu = _block(Followup, raw, FOLLOWUP_KEY)
     if len(set(fu.builds)) != len(fu.builds):
         raise PlanError(f"conf {FOLLOWUP_KEY}.builds: a build is listed twice: {fu.builds}")
     return fu
@@ -125,12 +121,7 @@ def compare_followup(
     raw = (conf or {}).get(COMPARE_KEY)
     if raw is None:
         return None
-    try:
-        req = CompareRequest.model_validate(raw)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise PlanError(f"conf {COMPARE_KEY}.{where}: {first['msg']}") from None
+    req = _block(CompareRequest, raw, COMPARE_KEY)
     if req.base == req.head:
         raise PlanError(f"conf {COMPARE_KEY}: base and head are the same build ({req.base!r})")
     plan = expand(
@@ -152,6 +143,16 @@ def compare_followup(
     return Followup(
         kind="compare", round=1, cells=cells, builds=[req.base, req.head], pairs=req.pairs
     )
+
+
+def _block(model: type[_M], raw: Any, key: str) -> _M:
+    """A conf block validated as ``model``; a PlanError naming its first wrong field."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise PlanError(f"conf {key}.{where}: {first['msg']}") from None
 
 
 def session_order(n_builds: int, pairs: int) -> list[int]:

@@ -268,6 +268,23 @@ def create_app() -> FastAPI:
             user=user,
         )
 
+    def edit_form_from_this_site(request: Request, user: Any, dag_id: str, what: str) -> None:
+        """A form that changes something: edit access to the DAG, posted from this site
+        (ui/rerun.check_same_origin); an HTTPException otherwise."""
+        from airflow.configuration import conf
+
+        from accelmatrix.ui import rerun
+
+        require(user, dag_id)
+        if not may_edit(user, dag_id):
+            raise HTTPException(status_code=403, detail=f"{what} needs edit access")
+        try:
+            rerun.check_same_origin(
+                request.headers, request.url.scheme, conf.get("api", "base_url", fallback="")
+            )
+        except rerun.Refused as e:
+            raise HTTPException(status_code=e.status, detail=e.reason) from None
+
     @app.post("/suites/{dag_id}/rerun")
     async def rerun_failed(request: Request, dag_id: str, user: User) -> Response:
         """Re-run the failed cells the form names (ui/rerun.py): edit access to the DAG,
@@ -276,17 +293,7 @@ def create_app() -> FastAPI:
 
         from accelmatrix.ui import rerun
 
-        require(user, dag_id)
-        if not may_edit(user, dag_id):
-            raise HTTPException(status_code=403, detail="re-running cells needs edit access")
-        from airflow.configuration import conf
-
-        try:
-            rerun.check_same_origin(
-                request.headers, request.url.scheme, conf.get("api", "base_url", fallback="")
-            )
-        except rerun.Refused as e:
-            raise HTTPException(status_code=e.status, detail=e.reason) from None
+        edit_form_from_this_site(request, user, dag_id, "re-running cells")
         form = await request.form()
         run_id = str(form.get("run_id") or "")
         wanted = {str(c) for c in form.getlist("cell")}
@@ -359,15 +366,8 @@ def create_app() -> FastAPI:
 
         from accelmatrix.ui import compare_trigger, rerun
 
-        require(user, dag_id)
-        if not may_edit(user, dag_id):
-            raise HTTPException(status_code=403, detail="comparing builds needs edit access")
-        from airflow.configuration import conf
-
+        edit_form_from_this_site(request, user, dag_id, "comparing builds")
         try:
-            rerun.check_same_origin(
-                request.headers, request.url.scheme, conf.get("api", "base_url", fallback="")
-            )
             form = await request.form()
             block = compare_trigger.request_of(
                 {k: str(v) for k, v in form.items() if k in ("base", "head", "cells", "pairs")}

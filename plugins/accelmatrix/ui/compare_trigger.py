@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelmatrix.spec.followup import COMPARE_KEY
-from accelmatrix.ui.rerun import Refused
+from accelmatrix.ui.rerun import Refused, post_as
 
 __all__ = ["request_of", "trigger"]
 
@@ -40,22 +40,14 @@ def request_of(form: dict[str, str]) -> dict[str, Any]:
 def trigger(*, server: str, ui_base: str, dag_id: str, block: dict[str, Any], user: Any) -> str:
     """Trigger the suite's DAG with the block as ``user``; the new run's id. Raises Refused
     with Airflow's (or the trigger guard's) answer."""
-    import httpx
-    from airflow.api_fastapi.app import get_auth_manager
-
-    token = get_auth_manager().generate_jwt(user, expiration_time_in_seconds=120)
     url = f"{server}{ui_base}/api/v2/dags/{dag_id}/dagRuns"
     body = {"logical_date": None, "conf": {COMPARE_KEY: block}}
-    try:
-        r = httpx.post(
-            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=TRIGGER_TIMEOUT
-        )
-    except httpx.HTTPError as e:
-        raise Refused(502, f"Airflow's trigger API did not answer: {e}") from None
-    if r.status_code >= 400:
-        try:
-            detail = r.json().get("detail")
-        except ValueError:
-            detail = r.text[:300]
-        raise Refused(r.status_code, f"the comparison was refused: {detail}")
-    return str(r.json()["dag_run_id"])
+    answer = post_as(
+        user,
+        url,
+        body,
+        silent="Airflow's trigger API did not answer",
+        refused="the comparison was refused",
+        timeout=TRIGGER_TIMEOUT,
+    )
+    return str(answer["dag_run_id"])

@@ -96,10 +96,6 @@ def clear_cells(
 ) -> int:
     """Clear each target (and what follows it) through Airflow's REST API as ``user``.
     Returns how many task instances Airflow cleared. Raises Refused with Airflow's answer."""
-    import httpx
-    from airflow.api_fastapi.app import get_auth_manager
-
-    token = get_auth_manager().generate_jwt(user, expiration_time_in_seconds=120)
     body = {
         "dag_run_id": run_id,
         "task_ids": [[t.task_id, t.map_index] for t in todo],
@@ -110,19 +106,41 @@ def clear_cells(
         "note": note[:1000],
     }
     url = f"{server}{ui_base}/api/v2/dags/{dag_id}/clearTaskInstances"
+    answer = post_as(
+        user,
+        url,
+        body,
+        silent="Airflow's clear API did not answer",
+        refused="Airflow refused the clear",
+        timeout=CLEAR_TIMEOUT,
+    )
+    return len(answer.get("task_instances") or [])
+
+
+def post_as(
+    user: Any, url: str, body: dict[str, Any], *, silent: str, refused: str, timeout: float
+) -> Any:
+    """POST ``body`` to Airflow's REST API at ``url`` with a short-lived token of ``user``
+    (the auth manager's ``generate_jwt``), so Airflow checks that user's access and records
+    them; the JSON answer. Refused with Airflow's own answer after ``refused``, or 502 after
+    ``silent`` when it did not answer."""
+    import httpx
+    from airflow.api_fastapi.app import get_auth_manager
+
+    token = get_auth_manager().generate_jwt(user, expiration_time_in_seconds=120)
     try:
         r = httpx.post(
-            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=CLEAR_TIMEOUT
+            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
         )
     except httpx.HTTPError as e:
-        raise Refused(502, f"Airflow's clear API did not answer: {e}") from None
+        raise Refused(502, f"{silent}: {e}") from None
     if r.status_code >= 400:
         try:
             detail = r.json().get("detail")
         except ValueError:
             detail = r.text[:300]
-        raise Refused(r.status_code, f"Airflow refused the clear: {detail}")
-    return len(r.json().get("task_instances") or [])
+        raise Refused(r.status_code, f"{refused}: {detail}")
+    return r.json()
 
 
 def record(dag_id: str, run_id: str, who: str, todo: list[Target], cleared: int) -> None:
