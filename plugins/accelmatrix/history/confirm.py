@@ -64,9 +64,6 @@ class Policy:
         return min(abs(claimed) / 2, self.min_change)
 
 
-DEFAULT_POLICY = Policy()
-
-
 # The newest point is a suspect when it lies this many noise sigmas worse than the level of
 # the nights before it: about 1 night in 740 per series on Gaussian noise, each costing one
 # confirm run (not a page), so a step is re-tested the night it lands instead of after the

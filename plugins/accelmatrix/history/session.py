@@ -22,7 +22,7 @@ import json
 import math
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -62,9 +62,6 @@ class Session:
     samples: list[Sample]
     ran: int  # samples that began
     failed: list[str]  # "sample 7 (nightly-2026-03-07) exited 1"
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def read_samples(
