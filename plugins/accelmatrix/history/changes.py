@@ -154,14 +154,17 @@ def find_changes(
         )
         found = list(found)
         hib = higher_is_better(metric[a])
-        reported = [cp.index for cp in found]
+        # Every level shift either detector places, regressions and improvements alike.
+        shifts = [cp.index for cp in (*found, *weak)]
         if suspects:
             found.extend(_weak_regressions(weak, found, hib))
         if suspects and not any(cp.index >= b - a - SUSPECT_TAIL for cp in found):
-            # The newest point is judged against the level since the last change the
-            # detector reports: against nights on both sides of an earlier step, a night at
-            # the new level stands out by that step, not by a change of its own.
-            since = max(reported, default=0)
+            # The newest point is judged against the level since the last change either
+            # detector places (a candidate too: it goes to a re-test of its own). Against
+            # nights on both sides of an earlier step, a night at the new level, or a build
+            # a little slow by itself there, stands out by that step, not by a change of
+            # its own: one cause would get two re-tests and two pages.
+            since = max(shifts, default=0)
             found.extend(
                 replace(cp, index=cp.index + since) for cp in _suspect(values[a + since : b], hib)
             )
