@@ -133,7 +133,6 @@ def test_newest_point_suspect() -> None:
     assert newest_point_suspect([100.0] * 5 + [150.0]) is None  # too little history
 
 
-
 def test_a_build_slow_by_itself_just_after_a_step_is_not_a_second_suspect() -> None:
     """A step 4 nights back that only the candidates' detector places, then a build 2.5 %
     slow by itself at the new level (builds differ by ~1 % by themselves): the newest night
