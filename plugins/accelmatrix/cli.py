@@ -302,6 +302,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if state == "success" else 1
 
 
+def cmd_pr_report(args: argparse.Namespace) -> int:
+    """The gate's report to the pull request, posted again (notifications.pull_request)."""
+    from accelmatrix import settings
+    from accelmatrix.notifications.pull_request import report_run
+    from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.files import suite_files, suite_id
+    from accelmatrix.spec.loader import load_suite
+
+    path = next((p for p in suite_files(settings.suites_dir()) if suite_id(p) == args.dag_id), None)
+    if path is None:
+        return _usage_error(f"no suite {args.dag_id!r} in {settings.suites_dir()}")
+    gh = load_suite(path).github
+    if gh is None:
+        return _usage_error(f"suite {args.dag_id!r} has no github block")
+    store = ResultsStore.from_settings()
+    try:
+        report = report_run(
+            store, args.dag_id, args.run_id,
+            context=gh.context or f"accelmatrix/{args.dag_id}", conn_id=gh.conn_id,
+        )  # fmt: skip
+    finally:
+        store.close()
+    if report is None:
+        return _usage_error(f"{args.dag_id} {args.run_id} was not started for a pull request")
+    print(f"{report.state}: {report.description}")
+    return 0
+
+
 def _usage_error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -369,5 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--params", help="JSON object of param values for the runs")
     k.add_argument("--json", action="store_true", help="print the comparison as JSON")
     k.set_defaults(func=cmd_compare)
+    r = sub.add_parser(
+        "pr-report",
+        help="post a pull request run's status and comment to GitHub again (after an outage)",
+    )
+    r.add_argument("--dag-id", required=True, help="the suite's DAG id")
+    r.add_argument("--run-id", required=True, help="the run started for the pull request")
+    r.set_defaults(func=cmd_pr_report)
     args = ap.parse_args(argv)
     return args.func(args)

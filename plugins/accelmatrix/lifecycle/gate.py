@@ -74,6 +74,7 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
         judged = [c for c in planned if c.id not in stopped_cells]
         _history_and_alerts(suite_path, judged, ref, rows)
         _notify(suite_path, planned, ref, failed, rows, summary["cost"])
+        _report_pull_request(suite_path, ref)
     for cid, state in quarantined_failed:
         log.warning("quarantined cell %s did not pass (%s): not failing the run", cid, state)
     if failed or not validation.passed:
@@ -350,6 +351,27 @@ def _trigger(dag_id: str) -> Any:
         return True
 
     return trigger
+
+
+def _report_pull_request(suite_path: str, ref: RunRef) -> None:
+    """A run started for a pull request: its status and comment on GitHub
+    (``notifications.pull_request``); never changes the verdict."""
+    from accelmatrix.notifications.pull_request import report_run
+    from accelmatrix.spec.loader import load_suite
+
+    try:
+        gh = load_suite(suite_path).github
+        if gh is None:
+            return
+        report_run(
+            results_store(),
+            ref.dag_id,
+            ref.run_id,
+            context=gh.context or f"accelmatrix/{ref.dag_id}",
+            conn_id=gh.conn_id,
+        )
+    except Exception:  # noqa: BLE001 - the verdict stands whatever GitHub does
+        log.exception("pull request of %s %s not reported", ref.dag_id, ref.run_id)
 
 
 def _notify(

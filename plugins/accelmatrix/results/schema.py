@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -501,4 +502,39 @@ bounds = Table(
     Column("at", UtcDateTime, nullable=False, default=utcnow),
     Column("note", Text, nullable=True),
     Index("ix_bounds_file_benchmark", "file", "benchmark", "id"),
+)
+
+# GitHub webhook deliveries already acted on (accelmatrix.ui.github_webhook): a replayed
+# delivery (the same X-GitHub-Delivery id) starts nothing. One row per delivery id.
+github_deliveries = Table(
+    "github_deliveries",
+    metadata,
+    Column("delivery_id", String(ID_LEN), primary_key=True),
+    Column("event", String(LABEL_LEN), nullable=False),
+    Column("at", UtcDateTime, nullable=False, default=utcnow),
+)
+
+# A suite run started for a pull request's head commit: what its gate reports back to (a
+# commit status and one comment per pull request and suite, edited in place). ``kind`` is
+# "verdict" (the suite's cells on the head) or "compare" (the head's perf against the base
+# commit on one machine per cell); ``comment_id`` is the pull request's comment, the same on
+# every row of (dag_id, repo, number) once posted.
+pull_request_runs = Table(
+    "pull_request_runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dag_id", String(ID_LEN), nullable=False),
+    Column("run_id", String(ID_LEN), nullable=False),
+    Column("kind", String(LABEL_LEN), nullable=False),
+    Column("repo", String(NAME_LEN), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("head_sha", String(LABEL_LEN), nullable=False),
+    Column("base_ref", String(NAME_LEN), nullable=False),
+    Column("base_sha", String(LABEL_LEN), nullable=False),
+    Column("sender", String(NAME_LEN), nullable=False),
+    Column("fork", Boolean, nullable=False),
+    Column("comment_id", BigInteger, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False, default=utcnow),
+    UniqueConstraint("dag_id", "run_id", name="uq_pull_request_runs_run"),
+    Index("ix_pull_request_runs_pr", "dag_id", "repo", "number", "id"),
 )

@@ -1,7 +1,7 @@
 """``ResultsStore``: every read and write of accelmatrix's results database, one handle.
 
 The code is split by concern (core.py: engine, locks, migrations, validation; runs.py;
-measurements.py; series.py; history_queries.py; changes.py; stored_bounds.py); this class
+measurements.py; series.py; history_queries.py; changes.py; stored_bounds.py; pull_requests.py); this class
 joins them so callers keep one object with the same methods, picklable and cheap to
 construct.
 """
@@ -12,6 +12,7 @@ from accelmatrix.results.changes import ChangePointStore
 from accelmatrix.results.history_queries import HistoryQueries
 from accelmatrix.results.measurements import MeasurementStore
 from accelmatrix.results.migrate import is_at_head
+from accelmatrix.results.pull_requests import PullRequestStore
 from accelmatrix.results.runs import RunCellStore
 from accelmatrix.results.schema import SCALAR_STEP
 from accelmatrix.results.series import SeriesAlertStore
@@ -27,6 +28,7 @@ class ResultsStore(
     HistoryQueries,
     ChangePointStore,
     BoundsStore,
+    PullRequestStore,
 ):
     """Handle on one results database, given by a SQLAlchemy URL (see core.StoreCore).
 

@@ -32,6 +32,7 @@ from accelmatrix.spec.suite_parts import (
     RESERVED_PARAMS,
     Budget,
     ExcludeRule,
+    GithubTrigger,
     HangDetection,
     HistorySpec,
     Model,
@@ -86,6 +87,9 @@ class Suite(Model):
     retry_delay_seconds: PositiveInt = 60
     max_active_runs: PositiveInt = 1
     notify: Notify | None = None
+    github: GithubTrigger | None = Field(
+        None, description="pull requests with a label run the suite (accelmatrix.ui.github_webhook)"
+    )
     param_axes: list[str] = Field(
         default_factory=list,
         description="axes whose value the same-named param selects per run ('all': every value)",
@@ -178,6 +182,27 @@ class Suite(Model):
                     f"axis_kinds: no axis named {axis!r} (axes: {', '.join(self.axes)})"
                 )
             self.axes[axis] = normalize_axis(kind, axis, self.axes[axis])
+        return self
+
+    @model_validator(mode="after")
+    def _github(self) -> Suite:
+        gh = self.github
+        if gh is None:
+            return self
+        spec = self.params.get(gh.ref_param)
+        if spec is None or spec.base_type != "string":
+            strings = [n for n, p in self.params.items() if p.base_type == "string"]
+            raise ValueError(
+                f"github.ref_param: {gh.ref_param!r} must be a string param of the suite, "
+                f"which gets the pull request's head sha (string params: "
+                f"{', '.join(strings) or 'none'})"
+            )
+        if gh.compare and self.runtime_version != f"${{params.{gh.ref_param}}}":
+            raise ValueError(
+                "github.compare: the builds compared are the base and head commits, so "
+                f"runtime_version must be '${{params.{gh.ref_param}}}' (it is "
+                f"{self.runtime_version!r})"
+            )
         return self
 
     @model_validator(mode="after")

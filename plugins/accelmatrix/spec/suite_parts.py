@@ -394,3 +394,50 @@ def _label(v: Scalar) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     return str(v)
+
+
+# owner/name as GitHub allows them: the owner 1-39 of [A-Za-z0-9-], the name 1-100 of
+# [A-Za-z0-9._-] (never "." or "..").
+GITHUB_REPO_RE = r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/(?!\.\.?$)[A-Za-z0-9._-]{1,100}$"
+
+
+class GithubTrigger(Model):
+    """A pull request runs the suite when it carries ``label`` (accelmatrix.ui.github_webhook).
+
+    A ``pull_request`` delivery for ``repo`` that adds the label, or a push to a pull request
+    that has it, triggers one run of the suite with ``ref_param`` set to the head commit; the
+    verdict goes back to the pull request as a commit status and one comment, through the
+    GitHub connection ``conn_id`` (Airflow's GitHub provider). A fork's head runs only
+    when someone with write access to ``repo`` added the label for that commit.
+    """
+
+    repo: str = Field(pattern=GITHUB_REPO_RE, description="owner/name of the GitHub repository")
+    label: str = Field(
+        min_length=1,
+        max_length=50,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="the label that runs the suite on a pull request, e.g. run-tpu-tests",
+    )
+    ref_param: str = Field(
+        "git_ref", pattern=NAME_RE, description="the suite's string param that gets the head sha"
+    )
+    conn_id: str = Field(
+        "github_default",
+        pattern=r"^[A-Za-z0-9_.-]{1,250}$",
+        description="Airflow GitHub connection (a token with repo:status and pull request "
+        "write access; its host for GitHub Enterprise)",
+    )
+    context: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        description="the commit status context (default: accelmatrix/<suite id>)",
+    )
+    compare: bool = Field(
+        False,
+        description=(
+            "also compare the head's perf with the base branch's commit on one machine per "
+            "cell (a compare run, builds interleaved); needs runtime_version: "
+            "${params.<ref_param>}"
+        ),
+    )

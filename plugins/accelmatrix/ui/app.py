@@ -150,6 +150,30 @@ def create_app() -> FastAPI:
             },
         )
 
+    @app.post("/github/webhook")
+    async def github_webhook_delivery(request: Request) -> Response:
+        """GitHub's deliveries: signed with the webhook secret, not an Airflow login
+        (accelmatrix.ui.github_webhook)."""
+        from fastapi.concurrency import run_in_threadpool
+        from fastapi.responses import JSONResponse
+
+        from accelmatrix.ui import github_webhook
+        from accelmatrix.ui.github_delivery import MAX_BODY
+
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY:
+            return JSONResponse(
+                {"detail": f"delivery of {declared} bytes refused: at most {MAX_BODY}"}, 413
+            )
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY:
+                break  # refused by size below; the rest is never read
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        outcome = await run_in_threadpool(github_webhook.handle, headers, body, results_store())
+        return JSONResponse(outcome.body(), status_code=outcome.status)
+
     @app.get("/static/matrix-view.js")
     def view_script() -> FileResponse:
         """The navigation entry's React view (see static/matrix-view.js). The one route

@@ -1,0 +1,304 @@
+"""Results back on the pull request: a commit status and one comment, edited in place.
+
+Each gate of a run started for a pull request (``ui.github_webhook``) calls ``report_run``.
+The comment is rebuilt from the store every time, from every run of that commit (the
+verdict run, and the compare run when the suite asks for one), so whichever gate ends
+last writes the whole story and an earlier commit's comment is replaced, never added to:
+
+* the cells and their states, and each failed check with expected against observed;
+* the head's perf against the base commit (Δ %, 95 % interval, verdict by size), measured
+  on one machine per cell with the two builds interleaved (``history.build_compare``);
+* links: the matrix page, the run's report, the comparison;
+* "Safe to merge" only when every cell that is not quarantined passed and no metric was
+  found slower.
+
+The status follows: ``pending`` while a run of the commit is going, then ``success`` or
+``failure``. A GitHub outage never changes a run's verdict: each call is retried, then
+the failure is logged once with the command that posts the report again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from accelmatrix import settings
+from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.hooks.github import GithubError, PullRequestHook
+from accelmatrix.results.pull_requests import PullRequestRun
+from accelmatrix.results.store import ResultsStore
+
+log = logging.getLogger("accelmatrix.lifecycle")
+
+ATTEMPTS = 3
+BACKOFF_S = 1.0
+MAX_CELL_ROWS = 60
+MAX_CHECK_ROWS = 30
+COMPARE_JSON = "compare.json"  # history.build_compare.REPORT_JSON: written by the compare gate
+
+
+@dataclass(frozen=True)
+class PerfRow:
+    """One cell's one metric of the compare run, as the comment shows it."""
+
+    cell_id: str
+    metric: str
+    median_base: float
+    median_head: float
+    change: float
+    ci_low: float
+    ci_high: float
+    pairs: int
+    verdict: str
+    worse: bool | None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What goes back to the pull request for one commit of one suite."""
+
+    state: str  # pending | success | failure (the commit status)
+    description: str
+    body: str
+    target_url: str
+
+
+def base_url() -> str:
+    from airflow.configuration import conf
+
+    return (conf.get("api", "base_url", fallback="") or "http://localhost:8080").rstrip("/")
+
+
+def matrix_url(dag_id: str, run_id: str) -> str:
+    """The run's matrix page (the plugin's app, behind Airflow's login)."""
+    return (
+        f"{base_url()}/accelmatrix/suites/{quote(dag_id, safe='')}?run_id={quote(run_id, safe='')}"
+    )
+
+
+def _file_url(dag_id: str, run_id: str, name: str) -> str:
+    rel = f"{settings.safe_name(run_id)}/{name}"
+    return f"{base_url()}/accelmatrix/suites/{quote(dag_id, safe='')}/files/{quote(rel)}"
+
+
+def comment_marker(dag_id: str) -> str:
+    """The hidden line that finds the pull request's comment of ``dag_id`` again."""
+    return f"<!-- accelmatrix:pr-report {dag_id} -->"
+
+
+def refusal_comment(dag_id: str, why: str) -> str:
+    return f"**accelmatrix `{dag_id}` did not run.** {why}."
+
+
+def repost_command(dag_id: str, run_id: str) -> str:
+    return f"python -m accelmatrix pr-report --dag-id {dag_id} --run-id {run_id}"
+
+
+def set_status_quietly(hook: PullRequestHook, repo: str, sha: str, state: str, **kw: Any) -> bool:
+    """A commit status, retried; a failure is logged, never raised. Whether it was set."""
+    try:
+        _retried(lambda: hook.set_status(repo, sha, state, **kw))
+        return True
+    except GithubError as e:
+        log.warning("GitHub status %s of %s@%s not set: %s", state, repo, sha[:12], e)
+        return False
+
+
+def report_run(
+    store: ResultsStore,
+    dag_id: str,
+    run_id: str,
+    *,
+    context: str,
+    conn_id: str,
+    hook: PullRequestHook | None = None,
+) -> Report | None:
+    """Post the pull request's status and comment for the commit ``run_id`` ran (module
+    docstring); None when the run was not started for a pull request. Never raises for a
+    GitHub problem: logged once, with the command that posts it again."""
+    pr = store.pull_request_run(dag_id, run_id)
+    if pr is None:
+        return None
+    runs = [r for r in store.pull_request_runs(dag_id, pr.repo, pr.number)]
+    report = build_report(store, pr, [r for r in runs if r.head_sha == pr.head_sha])
+    hook = hook or PullRequestHook(conn_id)
+    comment_id = next((r.comment_id for r in runs if r.comment_id is not None), None)
+    try:
+        _retried(
+            lambda: hook.set_status(
+                pr.repo, pr.head_sha, report.state, context=context,
+                description=report.description, target_url=report.target_url,
+            )
+        )  # fmt: skip
+        new_id = _retried(
+            lambda: hook.upsert_comment(
+                pr.repo, pr.number, marker=comment_marker(dag_id), body=report.body,
+                comment_id=comment_id,
+            )
+        )  # fmt: skip
+        if new_id != comment_id:
+            store.set_pull_request_comment(dag_id, pr.repo, pr.number, new_id)
+        log.info(
+            "PR %s#%d: status %s (%s), comment %s",
+            pr.repo, pr.number, report.state, report.description, new_id,
+        )  # fmt: skip
+    except GithubError as e:
+        log.error(
+            "PR %s#%d not updated (%s); the run's verdict stands. Post it again with: %s",
+            pr.repo, pr.number, e, repost_command(dag_id, run_id),
+        )  # fmt: skip
+    return report
+
+
+def build_report(store: ResultsStore, pr: PullRequestRun, runs: list[PullRequestRun]) -> Report:
+    """The status and comment of ``pr``'s head commit from its ``runs`` (pure over the
+    store's rows and the compare run's ``compare.json``)."""
+    dag_id = pr.dag_id
+    verdict = next((r for r in runs if r.kind == "verdict"), None)
+    compare = next((r for r in runs if r.kind == "compare"), None)
+    lines = [f"### accelmatrix `{dag_id}` on {pr.head_sha[:12]}", ""]
+    pending, failed, slower = [], False, []
+    target = matrix_url(dag_id, (verdict or pr).run_id)
+    if verdict is not None:
+        run = store.get_run(dag_id, verdict.run_id) or {}
+        state = run.get("state")
+        cells = store.get_cells(dag_id, verdict.run_id)
+        if state not in (RunState.PASSED, RunState.FAILED):
+            pending.append("the cells")
+        failed = state == RunState.FAILED
+        lines += _cells_section(store, dag_id, verdict.run_id, cells, state)
+        lines += [
+            f"[matrix]({target}) · [run report]({_file_url(dag_id, verdict.run_id, 'index.html')})",
+            "",
+        ]
+    if compare is not None:
+        rows, problem = _perf_rows(dag_id, compare.run_id)
+        run = store.get_run(dag_id, compare.run_id) or {}
+        if (
+            not rows
+            and problem is None
+            and run.get("state") not in (RunState.PASSED, RunState.FAILED)
+        ):
+            pending.append("the perf comparison")
+            lines += ["**Perf against the base** (" + pr.base_sha[:12] + "): running", ""]
+        else:
+            slower = [r for r in rows if r.worse]
+            lines += _perf_section(pr, rows, problem)
+            lines += [
+                f"[comparison]({_file_url(dag_id, compare.run_id, 'compare.html')}) · "
+                f"[compare run]({matrix_url(dag_id, compare.run_id)})",
+                "",
+            ]
+    if pending:
+        state, desc = "pending", f"{dag_id}: waiting for " + " and ".join(pending)
+        lines.insert(2, f"⏳ Running: {' and '.join(pending)}.\n")
+    elif failed or slower:
+        why = []
+        if failed:
+            why.append("cells failed")
+        if slower:
+            why.append(f"{len(slower)} metric(s) slower than the base")
+        state, desc = "failure", f"{dag_id}: " + ", ".join(why)
+        lines.insert(2, f"❌ **Not safe to merge**: {', '.join(why)}.\n")
+    else:
+        state, desc = "success", f"{dag_id}: every cell passed, no perf regression"
+        lines.insert(2, "✅ **Safe to merge**: every cell that is not quarantined passed"
+                     + (" and no metric is slower than the base." if compare else ".") + "\n")  # fmt: skip
+    lines.append(comment_marker(dag_id))
+    return Report(state=state, description=desc, body="\n".join(lines), target_url=target)
+
+
+def _cells_section(
+    store: ResultsStore, dag_id: str, run_id: str, cells: list[dict[str, Any]], state: Any
+) -> list[str]:
+    out = [f"**Cells** (run `{run_id}`, {state or 'running'}):", "", "| cell | state | why |",
+           "|---|---|---|"]  # fmt: skip
+    shown = sorted(cells, key=lambda c: (c.get("state") == CellState.PASSED, c["cell_id"]))
+    for c in shown[:MAX_CELL_ROWS]:
+        why = "" if c.get("state") == CellState.PASSED else (c.get("message") or "")
+        out.append(f"| `{c['cell_id']}` | {c.get('state')} | {_cell(why, 200)} |")
+    if len(shown) > MAX_CELL_ROWS:
+        out.append(f"| … {len(shown) - MAX_CELL_ROWS} more on the matrix page | | |")
+    failed_checks = [ch for ch in store.get_checks(dag_id, run_id) if not ch["passed"]]
+    if failed_checks:
+        out += ["", "**Failed checks:**", "", "| cell | check | expected | observed |",
+                "|---|---|---|---|"]  # fmt: skip
+        for ch in failed_checks[:MAX_CHECK_ROWS]:
+            out.append(
+                f"| `{ch['cell_id']}` | {_cell(ch['check_name'], 80)} | "
+                f"{_cell(ch.get('expected') or '', 120)} | {_cell(ch.get('observed') or '', 120)} |"
+            )
+        if len(failed_checks) > MAX_CHECK_ROWS:
+            out.append(f"| … {len(failed_checks) - MAX_CHECK_ROWS} more | | | |")
+    out.append("")
+    return out
+
+
+def _perf_rows(dag_id: str, run_id: str) -> tuple[list[PerfRow], str | None]:
+    """The compare run's rows, or why there are none (None: not written yet)."""
+    path = settings.artifacts_dir() / settings.safe_name(dag_id) / settings.safe_name(run_id)
+    path = path / COMPARE_JSON
+    if not path.is_file():
+        return [], None
+    try:
+        data = json.loads(path.read_text())
+        rows = [
+            PerfRow(
+                cell_id=r["cell_id"], metric=r["metric"],
+                median_base=float(r["comparison"]["median_base"]),
+                median_head=float(r["comparison"]["median_head"]),
+                change=float(r["comparison"]["change"]),
+                ci_low=float(r["comparison"]["ci_low"]),
+                ci_high=float(r["comparison"]["ci_high"]),
+                pairs=int(r["comparison"]["pairs"]), verdict=str(r["verdict"]),
+                worse=r.get("worse"),
+            )
+            for r in data.get("results") or []
+        ]  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [], f"the comparison could not be read: {e}"
+    problems = data.get("problems") or []
+    return rows, ("; ".join(problems)[:500] if problems and not rows else None)
+
+
+def _perf_section(pr: PullRequestRun, rows: list[PerfRow], problem: str | None) -> list[str]:
+    out = [
+        f"**Perf against the base** `{pr.base_ref}` ({pr.base_sha[:12]}), both builds "
+        "interleaved on one machine per cell:",
+        "",
+    ]
+    if problem:
+        return [*out, f"not measured: {_cell(problem, 400)}", ""]
+    out += ["| cell | metric | base | head | Δ | 95 % CI | pairs | verdict |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows[:MAX_CELL_ROWS]:
+        verdict = r.verdict if r.worse is None else ("**slower**" if r.worse else "faster")
+        out.append(
+            f"| `{r.cell_id}` | {r.metric} | {r.median_base:.4g} | {r.median_head:.4g} | "
+            f"{r.change:+.2%} | [{r.ci_low:+.2%}, {r.ci_high:+.2%}] | {r.pairs} | {verdict} |"
+        )
+    out.append("")
+    return out
+
+
+def _cell(text: Any, limit: int) -> str:
+    """Text safe inside a Markdown table cell: one line, pipes escaped, cut to ``limit``."""
+    s = " ".join(str(text).split()).replace("|", "\\|")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _retried(fn: Callable[[], Any]) -> Any:
+    """``fn`` again after a GitHub error that may pass (not reached, 5xx, rate limit)."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return fn()
+        except GithubError as e:
+            if attempt == ATTEMPTS - 1 or not (e.status == 0 or e.status >= 500 or e.status == 429):
+                raise
+            time.sleep(BACKOFF_S * (2**attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
