@@ -397,8 +397,8 @@ def _label(v: Scalar) -> str:
 
 
 # owner/name as GitHub allows them: the owner 1-39 of [A-Za-z0-9-], the name 1-100 of
-# [A-Za-z0-9._-] (never "." or "..").
-GITHUB_REPO_RE = r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/(?!\.\.?$)[A-Za-z0-9._-]{1,100}$"
+# [A-Za-z0-9._-] (GitHub refuses "." and ".." as names; they never match a delivery).
+GITHUB_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$"
 
 
 class GithubTrigger(Model):
