@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_github import FakeGithub
 
 from accelmatrix.hooks.github import PullRequestHook
 from accelmatrix.notifications import pull_request as report
@@ -22,7 +23,6 @@ from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.errors import SuiteError
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.ui.github_delivery import MAX_BODY, SuiteTrigger, decide, run_id_for, signature_ok
-from fake_github import FakeGithub
 
 SECRET = "s3cret-webhook"
 REPO = "acme/trainer"

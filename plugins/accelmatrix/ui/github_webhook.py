@@ -29,7 +29,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from accelmatrix.hooks.github import WRITE_PERMISSIONS, GithubError, PullRequestHook
@@ -266,8 +265,9 @@ def _trigger(dag_id: str, run_id: str, conf: dict[str, Any], pr: PullRequest, ki
             triggering_user_name=f"github:{pr.sender}"[:250],
             run_id=run_id,
             conf=conf,
-            # A logical date, as the trigger form sends: suites name builds by ${run.ds}.
-            logical_date=datetime.now(UTC),
+            # No logical date, as Airflow's REST trigger defaults to: two pull requests in
+            # one second would collide on it (it is unique per DAG, to the second).
+            logical_date=None,
             note=f"{pr.repo}#{pr.number}: {what} {pr.head_sha[:12]}, label by {pr.sender}",
         )
     except DagRunAlreadyExists:
