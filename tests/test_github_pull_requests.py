@@ -180,6 +180,8 @@ def test_the_github_block_is_validated_with_file_field_and_allowed_values(tmp_pa
         ("{repo: acme/trainer, label: x, ref_param: n}", "string params: git_ref"),
         ("{repo: acme/trainer, label: x, ref_param: nope}", "github.ref_param"),
         ("{repo: acme/trainer, label: x, when: always}", "when"),
+        ("{repo: acme/trainer, label: x, params: {tier: cpu}}", "not params of the suite"),
+        ("{repo: acme/trainer, label: x, params: {git_ref: v1}}", "gets the head sha"),
     ]:
         with pytest.raises(SuiteError) as e:
             _suite(tmp_path, block)

@@ -197,6 +197,15 @@ class Suite(Model):
                 f"which gets the pull request's head sha (string params: "
                 f"{', '.join(strings) or 'none'})"
             )
+        if gh.ref_param in gh.params:
+            raise ValueError(
+                f"github.params.{gh.ref_param}: the ref param gets the head sha; set the others"
+            )
+        if unknown := [n for n in gh.params if n not in self.params]:
+            raise ValueError(
+                f"github.params: {unknown} are not params of the suite "
+                f"(params: {', '.join(self.params) or 'none'})"
+            )
         if gh.compare and self.runtime_version != f"${{params.{gh.ref_param}}}":
             raise ValueError(
                 "github.compare: the builds compared are the base and head commits, so "

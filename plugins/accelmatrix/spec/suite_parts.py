@@ -433,6 +433,10 @@ class GithubTrigger(Model):
         max_length=100,
         description="the commit status context (default: accelmatrix/<suite id>)",
     )
+    params: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="other param values of the pull request's runs, e.g. {tier: on-demand}",
+    )
     compare: bool = Field(
         False,
         description=(

@@ -58,6 +58,7 @@ class SuiteTrigger:
     conn_id: str
     context: str
     compare: bool = False
+    params: tuple[tuple[str, Any], ...] = ()  # other param values of the runs
 
 
 @dataclass(frozen=True)

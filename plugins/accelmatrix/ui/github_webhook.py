@@ -118,6 +118,7 @@ def suite_triggers() -> list[SuiteTrigger]:
                 conn_id=gh.conn_id,
                 context=gh.context or f"accelmatrix/{dag_id}",
                 compare=gh.compare,
+                params=tuple(gh.params.items()),
             )
         )
     _suites_cache = (now, out)
@@ -228,17 +229,15 @@ def _vouched(hook: PullRequestHook, t: SuiteTrigger, pr: PullRequest, out: Outco
 
 def _runs_of(t: SuiteTrigger, pr: PullRequest) -> list[tuple[str, dict[str, Any]]]:
     """(kind, conf) of each run the pull request's head gets."""
-    runs: list[tuple[str, dict[str, Any]]] = [("verdict", {t.ref_param: pr.head_sha})]
+    conf = {**dict(t.params), t.ref_param: pr.head_sha}
+    runs: list[tuple[str, dict[str, Any]]] = [("verdict", conf)]
     if t.compare:
         from accelmatrix.spec.followup import COMPARE_KEY
 
         runs.append(
             (
                 "compare",
-                {
-                    t.ref_param: pr.head_sha,
-                    COMPARE_KEY: {"base": pr.base_sha, "head": pr.head_sha},
-                },
+                {**conf, COMPARE_KEY: {"base": pr.base_sha, "head": pr.head_sha}},
             )
         )
     return runs
