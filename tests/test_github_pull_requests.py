@@ -125,7 +125,8 @@ def test_refusals_start_nothing(name: str, make: Any, status: int, says: str) ->
         (payload(repo="evil/repo"), 422, "no suite declares it"),
         (payload(label="lgtm"), 422, "labels: run-tpu-tests"),
         (payload("synchronize", label=None, labels=("bug",)), 200, "no suite's label"),
-        (payload("closed", label=None), 200, "nothing to run"),
+        (payload("opened", label=None), 200, "nothing to run"),
+        (payload("closed", label=None, labels=()), 200, "no suite's label"),
         (payload(head="not-a-sha"), 400, "without number"),
         (payload(number=0), 400, "without number"),
     ],
@@ -144,6 +145,9 @@ def test_a_push_to_a_labelled_pull_request_runs_and_a_fork_needs_a_vouch() -> No
     d = judge(fork, signed(fork))
     assert d.status == 202 and d.needs_vouch and d.pull_request.fork
     assert judge(b"{}", signed(b"{}", event="ping")).status == 200
+    closed = json.dumps(payload("closed", label=None)).encode()
+    d = judge(closed, signed(closed))  # its runs still going are cancelled
+    assert (d.status, d.detail, [t.dag_id for t in d.runs]) == (202, "closed", ["pr_smoke"])
 
 
 # -- the suite's github block ------------------------------------------------------------------

@@ -14,6 +14,8 @@ them:
 * a push to the labelled pull request marks the older run failed (its teardowns still
   run) and starts the new head; at the end: a final status and exactly one comment;
 * a head whose cells fail: "failure", and the comment has expected against observed;
+* a suite with ``compare: true`` and a head 20 % slower than the base: the cells pass,
+  the comparison (both builds on one machine) says slower, so not safe to merge;
 * GitHub down while a run ends: the run's verdict stands, the gate logs the command
   that posts the report again.
 """
@@ -70,6 +72,34 @@ SUITE = {
     "workload": {"run": ["${python}", "-c", SCRIPT, "${params.git_ref}"], "timeout": 120},
     "checks": [{"type": "log_contains", "pattern": "training done"}],
 }
+
+# The same suite with the perf comparison: the head against the base commit, interleaved on
+# one machine per cell. The workload reports a step time set by the build (a head starting
+# with 5 is 20 % slower), so the verdict is known.
+PERF_SCRIPT = (
+    "import sys, time\n"
+    "build = sys.argv[1]\n"
+    "for i in range(3):\n"
+    "    time.sleep(0.05)\n"
+    "    print(f'step {i} step_time: {0.06 if build.startswith(\"5\") else 0.05}s', flush=True)\n"
+    "print('training done', flush=True)\n"
+)
+PERF_DAG_ID = "pr_perf"
+PERF_SUITE = {
+    **SUITE,
+    "axes": {"model": ["small"]},
+    "runtime_version": "${params.git_ref}",
+    "github": {**SUITE["github"], "label": "perf", "compare": True},
+    "workload": {
+        "run": ["${python}", "-c", PERF_SCRIPT, "${run.runtime_version}"],
+        "timeout": 120,
+        "metrics": [
+            {"type": "log_regex", "name": "step_time", "pattern": "step_time: ([0-9.]+)s",
+             "unit": "s", "series": True},
+        ],
+    },
+}  # fmt: skip
+HEAD5 = "5" * 40
 
 
 def _payload(action: str, number: int, head: str, *, sender: str = "maintainer",
@@ -128,6 +158,7 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
     suites = tmp_path / "suites"
     suites.mkdir()
     (suites / f"{DAG_ID}.yaml").write_text(json.dumps(SUITE))
+    (suites / f"{PERF_DAG_ID}.yaml").write_text(json.dumps(PERF_SUITE))
     with FakeGithub(permissions={"maintainer": "write", "stranger": "read"}) as github:
         with AirflowStack(
             home=tmp_path / "airflow",
@@ -143,6 +174,7 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
         ) as stack:
             stack.create_pool("accelmatrix_cpu_small", 4, include_deferred=True)
             stack.wait_for_dag(DAG_ID)
+            stack.wait_for_dag(PERF_DAG_ID)
 
             body = _payload("labeled", 7, HEAD1)
             bad = _deliver(stack, body, "d-bad", secret="a guess")
@@ -204,6 +236,21 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
             (comment9,) = github.comments_on(9)
             assert "Not safe to merge" in comment9 and "training done" in comment9, comment9
             assert github.statuses_of(BAD)[-1]["state"] == "failure"
+
+            # The perf label: the cells pass, but the head is 20 % slower than the base on
+            # one machine, builds interleaved: not safe to merge.
+            perf = _deliver(stack, _payload("labeled", 11, HEAD5, label="perf"), "d-7")
+            assert perf.status_code == 202, perf.text
+            assert sorted(perf.json()["started"]) == [
+                f"{PERF_DAG_ID}/pr-11-{HEAD5}",
+                f"{PERF_DAG_ID}/pr-11-{HEAD5}-compare",
+            ]
+            for run_id in (f"pr-11-{HEAD5}", f"pr-11-{HEAD5}-compare"):
+                assert stack.wait_for_run(PERF_DAG_ID, run_id, timeout=300) == "success"
+            (comment11,) = github.comments_on(11)
+            assert "Not safe to merge" in comment11 and "**slower**" in comment11, comment11
+            assert "+20.00%" in comment11 and "pairs" in comment11, comment11
+            assert github.statuses_of(HEAD5)[-1]["state"] == "failure"
 
             # GitHub down while a run ends: the verdict stands; the log says how to re-post.
             ok = _deliver(stack, _payload("labeled", 10, HEAD4), "d-6")

@@ -13,8 +13,9 @@ Rules, in the order they are applied (the first that refuses answers):
 3. An event other than ``pull_request`` (``ping`` is answered), a repository or a label
    that no suite declares: 422, nothing started.
 4. A ``pull_request`` that adds a suite's label, or a push (``synchronize``, ``reopened``)
-   to a pull request that carries it: that suite runs the head commit. Other actions are
-   answered 200 with what was not done.
+   to a pull request that carries it: that suite runs the head commit. Closing a pull
+   request that carries it cancels its runs still going. Other actions are answered 200
+   with what was not done.
 5. Trust is the endpoint's to check (it needs GitHub's answer): a head in a fork runs only
    when the label was just added by someone with write access (``needs_vouch``).
 """
@@ -182,18 +183,20 @@ def decide(
                 delivery_id=delivery,
                 event=event,
             )
-    elif pr.action in PUSH_ACTIONS:
+    elif pr.action in (*PUSH_ACTIONS, "closed"):
         runs = tuple(t for t in of_repo if t.label in pr.labels)
         if not runs:
             return Decision(
                 200, "no suite's label on this pull request", pr, delivery_id=delivery, event=event
             )
+        if pr.action == "closed":  # closed or merged: its runs still going are cancelled
+            return Decision(202, "closed", pr, runs, delivery_id=delivery, event=event)
     else:
         return Decision(
             200,
             f"action {pr.action[:40]!r}: nothing to run (runs on labeled, "
             + ", ".join(PUSH_ACTIONS)
-            + ")",
+            + "; cancels on closed)",
             pr,
             delivery_id=delivery,
             event=event,

@@ -152,11 +152,16 @@ def handle(headers: dict[str, str], body: bytes, store: ResultsStore) -> Outcome
 
 def _start(d: Decision, pr: PullRequest, store: ResultsStore) -> Outcome:
     out = Outcome(202, "accepted")
+    if pr.action == "closed":
+        for t in d.runs:
+            out.cancelled += _cancel_older(store, t, pr, keep_sha=None)
+        out.status, out.detail = 200, f"pull request closed: {len(out.cancelled)} run(s) cancelled"
+        return out
     for t in d.runs:
         hook = PullRequestHook(t.conn_id)
         if d.needs_vouch and not _vouched(hook, t, pr, out):
             continue
-        out.cancelled += _cancel_older(store, t, pr)
+        out.cancelled += _cancel_older(store, t, pr, keep_sha=pr.head_sha)
         for kind, conf in _runs_of(t, pr):
             run_id = run_id_for(pr.number, pr.head_sha, kind)
             problem = _conf_problem(t.dag_id, conf)
@@ -274,12 +279,14 @@ def _trigger(dag_id: str, run_id: str, conf: dict[str, Any], pr: PullRequest, ki
     return True
 
 
-def _cancel_older(store: ResultsStore, t: SuiteTrigger, pr: PullRequest) -> list[str]:
-    """Mark the pull request's still-going runs of older commits failed (their teardowns
-    still run: the UI's "Mark run as failed"); the run ids."""
+def _cancel_older(
+    store: ResultsStore, t: SuiteTrigger, pr: PullRequest, *, keep_sha: str | None
+) -> list[str]:
+    """Mark the pull request's still-going runs failed, but those of ``keep_sha`` (their
+    teardowns still run: the UI's "Mark run as failed"); the run ids."""
     older = [
         r.run_id for r in store.pull_request_runs(t.dag_id, pr.repo, pr.number)
-        if r.head_sha != pr.head_sha
+        if r.head_sha != keep_sha
     ]  # fmt: skip
     if not older:
         return []
