@@ -118,6 +118,15 @@ def _validate_run(
     for failure in validation.failures:
         log.error("run check failed: %s", failure)
     if validation.data_docs_index is not None:
+        # The page leads with the cells' verdicts and says it validates the run's table.
+        from accelmatrix.reports.verdicts import CellVerdicts, lead_run_docs
+
+        states = {r["cell_id"]: r.get("state") for r in rows}
+        verdicts = CellVerdicts.of((c.id, states.get(c.id), c.quarantined) for c in planned)
+        try:
+            lead_run_docs(validation.data_docs_index, verdicts)
+        except OSError:
+            log.warning("run Data Docs: could not add the cells' verdicts", exc_info=True)
         log.info("run Data Docs: %s", evidence_url(ref.dag_id, validation.data_docs_index))
     log.info(
         "run table validated in %.2f s: %s",

@@ -14,7 +14,7 @@ from accelmatrix.results.runs import is_followup
 from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
 from accelmatrix.ui import history, oncall, theme, trend
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
-from accelmatrix.ui.model import RunView, SuiteSummary, run_time
+from accelmatrix.ui.model import RunView, SuiteSummary, run_finished, run_time
 from accelmatrix.ui.trend import render_trend
 
 CSS = (
@@ -120,6 +120,17 @@ def _picker(view: RunView, page_base: str) -> str:
     )
 
 
+def _lead(view: RunView) -> str:
+    """A finished run's page leads with its cells' verdicts ("1 of 3 cells failed: ..."),
+    the same line as its report and Data Docs (reports/verdicts.py). Nothing while the run
+    is in progress: a cell without a verdict yet has not failed."""
+    if not run_finished(view.run):
+        return ""
+    from accelmatrix.reports.verdicts import CellVerdicts, lead_html
+
+    return lead_html(CellVerdicts.of((c.cell_id, c.state, c.quarantined) for c in view.cells))
+
+
 def run_page(
     view: RunView,
     *,
@@ -193,7 +204,7 @@ def run_page(
         "history of the last runs</a>)</nav>"
         f"<h1>{esc(view.dag_id)}</h1>{_picker(view, page_base)}"
         f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
-        f"{render_legend(view.counts)}{panel}{grid}{trends}"
+        f"{_lead(view)}{render_legend(view.counts)}{panel}{grid}{trends}"
     )
     return page(f"{view.dag_id} {run['run_id']}", body)
 

@@ -1,0 +1,94 @@
+"""Pages never green when red (issue 40): a run where one of three cells failed its checks.
+
+The cells go through the real lifecycle on the local backend (real workloads, the SQLite
+results store, Great Expectations at evaluate and at the gate). The run's table is complete
+(every cell reported once, each with a verdict), so its own Data Docs validation passes; the
+run's Data Docs, its report and the matrix page must still lead with "1 of 3 cells failed".
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import textwrap
+
+import pytest
+from test_step_failures import _evaluate, _run
+
+from accelmatrix import lifecycle
+from accelmatrix.reports.verdicts import RUN_TABLE_SCOPE, CellVerdicts
+
+SUITE = """
+description: three cells; n=b never prints the line its check wants
+axes:
+  n: {a: 1, b: 2, c: 3}
+machines:
+  cpu: {backend: local}
+machine: cpu
+workload:
+  setup: []
+  run: ["${python}", "-c", "import sys; print('done' if sys.argv[1] not in ('2', 'b') else 'no')", "${axis.n}"]
+  timeout: 120
+checks:
+  - {type: log_contains, pattern: done}
+"""
+
+
+def test_a_red_runs_data_docs_report_and_page_lead_with_the_failed_cell(accel_home, tmp_path):
+    suite = tmp_path / "red.yaml"
+    suite.write_text(textwrap.dedent(SUITE))
+    ref = lifecycle.RunRef(dag_id="red", run_id="manual__red")
+    cells = lifecycle.plan_run(str(suite), ref, {})
+    assert [c.id for c in cells] == ["n=a", "n=b", "n=c"]
+    for cell in cells:
+        resource = _run(cell, ref)
+        lifecycle.collect(cell, resource, ref)
+        _evaluate(cell, ref)
+        lifecycle.teardown(cell, resource, ref)
+    with pytest.raises(lifecycle.CellFailed):
+        lifecycle.gate(cells, ref, str(suite))
+    run_dir = ref.artifacts(cells[0].id).parent
+
+    # The run's Data Docs: its own checks passed, and the page says so only after it says
+    # which cell failed and what the page validates.
+    docs = (run_dir / "data_docs" / "index.html").read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", " ", docs))
+    lead = text.index("The run's cells: 1 of 3 cells failed: n=b (failed its checks)")
+    scope = text.index(RUN_TABLE_SCOPE.split(":")[0])
+    own = text.index("The run's table: validation passed")
+    assert lead < scope < own
+    assert "Validation passed" not in text
+    assert 'data-passed="false"' in docs
+
+    # The run report leads with it too.
+    report = (run_dir / "index.html").read_text()
+    assert report.index("1 of 3 cells failed: n=b") < report.index("<table")
+
+    # And the matrix page, above its legend and grid.
+    from accelmatrix.ui import model, render
+
+    view = model.load_run_view(lifecycle.results_store(), "red", ref.run_id)
+    page = render.run_page(view, ui_base="", app_base="/accelmatrix")
+    assert page.index('id="cells-verdict"') < page.index('class="legend"')
+    assert "1 of 3 cells failed: n=b (failed its checks)" in html.unescape(page)
+
+
+def test_the_verdict_line_counts_what_fails_a_run() -> None:
+    v = CellVerdicts.of(
+        [
+            ("a", "passed", False),
+            ("b", "failed", False),
+            ("c", "infra_failed", False),
+            ("d", "failed", True),  # quarantined: never fails the run
+            ("e", "excluded", False),  # not part of the run
+            ("f", None, False),  # never reported
+        ]
+    )
+    assert not v.passed and v.total == 5
+    assert v.line() == (
+        "3 of 5 cells failed: b (failed its checks), c (infra_failed), f (missing)"
+        " (1 quarantined cell also failed, not counted)"
+    )
+    assert CellVerdicts.of([("a", "passed", False)]).line() == "all 1 cell passed"
+    many = CellVerdicts.of([(f"c{i}", "failed", False) for i in range(8)])
+    assert many.line().endswith("c4 (failed its checks) and 3 more")
