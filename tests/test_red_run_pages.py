@@ -92,3 +92,36 @@ def test_the_verdict_line_counts_what_fails_a_run() -> None:
     assert CellVerdicts.of([("a", "passed", False)]).line() == "all 1 cell passed"
     many = CellVerdicts.of([(f"c{i}", "failed", False) for i in range(8)])
     assert many.line().endswith("c4 (failed its checks) and 3 more")
+
+
+def test_a_failed_evaluate_ends_with_one_line_naming_the_cell_and_why(accel_home, tmp_path):
+    """The evaluate task's last log line (its failure) names the cell and each failed
+    check with expected against observed: on-call reads the why without the table."""
+    suite = tmp_path / "red.yaml"
+    suite.write_text(textwrap.dedent(SUITE))
+    ref = lifecycle.RunRef(dag_id="red", run_id="manual__why")
+    cell = lifecycle.plan_run(str(suite), ref, {})[1]
+    assert cell.id == "n=b"
+    resource = _run(cell, ref)
+    lifecycle.collect(cell, resource, ref)
+    with pytest.raises(lifecycle.CellFailed) as info:
+        lifecycle.record_evaluation(cell, ref, lifecycle.run_checks(cell, ref))
+    line = str(info.value)
+    assert line == (
+        "cell n=b failed: 1 of 2 check(s) failed: log_contains[done] "
+        "(expected >= 1 log line(s) containing 'done', observed 0 line(s))"
+    )
+    assert "\n" not in line and line.count("n=b") == 1
+    lifecycle.teardown(cell, resource, ref)
+
+
+def test_the_failure_line_is_bounded() -> None:
+    from accelmatrix.lifecycle.evaluate_step import WHY_WIDTH, failure_line
+
+    failed = [{"check_name": f"c{i}", "expected": "x" * 500, "observed": "y"} for i in range(5)]
+    line = failure_line("m=a", "failed", failed, 9)
+    assert line.startswith("cell m=a failed: 5 of 9 check(s) failed: c0 (expected xxx")
+    assert line.endswith(", and 2 more") and len(line) < 4 * (WHY_WIDTH + 10) + 60
+    assert failure_line("m=a", "infra_failed", [], 2, "stockout in us-east5") == (
+        "cell m=a infra_failed: 0 of 2 check(s) failed; stockout in us-east5"
+    )
