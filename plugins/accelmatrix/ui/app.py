@@ -239,9 +239,11 @@ def create_app() -> FastAPI:
         """Filters, the re-run form, cost and owners (ui/oncall.py, ui/rerun.py)."""
         from accelmatrix.ui import rerun
 
+        run_id = view.run["run_id"]
+        reruns = rerun.reruns(view.dag_id, run_id)
+        oncall.mark_rerunning(view.cells, reruns)  # cleared cells show in progress
         filters = oncall.parse_filters(request.query_params.multi_items())
         shown = oncall.apply(view.cells, filters)
-        run_id = view.run["run_id"]
         panel = oncall.render_panel(
             cells=view.cells,
             shown=shown,
@@ -255,7 +257,7 @@ def create_app() -> FastAPI:
             can_rerun=may_edit(user, view.dag_id),
             cost=oncall.run_cost(store.get_cells(view.dag_id, run_id)),
             owners=rerun.dag_owners(view.dag_id),
-            reruns=rerun.reruns(view.dag_id, run_id),
+            reruns=reruns,
         )
         return panel, shown
 

@@ -123,8 +123,8 @@ def _picker(view: RunView, page_base: str) -> str:
 def _lead(view: RunView) -> str:
     """A finished run's page leads with its cells' verdicts ("1 of 3 cells failed: ..."),
     the same line as its report and Data Docs (reports/verdicts.py). Nothing while the run
-    is in progress: a cell without a verdict yet has not failed."""
-    if not run_finished(view.run):
+    is in progress or a cell re-runs: a cell without a verdict yet has not failed."""
+    if not run_finished(view.run) or any(c.kind == "pending" for c in view.cells):
         return ""
     from accelmatrix.reports.verdicts import CellVerdicts, lead_html
 
