@@ -125,3 +125,27 @@ def test_the_failure_line_is_bounded() -> None:
     assert failure_line("m=a", "infra_failed", [], 2, "stockout in us-east5") == (
         "cell m=a infra_failed: 0 of 2 check(s) failed; stockout in us-east5"
     )
+
+
+def test_the_run_page_and_logs_show_the_params_a_run_ran_with(accel_home, tmp_path, caplog):
+    """A backfill from Airflow's form without "Override parameters" runs every date with
+    the params' defaults: the plan log, the gate log and the matrix page show the conf and
+    the params in effect, so on-call can tell it from what was intended."""
+    import logging
+
+    suite = tmp_path / "red.yaml"
+    raw = textwrap.dedent(SUITE) + "params:\n  steps: {type: integer, default: 20, minimum: 8}\n"
+    suite.write_text(raw)
+    ref = lifecycle.RunRef(dag_id="red", run_id="backfill__2026-11-01T00:00:00+00:00")
+    caplog.set_level(logging.INFO, logger="accelmatrix")
+    cells = lifecycle.plan_run(str(suite), ref, {"steps": 20}, conf={})
+    assert 'run conf: {}; params in effect: {"steps": 20}' in caplog.text
+    from accelmatrix.ui import model, render
+
+    view = model.load_run_view(lifecycle.results_store(), "red", ref.run_id)
+    page = render.run_page(view, ui_base="", app_base="/accelmatrix")
+    assert '<span class="run-params" id="run-params">params steps=20</span>' in page
+    caplog.clear()
+    with pytest.raises(lifecycle.CellFailed):  # nothing ran: every cell is missing a verdict
+        lifecycle.gate(cells, ref, str(suite))
+    assert 'params of this run (its conf over the suite\'s defaults): {"steps": 20}' in caplog.text

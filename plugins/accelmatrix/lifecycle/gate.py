@@ -29,6 +29,13 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
     log.info(
         "results for %s %s:\n%s", ref.dag_id, ref.run_id, run_table(store, ref.dag_id, ref.run_id)
     )
+    from accelmatrix.lifecycle.plan_step import params_text
+
+    run_row = store.get_run(ref.dag_id, ref.run_id) or {}
+    log.info(
+        "params of this run (its conf over the suite's defaults): %s",
+        params_text(run_row.get("params")),
+    )
     failed, quarantined_failed, passed = [], [], []
     for c in planned:
         state = (rows.get(c.id) or {}).get("state", "missing")

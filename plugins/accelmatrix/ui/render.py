@@ -120,6 +120,22 @@ def _picker(view: RunView, page_base: str) -> str:
     )
 
 
+# Run params not shown beside the run: the follow-up block (a re-test says what it is).
+HIDDEN_PARAMS = frozenset({"accelmatrix_followup", "accelmatrix_compare"})
+PARAMS_SHOWN = 300  # characters
+
+
+def _params(run: dict[str, Any]) -> str:
+    """The params the run ran with (its conf over the suite's defaults, as its plan
+    recorded them): a backfill whose conf Airflow's form did not send shows its defaults
+    here, so on-call can tell it from what was intended."""
+    params = {k: v for k, v in (run.get("params") or {}).items() if k not in HIDDEN_PARAMS}
+    text = ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())) or "none"
+    if len(text) > PARAMS_SHOWN:
+        text = text[: PARAMS_SHOWN - 3] + "..."
+    return f'<span class="run-params" id="run-params">params {esc(text)}</span>'
+
+
 def _lead(view: RunView) -> str:
     """A finished run's page leads with its cells' verdicts ("1 of 3 cells failed: ..."),
     the same line as its report and Data Docs (reports/verdicts.py). Nothing while the run
@@ -155,6 +171,7 @@ def run_page(
     for key in ("runtime_version", "git_ref"):
         if run.get(key):
             meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
+    meta.append(_params(run))
     meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
     if is_followup(run):
         # A re-test of named builds: its cells are samples, not the suite's cells.
