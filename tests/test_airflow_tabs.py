@@ -129,6 +129,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         yield Site(stack)
 
 
+@pytest.mark.slow(50)
 def test_tabs_are_registered_and_each_page_answers(site: Site) -> None:
     """Airflow lists a tab per destination, and the page each names answers for this DAG,
     run and task instance, with the content it promises; never without a login."""

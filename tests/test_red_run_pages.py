@@ -34,6 +34,7 @@ checks:
 """
 
 
+@pytest.mark.slow(15)
 def test_a_red_runs_data_docs_report_and_page_lead_with_the_failed_cell(accel_home, tmp_path):
     suite = tmp_path / "red.yaml"
     suite.write_text(textwrap.dedent(SUITE))
