@@ -370,7 +370,7 @@ def test_no_runs_and_unknown_run(store: ResultsStore) -> None:
 def test_plugin_module_is_cheap_to_import() -> None:
     """Every Airflow component imports the plugin (the ``airflow.plugins`` entry point, or
     the plugins folder's shim): it adds nothing but the lazy wrapper and the trigger guard's
-    middleware class (standard library only).
+    middleware class and the tabs' table (standard library only).
     (Airflow's settings already loaded the package and its cluster policy,
     accelmatrix.deploy.policy, through the ``airflow.policy`` entry point: that much and no
     more.)"""
@@ -381,9 +381,10 @@ def test_plugin_module_is_cheap_to_import() -> None:
         "import accelmatrix_plugin; import accelmatrix.ui.plugin as p; "
         "added = sorted(set(sys.modules) - before); print(added); "
         "assert added == ['accelmatrix.ui', 'accelmatrix.ui.asgi', 'accelmatrix.ui.plugin', "
-        "'accelmatrix.ui.trigger_guard', 'accelmatrix_plugin'], added; "
+        "'accelmatrix.ui.tabs', 'accelmatrix.ui.trigger_guard', 'accelmatrix_plugin'], added; "
         "(a,) = p.AccelmatrixPlugin.fastapi_apps; assert a['url_prefix'] == '/accelmatrix'; "
-        "(v,) = p.AccelmatrixPlugin.react_apps; assert v['url_route'] == 'accelmatrix'; "
+        "v, *tabs = p.AccelmatrixPlugin.react_apps; assert v['url_route'] == 'accelmatrix'; "
+        "assert [t['destination'] for t in tabs] == ['dag', 'dag', 'dag_run', 'task_instance']; "
         "assert v['bundle_url'] == 'accelmatrix/static/matrix-view.js'"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}

@@ -195,6 +195,9 @@ def test_filter_and_rerun_failed_cells_from_the_matrix(tmp_path: Path) -> None:
             marker.write_text("fixed\n")
             button = _shadow(driver).find_element(By.CSS_SELECTOR, "form.rerun button")
             assert button.text == "re-run 2 failed cells"
+            # The cells it re-runs are named before anything is cleared.
+            targets = _shadow(driver).find_element(By.ID, "rerun-targets").text
+            assert targets == "x=b, x=c", targets
             button.click()
             _wait(
                 lambda: (
@@ -208,6 +211,12 @@ def test_filter_and_rerun_failed_cells_from_the_matrix(tmp_path: Path) -> None:
             note = _shadow(driver).find_element(By.CSS_SELECTOR, "p.rerun-note").text
             assert note.startswith("re-run of 2 failed cells by admin at "), note
             assert note.endswith("x=b, x=c"), note
+            # The re-run shows at once: the cleared cells in progress (or already passed
+            # again), never red with the same button offered a second time.
+            after_click = _cells(driver)
+            assert after_click["x=a"] == "passed", after_click
+            assert {after_click["x=b"], after_click["x=c"]} <= {"pending", "passed"}, after_click
+            assert not _shadow(driver).find_elements(By.CSS_SELECTOR, "form.rerun button")
             driver.save_screenshot(str(tmp_path / "matrix-after-rerun.png"))
         finally:
             driver.quit()

@@ -114,11 +114,37 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> di
         data_docs=result["data_docs"],
     )
     if state != CellState.PASSED:
-        raise CellFailed(
-            f"cell {cell.id} {state}: {len(failed)} of {len(result['verdicts'])} check(s) "
-            "failed" + (": " + ", ".join(v["check_name"] for v in failed) if failed else "")
-        )
+        raise CellFailed(failure_line(cell.id, state, failed, len(result["verdicts"]), message))
     return {"cell": cell.id, "state": state}
+
+
+# How much of each failed check's "why" the failure line carries (the verdict table above
+# it has everything).
+WHY_WIDTH = 120
+WHY_CHECKS = 3
+
+
+def failure_line(
+    cell_id: str, state: str, failed: list[dict[str, Any]], total: int, message: str = ""
+) -> str:
+    """The one line a failed evaluate ends with (its task's last log line): which cell, and
+    why: each failed check with expected against observed (the first few), or the earlier
+    failure's message when no check failed (an infrastructure failure, a timeout)."""
+    head = f"cell {cell_id} {state}: {len(failed)} of {total} check(s) failed"
+    whys = []
+    for v in failed[:WHY_CHECKS]:
+        said = [f"expected {v['expected']}"] if v.get("expected") else []
+        said += [f"observed {v['observed']}"] if v.get("observed") else []
+        why = ", ".join(said) or (v.get("message") or "")
+        why = " ".join(str(why).split())
+        why = why if len(why) <= WHY_WIDTH else why[: WHY_WIDTH - 3] + "..."
+        whys.append(f"{v['check_name']} ({why})" if why else str(v["check_name"]))
+    if len(failed) > WHY_CHECKS:
+        whys.append(f"and {len(failed) - WHY_CHECKS} more")
+    if whys:
+        return f"{head}: {', '.join(whys)}"
+    why = " ".join(message.split())
+    return f"{head}; {why[: WHY_WIDTH * 2]}" if why else head
 
 
 def record_evaluation_error(cell: CellSpec, ref: RunRef, error: str) -> None:

@@ -29,6 +29,13 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
     log.info(
         "results for %s %s:\n%s", ref.dag_id, ref.run_id, run_table(store, ref.dag_id, ref.run_id)
     )
+    from accelmatrix.lifecycle.plan_step import params_text
+
+    run_row = store.get_run(ref.dag_id, ref.run_id) or {}
+    log.info(
+        "params of this run (its conf over the suite's defaults): %s",
+        params_text(run_row.get("params")),
+    )
     failed, quarantined_failed, passed = [], [], []
     for c in planned:
         state = (rows.get(c.id) or {}).get("state", "missing")
@@ -119,6 +126,15 @@ def _validate_run(
     for failure in validation.failures:
         log.error("run check failed: %s", failure)
     if validation.data_docs_index is not None:
+        # The page leads with the cells' verdicts and says it validates the run's table.
+        from accelmatrix.reports.verdicts import CellVerdicts, lead_run_docs
+
+        states = {r["cell_id"]: r.get("state") for r in rows}
+        verdicts = CellVerdicts.of((c.id, states.get(c.id), c.quarantined) for c in planned)
+        try:
+            lead_run_docs(validation.data_docs_index, verdicts)
+        except OSError:
+            log.warning("run Data Docs: could not add the cells' verdicts", exc_info=True)
         log.info("run Data Docs: %s", evidence_url(ref.dag_id, validation.data_docs_index))
     log.info(
         "run table validated in %.2f s: %s",

@@ -56,6 +56,9 @@ def plan_run(
 
     suite = load_suite(suite_path)
     user_params = {k: v for k, v in params.items() if k in suite.params}
+    # What this run was asked for and what it runs with: a backfill from Airflow's form sends
+    # no conf unless "Override parameters" is ticked, and then every param is its default.
+    log.info("run conf: %s; params in effect: %s", params_text(conf), params_text(user_params))
     only = params.get("cells") or None
     if only == ["*"]:
         only = None
@@ -266,3 +269,11 @@ def _refuse(message: str) -> PlanRejected:
     for line in message.splitlines():
         log.error("%s", line)
     return PlanRejected(message)
+
+
+def params_text(values: dict[str, Any] | None, limit: int = 600) -> str:
+    """``{"a": 1}`` as one short log line: sorted keys, JSON, clipped."""
+    import json
+
+    text = json.dumps(values or {}, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix.cell_state import FAILED_COLOUR, STATE_COLOURS
+from accelmatrix.reports.verdicts import CellVerdicts, lead_html
 
 __all__ = ["STATE_COLOURS", "write_run_index"]
 
@@ -50,11 +51,16 @@ def write_run_index(
     # A compare run's report of the two builds (history.build_compare), once written.
     if (run_dir / "compare.html").exists():
         run_docs += ' (<a href="compare.html">comparison of the two builds</a>)'
+    # The page leads with the cells' verdicts (reports/verdicts.py).
+    verdicts = CellVerdicts.of(
+        (c["cell_id"], c.get("state"), bool(c.get("quarantined"))) for c in cells
+    )
     page = (
         "<!doctype html><meta charset=utf-8>"
         f"<title>{html.escape(dag_id)} {html.escape(run_id)}</title>"
         "<style>body{font-family:sans-serif}td,th{padding:4px 8px;text-align:left}</style>"
-        f"<h1>{html.escape(dag_id)}</h1><p>run {html.escape(run_id)}{run_docs}</p>"
+        f"<h1>{html.escape(dag_id)}</h1>{lead_html(verdicts)}"
+        f"<p>run {html.escape(run_id)}{run_docs}</p>"
         "<table><tr><th>cell</th><th>state</th><th>failed checks / reason</th><th></th></tr>"
         + "".join(rows)
         + "</table>"

@@ -263,9 +263,11 @@ def create_app() -> FastAPI:
         """Filters, the re-run form, cost and owners (ui/oncall.py, ui/rerun.py)."""
         from accelmatrix.ui import rerun
 
+        run_id = view.run["run_id"]
+        reruns = rerun.reruns(view.dag_id, run_id)
+        oncall.mark_rerunning(view.cells, reruns)  # cleared cells show in progress
         filters = oncall.parse_filters(request.query_params.multi_items())
         shown = oncall.apply(view.cells, filters)
-        run_id = view.run["run_id"]
         panel = oncall.render_panel(
             cells=view.cells,
             shown=shown,
@@ -279,7 +281,7 @@ def create_app() -> FastAPI:
             can_rerun=may_edit(user, view.dag_id),
             cost=oncall.run_cost(store.get_cells(view.dag_id, run_id)),
             owners=rerun.dag_owners(view.dag_id),
-            reruns=rerun.reruns(view.dag_id, run_id),
+            reruns=reruns,
         )
         return panel, shown
 
@@ -470,6 +472,67 @@ def create_app() -> FastAPI:
         anchor = f"group-{change_id}" if what == "group" else f"change-{change_id}"
         return RedirectResponse(
             f"{base}/suites/{quote(dag_id, safe='')}/history?runs={n}#{anchor}", status_code=303
+        )
+
+    @app.get("/tabs/{url_route}")
+    def tab(
+        request: Request,
+        url_route: str,
+        user: User,
+        dag_id: str,
+        run_id: str = "",
+        task_id: str = "",
+        map_index: int = -1,
+    ) -> RedirectResponse:
+        """A tab of Airflow's DAG, DAG run or task instance page (ui/tabs.py): the page it
+        shows for these ids. A task that is not one cell's (plan, gate: no map index) shows
+        its run's matrix. The page itself checks access again."""
+        from accelmatrix.ui import tabs
+
+        require(user, dag_id)
+        shown = tabs.by_route(url_route)
+        if shown is None:
+            raise HTTPException(status_code=404, detail=f"no tab {url_route!r}")
+        if shown.destination == "task_instance" and map_index < 0:
+            shown = next(t for t in tabs.TABS if t.destination == "dag_run")
+        path = tabs.page_path(
+            shown, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index
+        )
+        return RedirectResponse(_bases(request)[1] + path, status_code=307)
+
+    @app.get("/suites/{dag_id}/cell", response_class=HTMLResponse)
+    def cell(
+        request: Request, dag_id: str, user: User, run_id: str, task_id: str, map_index: int
+    ) -> HTMLResponse:
+        """One cell's evidence (ui/cell_page.py), named by one of its task instances."""
+        from accelmatrix.ui import cell_page, rerun
+        from accelmatrix.ui.airflow_facts import run_facts
+
+        require(user, dag_id)
+        tries, _ = run_facts(dag_id, run_id)
+        try:
+            ev = cell_page.load_cell(
+                results_store(),
+                dag_id,
+                run_id,
+                task_id,
+                map_index,
+                log_tails=allowed(user, dag_id, DagAccessEntity.TASK_LOGS),
+                tries=tries,
+                reruns=rerun.reruns(dag_id, run_id),
+            )
+        except ValueError as e:  # an over-long or empty id
+            raise HTTPException(status_code=404, detail=str(e)) from None
+        if ev is None:
+            raise HTTPException(
+                status_code=404,
+                detail=f"no cell of run {run_id!r} of {dag_id!r} is task {task_id}[{map_index}]",
+            )
+        ui_base, app_base = _bases(request)
+        return html(
+            cell_page.render_cell_page(
+                ev, ui_base=ui_base, app_base=app_base, page_base=_page_base(request)
+            )
         )
 
     @app.get("/suites/{dag_id}/files/{path:path}")

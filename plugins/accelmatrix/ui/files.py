@@ -20,7 +20,9 @@ Every class is checked again after symlinks are resolved.
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from accelmatrix import settings
@@ -96,3 +98,68 @@ def data_docs_file(dag_id: str, rel: str) -> Path | None:
     """The file ``rel`` if it is a regular file inside some cell's Data Docs tree."""
     found = evidence_file(dag_id, rel)
     return found[0] if found and found[1] == DOCS else None
+
+
+# A profiler trace among a cell's collected files (the profiler_trace source's default glob
+# is **/*.pt.trace.json; torch also writes .json.gz).
+TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
+# Entries looked at when searching a cell's collected files for a trace: the matrix page
+# lists every cell, so one cell with thousands of artifacts must not slow the page.
+TRACE_SCAN_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class CellFiles:
+    """A cell's evidence files that exist, as paths relative to the suite's artifacts dir
+    (what ``evidence_file`` serves): the links an on-call engineer opens from the matrix
+    instead of finding them in the collect task's log."""
+
+    stdout: str | None = None  # the workload's output (stdout and stderr, as the runner wrote)
+    metrics: str | None = None  # the collected metrics table (metrics.json)
+    trace: str | None = None  # the first profiler trace among the collected files
+    docs: str | None = None  # the cell's Data Docs index
+
+    def links(self) -> list[tuple[str, str]]:
+        """(kind, relative path) of each file present, in the order the page lists them."""
+        pairs = (
+            ("stdout", self.stdout),
+            ("metrics", self.metrics),
+            ("trace", self.trace),
+            ("docs", self.docs),
+        )
+        return [(k, v) for k, v in pairs if v]
+
+
+def cell_files(dag_id: str, run_id: str, cell_id: str, docs: str | None = None) -> CellFiles:
+    """The evidence files of one cell (a few ``stat`` calls and a bounded walk of its
+    collected files). ``docs``: the cell's Data Docs as the store records them, relative."""
+    cell_dir = settings.cell_artifacts_dir(dag_id, run_id, cell_id)
+    rel = f"{settings.safe_name(run_id)}/{settings.safe_name(cell_id)}"
+    if not cell_dir.is_dir():
+        return CellFiles(docs=docs)
+
+    def present(name: str) -> str | None:
+        return f"{rel}/{name}" if (cell_dir / name).is_file() else None
+
+    if docs is None and (cell_dir / DOCS_DIR / REPORT).is_file():
+        docs = f"{rel}/{DOCS_DIR}/{REPORT}"
+    return CellFiles(
+        stdout=present("output.log"),
+        metrics=present("metrics.json"),
+        trace=_first_trace(cell_dir / FILES_DIR, f"{rel}/{FILES_DIR}"),
+        docs=docs,
+    )
+
+
+def _first_trace(root: Path, rel: str) -> str | None:
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            seen += 1
+            if seen > TRACE_SCAN_LIMIT:
+                return None
+            if name.endswith(TRACE_SUFFIXES):
+                sub = Path(dirpath).relative_to(root).as_posix()
+                return f"{rel}/{name}" if sub == "." else f"{rel}/{sub}/{name}"
+    return None

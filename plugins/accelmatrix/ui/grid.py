@@ -124,11 +124,36 @@ def log_url(ui_base: str, dag_id: str, run_id: str, cell: CellView) -> str | Non
     return f"{run}/{q(cell.machine + '.' + step)}/mapped/{cell.map_index}"
 
 
-def docs_url(app_base: str, dag_id: str, cell: CellView) -> str | None:
-    if not cell.data_docs:
-        return None
-    path = "/".join(q(part) for part in cell.data_docs.split("/"))
+def file_url(app_base: str, dag_id: str, rel: str) -> str:
+    """The app's URL of an evidence file (``rel``: relative to the suite's artifacts dir)."""
+    path = "/".join(q(part) for part in rel.split("/"))
     return f"{app_base}/suites/{q(dag_id)}/files/{path}"
+
+
+def docs_url(app_base: str, dag_id: str, cell: CellView) -> str | None:
+    docs = cell.data_docs or (cell.evidence.docs if cell.evidence else None)
+    return file_url(app_base, dag_id, docs) if docs else None
+
+
+# The cell's evidence tab on its task instance page in Airflow's UI (ui/tabs.py).
+CELL_TAB = "plugin/accelmatrix-cell"
+
+
+def evidence_tab_url(ui_base: str, dag_id: str, run_id: str, cell: CellView) -> str | None:
+    """The cell's evidence as a tab of its ``run`` task instance in Airflow's UI (state and
+    why, stdout, metrics, trace, Data Docs, re-runs in one page)."""
+    if cell.map_index is None or not cell.machine:
+        return None
+    url = log_url(ui_base, dag_id, run_id, replace(cell, step="run"))
+    return f"{url}/{CELL_TAB}" if url else None
+
+
+# The evidence files linked on each cell: (CellFiles field, label, title).
+FILE_LINKS = (
+    ("stdout", "stdout", "the workload's output"),
+    ("metrics", "metrics", "the collected metrics table"),
+    ("trace", "trace", "the profiler trace"),
+)
 
 
 # A failed cell links the log of each of these steps besides its failing step's: the
@@ -172,9 +197,22 @@ def render_cell(cell: CellView, ui_base: str, app_base: str, dag_id: str, run_id
             f'title="log of the {esc(step)} task">log</a>'
         )
     links += _step_log_links(cell, ui_base, dag_id, run_id)
+    for kind, label, what in FILE_LINKS:
+        rel = getattr(cell.evidence, kind, None) if cell.evidence else None
+        if rel:
+            links.append(
+                f'<a class="{kind}" href="{esc(file_url(app_base, dag_id, rel))}" '
+                f'target="_blank" rel="noopener" title="{what}">{label}</a>'
+            )
     docs = docs_url(app_base, dag_id, cell)
     if docs:
         links.append(f'<a class="docs" href="{esc(docs)}" target="_blank" rel="noopener">docs</a>')
+    tab = evidence_tab_url(ui_base, dag_id, run_id, cell)
+    if tab:
+        links.append(
+            f'<a class="evidence" href="{esc(tab)}" '
+            'title="the cell\'s evidence in Airflow: state and why, files, re-runs">evidence</a>'
+        )
     marks = (["quarantined"] if cell.quarantined else []) + cell.badges
     badges = "".join(f'<span class="badge b-{b}">{esc(b)}</span>' for b in marks)
     state = cell.state if cell.kind != "infra" else "infra failed"

@@ -111,6 +111,9 @@ class CellView:
     attempt_at: datetime | None = None  # when that attempt ran (or last wrote the cell)
     # (benchmark, metric, status) of every perf series of the cell.
     series: list[tuple[str, str, str]] = field(default_factory=list)
+    # The cell's stdout, metrics table, trace and Data Docs (files.cell_files): linked from
+    # the cell, so the evidence is one click away.
+    evidence: files.CellFiles | None = None
 
     @property
     def badges(self) -> list[str]:
@@ -305,6 +308,8 @@ def _cell_views(
                 view.step = failing_step(state, message)
             if kind == "cancelled" and stopped_by:
                 view.cause = [stopped_by, *view.cause][:2]
+        if state != CellState.EXCLUDED and run_id:
+            view.evidence = files.cell_files(dag_id, run_id, cid, view.data_docs)
         if tries and view.machine and view.map_index is not None:
             got = tries.get((f"{view.machine}.run", view.map_index))
             if got and got[0] > view.attempt:

@@ -39,6 +39,7 @@ NOT_FAILED = frozenset({CellState.PASSED, CellState.EXCLUDED, CellState.CANCELLE
 # workload runs again (``run`` with its downstream: collect, evaluate, teardown, gate).
 RERUN_FROM_RUN = frozenset({CellState.FAILED})
 MAX_CELLS = 1000  # one form, one clear request
+NAMED = 8  # cells named beside the re-run button
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,46 @@ class RerunNote:
         return f"re-run of {n} failed cell{'s' if n != 1 else ''} by {self.who}{when}: {names}"
 
 
+def _utc(t: Any) -> Any:
+    """An aware UTC datetime (SQLite gives the store's times back naive, in UTC)."""
+    from datetime import UTC, datetime
+
+    if isinstance(t, datetime) and t.tzinfo is None:
+        return t.replace(tzinfo=UTC)
+    return t
+
+
+def mark_rerunning(cells: list[CellView], reruns: list[RerunNote]) -> list[CellView]:
+    """Show the cells a re-run cleared as in progress until they write again.
+
+    Right after "re-run N failed cells" the store still says failed (nothing has run yet),
+    so the page showed the same red cells and offered the same button again. A failed cell
+    named by a re-run recorded after the cell's last write (``attempt_at``) is shown
+    pending ("in progress" in the legend, no re-run button for it), with who re-ran it;
+    once its tasks write the cell again, the store's state shows. Returns those cells."""
+    out = []
+    for c in cells:
+        if not is_failed(c):
+            continue
+        last = _utc(c.attempt_at)
+        note = next(
+            (
+                n
+                for n in reruns  # newest first
+                if c.cell_id in n.cells
+                and n.when is not None
+                and (last is None or _utc(n.when) > last)
+            ),
+            None,
+        )
+        if note is None:
+            continue
+        c.kind = "pending"
+        c.cause = [f"re-running: cleared by {note.who} at {_utc(note.when):%Y-%m-%d %H:%M} UTC"]
+        out.append(c)
+    return out
+
+
 def render_panel(
     *,
     cells: list[CellView],
@@ -261,9 +302,14 @@ def _rerun_form(
         if skipped
         else ""
     )
+    # The cells it re-runs are named beside the button, before anything is cleared.
+    names = ", ".join(t.cell_id for t in todo[:NAMED]) + (
+        f" and {len(todo) - NAMED} more" if len(todo) > NAMED else ""
+    )
     button = (
         f'<button type="submit" name="go" value="1">re-run {len(todo)} failed '
         f"cell{'s' if len(todo) != 1 else ''}</button>"
+        f' <span class="targets" id="rerun-targets">{esc(names)}</span>'
         f' <span class="none">clears {esc(", ".join(steps))} and what follows</span>'
         if todo
         else ""

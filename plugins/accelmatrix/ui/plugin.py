@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from accelmatrix.ui import tabs
 from accelmatrix.ui.asgi import app as _matrix_app
 from accelmatrix.ui.trigger_guard import TriggerGuard
 
@@ -56,5 +57,7 @@ class AccelmatrixPlugin(AirflowPlugin):
             "destination": "nav",
             "url_route": "accelmatrix",
             "nav_top_level": True,
-        }
+        },
+        # The same view as tabs of each DAG, DAG run and task instance page (ui/tabs.py).
+        *tabs.react_apps(URL_PREFIX, f"{URL_PREFIX.lstrip('/')}/static/matrix-view.js"),
     ]

@@ -14,7 +14,7 @@ from accelmatrix.results.runs import is_followup
 from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
 from accelmatrix.ui import history, oncall, theme, trend
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
-from accelmatrix.ui.model import RunView, SuiteSummary, run_time
+from accelmatrix.ui.model import RunView, SuiteSummary, run_finished, run_time
 from accelmatrix.ui.trend import render_trend
 
 CSS = (
@@ -120,6 +120,33 @@ def _picker(view: RunView, page_base: str) -> str:
     )
 
 
+# Run params not shown beside the run: the follow-up block (a re-test says what it is).
+HIDDEN_PARAMS = frozenset({"accelmatrix_followup", "accelmatrix_compare"})
+PARAMS_SHOWN = 300  # characters
+
+
+def _params(run: dict[str, Any]) -> str:
+    """The params the run ran with (its conf over the suite's defaults, as its plan
+    recorded them): a backfill whose conf Airflow's form did not send shows its defaults
+    here, so on-call can tell it from what was intended."""
+    params = {k: v for k, v in (run.get("params") or {}).items() if k not in HIDDEN_PARAMS}
+    text = ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())) or "none"
+    if len(text) > PARAMS_SHOWN:
+        text = text[: PARAMS_SHOWN - 3] + "..."
+    return f'<span class="run-params" id="run-params">params {esc(text)}</span>'
+
+
+def _lead(view: RunView) -> str:
+    """A finished run's page leads with its cells' verdicts ("1 of 3 cells failed: ..."),
+    the same line as its report and Data Docs (reports/verdicts.py). Nothing while the run
+    is in progress or a cell re-runs: a cell without a verdict yet has not failed."""
+    if not run_finished(view.run) or any(c.kind == "pending" for c in view.cells):
+        return ""
+    from accelmatrix.reports.verdicts import CellVerdicts, lead_html
+
+    return lead_html(CellVerdicts.of((c.cell_id, c.state, c.quarantined) for c in view.cells))
+
+
 def run_page(
     view: RunView,
     *,
@@ -144,6 +171,7 @@ def run_page(
     for key in ("runtime_version", "git_ref"):
         if run.get(key):
             meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
+    meta.append(_params(run))
     meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
     if is_followup(run):
         # A re-test of named builds: its cells are samples, not the suite's cells.
@@ -193,7 +221,7 @@ def run_page(
         "history of the last runs</a>)</nav>"
         f"<h1>{esc(view.dag_id)}</h1>{_picker(view, page_base)}"
         f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
-        f"{render_legend(view.counts)}{panel}{grid}{trends}"
+        f"{_lead(view)}{render_legend(view.counts)}{panel}{grid}{trends}"
     )
     return page(f"{view.dag_id} {run['run_id']}", body)
 

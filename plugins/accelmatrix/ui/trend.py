@@ -61,6 +61,56 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [lo + i * step for i in range(n)]
 
 
+# A bound is drawn to scale when it lies within this many "reaches" of the points (the
+# points' spread, at least NEAR_FRACTION of their magnitude); farther, it would squash the
+# points onto one line (bounds 0 to 0.5 s for a 4 ms step time drew every point flat at 0),
+# so the axis ignores it and the chart marks it at the edge instead.
+NEAR_REACH = 1.0
+NEAR_FRACTION = 0.25
+EDGE_STRIP = 6  # px: the strip marking a bound beyond the top or bottom edge
+
+
+def y_range(values: list[float], bounds: list[float], current: list[float]) -> tuple[float, float]:
+    """The plotted y-range: the points, with a little room, plus the bounds near them.
+
+    Without points (nothing measured yet) the bounds, then today's bounds, decide. A
+    positive series never gets a negative axis."""
+    if values:
+        d0, d1 = min(values), max(values)
+        reach = NEAR_REACH * max(d1 - d0, NEAR_FRACTION * max(abs(d0), abs(d1)))
+        near = [b for b in bounds if d0 - reach <= b <= d1 + reach]
+        ys = values + near
+    else:
+        ys = bounds or current
+    y0, y1 = (min(ys), max(ys)) if ys else (0.0, 1.0)
+    pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
+    return (max(0.0, y0 - pad) if y0 >= 0 else y0 - pad), y1 + pad
+
+
+def _off_scale(bounds: list[float], y0: float, y1: float, pw: float) -> list[str]:
+    """A strip at the top (bottom) edge for bounds above (below) the axis, saying where
+    they are: the band itself is then clamped to that edge."""
+    out = []
+    for edge, beyond in (
+        ("upper", [b for b in bounds if b > y1]),
+        ("lower", [b for b in bounds if b < y0]),
+    ):
+        if not beyond:
+            continue
+        v = max(beyond) if edge == "upper" else min(beyond)
+        yy = TOP if edge == "upper" else H - BOTTOM - EDGE_STRIP
+        text_y = TOP + EDGE_STRIP + 10 if edge == "upper" else H - BOTTOM - EDGE_STRIP - 3
+        word = "above" if edge == "upper" else "below"
+        out.append(
+            f'<g class="offscale {edge}" data-bound="{esc(_fmt(v))}">'
+            f'<rect x="{LEFT}" y="{yy}" width="{pw}" height="{EDGE_STRIP}"/>'
+            f'<text x="{LEFT + pw - 4}" y="{text_y}" text-anchor="end">'
+            f"{edge} bound {esc(_fmt(v))} {word} the axis</text>"
+            f"<title>{edge} bound {esc(_fmt(v))}: off scale, {word} every point</title></g>"
+        )
+    return out
+
+
 def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -> str:
     """The chart as an <svg> element plus an HTML legend (one <figure>).
 
@@ -72,17 +122,8 @@ def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -
     if not times:
         return ""
     cur_lo, cur_hi = trend.current or (None, None)
-    # The y-axis spans the points and the band they were judged against; today's bounds
-    # lines are drawn only where they fall inside (a file's generous upper bound must not
-    # squash milliseconds onto the zero line).
-    ys = _finite(
-        [p.value for p in points]
-        + [lo for _, lo, _ in trend.band]
-        + [hi for _, _, hi in trend.band]
-    ) or _finite([cur_lo, cur_hi])
-    y0, y1 = (min(ys), max(ys)) if ys else (0.0, 1.0)
-    pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
-    y0, y1 = max(0.0, y0 - pad) if y0 >= 0 else y0 - pad, y1 + pad
+    bounds = _finite([lo for _, lo, _ in trend.band] + [hi for _, _, hi in trend.band])
+    y0, y1 = y_range(_finite([p.value for p in points]), bounds, _finite([cur_lo, cur_hi]))
     t_lo, t_hi = min(times), max(times)
     t0, t1 = t_lo.timestamp(), t_hi.timestamp()
     single = t1 <= t0
@@ -141,6 +182,7 @@ def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -
         ]
         poly = " ".join(f"{a:.1f},{b:.1f}" for a, b in [*top, *reversed(bot)])
         parts.append(f'<polygon class="band" points="{poly}"><title>bounds</title></polygon>')
+    parts += _off_scale(bounds, y0, y1, pw)
     for v, name in ((cur_lo, "lower"), (cur_hi, "upper")):
         if v is not None and math.isfinite(v) and y0 <= v <= y1:
             yy = y(v)
@@ -386,4 +428,5 @@ svg.trend .c-improvement .cp-label{fill:#2f855a}
 svg.trend .change:not(.t-untriaged):not(.t-acknowledged) .cp-line{stroke-opacity:.45}
 svg.trend .change:hover .cp-line{stroke-width:3}
 .b-change{background:#744210}
+svg.trend .offscale rect{fill:#68d391;fill-opacity:.8}svg.trend .offscale text{fill:#276749}
 """.strip()

@@ -11,6 +11,11 @@ and answers 400 ``{"detail": "<the same message>"}``: the param values (an unkno
 value outside its enum/minimum/maximum/pattern), a glob that selects nothing, a run with
 no cell to run, each with the valid values or cell ids.
 
+Backfills too: ``POST /api/v2/backfills`` and ``.../backfills/dry_run`` (the backfill form)
+carry the suite in the body (``dag_id``) and the conf every run of the backfill gets in
+``dag_run_conf``; a backfill would otherwise start one refused plan per date. The same check,
+the same message.
+
 It answers only a caller Airflow would let trigger that DAG (the same JWT and auth
 manager, ``POST`` on its runs): everyone else reaches Airflow's own 401/403 untouched, so
 the valid cell ids are never shown to someone who may not trigger the suite. Anything it
@@ -28,17 +33,30 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _TRIGGER = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?$")
+_BACKFILL = re.compile(r"/api/v2/backfills(?:/dry_run)?/?$")
 MAX_BODY = 1 << 20  # a trigger body is a few KB; a larger one is Airflow's to judge
+# Where the run conf sits in each body Airflow takes.
+TRIGGER_CONF, BACKFILL_CONF = "conf", "dag_run_conf"
 
 
-def refusal(dag_id: str, body: bytes) -> str | None:
-    """Why a run of ``dag_id`` triggered with this request body must not start, or None."""
+def backfill_dag_id(body: bytes) -> str | None:
+    """The DAG a backfill request names in its body (None: not one Airflow would take)."""
+    try:
+        dag_id = (json.loads(body) or {}).get("dag_id")
+    except (ValueError, AttributeError):
+        return None
+    return dag_id if isinstance(dag_id, str) and dag_id else None
+
+
+def refusal(dag_id: str, body: bytes, conf_key: str = TRIGGER_CONF) -> str | None:
+    """Why a run of ``dag_id`` triggered with this request body must not start, or None.
+    ``conf_key``: where the body holds the run conf (``dag_run_conf`` for a backfill)."""
     from accelmatrix import settings
     from accelmatrix.spec.errors import SuiteError
     from accelmatrix.spec.files import suite_files, suite_id
 
     try:
-        conf = (json.loads(body) or {}).get("conf") or {}
+        conf = (json.loads(body) or {}).get(conf_key) or {}
     except (ValueError, AttributeError):
         return None
     if not isinstance(conf, dict):
@@ -100,10 +118,11 @@ class TriggerGuard:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        match = None
+        match = backfill = None
         if scope["type"] == "http" and scope.get("method") == "POST":
             match = _TRIGGER.search(scope.get("path", ""))
-        if match is None:
+            backfill = None if match else _BACKFILL.search(scope.get("path", ""))
+        if match is None and backfill is None:
             await self.app(scope, receive, send)
             return
         chunks, size, first = [], 0, None
@@ -120,7 +139,10 @@ class TriggerGuard:
         more = first is None and size > MAX_BODY
         problem = None
         if first is None and not more:
-            problem = await _judge(scope, match["dag_id"], body)
+            if match is not None:
+                problem = await _judge(scope, match["dag_id"], body)
+            elif (dag_id := backfill_dag_id(body)) is not None:
+                problem = await _judge(scope, dag_id, body, BACKFILL_CONF, quoted=False)
         if problem is not None:
             await _send_400(send, problem)
             return
@@ -138,14 +160,22 @@ class TriggerGuard:
         await self.app(scope, replay, send)
 
 
-async def _judge(scope: dict[str, Any], dag_id: str, body: bytes) -> str | None:
+async def _judge(
+    scope: dict[str, Any],
+    dag_id: str,
+    body: bytes,
+    conf_key: str = TRIGGER_CONF,
+    *,
+    quoted: bool = True,
+) -> str | None:
+    """``quoted``: ``dag_id`` comes from the URL path (percent-encoded), not a JSON body."""
     from urllib.parse import unquote
 
     from anyio import to_thread
 
-    dag_id = unquote(dag_id)
+    dag_id = unquote(dag_id) if quoted else dag_id
     try:
-        problem = await to_thread.run_sync(refusal, dag_id, body)
+        problem = await to_thread.run_sync(refusal, dag_id, body, conf_key)
     except Exception:  # noqa: BLE001 - never break triggering: Airflow still validates
         log.exception("accelmatrix could not check the conf of a %s trigger", dag_id)
         return None

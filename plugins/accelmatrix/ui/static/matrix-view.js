@@ -15,6 +15,9 @@
 const React = globalThis.React;
 const { useLocation, useNavigate } = globalThis.ReactRouterDOM;
 const ROUTE = "/plugin/accelmatrix";
+// A tab of a DAG, DAG run or task instance page (ui/tabs.py): .../plugin/accelmatrix-<what>.
+// The server maps the tab and Airflow's props to the page it shows (GET /accelmatrix/tabs/..).
+const TAB = /\/plugin\/(accelmatrix-[a-z]+)\/?$/u;
 const DROP = "script,iframe,frame,object,embed,base,meta,link,noscript,template";
 
 function routerBase() {
@@ -58,12 +61,25 @@ function followTheme(el) {
   return () => watch.disconnect();
 }
 
-function MatrixView() {
+function tabSource(pathname, props) {
+  // The page of a tab: null on the navigation entry's own route.
+  const m = TAB.exec(pathname);
+  if (!m || !props.dagId) return null;
+  const q = new URLSearchParams({ dag_id: props.dagId });
+  if (props.runId) q.set("run_id", props.runId);
+  if (props.taskId) q.set("task_id", props.taskId);
+  if (props.mapIndex !== undefined && props.mapIndex !== null) q.set("map_index", String(props.mapIndex));
+  return new URL(`accelmatrix/tabs/${m[1]}?${q}`, document.baseURI).href;
+}
+
+function MatrixView(props) {
   const location = useLocation();
   const navigate = useNavigate();
   const host = React.useRef(null);
   const sub = location.pathname.startsWith(ROUTE) ? location.pathname.slice(ROUTE.length) : "";
-  const src = new URL(`accelmatrix${sub || "/"}${location.search}`, document.baseURI).href;
+  const src =
+    tabSource(location.pathname, props || {}) ||
+    new URL(`accelmatrix${sub || "/"}${location.search}`, document.baseURI).href;
 
   React.useEffect(() => followTheme(host.current), []);
 
