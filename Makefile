@@ -14,7 +14,7 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export ACCELMATRIX_HOME ?= $(AIRFLOW_HOME)/accelmatrix
 export PATH := $(BIN):$(PATH)
 
-.PHONY: venv demo test check reliability lint format bench standalone clean
+.PHONY: venv demo test check reliability lint docs format bench standalone clean
 
 venv: $(VENV)/.installed
 
@@ -72,7 +72,7 @@ check: lint
 	$(BIN)/pytest -q -n $(CHECK_WORKERS) -m "not server and not reliability and not loop"
 
 # The fault-injection matrix on a real Airflow (every backend, ~30 min here): prints the
-# faults x backends table (README "Reliability") and writes it to reliability-table.md;
+# faults x backends table (docs/reliability.md) and writes it to reliability-table.md;
 # then the metadata DB restarted mid-run on a Celery stack of its own (~2 min).
 # ACCELMATRIX_REQUIRE_SERVERS: a missing sshd (or any server) fails the run instead of skipping.
 reliability: venv
@@ -83,6 +83,11 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(CURDIR)/site
+
+# The documentation site (docs/, mkdocs.yml) into site/: open site/index.html.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(CURDIR)/site
 
 format: venv
 	$(BIN)/ruff check --fix .

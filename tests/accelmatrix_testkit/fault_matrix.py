@@ -5,7 +5,7 @@ retried it, what was left behind and how many of the metric rows the workload pr
 results store lacks, e.g. ``run_failed, 0 leaked, 0 rows lost`` or ``LEAK: 1 node``.
 An entry fails the suite when something leaked or is inconsistent, unless the (fault,
 backend) pair is in ``KNOWN_LEAKS``: those are reported (marked ``known``), not failed. The
-table is meant to be pasted into the README's reliability section.
+table is meant to be pasted into docs/reliability.md.
 """
 
 from __future__ import annotations
