@@ -114,7 +114,11 @@ def test_a_labeled_delivery_runs_the_suite_that_declares_repo_and_label() -> Non
 )  # fmt: skip
 def test_refusals_start_nothing(name: str, make: Any, status: int, says: str) -> None:
     body, headers, secret = make(json.dumps(payload()).encode())
-    d = judge(body, headers, secret)
+
+    def suites_never_read() -> list[SuiteTrigger]:
+        raise AssertionError("a refused delivery must not cost a read of the suites")
+
+    d = decide(headers, body, secret, suites_never_read)
     assert (d.status, d.runs) == (status, ()), (name, d)
     assert says in d.detail, (name, d.detail)
 

@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,9 +121,11 @@ def decide(
     headers: Mapping[str, str],
     body: bytes,
     secret: str | None,
-    triggers: Sequence[SuiteTrigger],
+    triggers: Sequence[SuiteTrigger] | Callable[[], Sequence[SuiteTrigger]],
 ) -> Decision:
-    """The endpoint's answer to one delivery (module docstring); ``headers`` lower-cased."""
+    """The endpoint's answer to one delivery (module docstring); ``headers`` lower-cased.
+    ``triggers`` may be a function: it is called only for a signed ``pull_request``
+    delivery, so a flood of forged ones never costs a read of the suites."""
     if not secret:
         return Decision(
             403,
@@ -162,7 +164,8 @@ def decide(
             delivery_id=delivery,
             event=event,
         )
-    of_repo = [t for t in triggers if t.repo.lower() == pr.repo.lower()]
+    declared = triggers() if callable(triggers) else triggers
+    of_repo = [t for t in declared if t.repo.lower() == pr.repo.lower()]
     if not of_repo:
         return Decision(
             422,

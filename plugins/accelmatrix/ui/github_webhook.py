@@ -40,7 +40,6 @@ from accelmatrix.notifications.pull_request import (
 from accelmatrix.results.pull_requests import PullRequestRun
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui.github_delivery import (
-    MAX_BODY,
     Decision,
     PullRequest,
     SuiteTrigger,
@@ -127,15 +126,7 @@ def suite_triggers() -> list[SuiteTrigger]:
 
 def handle(headers: dict[str, str], body: bytes, store: ResultsStore) -> Outcome:
     """One delivery, start to end (module docstring). ``headers`` lower-cased."""
-    secret = webhook_secret()
-    if len(body) > MAX_BODY or not secret:
-        d = decide(headers, body, secret, [])
-        return Outcome(d.status, d.detail)
-    # The signature first: only GitHub's deliveries cost a read of the suites.
-    pre = decide(headers, body, secret, [])
-    if pre.status in (401, 413):
-        return Outcome(pre.status, pre.detail)
-    d = decide(headers, body, secret, suite_triggers())
+    d = decide(headers, body, webhook_secret(), suite_triggers)
     if d.delivery_id is None:
         return Outcome(d.status, d.detail)
     if not store.record_delivery(d.delivery_id, d.event):
