@@ -348,16 +348,12 @@ def maintenance_recenter(
 
 def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
     """The maintenance DAG's ``analyse_history`` task, for every suite with runs in the
-    store: change points over each series' whole history (the gate looks only at the last
-    ``history.window`` points), one notification per new regression group, and the
-    series verdicts, with the suite's own settings when its suite file still exists
-    (defaults if not)."""
+    store: ``history_pass.analyse_suite`` over each series' whole history (the gate looks
+    only at the last ``history.window`` points), with the suite's own settings when its
+    suite file still exists (defaults if not)."""
     from accelmatrix import settings
-    from accelmatrix.history.changes import tracked_metrics, update_changes
-    from accelmatrix.history.series import classify_suite, rules_of
-    from accelmatrix.notifications import dedup as alerts
+    from accelmatrix.history.history_pass import analyse_suite
     from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
-    from accelmatrix.spec.suite import HistorySpec, RegressionRules
     from accelmatrix.store_access import results_store
 
     store = results_store()
@@ -370,27 +366,12 @@ def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
                 suite = load_suite(paths[dag_id])
             except SuiteError as e:
                 log.warning("%s: default history settings (suite invalid: %s)", dag_id, e)
-        regression = suite.regression if suite else RegressionRules()
-        spec = suite.history if suite else HistorySpec()
-        tracked = tracked_metrics(suite) if suite else {}
+        done = analyse_suite(store, dag_id, suite, full=True, now=now)
         summary: dict[str, Any] = {}
-        update = None
-        if tracked:
-            update = update_changes(store, dag_id, spec, tracked, full=True)
-            sinks = suite.notify.alerts if suite and suite.notify else []
-            if sinks and update.to_notify:
-                alerts.deliver_groups(sinks, store, update.to_notify)
-            summary["changes"] = update.line()
-        rules, window = rules_of(regression)
-        verdicts, _ = classify_suite(
-            store,
-            dag_id,
-            rules=rules,
-            window_days=window,
-            now=now,
-            open_regressions=update.open_regressions if update else None,
-        )
-        summary["series"] = {k: int(v) for k, v in verdicts["status"].value_counts().items()}
+        if done.update is not None:
+            summary["changes"] = done.update.line()
+        assert done.verdicts is not None  # a full pass always classifies
+        summary["series"] = {k: int(v) for k, v in done.verdicts["status"].value_counts().items()}
         out[dag_id] = summary
     return out
 

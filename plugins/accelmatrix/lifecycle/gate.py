@@ -197,33 +197,6 @@ def _settle_stopped_run(planned: list[CellSpec], ref: RunRef) -> set[str]:
     return cut
 
 
-def _perf_history(suite: Any, ref: RunRef) -> Any:
-    """Bring the suite's change points up to date (``history.changes``), store the series
-    verdicts the page shows (``series_status``), and log what moved as a table.
-
-    Returns the ChangeUpdate, or None for a suite that follows no metric (skipped without
-    importing pandas: about a second at the very end of every run of a functional suite).
-    """
-    from accelmatrix.history.changes import tracked_metrics, update_changes
-    from accelmatrix.history.report import changes_table
-    from accelmatrix.history.series import classify_suite, rules_of
-
-    store = results_store()
-    tracked = tracked_metrics(suite)
-    if not tracked:
-        log.info("no perf series in %s: nothing to analyse", ref.dag_id)
-        return None
-    update = update_changes(store, ref.dag_id, suite.history, tracked)
-    rules, window = rules_of(suite.regression)
-    classify_suite(
-        store, ref.dag_id, rules=rules, window_days=window, open_regressions=update.open_regressions
-    )
-    table = changes_table(store, ref.dag_id)
-    if table:
-        log.warning("perf changes of %s not yet triaged or fixed:\n%s", ref.dag_id, table)
-    return update
-
-
 def _history_and_alerts(
     suite_path: str, planned: list[CellSpec], ref: RunRef, rows: dict[str, dict[str, Any]]
 ) -> None:
@@ -232,6 +205,8 @@ def _history_and_alerts(
 
     After the verdict is known and never able to change it: a problem here is logged.
     """
+    from accelmatrix.history.history_pass import analyse_suite
+    from accelmatrix.history.report import changes_table
     from accelmatrix.notifications import dedup as alerts
     from accelmatrix.notifications import transport as notify
     from accelmatrix.spec.followup import followup_of
@@ -248,15 +223,15 @@ def _history_and_alerts(
         _advance_followup(suite, ref, run, followup, sinks)
         return
     try:
-        update = _perf_history(suite, ref)
-        if update is not None:
-            from accelmatrix.history.followup import start_confirmations
-
-            start_confirmations(
-                store, suite, ref.dag_id, dict(run.get("params") or {}), _trigger(ref.dag_id)
-            )
-            if sinks and update.to_notify:
-                alerts.deliver_groups(sinks, store, update.to_notify)
+        # The newest window of every followed series; re-tests started before any page.
+        done = analyse_suite(
+            store, ref.dag_id, suite, full=False, retest=_trigger(ref.dag_id),
+            params=dict(run.get("params") or {}),
+        )  # fmt: skip
+        if done.update is None:
+            log.info("no perf series in %s: nothing to analyse", ref.dag_id)
+        elif table := changes_table(store, ref.dag_id):
+            log.warning("perf changes of %s not yet triaged or fixed:\n%s", ref.dag_id, table)
     except Exception:  # noqa: BLE001 - the perf history must never flip the run's verdict
         log.exception("perf history of %s not updated", ref.dag_id)
     latest = store.latest_logical_date(ref.dag_id)

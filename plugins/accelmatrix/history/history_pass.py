@@ -1,0 +1,84 @@
+"""One pass over a suite's perf history, for both callers: a run's gate and the maintenance
+DAG. They differ only in scope, so the order of the steps lives here once:
+
+1. change points of every followed series (``changes.update_changes``): the gate looks at
+   the newest ``history.window`` points, the maintenance pass at the whole history;
+2. re-tests of the new suspect changes (``followup.start_confirmations``), started only
+   by a gate (it holds the trigger through Airflow's execution API), before anyone is
+   notified: a change is re-tested first, paged after;
+3. one notification per new regression group due one (``notifications.dedup``);
+4. the series verdicts the page shows (``series.classify_suite``).
+
+A suite that follows no metric is skipped by a gate without importing pandas (about a
+second at the end of every run of a functional suite); the maintenance pass still
+classifies its bounded series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from accelmatrix.history.changes import ChangeUpdate, tracked_metrics, update_changes
+from accelmatrix.history.followup import start_confirmations
+from accelmatrix.history.series import classify_suite, rules_of
+from accelmatrix.notifications import dedup as alerts
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from accelmatrix.results.store import ResultsStore
+
+__all__ = ["HistoryPass", "analyse_suite"]
+
+
+@dataclass(frozen=True)
+class HistoryPass:
+    """What one pass did: the change points' update (None: no metric followed) and the
+    series verdicts (None: skipped)."""
+
+    update: ChangeUpdate | None
+    verdicts: pd.DataFrame | None
+
+
+def analyse_suite(
+    store: ResultsStore,
+    dag_id: str,
+    suite: Any | None,
+    *,
+    full: bool,
+    now: datetime | None = None,
+    retest: Callable[[str, dict[str, Any]], bool] | None = None,
+    params: dict[str, Any] | None = None,
+) -> HistoryPass:
+    """The pass (module docstring). ``suite``: the loaded suite, or None for a suite whose
+    file is gone or invalid (default settings, nothing notified). ``full``: the whole
+    history (maintenance) rather than the newest window (a gate). ``retest``: the trigger
+    that starts re-test sessions (a gate's), with the run's ``params``."""
+    from accelmatrix.spec.suite import HistorySpec, RegressionRules
+
+    tracked = tracked_metrics(suite) if suite is not None else {}
+    if not tracked and not full:
+        return HistoryPass(None, None)
+    update = None
+    if tracked:
+        spec = suite.history if suite is not None else HistorySpec()
+        update = update_changes(store, dag_id, spec, tracked, full=full)
+        if retest is not None:
+            start_confirmations(store, suite, dag_id, dict(params or {}), retest)
+        sinks = suite.notify.alerts if suite is not None and suite.notify else []
+        if sinks and update.to_notify:
+            alerts.deliver_groups(sinks, store, update.to_notify)
+    regression = suite.regression if suite is not None else RegressionRules()
+    rules, window = rules_of(regression)
+    verdicts, _ = classify_suite(
+        store,
+        dag_id,
+        rules=rules,
+        window_days=window,
+        now=now,
+        open_regressions=update.open_regressions if update else None,
+    )
+    return HistoryPass(update, verdicts)
