@@ -1,0 +1,298 @@
+"""Which ops got slower between two builds: the op-level diff of two profiler traces.
+
+A confirmed regression says "build X is 5 % slower". On-call's next question is where,
+and the answer is in the two traces the re-test kept (the last good build's and the
+culprit's): self time per op per step (``history.op_trace``), compared op by op.
+
+Ranking. Two traces of the same code on one machine never run at exactly the same speed:
+a re-test on a warmer or busier host scales every op by a percent or two. Ranked by raw
+Δ, that drift puts the *largest* op first whatever changed. So each op's Δ is split in two:
+the common drift ``(r - 1) x base`` (``r`` is the weighted median of the ops' new/base
+ratios: a median, so one op that changed cannot move it) and the **excess**, what the op
+changed beyond that. Rows are ranked by excess; the report shows the raw Δ per step, Δ %
+and the op's share of the step-time regression, which is what on-call reads. Where the
+drift is nil (the usual case) excess and Δ agree.
+
+Naming a cause. The first row is *named* the cause only when its excess alone explains at
+least half of the step-time regression (``CAUSE_SHARE``) and is at least ``CAUSE_Z`` of its
+own standard errors (from the per-step spread of the op's self time, so an op that jitters
+step to step is not named on one trace's luck). When the common drift explains at least
+half of the regression instead, the verdict is ``spread``: everything got slower by about
+the same factor (a slower machine, clock or runtime), and no op is blamed. Otherwise it is
+``several``: the top rows are listed, none named. bench/bench_profile_diff.py measures how
+often the slowed op is ranked first on generated traces and that an even 2 % slowdown
+names none.
+
+Pure functions over ``OpProfile`` frames; nothing here reads a store or a file except
+``diff_traces``, which catches the one error a bad trace gives and returns it as text:
+the change's verdict stands without the diff.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from accelmatrix.history.op_trace import OpProfile, TraceError, read_profile
+
+__all__ = [
+    "CAUSE_SHARE",
+    "CAUSE_Z",
+    "DiffOutcome",
+    "OpDelta",
+    "ProfileDiff",
+    "diff_profiles",
+    "diff_traces",
+]
+
+# The first op is named the cause when its excess is at least this share of the step-time
+# regression ...
+CAUSE_SHARE = 0.5
+# ... and this many standard errors (per-step spread of its self time in both traces).
+CAUSE_Z = 3.0
+# The common drift is taken from ops with at least this share of the base step, so a
+# handful of µs-long ops (whose ratios are mostly timer noise) do not set it.
+DRIFT_MIN_SHARE = 0.001
+
+Verdict = Literal["op", "spread", "several", "no_regression"]
+Status = Literal["changed", "new", "gone"]
+
+
+@dataclass(frozen=True)
+class OpDelta:
+    """One op (name, input shapes, where it ran) in both traces, per step."""
+
+    op: str
+    shapes: str
+    where: str
+    base_us: float  # mean self time per step in the base (last good) trace
+    new_us: float  # ... in the new (culprit) trace
+    delta_us: float  # new - base
+    delta_pct: float | None  # None for an op new in the culprit
+    excess_us: float  # delta beyond the common drift: the ranking key
+    share: float | None  # delta / step-time delta; None when the step did not get slower
+    z: float  # excess / its standard error
+    status: Status
+    calls_base: float  # calls per step
+    calls_new: float
+
+    def describe(self) -> str:
+        """One line: ``aten::addmm self time +1.90 ms per step (+38 %), 71 % of the
+        regression`` or ``aten::copy_ new in the culprit, 0.40 ms per step``."""
+        name = self.op + (f" {self.shapes}" if self.shapes else "")
+        if self.where != "cpu":
+            name += f" ({self.where})"
+        if self.status == "new":
+            text = f"{name} new in the culprit, {_ms(self.new_us)} per step"
+        elif self.status == "gone":
+            text = f"{name} gone from the culprit, was {_ms(self.base_us)} per step"
+        else:
+            pct = f" ({self.delta_pct:+.0%})" if self.delta_pct is not None else ""
+            text = f"{name} self time {_ms(self.delta_us, sign=True)} per step{pct}"
+        if self.share is not None:
+            text += f", {self.share:.0%} of the regression"
+        return text
+
+
+@dataclass(frozen=True)
+class ProfileDiff:
+    """The op-level diff of a base and a new trace (see the module's docstring)."""
+
+    base_source: str
+    new_source: str
+    base_steps: int
+    new_steps: int
+    base_step_us: float  # mean step time
+    new_step_us: float
+    delta_step_us: float
+    delta_step_pct: float
+    drift: float  # r - 1: the common scale of every op, as a fraction
+    verdict: Verdict
+    rows: list[OpDelta] = field(default_factory=list)  # by excess, largest first
+    base_peak_memory_bytes: float | None = None
+    new_peak_memory_bytes: float | None = None
+
+    @property
+    def cause(self) -> OpDelta | None:
+        return self.rows[0] if self.verdict == "op" and self.rows else None
+
+    @property
+    def new_ops(self) -> list[OpDelta]:
+        return [r for r in self.rows if r.status == "new"]
+
+    @property
+    def gone_ops(self) -> list[OpDelta]:
+        return [r for r in self.rows if r.status == "gone"]
+
+    def top(self, n: int = 3) -> list[OpDelta]:
+        """The first ``n`` rows that got slower (excess > 0)."""
+        return [r for r in self.rows if r.excess_us > 0][:n]
+
+    def summary(self) -> str:
+        """The sentence for the alert, then the top 3 ops."""
+        step = f"step {_ms(self.delta_step_us, sign=True)} ({self.delta_step_pct:+.1%})"
+        if self.verdict == "no_regression":
+            head = f"The culprit's trace is not slower ({step})."
+        elif self.verdict == "op":
+            head = f"{step}: one op explains most of it."
+        elif self.verdict == "spread":
+            head = (
+                f"{step}: spread over every op (all about {self.drift:+.1%}), no single op; "
+                "a slower machine, clock or runtime looks like this."
+            )
+        else:
+            head = f"{step}: several ops, none explains half of it."
+        lines = [head] + [f"  {r.describe()}" for r in self.top(3)]
+        if self.base_peak_memory_bytes is not None and self.new_peak_memory_bytes is not None:
+            d = self.new_peak_memory_bytes - self.base_peak_memory_bytes
+            lines.append(f"  peak memory {d / 2**20:+.1f} MiB")
+        return "\n".join(lines)
+
+    def as_json(self, top: int = 10) -> dict[str, Any]:
+        """A JSON-ready dict with the first ``top`` rows and every new/gone op among the
+        first 50 (what the store keeps and ``changepoints --json`` prints)."""
+        out = asdict(self)
+        keep = self.rows[:top] + [
+            r for r in self.rows[top:50] if r.status != "changed" and r.excess_us > 0
+        ]
+        out["rows"] = [asdict(r) for r in keep]
+        out["cause"] = asdict(self.cause) if self.cause else None
+        return out
+
+
+@dataclass(frozen=True)
+class DiffOutcome:
+    """``diff_traces``' answer: the diff, or the one message saying why there is none."""
+
+    diff: ProfileDiff | None
+    error: str | None = None
+
+
+def diff_traces(base: Path | str, new: Path | str) -> DiffOutcome:
+    """Read and diff two trace files; a trace that cannot be read gives ``error`` (one
+    line naming the file and what is wrong) instead of raising, so the caller's verdict
+    stands without the diff."""
+    try:
+        return DiffOutcome(diff_profiles(read_profile(base), read_profile(new)))
+    except TraceError as e:
+        return DiffOutcome(None, f"no op-level diff: {e}")
+
+
+def diff_profiles(base: OpProfile, new: OpProfile) -> ProfileDiff:
+    """Compare ``new`` (the culprit's trace) with ``base`` (the last good build's)."""
+    if base.n_steps == 0 or new.n_steps == 0:
+        raise TraceError("an op diff needs at least one profiled step in each trace")
+    keys, a, b, ca, cb = _per_step(base, new)
+    n_a, n_b = a.shape[1], b.shape[1]
+    mean_a, mean_b = a.mean(axis=1), b.mean(axis=1)
+    var_a = a.var(axis=1, ddof=1) if n_a > 1 else np.zeros(len(keys))
+    var_b = b.var(axis=1, ddof=1) if n_b > 1 else np.zeros(len(keys))
+    t_a = float(base.steps["dur_us"].mean())
+    t_b = float(new.steps["dur_us"].mean())
+    d_t = t_b - t_a
+
+    both = (mean_a > DRIFT_MIN_SHARE * t_a) & (mean_b > 0)
+    r = _weighted_median(mean_b[both] / mean_a[both], mean_a[both]) if both.any() else 1.0
+    delta = mean_b - mean_a
+    excess = mean_b - r * mean_a
+    se = np.sqrt(var_a / n_a + var_b / n_b)
+    # A floor for ops with no spread at all (one step, or a constant): 1 % of the op.
+    se = np.maximum(se, 0.01 * np.maximum(mean_a, mean_b) + 1e-9)
+    z = excess / se
+
+    order = np.argsort(-excess, kind="stable")
+    rows = []
+    for i in order:
+        status: Status = "new" if mean_a[i] == 0 else "gone" if mean_b[i] == 0 else "changed"
+        rows.append(
+            OpDelta(
+                op=keys[i][0],
+                shapes=keys[i][1],
+                where=keys[i][2],
+                base_us=float(mean_a[i]),
+                new_us=float(mean_b[i]),
+                delta_us=float(delta[i]),
+                delta_pct=float(delta[i] / mean_a[i]) if mean_a[i] > 0 else None,
+                excess_us=float(excess[i]),
+                share=float(delta[i] / d_t) if d_t > 0 else None,
+                z=float(z[i]),
+                status=status,
+                calls_base=float(ca[i]),
+                calls_new=float(cb[i]),
+            )
+        )
+    verdict = _verdict(rows, d_t, (r - 1.0) * t_a)
+    return ProfileDiff(
+        base_source=base.source,
+        new_source=new.source,
+        base_steps=n_a,
+        new_steps=n_b,
+        base_step_us=t_a,
+        new_step_us=t_b,
+        delta_step_us=d_t,
+        delta_step_pct=d_t / t_a if t_a > 0 else math.nan,
+        drift=r - 1.0,
+        verdict=verdict,
+        rows=rows,
+        base_peak_memory_bytes=base.peak_memory_bytes,
+        new_peak_memory_bytes=new.peak_memory_bytes,
+    )
+
+
+def _verdict(rows: list[OpDelta], d_t: float, common: float) -> Verdict:
+    if d_t <= 0 or not rows:
+        return "no_regression"
+    first = rows[0]
+    if first.excess_us >= CAUSE_SHARE * d_t and first.z >= CAUSE_Z:
+        return "op"
+    if common >= CAUSE_SHARE * d_t:
+        return "spread"
+    return "several"
+
+
+def _per_step(
+    base: OpProfile, new: OpProfile
+) -> tuple[list[tuple[str, str, str]], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(op keys, base self µs [key x step], new self µs, base calls/step, new calls/step),
+    with 0 where an op did not run in a step, over the union of both traces' ops."""
+    cols = ["op", "shapes", "where"]
+    index: dict[tuple[str, str, str], int] = {}
+    for frame in (base.ops, new.ops):
+        for k in frame[cols].drop_duplicates().itertuples(index=False, name=None):
+            index.setdefault(k, len(index))
+    keys = list(index)
+
+    def matrix(p: OpProfile) -> tuple[np.ndarray, np.ndarray]:
+        steps = {s: j for j, s in enumerate(p.steps["step"].tolist())}
+        m = np.zeros((len(keys), len(steps)))
+        calls = np.zeros(len(keys))
+        if len(p.ops):
+            rows = np.fromiter(
+                (index[k] for k in p.ops[cols].itertuples(index=False, name=None)),
+                dtype=np.int64,
+                count=len(p.ops),
+            )
+            cols_ = np.fromiter((steps[s] for s in p.ops["step"]), dtype=np.int64)
+            np.add.at(m, (rows, cols_), p.ops["self_us"].to_numpy(dtype="float64"))
+            np.add.at(calls, rows, p.ops["calls"].to_numpy(dtype="float64"))
+        return m, calls / max(len(steps), 1)
+
+    a, ca = matrix(base)
+    b, cb = matrix(new)
+    return keys, a, b, ca, cb
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w)
+    return float(v[np.searchsorted(cum, cum[-1] / 2)])
+
+
+def _ms(us: float, *, sign: bool = False) -> str:
+    ms = us / 1000
+    return f"{ms:+.2f} ms" if sign else f"{ms:.2f} ms"
