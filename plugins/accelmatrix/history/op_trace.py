@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,14 @@ from accelmatrix.metrics.profiler import STEP_PREFIX, TraceError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["OUTSIDE_OPS", "OpProfile", "TraceError", "read_profile"]
+__all__ = [
+    "OUTSIDE_OPS",
+    "OpProfile",
+    "TraceError",
+    "merge_profiles",
+    "read_profile",
+    "read_profiles",
+]
 
 OUTSIDE_OPS = "[step, outside any op]"
 # Host-side events that are ops (their self time is counted) and nest within each other.
@@ -122,6 +130,39 @@ def read_profile(path: Path | str) -> OpProfile:
     except (OSError, EOFError) as e:
         raise TraceError(f"{path}: cannot read trace: {e}") from None
     return profile_from_bytes(raw, source=str(path))
+
+
+def read_profiles(paths: Sequence[Path | str]) -> OpProfile:
+    """Several traces of one build as one profile (``merge_profiles``)."""
+    return merge_profiles([read_profile(p) for p in paths])
+
+
+def merge_profiles(profiles: Sequence[OpProfile]) -> OpProfile:
+    """The steps of several traces of one build, as if from one trace.
+
+    Why: a re-test that keeps a few profiled samples per build, interleaved with the other
+    build's (A B B A), spreads a busy minute on the host over both builds instead of
+    landing it on one. Steps are renumbered in order (each trace numbers its own from the
+    schedule's start); the peak memory is the highest of the traces'."""
+    import pandas as pd
+
+    if not profiles:
+        raise TraceError("no trace to read")
+    if len(profiles) == 1:
+        return profiles[0]
+    steps, ops, offset = [], [], 0
+    for p in profiles:
+        renumber = {s: offset + i for i, s in enumerate(p.steps["step"].tolist())}
+        steps.append(p.steps.assign(step=p.steps["step"].map(renumber)))
+        ops.append(p.ops.assign(step=p.ops["step"].map(renumber)))
+        offset += len(renumber)
+    peaks = [p.peak_memory_bytes for p in profiles if p.peak_memory_bytes is not None]
+    return OpProfile(
+        source=", ".join(p.source for p in profiles),
+        steps=pd.concat(steps, ignore_index=True),
+        ops=pd.concat(ops, ignore_index=True),
+        peak_memory_bytes=max(peaks) if peaks else None,
+    )
 
 
 def profile_from_bytes(raw: bytes, *, source: str = "<trace>") -> OpProfile:

@@ -7,14 +7,18 @@ culprit's): self time per op per step (``history.op_trace``), compared op by op.
 Ranking. Two traces of the same code on one machine never run at exactly the same speed:
 a re-test on a warmer or busier host scales every op by a percent or two. Ranked by raw
 Δ, that drift puts the *largest* op first whatever changed. So each op's Δ is split in two:
-the common drift ``(r - 1) x base`` (``r`` is the weighted median of the ops' new/base
-ratios: a median, so one op that changed cannot move it) and the **excess**, what the op
-changed beyond that. Rows are ranked by excess; the report shows the raw Δ per step, Δ %
+the common drift ``(r - 1) x base`` (``r`` is the median of the ops' new/base ratios:
+one op that changed cannot move it) and the **excess**, what the op
+changed beyond that (the median gives each op one vote; weighted by time, an op that is
+most of the step would set the drift by itself). Rows are ranked by excess; the report shows the raw Δ per step, Δ %
 and the op's share of the step-time regression, which is what on-call reads. Where the
 drift is nil (the usual case) excess and Δ agree.
 
+Host interruptions. A step interrupted by the OS (a busy host) carries milliseconds that
+belong to no op; each op's per-step mean drops its far-out values first (``_robust``).
+
 Naming a cause. The first row is *named* the cause only when its excess alone explains at
-least half of the step-time regression (``CAUSE_SHARE``) and is at least ``CAUSE_Z`` of its
+least half of the regression (``CAUSE_SHARE``; the regression is the ops' summed Δ) and is at least ``CAUSE_Z`` of its
 own standard errors (from the per-step spread of the op's self time, so an op that jitters
 step to step is not named on one trace's luck). When the common drift explains at least
 half of the regression instead, the verdict is ``spread``: everything got slower by about
@@ -31,13 +35,14 @@ the change's verdict stands without the diff.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from accelmatrix.history.op_trace import OpProfile, TraceError, read_profile
+from accelmatrix.history.op_trace import OpProfile, TraceError, read_profiles
 
 __all__ = [
     "CAUSE_SHARE",
@@ -54,9 +59,17 @@ __all__ = [
 CAUSE_SHARE = 0.5
 # ... and this many standard errors (per-step spread of its self time in both traces).
 CAUSE_Z = 3.0
-# The common drift is taken from ops with at least this share of the base step, so a
-# handful of µs-long ops (whose ratios are mostly timer noise) do not set it.
+# The common drift is the median of the ops' new/base ratios, each op one vote (weighted by
+# time, one op that is most of the step would set it alone), over ops with at least this
+# share of the base step (µs-long ops' ratios are mostly timer noise) ...
 DRIFT_MIN_SHARE = 0.001
+# ... and at least this many of them; with fewer, no drift is assumed (r = 1).
+DRIFT_MIN_OPS = 5
+
+# A step's value of an op is an interruption, not the op, this many robust sigmas above the
+# op's median (``_robust``), judged once the op ran in at least this many steps.
+FENCE_SIGMAS = 3.5
+FENCE_MIN_STEPS = 5
 
 Verdict = Literal["op", "spread", "several", "no_regression"]
 Status = Literal["changed", "new", "gone"]
@@ -74,7 +87,7 @@ class OpDelta:
     delta_us: float  # new - base
     delta_pct: float | None  # None for an op new in the culprit
     excess_us: float  # delta beyond the common drift: the ranking key
-    share: float | None  # delta / step-time delta; None when the step did not get slower
+    share: float | None  # delta / the ops' summed delta; None when they did not get slower
     z: float  # excess / its standard error
     status: Status
     calls_base: float  # calls per step
@@ -110,6 +123,8 @@ class ProfileDiff:
     new_step_us: float
     delta_step_us: float
     delta_step_pct: float
+    base_ops_us: float  # the ops' self time per step, summed (host and device)
+    delta_ops_us: float  # ... its change: the regression the rows' shares divide
     drift: float  # r - 1: the common scale of every op, as a fraction
     verdict: Verdict
     rows: list[OpDelta] = field(default_factory=list)  # by excess, largest first
@@ -172,12 +187,18 @@ class DiffOutcome:
     error: str | None = None
 
 
-def diff_traces(base: Path | str, new: Path | str) -> DiffOutcome:
-    """Read and diff two trace files; a trace that cannot be read gives ``error`` (one
-    line naming the file and what is wrong) instead of raising, so the caller's verdict
-    stands without the diff."""
+def diff_traces(
+    base: Path | str | Sequence[Path | str], new: Path | str | Sequence[Path | str]
+) -> DiffOutcome:
+    """Read and diff the traces of two builds (a file, or a few per build: their steps are
+    pooled); a trace that cannot be read gives ``error`` (one line naming the file and
+    what is wrong) instead of raising, so the caller's verdict stands without the diff."""
+
+    def read(paths: Path | str | Sequence[Path | str]) -> OpProfile:
+        return read_profiles([paths] if isinstance(paths, str | Path) else paths)
+
     try:
-        return DiffOutcome(diff_profiles(read_profile(base), read_profile(new)))
+        return DiffOutcome(diff_profiles(read(base), read(new)))
     except TraceError as e:
         return DiffOutcome(None, f"no op-level diff: {e}")
 
@@ -188,18 +209,22 @@ def diff_profiles(base: OpProfile, new: OpProfile) -> ProfileDiff:
         raise TraceError("an op diff needs at least one profiled step in each trace")
     keys, a, b, ca, cb = _per_step(base, new)
     n_a, n_b = a.shape[1], b.shape[1]
-    mean_a, mean_b = a.mean(axis=1), b.mean(axis=1)
-    var_a = a.var(axis=1, ddof=1) if n_a > 1 else np.zeros(len(keys))
-    var_b = b.var(axis=1, ddof=1) if n_b > 1 else np.zeros(len(keys))
-    t_a = float(base.steps["dur_us"].mean())
-    t_b = float(new.steps["dur_us"].mean())
+    mean_a, var_a = _robust(a)
+    mean_b, var_b = _robust(b)
+    t_a = float(_robust(base.steps["dur_us"].to_numpy(dtype="float64")[None, :])[0][0])
+    t_b = float(_robust(new.steps["dur_us"].to_numpy(dtype="float64")[None, :])[0][0])
+    # The regression the rows share: the sum of their deltas. Not the step time's delta:
+    # interruptions between ops (a busy host) and device time overlapping the host's make
+    # the two differ, and shares of the step's delta then add up to anything.
+    total_a = float(mean_a.sum())
+    d_total = float((mean_b - mean_a).sum())
     d_t = t_b - t_a
 
-    both = (mean_a > DRIFT_MIN_SHARE * t_a) & (mean_b > 0)
-    r = _weighted_median(mean_b[both] / mean_a[both], mean_a[both]) if both.any() else 1.0
+    both = (mean_a > DRIFT_MIN_SHARE * total_a) & (mean_b > 0)
+    r = float(np.median(mean_b[both] / mean_a[both])) if both.sum() >= DRIFT_MIN_OPS else 1.0
     delta = mean_b - mean_a
     excess = mean_b - r * mean_a
-    se = np.sqrt(var_a / n_a + var_b / n_b)
+    se = np.sqrt(var_a / n_a + var_b / n_b)  # (n: before the fence; close enough for a floor)
     # A floor for ops with no spread at all (one step, or a constant): 1 % of the op.
     se = np.maximum(se, 0.01 * np.maximum(mean_a, mean_b) + 1e-9)
     z = excess / se
@@ -218,14 +243,14 @@ def diff_profiles(base: OpProfile, new: OpProfile) -> ProfileDiff:
                 delta_us=float(delta[i]),
                 delta_pct=float(delta[i] / mean_a[i]) if mean_a[i] > 0 else None,
                 excess_us=float(excess[i]),
-                share=float(delta[i] / d_t) if d_t > 0 else None,
+                share=float(delta[i] / d_total) if d_total > 0 else None,
                 z=float(z[i]),
                 status=status,
                 calls_base=float(ca[i]),
                 calls_new=float(cb[i]),
             )
         )
-    verdict = _verdict(rows, d_t, (r - 1.0) * t_a)
+    verdict = _verdict(rows, d_total, (r - 1.0) * total_a)
     return ProfileDiff(
         base_source=base.source,
         new_source=new.source,
@@ -235,6 +260,8 @@ def diff_profiles(base: OpProfile, new: OpProfile) -> ProfileDiff:
         new_step_us=t_b,
         delta_step_us=d_t,
         delta_step_pct=d_t / t_a if t_a > 0 else math.nan,
+        base_ops_us=total_a,
+        delta_ops_us=d_total,
         drift=r - 1.0,
         verdict=verdict,
         rows=rows,
@@ -243,13 +270,13 @@ def diff_profiles(base: OpProfile, new: OpProfile) -> ProfileDiff:
     )
 
 
-def _verdict(rows: list[OpDelta], d_t: float, common: float) -> Verdict:
-    if d_t <= 0 or not rows:
+def _verdict(rows: list[OpDelta], d_total: float, common: float) -> Verdict:
+    if d_total <= 0 or not rows:
         return "no_regression"
     first = rows[0]
-    if first.excess_us >= CAUSE_SHARE * d_t and first.z >= CAUSE_Z:
+    if first.excess_us >= CAUSE_SHARE * d_total and first.z >= CAUSE_Z:
         return "op"
-    if common >= CAUSE_SHARE * d_t:
+    if common >= CAUSE_SHARE * d_total:
         return "spread"
     return "several"
 
@@ -286,11 +313,31 @@ def _per_step(
     return keys, a, b, ca, cb
 
 
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    order = np.argsort(values)
-    v, w = values[order], weights[order]
-    cum = np.cumsum(w)
-    return float(v[np.searchsorted(cum, cum[-1] / 2)])
+def _robust(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (op): the mean and variance over steps, without the steps where the op took
+    far longer than usual.
+
+    Why: on a busy host a step is now and then interrupted for a scheduler time slice
+    (several ms; on the shared 2-core CI host, in a third of the steps of a 2 ms op), and
+    the time lands in whichever op was running; a few such steps move an op's mean more
+    than the regression does. A value more than ``FENCE_SIGMAS`` robust sigmas (1.4826 x
+    the MAD) above the median of the steps the op ran in is dropped: a median and MAD stay
+    put with up to half the steps interrupted, where a quartile fence does not. Only high
+    values go (an interruption only adds time), never the steps where the op did not run
+    (an op that runs every tenth step keeps its zeros). The price: an op whose slow path
+    is taken in a minority of steps is read at its fast path, in both builds alike."""
+    means = np.empty(m.shape[0])
+    varis = np.zeros(m.shape[0])
+    for i, row in enumerate(m):
+        ran = row[row > 0]
+        if len(ran) >= FENCE_MIN_STEPS:
+            med = float(np.median(ran))
+            sigma = max(1.4826 * float(np.median(np.abs(ran - med))), 0.01 * med)
+            row = row[row <= med + FENCE_SIGMAS * sigma]
+        means[i] = row.mean()
+        if len(row) > 1:
+            varis[i] = row.var(ddof=1)
+    return means, varis
 
 
 def _ms(us: float, *, sign: bool = False) -> str:
