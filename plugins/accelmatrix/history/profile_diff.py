@@ -6,26 +6,28 @@ culprit's): self time per op per step (``history.op_trace``), compared op by op.
 
 Ranking. Two traces of the same code on one machine never run at exactly the same speed:
 a re-test on a warmer or busier host scales every op by a percent or two. Ranked by raw
-Δ, that drift puts the *largest* op first whatever changed. So each op's Δ is split in two:
-the common drift ``(r - 1) x base`` (``r`` is the median of the ops' new/base ratios:
-one op that changed cannot move it) and the **excess**, what the op
-changed beyond that (the median gives each op one vote; weighted by time, an op that is
-most of the step would set the drift by itself). Rows are ranked by excess; the report shows the raw Δ per step, Δ %
-and the op's share of the step-time regression, which is what on-call reads. Where the
-drift is nil (the usual case) excess and Δ agree.
+Δ, that drift puts the *largest* op first whatever changed. So each op's Δ is split in
+two: the common drift ``(r - 1) x base``, where ``r`` is the median of the ops' new/base
+ratios (each op one vote, so one op that changed cannot move it; weighted by time, an op
+that is most of the step would set it alone), and the **excess**, what the op changed
+beyond that. Rows are ranked by excess, those whose excess is beyond ``RANK_Z`` standard
+errors first: a large op's noise (a few tenths of a percent of the step over 60 steps)
+would otherwise rank above a small op's real 5 %. The report shows the raw Δ per step, Δ %
+and the op's share of the regression, which is what on-call reads; where the drift is nil
+(the usual case) excess and Δ agree.
 
 Host interruptions. A step interrupted by the OS (a busy host) carries milliseconds that
 belong to no op; each op's per-step mean drops its far-out values first (``_robust``).
 
 Naming a cause. The first row is *named* the cause only when its excess alone explains at
-least half of the regression (``CAUSE_SHARE``; the regression is the ops' summed Δ) and is at least ``CAUSE_Z`` of its
-own standard errors (from the per-step spread of the op's self time, so an op that jitters
-step to step is not named on one trace's luck). When the common drift explains at least
-half of the regression instead, the verdict is ``spread``: everything got slower by about
-the same factor (a slower machine, clock or runtime), and no op is blamed. Otherwise it is
-``several``: the top rows are listed, none named. bench/bench_profile_diff.py measures how
-often the slowed op is ranked first on generated traces and that an even 2 % slowdown
-names none.
+least half of the regression (``CAUSE_SHARE``; the regression is the ops' summed Δ) and
+is at least ``CAUSE_Z`` of its own standard errors (from the per-step spread of the op's
+self time, so an op that jitters step to step is not named on one trace's luck). When the
+common drift explains at least half of the regression instead, the verdict is ``spread``:
+everything got slower by about the same factor (a slower machine, clock or runtime), and
+no op is blamed. Otherwise it is ``several``: the top rows are listed, none named.
+bench/bench_profile_diff.py measures how often the slowed op is ranked first on
+generated traces and that an even 2 % slowdown names none.
 
 Pure functions over ``OpProfile`` frames; nothing here reads a store or a file except
 ``diff_traces``, which catches the one error a bad trace gives and returns it as text:
@@ -66,6 +68,8 @@ DRIFT_MIN_SHARE = 0.001
 # ... and at least this many of them; with fewer, no drift is assumed (r = 1).
 DRIFT_MIN_OPS = 5
 
+# Rows whose excess is at least this many standard errors rank before the others.
+RANK_Z = 4.0
 # A step's value of an op is an interruption, not the op, this many robust sigmas above the
 # op's median (``_robust``), judged once the op ran in at least this many steps.
 FENCE_SIGMAS = 3.5
@@ -229,7 +233,9 @@ def diff_profiles(base: OpProfile, new: OpProfile) -> ProfileDiff:
     se = np.maximum(se, 0.01 * np.maximum(mean_a, mean_b) + 1e-9)
     z = excess / se
 
-    order = np.argsort(-excess, kind="stable")
+    # Ops whose excess is beyond their noise first, each group by excess: a big op's
+    # noise (0.2 % of the step over 60 steps) must not rank above a small op's real 5 %.
+    order = np.lexsort((-excess, ~(z >= RANK_Z)))
     rows = []
     for i in order:
         status: Status = "new" if mean_a[i] == 0 else "gone" if mean_b[i] == 0 else "changed"
