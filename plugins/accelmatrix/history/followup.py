@@ -48,6 +48,7 @@ from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spr
 from accelmatrix.history.builds import BuildsError, builds_between
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
+from accelmatrix.history.culprit_profile import attach
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
@@ -743,6 +744,10 @@ def _record_on_points(
 def _finish(store: ResultsStore, row: dict[str, Any], state: str, **fields: Any) -> dict[str, Any]:
     """Record the re-test's final state (and on its change points those that have none)."""
     values = {"state": state, "run_id": None, **fields}
+    if state in (FOUND, CONFIRMED) and (decision := values.get("decision") or row.get("decision")):
+        # The culprit report's op-level diff, where the sessions kept profiler traces.
+        values["decision"] = {k: dict(v) for k, v in decision.items()}
+        attach({**row, **values}, values["decision"])
     if values.get("cost") is None and row.get("cost") is not None:
         values["cost"] = row["cost"]
     if "samples" not in values:

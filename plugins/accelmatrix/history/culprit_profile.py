@@ -1,0 +1,99 @@
+"""The culprit report's op-level diff: the traces a re-test kept, found and compared.
+
+A re-test session of a suite that collects profiler traces keeps one profiled sample per
+build (``backends/interleave.py``, under ``spec.followup.PROFILES_DIR`` of the session
+cell's collected files). When the re-test ends with a culprit (or a confirmed suspect),
+``profile_for`` diffs the last good build's traces against the culprit's
+(``history.profile_diff``), pooled over every session of the re-test, and ``attach``
+stores the diff's JSON with each target's decision, so the change's report,
+``changepoints --suite --json`` and the alert carry it. A suite without traces gets
+nothing (no diff, no message); a trace that cannot be read gets one message in the
+report, and the verdict stands without the diff.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from accelmatrix import settings
+from accelmatrix.history.profile_diff import DiffOutcome, diff_traces
+from accelmatrix.spec.followup import PROFILES_DIR, session_cell_id
+
+__all__ = ["PROFILE_KEY", "attach", "profile_for", "traces_of"]
+
+log = logging.getLogger(__name__)
+
+# The key of the diff (or its error) in a target's decision.
+PROFILE_KEY = "profile"
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def build_dir(build: str) -> str:
+    """The folder name interleave.py gives a build's kept traces."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", build)
+
+
+def traces_of(dag_id: str, run_ids: list[str], cell_id: str, rounds: int, build: str) -> list[Path]:
+    """Every trace kept for ``build`` in cell ``cell_id``'s sessions of these runs."""
+    out: list[Path] = []
+    for run_id in run_ids:
+        for r in range(1, rounds + 1):  # sessions are rounds 1, 2, ...; the row counts them
+            cell = session_cell_id(cell_id, r)
+            d = settings.cell_artifacts_dir(dag_id, run_id, cell) / "files" / PROFILES_DIR
+            d = d / build_dir(build)
+            if d.is_dir():
+                out += sorted(p for p in d.iterdir() if p.name.endswith(TRACE_SUFFIXES))
+    return out
+
+
+def profile_for(
+    dag_id: str, run_ids: list[str], cell_id: str, rounds: int, good: str, bad: str
+) -> DiffOutcome | None:
+    """The diff of ``bad``'s traces against ``good``'s in one cell's sessions; None when the
+    sessions kept no trace at all (the suite collects none)."""
+    a = traces_of(dag_id, run_ids, cell_id, rounds, good)
+    b = traces_of(dag_id, run_ids, cell_id, rounds, bad)
+    if not a and not b:
+        return None
+    if not a or not b:
+        missing = good if not a else bad
+        return DiffOutcome(None, f"no op-level diff: no profiler trace kept for build {missing}")
+    return diff_traces(a, b)
+
+
+def attach(row: dict[str, Any], decision: dict[str, dict[str, Any]] | None) -> None:
+    """Add each target's op-level diff (or its one-line error) to ``decision`` in place,
+    for a re-test that ended with a culprit or a confirmed suspect. Never raises: the diff
+    is evidence beside the verdict, not part of it."""
+    good = row.get("last_good") or row.get("good_build")
+    bad = row.get("culprit") or row.get("suspect_build")
+    if not decision or not good or not bad:
+        return
+    done: dict[str, dict[str, Any] | None] = {}
+    for t in row.get("targets") or []:
+        key = f"{t['cell_id']}|{t['metric']}"  # history.followup's key of a target
+        if key not in decision:
+            continue
+        cell = t["cell_id"]
+        if cell not in done:
+            try:
+                out = profile_for(
+                    row["dag_id"], list(row.get("run_ids") or []), cell, row.get("round") or 0,
+                    good, bad,
+                )  # fmt: skip
+            except Exception as e:  # noqa: BLE001 (evidence only; the verdict stands)
+                log.warning("op-level diff of %s failed: %s", cell, e)
+                out = DiffOutcome(None, f"no op-level diff: {type(e).__name__}: {e}")
+            done[cell] = None if out is None else _as_json(out, good, bad)
+        if done[cell] is not None:
+            decision[key] = {**decision[key], PROFILE_KEY: done[cell]}
+
+
+def _as_json(out: DiffOutcome, good: str, bad: str) -> dict[str, Any]:
+    if out.diff is None:
+        return {"error": out.error, "good": good, "bad": bad}
+    # "summary": the alert's text (notifications may not import history: it prints this)
+    return {**out.diff.as_json(top=10), "good": good, "bad": bad, "summary": out.diff.summary()}
