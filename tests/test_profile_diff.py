@@ -18,7 +18,7 @@ import pytest
 
 from accelmatrix.history.op_trace import OUTSIDE_OPS, TraceError, profile_from_bytes, read_profile
 from accelmatrix.history.profile_diff import diff_profiles, diff_traces
-from accelmatrix_testkit.chrome_traces import make_ops, synth_trace
+from accelmatrix_testkit.chrome_traces import make_ops, synth_profile, synth_trace
 
 ROUNDS, STEPS = 6, 10  # per build: 6 traces of 10 steps, the builds interleaved A B B A
 N, K = (
@@ -236,3 +236,16 @@ def test_as_json_is_plain_data(builds: tuple[list[Path], list[Path], float]) -> 
     assert doc["verdict"] == "op" and doc["cause"]["op"] == "aten::mm"
     assert doc["rows"][0]["op"] == "aten::mm"
     assert any(r["op"] == "aten::clone" and r["status"] == "new" for r in doc["rows"])
+
+
+def test_the_benchs_frames_match_the_reader_on_the_same_model() -> None:
+    """bench/bench_profile_diff.py draws its ranking trials' frames directly
+    (``synth_profile``); the reader over ``synth_trace``'s JSON of the same model must give
+    the same rows and, per op, the same mean self time per step (within the jitter)."""
+    ops = make_ops(np.random.default_rng(4), n=10, max_calls=6)
+    parsed = profile_from_bytes(synth_trace(ops, steps=80, seed=1))
+    drawn = synth_profile(ops, steps=80, seed=1)
+    a = parsed.ops.groupby(["op", "shapes"])["self_us"].sum() / parsed.n_steps
+    b = drawn.ops.groupby(["op", "shapes"])["self_us"].sum() / drawn.n_steps
+    assert sorted(a.index) == sorted(b.index)
+    assert np.allclose(a.sort_index(), b.sort_index(), rtol=0.05)

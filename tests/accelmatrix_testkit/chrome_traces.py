@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SynthOp", "make_ops", "synth_trace"]
+from accelmatrix.history.op_trace import OUTSIDE_OPS, OpProfile
+
+__all__ = ["SynthOp", "make_ops", "synth_profile", "synth_trace"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,59 @@ def synth_trace(
         out.extend(body)
         t = end + 1.0
     return (out[0] + ",\n" + ",\n".join(out[1:]) + "\n]}\n").encode()
+
+
+def synth_profile(
+    ops: list[SynthOp],
+    *,
+    steps: int = 200,
+    scale: dict[str, float] | None = None,
+    drift: float = 0.0,
+    cv: float = 0.1,
+    step_cv: float = 0.01,
+    outside_us: float = 30.0,
+    seed: int = 0,
+) -> OpProfile:
+    """What ``op_trace.read_profile`` gives for ``synth_trace``'s trace of the same
+    arguments (the same model of jitter, drawn in another order), built directly: the
+    bench's thousands of ranking trials need the frames, not 50 MB of JSON each."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    scale = scale or {}
+    sigma = float(np.sqrt(np.log(1 + cv * cv)))
+    step_factor = (1 + drift) * rng.lognormal(0.0, step_cv, size=steps)
+    names, shapes, self_us, calls = [], [], [], []
+    for o in ops:
+        draws = rng.lognormal(-sigma * sigma / 2, sigma, size=(steps, o.calls))
+        t = o.us * scale.get(o.name, 1.0) * step_factor * draws.sum(axis=1)
+        names.append(o.name)
+        shapes.append(o.dims.replace(" ", ""))
+        self_us.append(t)
+        calls.append(o.calls)
+        if o.parent:
+            names.append(o.parent)
+            shapes.append(o.dims.replace(" ", ""))
+            self_us.append(0.02 * t * rng.lognormal(-sigma * sigma / 2, sigma, size=steps))
+            calls.append(o.calls)
+    names.append(OUTSIDE_OPS)
+    shapes.append("")
+    self_us.append(outside_us * step_factor)
+    calls.append(1)
+    k = len(names)
+    values = np.stack(self_us)  # op x step
+    ops_frame = pd.DataFrame(
+        {
+            "step": pd.Series(np.tile(np.arange(steps), k), dtype="int64"),
+            "op": pd.Series(np.repeat(names, steps), dtype="string"),
+            "shapes": pd.Series(np.repeat(shapes, steps), dtype="string"),
+            "where": pd.Series(["cpu"] * (k * steps), dtype="string"),
+            "self_us": values.reshape(-1),
+            "calls": pd.Series(np.repeat(calls, steps), dtype="int64"),
+        }
+    )
+    step_frame = pd.DataFrame({"step": np.arange(steps), "dur_us": values.sum(axis=0)})
+    return OpProfile(source="<generated>", steps=step_frame, ops=ops_frame)
 
 
 def _x(name: str, dims: str, ts: float, dur: float, pid: int) -> str:

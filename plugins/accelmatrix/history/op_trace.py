@@ -64,8 +64,9 @@ OUTSIDE_OPS = "[step, outside any op]"
 HOST_OP_CATS = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
 # Device events: no nesting, the whole duration is the op's; step by their launch.
 DEVICE_OP_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-# Timestamps are µs with ns decimals; an end this close to a start is "not inside".
-_EPS_US = 1e-3
+# Timestamps are µs with ns decimals, ts and dur each rounded: ends and starts this close
+# are taken as equal.
+_EPS_US = 2e-3
 
 
 class _Args(
@@ -247,7 +248,12 @@ def _aggregate(events: list[_Event], source: str) -> OpProfile:
                 add(step, key(ev, "cpu"), own)
 
         for ev in rows:
-            while stack and stack[-1][0] <= ev.ts + _EPS_US:
+            # The open op is not this one's parent when it ended before this one began, or
+            # ends before this one does: two ops back to back whose µs timestamps were
+            # rounded (ns decimals) can overlap by a nanosecond, and must stay siblings.
+            while stack and (
+                stack[-1][0] <= ev.ts + _EPS_US or ev.ts + ev.dur > stack[-1][0] + _EPS_US
+            ):
                 close(stack.pop())
             if stack:
                 stack[-1][2] += ev.dur
