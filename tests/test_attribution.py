@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accelmatrix.history.attribution import CellDelta, attribute
+from accelmatrix.history.attribution import CellDelta, attribute, siblings_from_history
+from accelmatrix.history.culprit_profile import ATTRIBUTION_KEY, attach_attribution
+from accelmatrix.history.frame import history
 from accelmatrix_testkit.cause_matrix import CAUSES, plant
+from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
 
 MODELS, KINDS, RUNTIMES = ("bert", "llama"), ("a100", "h100", "tpu-v5e"), ("torch-2.5", "torch-2.6")
 
@@ -90,3 +93,55 @@ def test_planted_matrices_right_class_rate(cause: str) -> None:
         a = attribute(p.change, p.siblings, workload_axes={"model"})
         right += a.cause == p.cause and (p.value is None or a.value == p.value)
     assert right / 200 >= (0.93 if cause == "code_one_model" else 0.95)
+
+
+# -- from the perf history: the siblings of a stored change --------------------------------
+
+
+@pytest.fixture
+def store(tmp_path):
+    from accelmatrix.results.store import ResultsStore
+
+    s = ResultsStore(f"sqlite:///{tmp_path / 'results.db'}")
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize(
+    "cause, expect",
+    [
+        (Cause("infrastructure", night=30, change=0.04, machine="k1"), ("machine_kind", "k1")),
+        (Cause("build", night=30, change=0.04, model="m2"), ("code", None)),
+    ],
+)
+def test_a_stored_change_is_classified_from_its_nightly_siblings(store, cause, expect) -> None:
+    """A planted perf history (4 models x 3 machine kinds, 2 % noise): the change's
+    re-test row and decision get the class and the evidence from the nights around it."""
+    m = PerfMatrix(nights=40, causes=[cause], seed=3)
+    m.plant(store)
+    cell = m.cell(cause.model or "m0", cause.machine or "k0")
+    frame = history(store, metric="step_time", dag_id=m.dag_id)
+    sibs = siblings_from_history(frame, m.date(30))
+    assert len(sibs) == 12 and {s.machine_kind for s in sibs} == {"k0", "k1", "k2"}
+    moved = next(s for s in sibs if s.cell == cell)
+    assert 0.3 < moved.se_pct < 2.0 and abs(moved.delta_pct - 4.0) < 4 * moved.se_pct
+
+    point = store.save_change_point(
+        m.dag_id,
+        {"cell_id": cell, "metric": "step_time", "run_id": f"scheduled__{m.date(30).isoformat()}",
+         "logical_date": m.date(30), "position": 30, "n_before": 30, "n_after": 10,
+         "direction": "regression"},
+    )  # fmt: skip
+    row = {
+        "dag_id": m.dag_id,
+        "targets": [{"change_id": point, "cell_id": cell, "metric": "step_time"}],
+    }
+    decision = {f"{cell}|step_time": {"verdict": "new_level"}}
+    attach_attribution(store, row, decision, reproduced=cause.kind == "build")
+    a = decision[f"{cell}|step_time"][ATTRIBUTION_KEY]
+    assert (a["cause"], a["value"]) == expect, a["summary"]
+    assert len(a["evidence"]) == 12 and a["summary"].split(":")[0] in (
+        "the code",
+        "machine kind k1",
+    )
+    assert decision[f"{cell}|step_time"]["verdict"] == "new_level"

@@ -38,9 +38,30 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["NOISE_CHI2", "Attribution", "CellDelta", "Evidence", "attribute"]
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "NOISE_CHI2",
+    "WORKLOAD_AXES",
+    "Attribution",
+    "CellDelta",
+    "Evidence",
+    "attribute",
+    "siblings_from_history",
+]
+
+# Axes that name what the build runs (a change confined to one value is the code's), by
+# name; every other axis is environment (runtime, image, config: "axis value" causes).
+WORKLOAD_AXES = frozenset({"model", "models", "workload", "benchmark", "task", "dataset"})
+# The nights read on each side of the change for a sibling's Δ.
+NIGHTS_BEFORE = 14
+NIGHTS_AFTER = 4
 
 Cause = Literal["code", "machine_kind", "axis_value", "noise"]
 
@@ -221,3 +242,48 @@ def _chi2(d: list[float], w: list[float], groups: list[tuple[str, ...]], pred: l
         (x - (mu[g] if p else 0.0)) ** 2 * wi
         for x, wi, g, p in zip(d, w, groups, pred, strict=True)
     )
+
+
+def siblings_from_history(
+    frame: pd.DataFrame,
+    change_time: datetime,
+    *,
+    before: int = NIGHTS_BEFORE,
+    after: int = NIGHTS_AFTER,
+    higher_is_better: bool = False,
+) -> list[CellDelta]:
+    """Every cell's Δ around ``change_time``, from a perf-history frame of one metric
+    (``history.frame.history``: ``cell_id``, ``machine``, ``axes``, ``time``, ``value``).
+
+    Δ is the mean of the first ``after`` nights from ``change_time`` on against the median
+    of the last ``before`` nights before it, in %, positive when worse. Its standard error
+    is the nights' noise (1.4826 x MAD of the nights before, at least 0.1 % of the level)
+    times sqrt(1/after + 1/before). A cell with fewer than 3 nights before or 1 after is
+    left out: it says nothing about that night."""
+    out: list[CellDelta] = []
+    for cell_id, rows in frame.sort_values("time").groupby("cell_id", sort=True):
+        v = rows["value"].to_numpy(dtype="float64")
+        t = rows["time"]
+        ok = ~np.isnan(v)
+        pre = v[ok & (t < change_time).to_numpy()][-before:]
+        post = v[ok & (t >= change_time).to_numpy()][:after]
+        if len(pre) < 3 or not len(post):
+            continue
+        level = float(np.median(pre))
+        if level == 0:
+            continue
+        sigma = max(1.4826 * float(np.median(abs(pre - level))), 0.001 * abs(level))
+        delta = (float(post.mean()) / level - 1) * 100 * (-1 if higher_is_better else 1)
+        se = sigma / abs(level) * 100 * math.sqrt(1 / len(post) + 1 / len(pre))
+        last = rows.iloc[-1]
+        axes: dict[str, Any] = last["axes"] if isinstance(last["axes"], dict) else {}
+        out.append(
+            CellDelta(
+                cell=str(cell_id),
+                machine_kind=str(last["machine"] or ""),
+                axes={k: str(x) for k, x in axes.items()},
+                delta_pct=delta,
+                se_pct=se,
+            )
+        )
+    return out

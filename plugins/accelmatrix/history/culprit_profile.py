@@ -15,19 +15,33 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
+from accelmatrix.history.attribution import WORKLOAD_AXES, attribute, siblings_from_history
 from accelmatrix.history.profile_diff import DiffOutcome, diff_traces
 from accelmatrix.spec.followup import PROFILES_DIR, session_cell_id
 
-__all__ = ["PROFILE_KEY", "attach", "profile_for", "traces_of"]
+if TYPE_CHECKING:
+    from accelmatrix.results.store import ResultsStore
+
+__all__ = [
+    "ATTRIBUTION_KEY",
+    "PROFILE_KEY",
+    "attach",
+    "attach_attribution",
+    "profile_for",
+    "traces_of",
+]
 
 log = logging.getLogger(__name__)
 
 # The key of the diff (or its error) in a target's decision.
 PROFILE_KEY = "profile"
+# ... and of the cause's class with its sibling evidence (history.attribution).
+ATTRIBUTION_KEY = "attribution"
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -97,3 +111,49 @@ def _as_json(out: DiffOutcome, good: str, bad: str) -> dict[str, Any]:
         return {"error": out.error, "good": good, "bad": bad}
     # "summary": the alert's text (notifications may not import history: it prints this)
     return {**out.diff.as_json(top=10), "good": good, "bad": bad, "summary": out.diff.summary()}
+
+
+def attach_attribution(
+    store: ResultsStore,
+    row: dict[str, Any],
+    decision: dict[str, dict[str, Any]] | None,
+    *,
+    reproduced: bool,
+) -> None:
+    """Add each target's cause class (code, machine kind, axis value, noise) with the
+    sibling cells' evidence to ``decision`` in place: the cells of the suite's nightly
+    history around the change's night (``history.attribution``). Workload axes are those
+    named in ``WORKLOAD_AXES``. Never raises: evidence beside the verdict."""
+    if not decision:
+        return
+    from accelmatrix.history.frame import history
+
+    frames: dict[str, Any] = {}
+    for t in row.get("targets") or []:
+        key = f"{t['cell_id']}|{t['metric']}"
+        if key not in decision:
+            continue
+        try:
+            points = store.get_change_points(ids=[t["change_id"]])
+            if not points:
+                continue
+            if t["metric"] not in frames:
+                frames[t["metric"]] = history(store, metric=t["metric"], dag_id=row["dag_id"])
+            cells = siblings_from_history(
+                frames[t["metric"]],
+                points[0]["logical_date"],
+                higher_is_better=bool(t.get("higher_is_better")),
+            )
+            change = next((c for c in cells if c.cell == t["cell_id"]), None)
+            if change is None:
+                continue
+            a = attribute(
+                change,
+                cells,
+                reproduced=reproduced,
+                workload_axes=set(change.axes) & WORKLOAD_AXES,
+            )
+        except Exception as e:  # noqa: BLE001 (evidence only; the verdict stands)
+            log.warning("attribution of %s failed: %s", key, e)
+            continue
+        decision[key] = {**decision[key], ATTRIBUTION_KEY: {**asdict(a), "summary": a.describe()}}

@@ -364,10 +364,16 @@ def group_text(ev: dict[str, Any]) -> tuple[str, str]:
 
 
 def _profile_lines(decision: dict[str, Any]) -> list[str]:
-    """The op-level diff of the culprit against the last good build (history.culprit_profile
-    stores it with the decision, its text ready): the verdict and the top 3 ops, or why
-    there is none. One per cell: targets of one cell share their traces."""
+    """The culprit report (history.culprit_profile stores it with the decision, its text
+    ready): the cause's class with its sibling evidence, and the op-level diff of the
+    culprit against the last good build (the verdict and the top 3 ops, or why there is
+    none). Each line once: targets of one cell share their traces."""
     lines: list[str] = []
+    for d in decision.values():
+        if a := d.get("attribution"):
+            text = f"*Cause* {a['summary']}"
+            if text not in lines:
+                lines.append(text)
     for d in decision.values():
         p = d.get("profile")
         if not p:
