@@ -146,3 +146,28 @@ def test_one_build_without_a_trace_says_which(tmp_path: Path, monkeypatch, missi
     attach(row, decision)
     err = decision["model=small|step_time"][PROFILE_KEY]["error"]
     assert err == f"no op-level diff: no profiler trace kept for build {missing}"
+
+
+def test_the_report_line_names_the_cause_and_the_top_op(tmp_path: Path, monkeypatch) -> None:
+    from accelmatrix.history.report import confirmation_line
+
+    monkeypatch.setenv("ACCELMATRIX_ARTIFACTS_DIR", str(tmp_path))
+    ops = make_ops(np.random.default_rng(2), n=12, max_calls=6)
+    slow = max(ops, key=lambda o: o.us * o.calls)
+    run = "accelmatrix_bisect__1_0"
+    _session_traces(tmp_path, run, "model=small", "n-05", synth_trace(ops, steps=30, seed=1))
+    _session_traces(
+        tmp_path,
+        run,
+        "model=small",
+        "n-06",
+        synth_trace(ops, steps=30, seed=2, scale={slow.name: 1.4}),
+    )
+    row, decision = _row(["model=small"])
+    attach(row, decision)
+    decision["model=small|step_time"]["attribution"] = {"summary": "the code: 6 of 12 cells moved"}
+    line = confirmation_line(
+        {**row, "id": 1, "group_id": 2, "state": "found", "decision": decision}
+    )
+    assert "; first bad build n-06 (last good n-05); cause: the code; top op " + slow.name in line
+    assert "of the regression)" in line
