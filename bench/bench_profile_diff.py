@@ -177,11 +177,14 @@ def attribution(matrices: int) -> None:
 
 
 def main() -> None:
+    global STEPS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--matrices", type=int, default=2000)
     ap.add_argument("--parts", default="1234", help="which of the 4 parts to run")
+    ap.add_argument("--steps", type=int, default=STEPS, help="steps per trace in parts 2-3")
     args = ap.parse_args()
+    STEPS = args.steps
     if "1" in args.parts:
         with tempfile.TemporaryDirectory() as tmp:
             cost(Path(tmp))
