@@ -18,7 +18,7 @@ from accelmatrix.metrics.source_models import parse_metric_sources
 from accelmatrix.notifications.transport import _profile_lines
 from accelmatrix.spec.followup import PROFILES_DIR, Followup, expand_followup, session_cell_id
 from accelmatrix.spec.loader import load_suite
-from accelmatrix_testkit.chrome_traces import make_ops, synth_trace
+from accelmatrix_testkit.chrome_traces import SynthOp, make_ops, synth_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITE = (
@@ -93,22 +93,24 @@ def _row(decision_keys: list[str]) -> tuple[dict, dict]:
     return row, decision
 
 
-def test_a_culprit_gets_the_diff_of_its_traces_and_the_alert_the_top_ops(
-    tmp_path: Path, monkeypatch
-) -> None:
+def _slow_culprit(tmp_path: Path, monkeypatch) -> SynthOp:
+    """A bisect session's kept traces: the culprit n-06 runs its costliest op 40 % slower
+    than the last good n-05. That op."""
     monkeypatch.setenv("ACCELMATRIX_ARTIFACTS_DIR", str(tmp_path))
     assert settings.artifacts_dir() == tmp_path
     ops = make_ops(np.random.default_rng(2), n=12, max_calls=6)
     slow = max(ops, key=lambda o: o.us * o.calls)
     run = "accelmatrix_bisect__1_0"
     _session_traces(tmp_path, run, "model=small", "n-05", synth_trace(ops, steps=30, seed=1))
-    _session_traces(
-        tmp_path,
-        run,
-        "model=small",
-        "n-06",
-        synth_trace(ops, steps=30, seed=2, scale={slow.name: 1.4}),
-    )
+    scaled = synth_trace(ops, steps=30, seed=2, scale={slow.name: 1.4})
+    _session_traces(tmp_path, run, "model=small", "n-06", scaled)
+    return slow
+
+
+def test_a_culprit_gets_the_diff_of_its_traces_and_the_alert_the_top_ops(
+    tmp_path: Path, monkeypatch
+) -> None:
+    slow = _slow_culprit(tmp_path, monkeypatch)
     row, decision = _row(["model=small", "model=big"])
     attach(row, decision)
     prof = decision["model=small|step_time"][PROFILE_KEY]
@@ -151,18 +153,7 @@ def test_one_build_without_a_trace_says_which(tmp_path: Path, monkeypatch, missi
 def test_the_report_line_names_the_cause_and_the_top_op(tmp_path: Path, monkeypatch) -> None:
     from accelmatrix.history.report import confirmation_line
 
-    monkeypatch.setenv("ACCELMATRIX_ARTIFACTS_DIR", str(tmp_path))
-    ops = make_ops(np.random.default_rng(2), n=12, max_calls=6)
-    slow = max(ops, key=lambda o: o.us * o.calls)
-    run = "accelmatrix_bisect__1_0"
-    _session_traces(tmp_path, run, "model=small", "n-05", synth_trace(ops, steps=30, seed=1))
-    _session_traces(
-        tmp_path,
-        run,
-        "model=small",
-        "n-06",
-        synth_trace(ops, steps=30, seed=2, scale={slow.name: 1.4}),
-    )
+    slow = _slow_culprit(tmp_path, monkeypatch)
     row, decision = _row(["model=small"])
     attach(row, decision)
     decision["model=small|step_time"]["attribution"] = {"summary": "the code: 6 of 12 cells moved"}
