@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from accelmatrix.history.attribution import CellDelta, attribute, siblings_from_history
-from accelmatrix.history.culprit_profile import ATTRIBUTION_KEY, attach_attribution
+from accelmatrix.history.culprit_profile import (
+    ATTRIBUTION_KEY,
+    attach_attribution,
+    refresh_attributions,
+)
 from accelmatrix.history.frame import history
 from accelmatrix_testkit.cause_matrix import CAUSES, plant
 from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
@@ -145,3 +149,34 @@ def test_a_stored_change_is_classified_from_its_nightly_siblings(store, cause, e
         "machine kind k1",
     )
     assert decision[f"{cell}|step_time"]["verdict"] == "new_level"
+
+
+def test_a_class_read_from_one_night_is_read_again_as_nights_arrive(store) -> None:
+    """The re-test ends the night after the change (one night of evidence); the gate's
+    refresh re-reads the class until four nights are behind it."""
+    cause = Cause("infrastructure", night=30, change=0.04, machine="k1")
+    m = PerfMatrix(nights=40, causes=[cause], seed=5)
+    m.plant(store, nights=range(31))  # nights 0-30: the change's night only
+    cell = m.cell("m0", "k1")
+    point = store.save_change_point(
+        m.dag_id,
+        {"cell_id": cell, "metric": "step_time", "run_id": f"scheduled__{m.date(30).isoformat()}",
+         "logical_date": m.date(30), "position": 30, "n_before": 30, "n_after": 1,
+         "direction": "regression"},
+    )  # fmt: skip
+    targets = [{"change_id": point, "cell_id": cell, "metric": "step_time"}]
+    decision = {f"{cell}|step_time": {"verdict": "old_level"}}
+    attach_attribution(store, {"dag_id": m.dag_id, "targets": targets}, decision, reproduced=False)
+    first = decision[f"{cell}|step_time"][ATTRIBUTION_KEY]
+    assert first["nights_after"] == 1
+    row = store.start_confirmation(
+        m.dag_id, 1, {"state": "not_reproduced", "targets": targets, "decision": decision}
+    )
+    assert refresh_attributions(store, m.dag_id) == 0  # no new night: nothing to re-read
+    m.plant(store, nights=range(31, 36))
+    assert refresh_attributions(store, m.dag_id) == 1
+    (again,) = store.get_confirmations(ids=[row["id"]])
+    a = again["decision"][f"{cell}|step_time"][ATTRIBUTION_KEY]
+    assert a["nights_after"] == 4 and (a["cause"], a["value"]) == ("machine_kind", "k1")
+    assert again["decision"][f"{cell}|step_time"]["verdict"] == "old_level"
+    assert refresh_attributions(store, m.dag_id) == 0  # four nights: settled

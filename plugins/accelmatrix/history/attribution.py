@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "NIGHTS_AFTER",
     "NOISE_CHI2",
     "WORKLOAD_AXES",
     "Attribution",
@@ -84,6 +85,7 @@ class CellDelta:
     axes: Mapping[str, str]
     delta_pct: float
     se_pct: float
+    nights_after: int = 0  # nights at the new level behind delta_pct (0: not from a history)
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,7 @@ def siblings_from_history(
                 axes={k: str(x) for k, x in axes.items()},
                 delta_pct=delta,
                 se_pct=se,
+                nights_after=len(post),
             )
         )
     return out

@@ -48,7 +48,7 @@ from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spr
 from accelmatrix.history.builds import BuildsError, builds_between
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
-from accelmatrix.history.culprit_profile import attach, attach_attribution
+from accelmatrix.history.culprit_profile import attach, attach_attribution, refresh_attributions
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
@@ -126,6 +126,10 @@ def start_confirmations(
     spec = suite.history.confirm
     if not spec.enabled:
         return []
+    try:
+        refresh_attributions(store, dag_id)  # the classes read from too few nights
+    except Exception as e:  # noqa: BLE001 (evidence only: never stops a re-test)
+        log.warning("re-reading the causes' classes of %s failed: %s", dag_id, e)
     earlier = store.get_confirmations(dag_id)
     have = {c["group_id"] for c in earlier}
     started: list[dict[str, Any]] = []
