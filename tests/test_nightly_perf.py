@@ -275,6 +275,11 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     sent = [body for path, _, body in rx.received if path == "/alerts"]
     assert len(sent) == 1, sent
     assert f"nightly-{slow.isoformat()}" in sent[0]["text"]
+    # The culprit report's class: the suite's one cell has no siblings, and the re-test
+    # reproduced the change on one machine: the code (history.attribution).
+    (attribution,) = [d["attribution"] for d in retest["decision"].values() if "attribution" in d]
+    assert attribution["cause"] == "code" and "reproduced it" in attribution["reason"]
+    assert "*Cause* the code" in json.dumps(sent[0]), sent[0]  # the message's body
     line = " ".join(held["bounds/nightly_perf_bounds.yaml"]["changes"])
     assert "held: open regression" in line, held
     assert group_after["state"] == "accepted" and group_after["state_by"]  # Airflow's user name

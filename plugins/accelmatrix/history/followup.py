@@ -48,6 +48,7 @@ from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spr
 from accelmatrix.history.builds import BuildsError, builds_between
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
+from accelmatrix.history.culprit_profile import attach, attach_attribution, refresh_attributions
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
@@ -125,6 +126,10 @@ def start_confirmations(
     spec = suite.history.confirm
     if not spec.enabled:
         return []
+    try:
+        refresh_attributions(store, dag_id)  # the classes read from too few nights
+    except Exception as e:  # noqa: BLE001 (evidence only: never stops a re-test)
+        log.warning("re-reading the causes' classes of %s failed: %s", dag_id, e)
     earlier = store.get_confirmations(dag_id)
     have = {c["group_id"] for c in earlier}
     started: list[dict[str, Any]] = []
@@ -743,6 +748,16 @@ def _record_on_points(
 def _finish(store: ResultsStore, row: dict[str, Any], state: str, **fields: Any) -> dict[str, Any]:
     """Record the re-test's final state (and on its change points those that have none)."""
     values = {"state": state, "run_id": None, **fields}
+    if state in (FOUND, CONFIRMED, NOT_REPRODUCED) and (
+        decision := values.get("decision") or row.get("decision")
+    ):
+        # The culprit report: the cause's class from the sibling cells, and the op-level
+        # diff where the sessions kept profiler traces (history.culprit_profile).
+        values["decision"] = {k: dict(v) for k, v in decision.items()}
+        whole = {**row, **values}
+        attach_attribution(store, whole, values["decision"], reproduced=state != NOT_REPRODUCED)
+        if state != NOT_REPRODUCED:
+            attach(whole, values["decision"])
     if values.get("cost") is None and row.get("cost") is not None:
         values["cost"] = row["cost"]
     if "samples" not in values:

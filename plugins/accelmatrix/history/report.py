@@ -117,12 +117,31 @@ def confirmation_line(c: dict[str, Any]) -> str:
         )
     if c.get("culprit"):
         text += f"; first bad build {c['culprit']} (last good {c.get('last_good') or '-'})"
+    text += _culprit_report(decision)
     if c.get("reason"):
         text += f"; {c['reason']}"
     if c.get("cost") is not None:
         text += f"; cost {c['cost']:.4f} USD in {len(c.get('run_ids') or [])} session(s)"
     if c.get("run_id"):
         text += f"; waiting for run {c['run_id']}"
+    return text
+
+
+def _culprit_report(decision: dict[str, Any]) -> str:
+    """The cause's class and the first op that got slower, from what
+    ``history.culprit_profile`` stored with the decision (first target that has them)."""
+    text = ""
+    attribution = next((d["attribution"] for d in decision.values() if d.get("attribution")), None)
+    if attribution:
+        text += f"; cause: {attribution['summary'].split(':')[0]}"
+    profile = next((d["profile"] for d in decision.values() if d.get("profile")), None)
+    if profile and profile.get("error"):
+        text += f"; {profile['error']}"
+    elif profile and (slower := [r for r in profile.get("rows", []) if r["excess_us"] > 0]):
+        r = slower[0]
+        text += f"; top op {r['op']} {r['delta_us'] / 1000:+.2f} ms per step"
+        if r.get("share") is not None:
+            text += f" ({r['share']:.0%} of the regression)"
     return text
 
 

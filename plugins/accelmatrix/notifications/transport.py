@@ -356,10 +356,32 @@ def group_text(ev: dict[str, Any]) -> tuple[str, str]:
             lines.append(f"- bisect {step['build']}: {step['verdict']} ({step['n']} runs)")
         if c.get("culprit"):
             lines.append(f"*First bad build* {c['culprit']} (last good {c['last_good']})")
+        lines += _profile_lines(c.get("decision") or {})
         if c.get("reason"):
             lines.append(f"_{c['reason']}_")
     lines.append(f"Trend: {ev['trend_url']}")
     return title, "\n".join(lines)
+
+
+def _profile_lines(decision: dict[str, Any]) -> list[str]:
+    """The culprit report (history.culprit_profile stores it with the decision, its text
+    ready): the cause's class with its sibling evidence, and the op-level diff of the
+    culprit against the last good build (the verdict and the top 3 ops, or why there is
+    none). Each line once: targets of one cell share their traces."""
+    lines: list[str] = []
+    for d in decision.values():
+        if a := d.get("attribution"):
+            text = f"*Cause* {a['summary']}"
+            if text not in lines:
+                lines.append(text)
+    for d in decision.values():
+        p = d.get("profile")
+        if not p:
+            continue
+        text = f"*Ops* {p['good']} -> {p['bad']}: " + (p.get("summary") or f"_{p.get('error')}_")
+        if text not in lines:
+            lines.append(text)
+    return lines
 
 
 def send_change_group(sink: Any, ev: dict[str, Any]) -> int:

@@ -39,6 +39,7 @@ __all__ = [
     "FOLLOWUP_KEY",
     "CompareRequest",
     "MAX_SESSION_BUILDS",
+    "PROFILES_DIR",
     "Followup",
     "base_cell",
     "compare_followup",
@@ -58,6 +59,10 @@ MAX_SESSION_BUILDS = 8
 # suite's times this, so a cap keeps a runaway plan from holding a machine for days.
 MAX_SESSION_SAMPLES = 512
 _RETEST = ",retest="
+# Where a session keeps each build's profiler traces (backends/interleave.py), relative to
+# the work dir and so to the session cell's collected files, and how many samples' worth.
+PROFILES_DIR = "out/accelmatrix-profiles"
+PROFILES_PER_BUILD = 1
 _M = TypeVar("_M", bound=Model)
 # The checks a session cell keeps: those that judge each sample alike (its exit, its log).
 # A perf bound or a step count over the whole session would judge every build's samples
@@ -219,7 +224,15 @@ def _session_cell(
     for c, build in zip(cells, followup.builds, strict=True):
         env = {k: v for k, v in c.workload.env.items() if base.workload.env.get(k) != v}
         runs.append({"build": build, "argv": c.workload.run, "env": env})
-    plan = json.dumps({"order": order, "runs": runs}, separators=(",", ":"))
+    doc: dict[str, Any] = {"order": order, "runs": runs}
+    traces = [m.glob for m in base.workload.metrics if m.type == "profiler_trace"]
+    artifacts = list(base.workload.artifacts)
+    if traces:
+        # One profiled sample per build is kept for the culprit report's op-level diff
+        # (history.culprit_profile); the next sample would overwrite it.
+        doc["keep"] = {"glob": traces[0], "per_build": PROFILES_PER_BUILD, "into": PROFILES_DIR}
+        artifacts.append(f"{PROFILES_DIR}/**")
+    plan = json.dumps(doc, separators=(",", ":"))
     driver = Path(interleave.__file__).read_text(encoding="utf-8")
     setup: list[list[str]] = []
     for c in cells:
@@ -228,6 +241,7 @@ def _session_cell(
         update={
             "run": ["${python}", "-c", driver, plan],
             "setup": setup,
+            "artifacts": artifacts,
             # The machine is held for every sample: the limit is the suite's per sample.
             "timeout": base.workload.timeout * len(order),
         }
