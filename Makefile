@@ -71,13 +71,20 @@ CHECK_WORKERS ?= 2
 check: lint
 	$(BIN)/pytest -q -n $(CHECK_WORKERS) -m "not server and not reliability and not loop"
 
-# The fault-injection matrix on a real Airflow (every backend, ~30 min here): prints the
-# faults x backends table (README "Reliability") and writes it to reliability-table.md;
-# then the metadata DB restarted mid-run on a Celery stack of its own (~2 min).
+# The fault-injection matrix on a real Airflow (every backend): writes the faults x backends
+# table (README "Reliability") to reliability-table.md and prints it. Two pytest-xdist
+# workers, a stack each (--dist loadgroup, the tests' xdist_group marks): one runs the
+# per-cell faults, then the metadata DB restarted mid-run on a Celery stack of its own; the
+# other the run-level faults, one after another.
 # ACCELMATRIX_REQUIRE_SERVERS: a missing sshd (or any server) fails the run instead of skipping.
+RELIABILITY_WORKERS ?= 2
 reliability: venv
 	.ci/test-deps
-	ACCELMATRIX_REQUIRE_SERVERS=1 ACCELMATRIX_FAULT_TABLE=$(CURDIR)/reliability-table.md $(BIN)/pytest -q -s -m reliability tests/test_fault_matrix.py tests/test_metadata_db_restart.py
+	rm -f $(CURDIR)/reliability-table.md
+	ACCELMATRIX_REQUIRE_SERVERS=1 ACCELMATRIX_FAULT_TABLE=$(CURDIR)/reliability-table.md \
+		$(BIN)/pytest -q -n $(RELIABILITY_WORKERS) --dist loadgroup --no-loadscope-reorder \
+		-m reliability tests/test_fault_matrix.py tests/test_metadata_db_restart.py; \
+		rc=$$?; cat $(CURDIR)/reliability-table.md 2>/dev/null; exit $$rc
 
 lint: venv
 	$(BIN)/ruff check .
