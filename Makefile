@@ -50,14 +50,16 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 # are missing (as root or with sudo; ACCELMATRIX_NO_APT=1 to never install). A run that still
 # had to skip a group of tests says so at the end (tests/conftest.py).
 # TEST_WORKERS pytest-xdist processes run the suite, one test file each at a time (a file's
-# tests share its fixtures). Most long tests wait on an Airflow scheduler, so two workers fit
-# 2 cores: 33 min here for 763 tests (the serial run, ~38 min, was measured at 686 tests).
-# Each worker may run an Airflow of its own (~1.7 GB of memory); TEST_WORKERS=0 runs the
-# suite in one process.
+# tests share its fixtures). Most long tests wait on an Airflow scheduler, a workload or an
+# emulator's delay, so a third worker fills the time the cores would sit idle: 923 s with 3
+# against 1,054 s with 2 for the 888 tests, both beside other engineers' test runs
+# (BENCHMARKS.md, "Test suite"). Each worker may run an Airflow of its own (~1.7 GB of
+# memory; 3 workers peaked near 6 GB used of 24); TEST_WORKERS=0 runs the suite in one
+# process.
 # --no-loadscope-reorder: xdist would otherwise hand out the files with the most tests
 # first, which put the longest ones (one to six tests each) last, with one worker idle
 # for ~10 minutes at the end; tests/conftest.py orders the files longest first instead.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: venv
 	.ci/test-deps
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
