@@ -54,7 +54,7 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 # emulator's delay, so a third worker fills the time the cores would sit idle: 923 s with 3
 # against 1,054 s with 2 for the 888 tests, both beside other engineers' test runs
 # (BENCHMARKS.md, "Test suite"). Each worker may run an Airflow of its own (~1.7 GB of
-# memory; 3 workers peaked near 6 GB used of 24); TEST_WORKERS=0 runs the suite in one
+# memory; 3 workers: 6 GB used of 24 when sampled); TEST_WORKERS=0 runs the suite in one
 # process.
 # --no-loadscope-reorder: xdist would otherwise hand out the files with the most tests
 # first, which put the longest ones (one to six tests each) last, with one worker idle
@@ -76,8 +76,9 @@ check: lint
 # The fault-injection matrix on a real Airflow (every backend): writes the faults x backends
 # table (README "Reliability") to reliability-table.md and prints it. Two pytest-xdist
 # workers, a stack each (--dist loadgroup, the tests' xdist_group marks): one runs the
-# per-cell faults, then the metadata DB restarted mid-run on a Celery stack of its own; the
-# other the run-level faults, one after another.
+# per-cell faults and the cloud-API outage, then the metadata DB restarted mid-run on a
+# Celery stack of its own; the other the other run-level faults, one after another. 9-11
+# min here (19 min beside another engineer's make test); BENCHMARKS.md, "Test suite".
 # ACCELMATRIX_REQUIRE_SERVERS: a missing sshd (or any server) fails the run instead of skipping.
 RELIABILITY_WORKERS ?= 2
 reliability: venv
