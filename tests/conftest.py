@@ -120,7 +120,7 @@ def pytest_mark_by_need(session, config, items) -> None:  # noqa: ARG001
 
 
 # -- long files first ----------------------------------------------------------------------
-# `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder`: xdist hands out
+# `make test` runs `pytest -n 3 --dist loadfile --no-loadscope-reorder`: xdist hands out
 # whole files in the order the workers collected them, and a worker takes its next file
 # when its current one has at most 2 tests left. Without --no-loadscope-reorder xdist puts
 # the files with the most tests first, so the longest files (one to six tests each:

@@ -1,8 +1,9 @@
 """Fault injection on every backend, on a real Airflow (scheduler, triggerer, dag-processor,
 api-server; LocalExecutor), with a faults x backends outcome table.
 
-One stack for the module, with the loopback sshd (the SSH host and "the TPU VM"), the Cloud
-TPU emulator and the Kubernetes emulator wired in through the components' environment. One
+One stack for each of the two parts (the per-cell run, then the cloud-API outage; the other
+run-level faults), with the loopback sshd (the SSH host and "the TPU VM"), the Cloud TPU
+emulator and the Kubernetes emulator wired in through the components' environment. One
 suite whose axes are ``machine`` (local, ssh, tpu, k8s, jobset: a 2-pod k8s-jobset) x
 ``fault``; its setup and run commands are tests/fault_workload.py, which fails or stalls as
 the cell's fault says.
@@ -42,13 +43,17 @@ step says what happened. Set ACCELMATRIX_FAULT_TABLE=path to get the table in a 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import functools
 import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -71,6 +76,7 @@ from accelmatrix_testkit.fault_matrix import (
     MACHINES,
     NO_WORKLOAD,
     NOT_APPLICABLE,
+    PHASES,
     RUN_MARKED_FAILED,
     STORE_DOWN,
     TRIGGERER_KILLED,
@@ -88,7 +94,7 @@ from accelmatrix_testkit.services import PostgresServer, ServiceUnavailable
 from accelmatrix_testkit.small_disk import mount_tmpfs, unmount
 
 pytest_plugins = ["tpu_env"]
-# Not in `make test` (CI): about 25 min on 2 loaded cores. `make reliability` runs it.
+# Not in `make test`: `make reliability` runs it, its two parts at once (see "the test").
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,17 +280,18 @@ def env(server, emulator, gcloud_env, tmp_path_factory):
                 yield e
                 e.stack = None
             k8s_hook.forget()
-        _kill_fault_processes()
+        _kill_fault_processes(e.signals)
         for line in Path("/proc/mounts").read_text().splitlines():  # a diskfull tmpfs left
             target = line.split()[1]
             if target.startswith(str(tmp)):
                 unmount(Path(target))
 
 
-def _kill_fault_processes() -> list[str]:
-    """Kill leftovers of the suite's commands (by pid: they run our script)."""
+def _kill_fault_processes(signals: Path) -> list[str]:
+    """Kill leftovers of the suite's commands (by pid: they run our script with this
+    module's signals dir)."""
     killed = []
-    for p in processes_running(SCRIPT):
+    for p in processes_running(SCRIPT, signals):
         with contextlib.suppress(psutil.Error):
             killed.append(" ".join(p.cmdline()[-3:]))
             p.kill()
@@ -413,7 +420,7 @@ def census(env: Env, run_id: str) -> dict[str, list[str]]:
                 cell, run = owner
             if run == run_id:  # unattributable objects count against every run
                 add(cell, f"1 k8s {kind[:-1]}")
-    for p in processes_running(SCRIPT):
+    for p in processes_running(SCRIPT, env.signals):
         try:
             e = p.environ()
         except psutil.Error:
@@ -736,12 +743,86 @@ def block_artifacts(run_id: str, machine: str) -> Path:
 
 
 # -- the test -----------------------------------------------------------------------------
-def test_fault_matrix(env: Env, tmp_path):
+# `make reliability` runs the matrix in two parts at once, each on a stack of its own
+# (pytest-xdist, `--dist loadgroup`): the per-cell run and then the cloud-API outage; the
+# other run-level faults one after another. Each restarts or takes down a part every cell of
+# its run shares, so a stack runs one phase at a time, in PHASES order. The metadata-DB
+# restart (test_metadata_db_restart.py, a Celery stack of its own) runs after the first part,
+# on its worker: the parts measured 646 s (+ ~120 s) and 1,094 s when split as per-cell vs
+# all run-level faults on loaded cores, the cloud phase ~124 s of the latter. Each part
+# stores its outcomes for the run; the part that ends last writes the whole table
+# (ACCELMATRIX_FAULT_TABLE).
+PER_CELL_PART = ("per_cell", "cloud")
+RUN_LEVEL_PART = tuple(p for p in PHASES if p not in PER_CELL_PART)
+
+
+@pytest.mark.xdist_group("fault_matrix_per_cell")
+@pytest.mark.slow(750)
+def test_fault_matrix_per_cell_and_cloud(request, tmp_path, testrun_uid):
+    run_part(request, tmp_path, testrun_uid, "per_cell_and_cloud", PER_CELL_PART)
+
+
+@pytest.mark.xdist_group("fault_matrix_run_level")
+@pytest.mark.slow(900)
+def test_fault_matrix_run_level(request, tmp_path, testrun_uid):
+    run_part(request, tmp_path, testrun_uid, "run_level", RUN_LEVEL_PART)
+
+
+def run_part(request, tmp_path: Path, uid: str, name: str, part: tuple[str, ...]) -> None:
+    phases = [p for p in phases_from(os.environ.get("ACCELMATRIX_FAULT_PHASES")) if p in part]
+    if not phases:  # the other part has them (ACCELMATRIX_FAULT_PHASES named only those)
+        pytest.skip(f"ACCELMATRIX_FAULT_PHASES names none of the {name} phases {part}")
+    env: Env = request.getfixturevalue("env")  # only now: a stack starts for a real part
+    outcomes, notes, seconds = fault_matrix(env, phases)
+    with parts_of_this_run(uid) as folder:  # locked: the other part may end at once
+        (folder / f"{name}.json").write_text(
+            json.dumps(
+                {
+                    "outcomes": [dataclasses.asdict(o) for o in outcomes],
+                    "notes": notes,
+                    "seconds": seconds,
+                }
+            )
+        )
+        parts = {f.stem: json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))}
+        every = [Outcome(**o) for p in parts.values() for o in p["outcomes"]]
+        table = render_table(every)
+        text = (
+            f"{table}\n\n{details(every)}\n\n"
+            + "\n".join(n for p in parts.values() for n in p["notes"])
+            + "\n\n"
+            + "; ".join(f"{k} part: {p['seconds']:.0f} s" for k, p in parts.items())
+        )
+        written = write_table(text, tmp_path / "fault_table.md")
+    print(f"\n{text}\n(written to {', '.join(map(str, written))})")
+    # This part's cases only: the other part asserts its own.
+    failing = [o for o in outcomes if o.failing]
+    problems = [n for n in notes if n.startswith("PROBLEM")]
+    assert not failing and not problems, (
+        f"\n{render_table(outcomes)}\n{details(failing)}\n" + "\n".join(problems)
+    )
+
+
+@contextlib.contextmanager
+def parts_of_this_run(uid: str) -> Iterator[Path]:
+    """The folder where the parts of this test run (``testrun_uid``: the same on every xdist
+    worker) keep their outcomes, held under an exclusive lock."""
+    folder = Path(tempfile.gettempdir()) / f"accelmatrix-fault-table-{uid}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield folder
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def fault_matrix(env: Env, phases: list[str]) -> tuple[list[Outcome], list[str], float]:
+    """Run ``phases`` on ``env``'s stack: their outcomes, notes and seconds."""
     stack = env.stack
     outcomes: list[Outcome] = []
     notes: list[str] = []
     t0 = time.monotonic()
-    phases = phases_from(os.environ.get("ACCELMATRIX_FAULT_PHASES"))
 
     if "per_cell" in phases:
         # 1. Every per-cell fault on every backend, in one DAG run.
@@ -945,13 +1026,7 @@ def test_fault_matrix(env: Env, tmp_path):
         if not any("API polls" in o.retried for o in cloud):
             notes.append(f"PROBLEM: {CLOUD_API_DOWN}: no poll met the outage")
 
-    table = render_table(outcomes)
-    text = f"{table}\n\n{details(outcomes)}\n\n" + "\n".join(notes)
-    written = write_table(text, tmp_path / "fault_table.md")
-    print(f"\n{text}\n(written to {', '.join(map(str, written))}; {time.monotonic() - t0:.0f} s)")
-    failing = [o for o in outcomes if o.failing]
-    problems = [n for n in notes if n.startswith("PROBLEM")]
-    assert not failing and not problems, f"\n{table}\n{details(failing)}\n" + "\n".join(problems)
+    return outcomes, notes, time.monotonic() - t0
 
 
 def unfinished(env: Env, run_id: str) -> list[str]:
@@ -1248,5 +1323,5 @@ def cleanup(env: Env, run_id: str) -> list[str]:
                         done.append(f"tore down {r.name}")
                     except Exception as e:  # noqa: BLE001
                         done.append(f"could not tear down {r.name}: {e}")
-    done += [f"killed {k}" for k in _kill_fault_processes()]
+    done += [f"killed {k}" for k in _kill_fault_processes(env.signals)]
     return done

@@ -76,6 +76,9 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.5) -> Any:
     raise TimeoutError(f"{what}: not within {timeout} s")
 
 
+# `make reliability`: on the worker of the fault matrix's per-cell part, after it
+# (tests/test_fault_matrix.py), while the other worker runs the run-level part.
+@pytest.mark.xdist_group("fault_matrix_per_cell")
 @pytest.mark.slow(200)
 def test_metadata_db_restart_mid_run_loses_nothing(tmp_path, postgres, redis, monkeypatch):
     signals = tmp_path / "signals"
@@ -191,7 +194,8 @@ def test_metadata_db_restart_mid_run_loses_nothing(tmp_path, postgres, redis, mo
         leftover_dirs(settings.work_root(), settings.safe_name(DAG_ID), settings.safe_name(run_id))
         == []
     )
-    assert processes_running(SCRIPT) == [], [p.cmdline() for p in processes_running(SCRIPT)]
+    left = processes_running(SCRIPT, signals)  # this test's workloads (its signals dir)
+    assert left == [], [p.cmdline() for p in left]
     assert stack.leftovers == []
     # Every process the supervisor restarted is named, so a regression in it shows.
     assert all(re.fullmatch(r"[\w-]+ \(exit -?\d+\)", r) for r in revived), revived

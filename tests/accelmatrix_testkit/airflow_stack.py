@@ -239,9 +239,15 @@ class _Sampler(threading.Thread):
                 u.total_peak_pss_mb = max(u.total_peak_pss_mb, total / mb)
 
     def run(self) -> None:
+        # Only while a measure() window is open: reading every process's smaps each second
+        # costs CPU that the stack's own processes need on 2 cores, and most tests measure
+        # nothing.
         while not self.stopping.wait(self.interval):
-            with contextlib.suppress(Exception):
-                self.sample()
+            with self.lock:
+                measuring = bool(self.windows)
+            if measuring:
+                with contextlib.suppress(Exception):
+                    self.sample()
 
 
 # -- the stack ----------------------------------------------------------------------------

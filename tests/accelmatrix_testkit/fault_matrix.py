@@ -225,13 +225,22 @@ def write_table(text: str, *paths: Path | str | None) -> list[Path]:
     return targets
 
 
-def processes_running(script: Path | str) -> list[psutil.Process]:
-    """Live processes whose command line runs ``script`` (the suite's setup/run commands)."""
+def processes_running(script: Path | str, *also: Path | str) -> list[psutil.Process]:
+    """Live processes whose command line runs ``script`` (the suite's setup/run commands)
+    and holds every one of ``also`` in an argument too: a test's own signals dir, so a
+    census counts only its own workloads, not those of a test running beside it (`make
+    reliability` runs the matrix's two parts on two stacks at once)."""
     found = []
     needle = str(script)
+    wanted = {str(a) for a in also}
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if any(needle in a for a in p.info["cmdline"] or []) and p.status() != "zombie":
+            argv = p.info["cmdline"] or []
+            if (
+                any(needle in a for a in argv)
+                and all(any(w in a for a in argv) for w in wanted)
+                and p.status() != "zombie"
+            ):
                 found.append(p)
         except psutil.Error:
             continue
