@@ -52,7 +52,7 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 # TEST_WORKERS pytest-xdist processes run the suite, one test file each at a time (a file's
 # tests share its fixtures). Most long tests wait on an Airflow scheduler, a workload or an
 # emulator's delay, so a third worker fills the time the cores would sit idle: 923 s with 3
-# against 1,054 s with 2 for the 888 tests, both beside other engineers' test runs
+# against 1,054 s with 2 for the 888 tests, both beside other test runs
 # (BENCHMARKS.md, "Test suite"). Each worker may run an Airflow of its own (~1.7 GB of
 # memory; 3 workers: 6 GB used of 24 when sampled); TEST_WORKERS=0 runs the suite in one
 # process.
@@ -78,7 +78,7 @@ check: lint
 # workers, a stack each (--dist loadgroup, the tests' xdist_group marks): one runs the
 # per-cell faults and the cloud-API outage, then the metadata DB restarted mid-run on a
 # Celery stack of its own; the other the other run-level faults, one after another. 9-11
-# min here (19 min beside another engineer's make test); BENCHMARKS.md, "Test suite".
+# min here (19 min beside another make test); BENCHMARKS.md, "Test suite".
 # ACCELMATRIX_REQUIRE_SERVERS: a missing sshd (or any server) fails the run instead of skipping.
 RELIABILITY_WORKERS ?= 2
 reliability: venv
