@@ -124,7 +124,7 @@ def report_run(
     pr = store.pull_request_run(dag_id, run_id)
     if pr is None:
         return None
-    runs = [r for r in store.pull_request_runs(dag_id, pr.repo, pr.number)]
+    runs = store.pull_request_runs(dag_id, pr.repo, pr.number)
     report = build_report(store, pr, [r for r in runs if r.head_sha == pr.head_sha])
     hook = hook or PullRequestHook(conn_id)
     comment_id = next((r.comment_id for r in runs if r.comment_id is not None), None)

@@ -25,7 +25,6 @@ A GitHub outage while posting the pending status never stops the run.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from accelmatrix.ui.github_delivery import (
     decide,
     run_id_for,
 )
+from accelmatrix.ui.trigger_guard import conf_refusal
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def _start(d: Decision, pr: PullRequest, store: ResultsStore) -> Outcome:
         out.cancelled += _cancel_older(store, t, pr, keep_sha=pr.head_sha)
         for kind, conf in _runs_of(t, pr):
             run_id = run_id_for(pr.number, pr.head_sha, kind)
-            problem = _conf_problem(t.dag_id, conf)
+            problem = conf_refusal(t.dag_id, conf)  # the trigger guard's own check
             if problem:
                 out.refused.append(f"{t.dag_id}: {problem}")
                 continue
@@ -237,13 +237,6 @@ def _runs_of(t: SuiteTrigger, pr: PullRequest) -> list[tuple[str, dict[str, Any]
             )
         )
     return runs
-
-
-def _conf_problem(dag_id: str, conf: dict[str, Any]) -> str | None:
-    """Why the suite's plan would refuse this conf (the trigger guard's own check)."""
-    from accelmatrix.ui.trigger_guard import refusal
-
-    return refusal(dag_id, json.dumps({"conf": conf}).encode())
 
 
 def _trigger(dag_id: str, run_id: str, conf: dict[str, Any], pr: PullRequest, kind: str) -> bool:

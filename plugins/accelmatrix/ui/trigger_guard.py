@@ -51,16 +51,22 @@ def backfill_dag_id(body: bytes) -> str | None:
 def refusal(dag_id: str, body: bytes, conf_key: str = TRIGGER_CONF) -> str | None:
     """Why a run of ``dag_id`` triggered with this request body must not start, or None.
     ``conf_key``: where the body holds the run conf (``dag_run_conf`` for a backfill)."""
-    from accelmatrix import settings
-    from accelmatrix.spec.errors import SuiteError
-    from accelmatrix.spec.files import suite_files, suite_id
-
     try:
         conf = (json.loads(body) or {}).get(conf_key) or {}
     except (ValueError, AttributeError):
         return None
     if not isinstance(conf, dict):
         return None
+    return conf_refusal(dag_id, conf)
+
+
+def conf_refusal(dag_id: str, conf: dict[str, Any]) -> str | None:
+    """Why a run of ``dag_id`` with ``conf`` must not start, or None (also None when
+    ``dag_id`` is no valid suite: that DAG says what is wrong when it runs)."""
+    from accelmatrix import settings
+    from accelmatrix.spec.errors import SuiteError
+    from accelmatrix.spec.files import suite_files, suite_id
+
     path = next((p for p in suite_files(settings.suites_dir()) if suite_id(p) == dag_id), None)
     if path is None:
         return None
