@@ -55,7 +55,7 @@ from accelmatrix.history.changes import candidates_detector  # noqa: E402
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, compare, level  # noqa: E402
 from accelmatrix.history.confirm import Policy, newest_point_suspect  # noqa: E402
 from accelmatrix.history.followup import SANDWICH_AFTER, SANDWICH_BEFORE  # noqa: E402
-from accelmatrix.spec.followup import MAX_SESSION_BUILDS, session_order  # noqa: E402
+from accelmatrix.spec.followup_plan import MAX_SESSION_BUILDS, session_order  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -488,7 +488,7 @@ def grouping_seed(seed: int, confirm: bool = False) -> dict:
     from accelmatrix.history.changes import groups_to_notify, update_changes
     from accelmatrix.history.followup import advance, start_confirmations
     from accelmatrix.results.store import ResultsStore
-    from accelmatrix.spec.followup import FOLLOWUP_KEY, Followup
+    from accelmatrix.spec.followup_plan import FOLLOWUP_KEY, Followup
     from accelmatrix.spec.loader import load_suite
     from accelmatrix.spec.suite_parts import HistorySpec
     from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix

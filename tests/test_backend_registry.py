@@ -1,4 +1,4 @@
-"""accelmatrix.backends.registry: each backend fact stated once, and everything reads it.
+"""accelmatrix.backends.machine_kinds: each backend fact stated once, and everything reads it.
 
 The registry's capabilities are checked against the backend classes themselves (a backend
 that can defer provisioning overrides the methods that do it), the suite's machine union and
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from accelmatrix.backends.base import Backend, BackendError
-from accelmatrix.backends.registry import CAPABILITIES, KINDS, get_backend, kind_of, kinds_that
+from accelmatrix.backends.machine_kinds import CAPABILITIES, KINDS, get_backend, kind_of, kinds_that
 from accelmatrix.cleanup import janitor
 from accelmatrix.spec.loader import SuiteError, load_suite
 from accelmatrix.spec.suite import Machine

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.history.compare import DIFFERENT, SAME, UNKNOWN
-from accelmatrix.spec.followup import COMPARE_KEY
+from accelmatrix.spec.followup_plan import COMPARE_KEY
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.params import check_run_conf
 from accelmatrix.spec.plan import PlanError

@@ -22,6 +22,7 @@ import pytest
 
 from accelmatrix.history.bisect import AMBIGUOUS, FOUND, RUNNING, Search, spread
 from accelmatrix.history.builds import BuildsError, builds_between, date_template
+from accelmatrix.history.change_report import changes_json, changes_table
 from accelmatrix.history.changepoints import DEFAULT
 from accelmatrix.history.changes import groups_to_notify, update_changes
 from accelmatrix.history.compare import (
@@ -36,10 +37,9 @@ from accelmatrix.history.compare import (
 )
 from accelmatrix.history.confirm import newest_point_suspect
 from accelmatrix.history.followup import advance, start_confirmations
-from accelmatrix.history.report import changes_json, changes_table
 from accelmatrix.history.session import pairs_of, read_samples
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.spec.followup import (
+from accelmatrix.spec.followup_plan import (
     FOLLOWUP_KEY,
     Followup,
     base_cell,

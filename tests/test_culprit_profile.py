@@ -16,7 +16,7 @@ from accelmatrix.backends import interleave
 from accelmatrix.history.culprit_profile import PROFILE_KEY, attach, build_dir
 from accelmatrix.metrics.source_models import parse_metric_sources
 from accelmatrix.notifications.transport import _profile_lines
-from accelmatrix.spec.followup import PROFILES_DIR, Followup, expand_followup, session_cell_id
+from accelmatrix.spec.followup_plan import PROFILES_DIR, Followup, expand_followup, session_cell_id
 from accelmatrix.spec.loader import load_suite
 from accelmatrix_testkit.chrome_traces import SynthOp, make_ops, synth_trace
 
@@ -151,7 +151,7 @@ def test_one_build_without_a_trace_says_which(tmp_path: Path, monkeypatch, missi
 
 
 def test_the_report_line_names_the_cause_and_the_top_op(tmp_path: Path, monkeypatch) -> None:
-    from accelmatrix.history.report import confirmation_line
+    from accelmatrix.history.change_report import confirmation_line
 
     slow = _slow_culprit(tmp_path, monkeypatch)
     row, decision = _row(["model=small"])

@@ -66,7 +66,7 @@ from needs import missing
 
 from accelmatrix import settings
 from accelmatrix.backends import tpu_names
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.lifecycle import EARLIER_FAILURES
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.fault_matrix import (

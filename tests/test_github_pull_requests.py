@@ -20,8 +20,8 @@ from accelmatrix.hooks.github import PullRequestHook
 from accelmatrix.notifications import pull_request as report
 from accelmatrix.results.pull_requests import PullRequestRun
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.spec.errors import SuiteError
 from accelmatrix.spec.loader import load_suite
+from accelmatrix.spec.suite_error import SuiteError
 from accelmatrix.ui.github_delivery import MAX_BODY, SuiteTrigger, decide, run_id_for, signature_ok
 
 SECRET = "s3cret-webhook"

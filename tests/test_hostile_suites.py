@@ -382,7 +382,7 @@ def test_hostile_metric_files_never_crash_collect_and_lose_nothing_silently(tmp_
     """Whatever a workload writes, collecting never raises, the rows fit the results store
     (one value per (name, step), every value a float), the runner's namespace holds only the
     runner's samples, and every value read but not kept is named in an error."""
-    from accelmatrix.metrics.resources import resource_rows
+    from accelmatrix.metrics.resource_samples import resource_rows
     from accelmatrix.metrics.sources import collect_metrics, parse_metric_sources
     from accelmatrix.results.store import ResultsStore
 

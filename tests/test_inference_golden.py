@@ -20,7 +20,7 @@ import pytest
 
 from accelmatrix.evaluation.check_plan import CheckPlan
 from accelmatrix.evaluation.checks.inference import plan_golden_cases
-from accelmatrix.evaluation.report import CellOutputs
+from accelmatrix.evaluation.records import CellOutputs
 from accelmatrix.spec.checks.inference import GoldenCasesCheck
 
 ROOT = Path(__file__).resolve().parents[1]

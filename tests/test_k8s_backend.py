@@ -508,7 +508,7 @@ def test_machine_spec_validation_errors_are_clear():
 
 
 def test_suite_accepts_a_k8s_machine(tmp_path):
-    from accelmatrix.backends.registry import KINDS
+    from accelmatrix.backends.machine_kinds import KINDS
     from accelmatrix.spec.suite import Suite
 
     suite = Suite.model_validate(

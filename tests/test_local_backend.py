@@ -13,7 +13,7 @@ import pytest
 from accelmatrix.backends.base import CellContext, SetupFailed
 from accelmatrix.backends.local.backend import LocalBackend
 from accelmatrix.backends.local.processes import pid_alive as _pid_alive
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 
 SPEC = {"backend": "local"}
 

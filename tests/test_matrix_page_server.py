@@ -481,7 +481,7 @@ def test_data_docs_render_with_no_network(site: Site, tmp_path: Path) -> None:
     requested nothing from elsewhere."""
     from accelmatrix.evaluation import evaluate_cell
     from accelmatrix.evaluation.offline_docs import external_refs
-    from accelmatrix.evaluation.report import CellOutputs
+    from accelmatrix.evaluation.records import CellOutputs
     from accelmatrix.spec.checks import parse_checks
 
     rel = "offline_run/model=a,config=x/data_docs"

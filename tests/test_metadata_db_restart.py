@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from accelmatrix import settings
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.fault_matrix import leftover_dirs, processes_running
 

@@ -15,7 +15,7 @@ from accelmatrix.evaluation import CellOutputs
 from accelmatrix.evaluation.observe import plan_checks
 from accelmatrix.preflight import run_preflight
 from accelmatrix.spec.checks import parse_checks
-from accelmatrix.spec.preflight import PreflightCheck
+from accelmatrix.spec.preflight_checks import PreflightCheck
 
 ROOT = Path(__file__).resolve().parents[1]
 

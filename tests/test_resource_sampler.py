@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from accelmatrix.backends.runner import RUNNER
-from accelmatrix.metrics.resources import resource_rows
+from accelmatrix.metrics.resource_samples import resource_rows
 
 # Busy for ~2 s with ~80 MB resident, in a child process (samples cover the whole group).
 BURN = """

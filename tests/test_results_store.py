@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from accelmatrix.reports.run_table import run_table
+from accelmatrix.reports.text_table import run_table
 from accelmatrix.results.store import SCALAR_STEP, ResultsStore
 
 DAG = "accelmatrix__demo"

@@ -23,8 +23,8 @@ from pydantic import ValidationError
 
 from accelmatrix.backends.base import BackendError, CellContext, SetupFailed
 from accelmatrix.backends.local.processes import pid_alive as _pid_alive
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.backends.machines.ssh import SshMachine
-from accelmatrix.backends.registry import get_backend
 from accelmatrix.backends.ssh import backend as ssh_backend
 from accelmatrix.backends.ssh.backend import SshBackend, expand_work_root
 from accelmatrix.hooks import ssh as ssh_hook

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from accelmatrix import lifecycle, settings
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.spec.templating import render_tree
 
 SUITE = """

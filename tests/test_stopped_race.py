@@ -16,7 +16,7 @@ import threading
 import time
 
 from accelmatrix import lifecycle
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.triggers.workload import WorkloadTrigger
 
 SUITE = """

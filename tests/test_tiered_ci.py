@@ -35,7 +35,7 @@ from accelmatrix.notifications.transport import (
     webhook_target,
 )
 from accelmatrix.pricing import PricingError, hourly_price
-from accelmatrix.reports.run_table import run_table
+from accelmatrix.reports.text_table import run_table
 from accelmatrix.spec.checks import parse_checks
 from accelmatrix.spec.loader import SuiteError, load_suite
 from accelmatrix.spec.plan import expand

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from accelmatrix.backends.base import InfrastructureError
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
-from accelmatrix.backends.registry import get_backend
 from accelmatrix.backends.tpu_vm.backend import TpuVmBackend
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,

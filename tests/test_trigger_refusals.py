@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from accelmatrix import lifecycle
-from accelmatrix.spec.files import suite_files, suite_id
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.params import ParamsError, parse_params
 from accelmatrix.spec.plan import PlanError, expand
+from accelmatrix.spec.suite_files import suite_files, suite_id
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "include" / "suites"

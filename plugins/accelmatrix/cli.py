@@ -122,7 +122,7 @@ def cmd_changepoints(args: argparse.Namespace) -> int:
     if args.suite:
         if args.file:
             return _usage_error("give either FILE.csv or --suite DAG_ID, not both")
-        from accelmatrix.history.report import changes_json, changes_table
+        from accelmatrix.history.change_report import changes_json, changes_table
         from accelmatrix.store_access import results_store
 
         store = results_store()
@@ -269,7 +269,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import json
 
     from accelmatrix.demo import run_suite
-    from accelmatrix.spec.followup import COMPARE_KEY
+    from accelmatrix.spec.followup_plan import COMPARE_KEY
     from accelmatrix.spec.loader import SuiteError, load_suite, resolve_suite, suite_id
     from accelmatrix.spec.params import ParamsError, check_run_conf
     from accelmatrix.spec.plan import PlanError
@@ -307,8 +307,8 @@ def cmd_pr_report(args: argparse.Namespace) -> int:
     from accelmatrix import settings
     from accelmatrix.notifications.pull_request import report_run
     from accelmatrix.results.store import ResultsStore
-    from accelmatrix.spec.files import suite_files, suite_id
     from accelmatrix.spec.loader import load_suite
+    from accelmatrix.spec.suite_files import suite_files, suite_id
 
     path = next((p for p in suite_files(settings.suites_dir()) if suite_id(p) == args.dag_id), None)
     if path is None:

@@ -45,9 +45,9 @@ from accelmatrix.dag_shape import LISTED_CELLS, CellGroup, DagShape, load_shape
 from accelmatrix.operators.evaluate import EvaluateCellOperator
 from accelmatrix.operators.provision import ProvisionOperator
 from accelmatrix.operators.run import RunWorkloadOperator
-from accelmatrix.operators.steps import CollectOperator, SetupOperator, TeardownOperator
-from accelmatrix.spec.errors import SuiteError
-from accelmatrix.spec.files import suite_files, suite_id
+from accelmatrix.operators.worker_steps import CollectOperator, SetupOperator, TeardownOperator
+from accelmatrix.spec.suite_error import SuiteError
+from accelmatrix.spec.suite_files import suite_files, suite_id
 from accelmatrix.spec.timeouts import CellTimeouts
 
 log = logging.getLogger(__name__)

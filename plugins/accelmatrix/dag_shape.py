@@ -141,7 +141,7 @@ def _code_fingerprint() -> str:
     files = [
         *sorted((pkg / "spec").glob("*.py")),
         *sorted((pkg / "backends" / "machines").glob("*.py")),
-        pkg / "backends" / "registry.py",
+        pkg / "backends" / "machine_kinds.py",
         # The metric-source models are part of a suite's validation too.
         pkg / "metrics" / "source_models.py",
         pkg / "metrics" / "sources.py",

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     logging.basicConfig(level=logging.INFO)
-    from accelmatrix.reports.run_table import run_table
+    from accelmatrix.reports.text_table import run_table
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore.from_settings()

@@ -1,4 +1,4 @@
-"""Run a suite's preflight checks before anything is provisioned (see spec/preflight.py).
+"""Run a suite's preflight checks before anything is provisioned (see spec/preflight_checks.py).
 
 The `preflight` task sits between `plan` and every cell's `provision`. It runs every
 check (not only up to the first failure: a report listing all that is wrong saves round
@@ -23,7 +23,7 @@ from typing import Any
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.spec.preflight import (
+from accelmatrix.spec.preflight_checks import (
     CommandPreflight,
     ConnectionPreflight,
     CpuCountPreflight,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from accelmatrix.backends.registry import KINDS
+from accelmatrix.backends.machine_kinds import KINDS
 
 # The suite's `machine` axis value -> the backend kind it runs on (the table's columns).
 MACHINES = {

@@ -171,7 +171,7 @@ class PerfMatrix:
 
         from accelmatrix import settings
         from accelmatrix.backends.interleave import MARK
-        from accelmatrix.spec.followup import (
+        from accelmatrix.spec.followup_plan import (
             FOLLOWUP_KEY,
             base_cell,
             expand_followup,

@@ -1,7 +1,7 @@
 """The contract every machine kind implements (local process, SSH host, TPU VM, K8s Job).
 
 Which kinds there are, what each can do, and which class implements each (``get_backend``)
-is `accelmatrix.backends.registry`; this module knows none of them.
+is `accelmatrix.backends.machine_kinds`; this module knows none of them.
 
 Operators and triggers only talk to this interface, so switching a cell from `local` to a
 TPU VM is a change of its machine in the suite YAML, nothing else. Everything crossing a

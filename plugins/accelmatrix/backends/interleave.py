@@ -1,7 +1,7 @@
 """The re-test session's workload: several builds' runs interleaved on one machine.
 
 A re-test (confirm, bisect, compare) holds one machine per suspect cell and runs every
-build's workload on it in a recorded order, A B B A ... (accelmatrix.spec.followup plans
+build's workload on it in a recorded order, A B B A ... (accelmatrix.spec.followup_plan plans
 it). This script is that workload. It is stdlib only and is handed to the machine's own
 Python as ``python -c <this file's text> <plan>``, so it runs wherever the suite's workload
 runs (a local process, an SSH host, a TPU VM worker, a pod) with nothing to install or copy.

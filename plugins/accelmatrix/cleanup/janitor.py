@@ -44,7 +44,7 @@ from accelmatrix.airflow_state import (
     SdkOwnerLookup,
 )
 from accelmatrix.backends.base import MANAGED_BY, ManagedResource
-from accelmatrix.backends.registry import KINDS, get_backend
+from accelmatrix.backends.machine_kinds import KINDS, get_backend
 from accelmatrix.store_access import results_store
 
 log = logging.getLogger(__name__)

@@ -100,7 +100,7 @@ def stop_workload(
     starts the workload afresh. The task's own state is not asked: the Task SDK calls
     (blocking from a thread, or ``asend``) did not answer from inside on_kill on 3.3.2.
     """
-    from accelmatrix.backends.registry import get_backend
+    from accelmatrix.backends.machine_kinds import get_backend
     from accelmatrix.store_access import results_store
 
     why = "run task marked failed/success or cleared from outside (REST/UI), or its run deleted"

@@ -25,7 +25,7 @@ import time
 
 from accelmatrix import settings
 from accelmatrix.dag_factory import prebuild_dags
-from accelmatrix.evaluation.evaluate import warm_up
+from accelmatrix.evaluation.evaluate_cell import warm_up
 from accelmatrix.results.migrate import head
 from accelmatrix.store_access import results_store
 
@@ -40,14 +40,14 @@ TASK_SIDE_MODULES = (
     "pandas",
     "accelmatrix.operators.provision",
     "accelmatrix.operators.run",
-    "accelmatrix.operators.steps",
+    "accelmatrix.operators.worker_steps",
     "accelmatrix.operators.evaluate",
     "accelmatrix.triggers.provision",
     "accelmatrix.triggers.workload",
     "accelmatrix.triggers.evaluation",
     "accelmatrix.lifecycle",
     "accelmatrix.results.store",
-    "accelmatrix.reports.run_table",  # the gate logs the run's table
+    "accelmatrix.reports.text_table",  # the gate logs the run's table
     "accelmatrix.reports.run_page",
     "accelmatrix.metrics.sources",
     "accelmatrix.evaluation",
@@ -60,9 +60,9 @@ TASK_SIDE_MODULES = (
     # HTTP provider and aiohttp (0.21 s). Imported in the gate task they were 0.3-0.4 s of CPU
     # at the run's serial end, every run (bench_lifecycle, 2026-11-28).
     "accelmatrix.spec.loader",
-    "accelmatrix.spec.followup",
+    "accelmatrix.spec.followup_plan",
     "accelmatrix.history.changes",
-    "accelmatrix.history.report",
+    "accelmatrix.history.change_report",
     "accelmatrix.history.series",
     "accelmatrix.history.followup",
     "accelmatrix.notifications.dedup",

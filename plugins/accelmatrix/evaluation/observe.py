@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from accelmatrix.evaluation.check_plan import OBSERVATIONS, CheckPlan
 from accelmatrix.evaluation.checks import planner_for
 from accelmatrix.evaluation.observe_inputs import CellInputs
-from accelmatrix.evaluation.report import CellOutputs
+from accelmatrix.evaluation.records import CellOutputs
 from accelmatrix.spec.checks import Check
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, Stored, load_bounds_in_force
 from accelmatrix.evaluation.metrics_table import MetricsTable, Rows
-from accelmatrix.evaluation.report import CellOutputs
+from accelmatrix.evaluation.records import CellOutputs
 from accelmatrix.spec.checks import Check
 from accelmatrix.spec.checks.steps import StepsCompleteCheck
 from accelmatrix.spec.checks.workload import LogContainsCheck, LogNotContainsCheck

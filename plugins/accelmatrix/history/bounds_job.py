@@ -36,7 +36,7 @@ from accelmatrix.evaluation.bounds import (
     compute_bounds,
     load_bounds,
 )
-from accelmatrix.results.changes import OPEN_STATES
+from accelmatrix.results.change_points import OPEN_STATES
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -31,7 +31,7 @@ from accelmatrix.history.changes import tracked_metrics
 from accelmatrix.history.compare import DIFFERENT, SAME, Comparison, compare, judge
 from accelmatrix.history.session import pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
-from accelmatrix.spec.followup import Followup, session_cell_id
+from accelmatrix.spec.followup_plan import Followup, session_cell_id
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore

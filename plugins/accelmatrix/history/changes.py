@@ -26,7 +26,7 @@ from accelmatrix.history.changepoints import DEFAULT, ChangePoint, Detector, Seg
 from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
 from accelmatrix.history.followup import NOTIFY_STATES
 from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
-from accelmatrix.results.changes import OPEN_STATES
+from accelmatrix.results.change_points import OPEN_STATES
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -30,7 +30,7 @@ from accelmatrix.history.attribution import (
 from accelmatrix.history.bisect import FOUND
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED
 from accelmatrix.history.profile_diff import DiffOutcome, diff_traces
-from accelmatrix.spec.followup import PROFILES_DIR, session_cell_id
+from accelmatrix.spec.followup_plan import PROFILES_DIR, session_cell_id
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore

@@ -52,8 +52,8 @@ from accelmatrix.history.culprit_profile import attach, attach_attribution, refr
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
-from accelmatrix.results.changes import OPEN_STATES
-from accelmatrix.spec.followup import (
+from accelmatrix.results.change_points import OPEN_STATES
+from accelmatrix.spec.followup_plan import (
     FOLLOWUP_KEY,
     MAX_SESSION_BUILDS,
     Followup,

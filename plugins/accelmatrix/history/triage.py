@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.results.changes import OPEN_STATES, TRIAGE_STATES
+from accelmatrix.results.change_points import OPEN_STATES, TRIAGE_STATES
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore

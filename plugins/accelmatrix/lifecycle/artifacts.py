@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.errors import InfrastructureError
 from accelmatrix.lifecycle.common import RunRef, _read_json
 from accelmatrix.spec.cell import CellSpec

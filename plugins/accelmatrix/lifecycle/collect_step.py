@@ -79,7 +79,7 @@ def _collect(
         except ArtifactsDiskFull as e:  # the log is here: keep its metric rows, then fail
             disk_full, copied = e, []
 
-    from accelmatrix.metrics.resources import FILE, resource_rows
+    from accelmatrix.metrics.resource_samples import FILE, resource_rows
 
     # The runner's samples (namespace runner.) go through the same duplicate check.
     collected = collect_metrics(

@@ -11,7 +11,7 @@ from typing import Any
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState, RunState
 from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
-from accelmatrix.reports.run_table import run_table
+from accelmatrix.reports.text_table import run_table
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.store_access import results_store
 
@@ -205,11 +205,11 @@ def _history_and_alerts(
 
     After the verdict is known and never able to change it: a problem here is logged.
     """
+    from accelmatrix.history.change_report import changes_table
     from accelmatrix.history.history_pass import analyse_suite
-    from accelmatrix.history.report import changes_table
     from accelmatrix.notifications import dedup as alerts
     from accelmatrix.notifications import transport as notify
-    from accelmatrix.spec.followup import followup_of
+    from accelmatrix.spec.followup_plan import followup_of
     from accelmatrix.spec.loader import load_suite
 
     suite = load_suite(suite_path)
@@ -264,8 +264,8 @@ def _advance_followup(
 ) -> None:
     """A follow-up run's gate: move its re-test on (``history.followup.advance``); when it
     ended in a state that notifies, its group is notified now, with the verdict."""
+    from accelmatrix.history.change_report import confirmation_line
     from accelmatrix.history.followup import NOTIFY_STATES, advance
-    from accelmatrix.history.report import confirmation_line
     from accelmatrix.notifications import dedup as alerts
 
     store = results_store()

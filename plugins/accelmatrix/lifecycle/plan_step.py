@@ -45,7 +45,7 @@ def plan_run(
     machine, interleaved), and it is recorded with run type ``confirm``, ``bisect`` or
     ``compare`` (never a point of the perf series).
     """
-    from accelmatrix.spec.followup import (
+    from accelmatrix.spec.followup_plan import (
         FOLLOWUP_KEY,
         compare_followup,
         expand_followup,

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from accelmatrix.backends.base import CellContext
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.lifecycle.release import forget_earlier_machine

@@ -17,7 +17,7 @@ from typing import Any
 import tenacity
 
 from accelmatrix.backends.base import Backend
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
 from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
 from accelmatrix.spec.cell import CellSpec

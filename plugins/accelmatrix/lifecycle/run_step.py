@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, utcnow

@@ -7,7 +7,7 @@ import json
 import logging
 from typing import Any
 
-from accelmatrix.backends.registry import get_backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.common import RunRef
 from accelmatrix.spec.cell import CellSpec

@@ -25,7 +25,7 @@ from pydantic import (
 METRIC_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_./:-]*$"
 # The largest step the results store's integer column holds (signed 64-bit).
 MAX_STEP = 2**63 - 1
-RESERVED_PREFIX = "runner."  # the runner's samples (accelmatrix.metrics.resources)
+RESERVED_PREFIX = "runner."  # the runner's samples (accelmatrix.metrics.resource_samples)
 MAX_NAME_LEN = 250  # the results store's limit on metric names (results.schema.NAME_LEN)
 PREFIX_RE = r"^[A-Za-z0-9_./:-]*$"
 MAX_DIAGNOSTICS_PER_SOURCE = 20  # a 1 GB log of garbage must not become a 1 GB report

@@ -5,5 +5,5 @@ change groups (one per cause); transport.py: what each message says (run webhook
 Slack blocks, GitHub issue fields) and sending it; notifiers.py: the Airflow notifiers
 that carry it (HttpHook with retries, GitHub issues). The suite's ``notify`` settings are
 parsed in accelmatrix.spec.notify (imported at DAG parse time, so kept light); the alert
-rows live in the results store (results/series.py).
+rows live in the results store (results/series_status.py).
 """

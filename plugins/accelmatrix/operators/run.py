@@ -63,7 +63,7 @@ class RunWorkloadOperator(CellOperator):
 
     def execute(self, context: Any) -> Any:
         from accelmatrix import lifecycle
-        from accelmatrix.backends.registry import get_backend
+        from accelmatrix.backends.machine_kinds import get_backend
 
         cell, resource = self.cell, resource_record(self.resource)
         ref = self.ref(context)
@@ -131,7 +131,7 @@ class RunWorkloadOperator(CellOperator):
     def _start(self, context: Any, resource: dict[str, Any]) -> Any:
         """Submit the workload (or reattach to it); defer to WorkloadTrigger unless it ends
         within a brief wait."""
-        from accelmatrix.backends.registry import get_backend
+        from accelmatrix.backends.machine_kinds import get_backend
         from accelmatrix.lifecycle import results_store, utcnow, workload_env
         from accelmatrix.spec.templating import render_tree
         from accelmatrix.triggers.workload import WorkloadTrigger

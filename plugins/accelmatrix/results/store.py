@@ -8,14 +8,14 @@ construct.
 
 from __future__ import annotations
 
-from accelmatrix.results.changes import ChangePointStore
+from accelmatrix.results.change_points import ChangePointStore
 from accelmatrix.results.history_queries import HistoryQueries
 from accelmatrix.results.measurements import MeasurementStore
 from accelmatrix.results.migrate import is_at_head
 from accelmatrix.results.pull_requests import PullRequestStore
 from accelmatrix.results.runs import RunCellStore
 from accelmatrix.results.schema import SCALAR_STEP
-from accelmatrix.results.series import SeriesAlertStore
+from accelmatrix.results.series_status import SeriesAlertStore
 from accelmatrix.results.stored_bounds import BoundsStore
 
 __all__ = ["ResultsStore", "SCALAR_STEP"]
@@ -33,7 +33,7 @@ class ResultsStore(
     """Handle on one results database, given by a SQLAlchemy URL (see core.StoreCore).
 
     Every concern is a subclass of StoreCore, so this is one engine, one lock, one schema
-    check. The run's text table is accelmatrix.reports.run_table, which reads through it.
+    check. The run's text table is accelmatrix.reports.text_table, which reads through it.
     """
 
     def warm(self) -> bool:

@@ -18,11 +18,11 @@ from pydantic import BaseModel, ValidationError
 
 from accelmatrix.metrics.sources import MetricSource
 from accelmatrix.spec.checks import Check
-from accelmatrix.spec.errors import SuiteError
-from accelmatrix.spec.files import SUITE_SUFFIXES, suite_files, suite_id
 from accelmatrix.spec.plan import PlanError, expand
-from accelmatrix.spec.preflight import PreflightCheck
+from accelmatrix.spec.preflight_checks import PreflightCheck
 from accelmatrix.spec.suite import Machine, Suite
+from accelmatrix.spec.suite_error import SuiteError
+from accelmatrix.spec.suite_files import SUITE_SUFFIXES, suite_files, suite_id
 
 __all__ = [
     "SUITE_SUFFIXES",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from accelmatrix.spec.followup import COMPARE_KEY, compare_followup
+from accelmatrix.spec.followup_plan import COMPARE_KEY, compare_followup
 from accelmatrix.spec.plan import PlanError, expand
 from accelmatrix.spec.suite import ParamSpec, Suite
 

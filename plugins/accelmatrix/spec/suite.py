@@ -17,11 +17,11 @@ from pydantic import (
     model_validator,
 )
 
-from accelmatrix.backends.registry import MACHINE_MODELS, kind_of, kinds_that
+from accelmatrix.backends.machine_kinds import MACHINE_MODELS, kind_of, kinds_that
 from accelmatrix.spec.axis_kinds import AxisKind, normalize_axis
 from accelmatrix.spec.checks import Check
 from accelmatrix.spec.notify import Notify
-from accelmatrix.spec.preflight import PreflightCheck
+from accelmatrix.spec.preflight_checks import PreflightCheck
 from accelmatrix.spec.run_checks import RunCheck
 from accelmatrix.spec.suite_parts import (
     CONTROL_CHARS,

@@ -90,7 +90,7 @@ def warm_great_expectations() -> None:
 
 def _warm() -> None:
     try:
-        from accelmatrix.evaluation.evaluate import warm_up
+        from accelmatrix.evaluation.evaluate_cell import warm_up
 
         warm_up()
     except Exception:  # evaluation imports it again and reports a real problem there

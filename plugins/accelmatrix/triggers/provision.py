@@ -94,7 +94,7 @@ class ProvisionTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from accelmatrix.backends.base import ProvisionCheck
-        from accelmatrix.backends.registry import get_backend
+        from accelmatrix.backends.machine_kinds import get_backend
 
         warm_great_expectations()  # the cell's evaluation comes later in this process
         backend = get_backend(self.machine_spec)

@@ -113,7 +113,7 @@ class WorkloadTrigger(BaseTrigger):
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from accelmatrix.backends.registry import get_backend
+        from accelmatrix.backends.machine_kinds import get_backend
 
         # This cell's evaluation comes next: have Great Expectations imported by then.
         warm_great_expectations()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelmatrix.spec.followup import COMPARE_KEY
+from accelmatrix.spec.followup_plan import COMPARE_KEY
 from accelmatrix.ui.rerun import Refused, post_as
 
 __all__ = ["request_of", "trigger"]

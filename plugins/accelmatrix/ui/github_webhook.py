@@ -95,9 +95,9 @@ def suite_triggers() -> list[SuiteTrigger]:
     if _suites_cache is not None and now - _suites_cache[0] < SUITES_TTL_S:
         return _suites_cache[1]
     from accelmatrix import settings
-    from accelmatrix.spec.errors import SuiteError
-    from accelmatrix.spec.files import suite_files, suite_id
     from accelmatrix.spec.loader import load_suite
+    from accelmatrix.spec.suite_error import SuiteError
+    from accelmatrix.spec.suite_files import suite_files, suite_id
 
     out = []
     for path in suite_files(settings.suites_dir()):
@@ -228,7 +228,7 @@ def _runs_of(t: SuiteTrigger, pr: PullRequest) -> list[tuple[str, dict[str, Any]
     conf = {**dict(t.params), t.ref_param: pr.head_sha}
     runs: list[tuple[str, dict[str, Any]]] = [("verdict", conf)]
     if t.compare:
-        from accelmatrix.spec.followup import COMPARE_KEY
+        from accelmatrix.spec.followup_plan import COMPARE_KEY
 
         runs.append(
             (

@@ -47,7 +47,7 @@ from urllib.parse import quote
 from sqlalchemy import func, select
 
 from accelmatrix.results import schema
-from accelmatrix.results.changes import OPEN_STATES, TRIAGE_STATES
+from accelmatrix.results.change_points import OPEN_STATES, TRIAGE_STATES
 from accelmatrix.results.runs import FOLLOWUP_PARAM, suite_runs
 from accelmatrix.ui.grid import LABELS, esc, q
 from accelmatrix.ui.model import cell_kind, run_finished, run_time

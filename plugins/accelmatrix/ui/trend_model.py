@@ -283,7 +283,7 @@ def stored_verdicts(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
     except Exception:  # noqa: BLE001 - an older store without the table: as stored
         log.warning("change points of %s not readable", dag_id, exc_info=True)
         return rows
-    from accelmatrix.results.changes import OPEN_STATES
+    from accelmatrix.results.change_points import OPEN_STATES
 
     open_, settled = set(), {}
     epoch = datetime.min.replace(tzinfo=UTC)

@@ -64,8 +64,8 @@ def conf_refusal(dag_id: str, conf: dict[str, Any]) -> str | None:
     """Why a run of ``dag_id`` with ``conf`` must not start, or None (also None when
     ``dag_id`` is no valid suite: that DAG says what is wrong when it runs)."""
     from accelmatrix import settings
-    from accelmatrix.spec.errors import SuiteError
-    from accelmatrix.spec.files import suite_files, suite_id
+    from accelmatrix.spec.suite_error import SuiteError
+    from accelmatrix.spec.suite_files import suite_files, suite_id
 
     path = next((p for p in suite_files(settings.suites_dir()) if suite_id(p) == dag_id), None)
     if path is None:

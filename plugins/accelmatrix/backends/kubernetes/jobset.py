@@ -62,7 +62,7 @@ from accelmatrix.backends.kubernetes.unreachable import infra, is_unreachable, p
 from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients, api_message
-from accelmatrix.metrics.resources import FILE as RUNNER_FILE
+from accelmatrix.metrics.resource_samples import FILE as RUNNER_FILE
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from accelmatrix.backends.kubernetes.jobset_manifest import CONTAINER
 from accelmatrix.backends.kubernetes.jobset_reader import JobSetReader
 from accelmatrix.backends.kubernetes.pod_logs import PodLogs
 from accelmatrix.hooks.k8s import KubeClients
-from accelmatrix.metrics.resources import FILE as RUNNER_FILE
+from accelmatrix.metrics.resource_samples import FILE as RUNNER_FILE
 
 
 class JobSetArtifacts:

@@ -37,7 +37,7 @@ from accelmatrix.backends.local.record import (
     remove_empty_parents,
     update_record,
 )
-from accelmatrix.backends.local.services import start_service, wait_ready
+from accelmatrix.backends.local.service_process import start_service, wait_ready
 from accelmatrix.backends.runner import RUNNER
 from accelmatrix.backends.runner import status as runner_status
 

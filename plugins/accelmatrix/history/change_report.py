@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.results.changes import OPEN_STATES
+from accelmatrix.results.change_points import OPEN_STATES
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from accelmatrix.evaluation.observe import plan_cell, tables
-from accelmatrix.evaluation.report import CellOutputs, CheckVerdict, EvaluationReport
+from accelmatrix.evaluation.records import CellOutputs, CheckVerdict, EvaluationReport
 from accelmatrix.spec.checks import Check
 
 __all__ = ["evaluate_cell"]
