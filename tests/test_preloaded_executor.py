@@ -68,7 +68,7 @@ def test_checks_are_warm_only_after_the_preload(tmp_path):
         "import os, sys\n"
         "from accelmatrix import lifecycle\n"
         "from accelmatrix.deploy.preload import preload_task_side\n"
-        "from accelmatrix.store_access import results_store\n"
+        "from accelmatrix.results import results_store\n"
         "results_store().ensure_schema(); results_store().close()\n"
         "assert not lifecycle.checks_are_warm()\n"
         "assert 'great_expectations' not in sys.modules\n"

@@ -2,9 +2,8 @@
 
 The janitor asks whether a resource's owner is finished, the gate and the stop handling
 (stopped.py) ask for a cell's task states, clearing.py whether a cell's tasks are done.
-Those lookups lived in janitor.py, which made lifecycle, stopped and clearing import the
-janitor (and the janitor import them back). This module depends on nothing of accelmatrix:
-every one of them can use it.
+It is Airflow's side of a cell's ownership, one concept beside the results store's side,
+and a leaf: it depends on nothing of accelmatrix.
 
 :class:`SdkOwnerLookup` uses the Task SDK's execution-API calls (inside a task or trigger,
 no DB access); :class:`DbOwnerLookup` Airflow's metadata DB (CLI, tests).

@@ -21,11 +21,32 @@ import sys
 from pathlib import Path
 
 from accelmatrix import settings
+from accelmatrix.demo import run_suite
+from accelmatrix.evaluation.bounds import BoundsError, bounds_key, export_text, load_bounds
+from accelmatrix.history.bounds_job import reason_line
+from accelmatrix.history.change_report import changes_json, changes_table
+from accelmatrix.history.changepoints import detect
+from accelmatrix.history.csv_series import SeriesFileError, read_series
+from accelmatrix.history.triage import TRIAGE_STATES, apply_triage
+from accelmatrix.notifications.pull_request import report_run
+from accelmatrix.results import results_store
+from accelmatrix.results.store import ResultsStore
+from accelmatrix.spec.followup_plan import COMPARE_KEY
+from accelmatrix.spec.include_paths import include_file
+from accelmatrix.spec.loader import (
+    SuiteError,
+    load_suite,
+    load_suites,
+    resolve_suite,
+    suite_files,
+    suite_id,
+)
+from accelmatrix.spec.params import ParamsError, check_run_conf, parse_params
+from accelmatrix.spec.plan import PlanError, expand
 
 
 def _paths(args: argparse.Namespace) -> list[Path]:
     """The suite files named on the command line; a folder stands for its suite files."""
-    from accelmatrix.spec.loader import suite_files
 
     if not args.files:
         return suite_files(settings.suites_dir())
@@ -43,7 +64,6 @@ def _no_files(args: argparse.Namespace) -> bool:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from accelmatrix.spec.loader import load_suites
 
     paths = _paths(args)
     if not paths and _no_files(args):
@@ -58,9 +78,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from accelmatrix.spec.loader import load_suites, suite_id
-    from accelmatrix.spec.params import ParamsError, parse_params
-    from accelmatrix.spec.plan import PlanError, expand
 
     paths = _paths(args)
     if not paths and _no_files(args):
@@ -84,7 +101,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_pools(args: argparse.Namespace) -> int:
-    from accelmatrix.spec.loader import load_suites
 
     good, bad = load_suites(_paths(args))
     pools: dict[str, int] = {}
@@ -122,8 +138,6 @@ def cmd_changepoints(args: argparse.Namespace) -> int:
     if args.suite:
         if args.file:
             return _usage_error("give either FILE.csv or --suite DAG_ID, not both")
-        from accelmatrix.history.change_report import changes_json, changes_table
-        from accelmatrix.store_access import results_store
 
         store = results_store()
         known = set(store.suite_dag_ids())
@@ -137,8 +151,6 @@ def cmd_changepoints(args: argparse.Namespace) -> int:
         return 0
     if not args.file:
         return _usage_error("give FILE.csv (header time,value) or --suite DAG_ID")
-    from accelmatrix.history.changepoints import detect
-    from accelmatrix.history.csv_series import SeriesFileError, read_series
 
     try:
         times, values = read_series(Path(args.file))
@@ -161,9 +173,6 @@ def cmd_changepoints(args: argparse.Namespace) -> int:
 
 def cmd_triage(args: argparse.Namespace) -> int:
     import getpass
-
-    from accelmatrix.history.triage import TRIAGE_STATES, apply_triage
-    from accelmatrix.store_access import results_store
 
     if args.state not in TRIAGE_STATES:
         return _usage_error(f"--state {args.state!r}: allowed {', '.join(TRIAGE_STATES)}")
@@ -190,8 +199,6 @@ def _bounds_file(arg: str) -> tuple[Path, str] | str:
     Relative to the include dir (as a suite's check names it), or a path to a file in it:
     ``bounds/nightly_perf_bounds.yaml`` and ``include/bounds/nightly_perf_bounds.yaml``
     from the checkout are the same file."""
-    from accelmatrix.evaluation.bounds import bounds_key
-    from accelmatrix.spec.include_paths import include_file
 
     include = settings.include_dir().resolve()
     given = Path(arg)
@@ -211,10 +218,6 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     """export: the file's text with its stored rows in force applied on stdout, what
     changed (from, to, who, when, why) on stderr; history: the stored rows, newest first."""
     import json
-
-    from accelmatrix.evaluation.bounds import BoundsError, export_text, load_bounds
-    from accelmatrix.history.bounds_job import reason_line
-    from accelmatrix.store_access import results_store
 
     found = _bounds_file(args.file)
     if isinstance(found, str):
@@ -268,12 +271,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     deployment triggers the DAG with the same conf block over REST) and print it."""
     import json
 
-    from accelmatrix.demo import run_suite
-    from accelmatrix.spec.followup_plan import COMPARE_KEY
-    from accelmatrix.spec.loader import SuiteError, load_suite, resolve_suite, suite_id
-    from accelmatrix.spec.params import ParamsError, check_run_conf
-    from accelmatrix.spec.plan import PlanError
-
     try:
         path = resolve_suite(args.suite, settings.suites_dir())
         suite = load_suite(path)
@@ -304,11 +301,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_pr_report(args: argparse.Namespace) -> int:
     """The gate's report to the pull request, posted again (notifications.pull_request)."""
-    from accelmatrix import settings
-    from accelmatrix.notifications.pull_request import report_run
-    from accelmatrix.results.store import ResultsStore
-    from accelmatrix.spec.loader import load_suite
-    from accelmatrix.spec.suite_files import suite_files, suite_id
 
     path = next((p for p in suite_files(settings.suites_dir()) if suite_id(p) == args.dag_id), None)
     if path is None:

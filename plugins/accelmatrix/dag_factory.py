@@ -58,6 +58,8 @@ INVALID_SUITE_DAG_ID = "accelmatrix_invalid_suite"
 
 
 def _ref():
+    # Inside the task: the steps load the store, the history and the backends, which DAG
+    # parsing must not pay for (bench/bench_parse.py).
     from accelmatrix.lifecycle import RunRef
 
     return RunRef.from_context(get_current_context())
@@ -66,6 +68,8 @@ def _ref():
 # -- run-level tasks (thin wrappers over accelmatrix.lifecycle) ---------------------------
 @task(task_id="plan", retries=0)
 def plan_task(suite_path: str) -> list[dict[str, Any]]:
+    # Inside the task: the steps load the store, the history and the backends, which DAG
+    # parsing must not pay for (bench/bench_parse.py).
     from accelmatrix import lifecycle
 
     ctx = get_current_context()
@@ -95,6 +99,8 @@ def select_task(cells: list[dict[str, Any]], machine: str) -> list[dict[str, Any
 @task(task_id="preflight", retries=0)
 def preflight_task(suite_path: str, planned: list[dict[str, Any]]) -> dict[str, Any]:
     """The suite's preflight checks; when one fails no cell is provisioned."""
+    # Inside the task: the steps load the store, the history and the backends, which DAG
+    # parsing must not pay for (bench/bench_parse.py).
     from accelmatrix import lifecycle
     from accelmatrix.preflight import preflight_step
 
@@ -105,6 +111,8 @@ def preflight_task(suite_path: str, planned: list[dict[str, Any]]) -> dict[str, 
 
 @task(task_id="gate", trigger_rule=TriggerRule.ALL_DONE, retries=0)
 def gate_task(planned: list[dict[str, Any]], suite_path: str | None = None) -> dict[str, Any]:
+    # Inside the task: the steps load the store, the history and the backends, which DAG
+    # parsing must not pay for (bench/bench_parse.py).
     from accelmatrix import lifecycle
 
     ref = _ref()

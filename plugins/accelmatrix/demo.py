@@ -15,12 +15,15 @@ import sys
 import time
 
 from accelmatrix import settings
+from accelmatrix.dag_factory import build_dag, used_machines
+from accelmatrix.reports.text_table import run_table
+from accelmatrix.results.store import ResultsStore
+from accelmatrix.spec.loader import SuiteError, load_suite, resolve_suite, suite_files, suite_id
+from accelmatrix.spec.params import ParamsError, parse_params
 
 
 def run_suite(suite: str, conf: dict | None = None):
     """Run one suite (a name or a file path) with dag.test(); return (dag_run_state, run_id)."""
-    from accelmatrix.dag_factory import build_dag
-    from accelmatrix.spec.loader import resolve_suite
 
     dag = build_dag(resolve_suite(suite, settings.suites_dir()))
     dr = dag.test(run_conf=conf or None)
@@ -31,8 +34,6 @@ def _checked(suites: list[str], conf: str | None) -> list[tuple[str, str, dict |
     """(dag id, file, params) of every suite asked for, each loaded and its params checked like
     the trigger form checks them, before anything runs; raises SuiteError or ParamsError
     (a message for the user, not a traceback)."""
-    from accelmatrix.spec.loader import load_suite, resolve_suite, suite_id
-    from accelmatrix.spec.params import parse_params
 
     out = []
     for arg in suites:
@@ -45,8 +46,6 @@ def _checked(suites: list[str], conf: str | None) -> list[tuple[str, str, dict |
 
 def local_suites() -> list[str]:
     """Suites whose selected machines are all `local`: what runs on a fresh machine."""
-    from accelmatrix.dag_factory import used_machines
-    from accelmatrix.spec.loader import load_suite, suite_files, suite_id
 
     names = []
     for path in suite_files(settings.suites_dir()):
@@ -66,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--conf", default=None, help="JSON params for the run")
     args = ap.parse_args(argv)
-    from accelmatrix.spec.loader import SuiteError
-    from accelmatrix.spec.params import ParamsError
 
     try:
         runs = _checked(args.suites or local_suites(), args.conf)
@@ -76,8 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     logging.basicConfig(level=logging.INFO)
-    from accelmatrix.reports.text_table import run_table
-    from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore.from_settings()
     ok = True

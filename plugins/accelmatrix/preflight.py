@@ -22,7 +22,9 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState
+from accelmatrix.lifecycle import CellFailed, results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.preflight_checks import (
     CommandPreflight,
     ConnectionPreflight,
@@ -202,9 +204,6 @@ def preflight_step(
 ) -> dict[str, Any]:
     """The `preflight` task: run the checks, record the report, fail before provisioning."""
     import logging
-
-    from accelmatrix.lifecycle import CellFailed, results_store
-    from accelmatrix.spec.loader import load_suite
 
     log = logging.getLogger(__name__)
     suite = load_suite(suite_path)

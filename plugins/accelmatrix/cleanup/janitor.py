@@ -45,7 +45,7 @@ from accelmatrix.airflow_state import (
 )
 from accelmatrix.backends.base import MANAGED_BY, ManagedResource
 from accelmatrix.backends.machine_kinds import KINDS, get_backend
-from accelmatrix.store_access import results_store
+from accelmatrix.results import results_store
 
 log = logging.getLogger(__name__)
 

@@ -101,7 +101,7 @@ def stop_workload(
     (blocking from a thread, or ``asend``) did not answer from inside on_kill on 3.3.2.
     """
     from accelmatrix.backends.machine_kinds import get_backend
-    from accelmatrix.store_access import results_store
+    from accelmatrix.results import results_store
 
     why = "run task marked failed/success or cleared from outside (REST/UI), or its run deleted"
     say(f"{cell.id}: {why}; cancelling the workload {_handle_name(handle)}")

@@ -26,8 +26,8 @@ import time
 from accelmatrix import settings
 from accelmatrix.dag_factory import prebuild_dags
 from accelmatrix.evaluation.evaluate_cell import warm_up
+from accelmatrix.results import results_store
 from accelmatrix.results.migrate import head
-from accelmatrix.store_access import results_store
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from accelmatrix import settings
+from accelmatrix.results import results_store
+
 __all__ = [
     "PERF_FIELDS",
     "BenchmarkBounds",
@@ -159,8 +162,6 @@ def bounds_key(path: str | Path, include_dir: str | Path | None = None) -> str:
     (posix, as a suite's check names it: ``bounds/nightly_perf_bounds.yaml``); a file
     outside the include dir is keyed by its resolved absolute path."""
     if include_dir is None:
-        from accelmatrix import settings
-
         include_dir = settings.include_dir()
     p = Path(path).resolve()
     try:
@@ -204,7 +205,6 @@ def read_stored(key: str) -> dict[str, dict[str, Any]]:
 
     A SQLite store whose file does not exist yet has stored nothing: it is not created for
     a read (a check evaluated where no store was ever written, e.g. a test)."""
-    from accelmatrix import settings
 
     url = settings.results_url()
     if url.startswith("sqlite:"):
@@ -213,7 +213,6 @@ def read_stored(key: str) -> dict[str, dict[str, Any]]:
         db = make_url(url).database
         if db and db != ":memory:" and not db.startswith("file:") and not Path(db).exists():
             return {}
-    from accelmatrix.store_access import results_store
 
     return results_store().bounds_in_force(key)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from accelmatrix.evaluation.gx_suite import import_gx, run_suite
 from accelmatrix.evaluation.observe import plan_cell, tables
 from accelmatrix.evaluation.records import CellOutputs, CheckVerdict, EvaluationReport
-from accelmatrix.spec.checks import Check
+from accelmatrix.spec.checks import Check, parse_checks
 
 __all__ = ["evaluate_cell"]
 
@@ -25,7 +26,6 @@ def evaluate_cell(
     ``include_dir`` resolves ``bounds_file`` paths. With ``data_docs_dir``, Great Expectations
     Data Docs HTML for this cell is written there and its index returned in the report.
     """
-    from accelmatrix.evaluation.gx_suite import run_suite
 
     started = time.perf_counter()
     if not checks:
@@ -76,7 +76,6 @@ def rehearse(work_dir: Path, include_dir: Path) -> float:
     pyarrow that their imports leave for first use (~0.1 s of CPU). A process that forks task
     processes (PreloadedLocalExecutor) rehearses once so that no cell pays for it.
     """
-    from accelmatrix.spec.checks import parse_checks
 
     files = work_dir / "files"
     files.mkdir(parents=True, exist_ok=True)
@@ -120,7 +119,6 @@ def warm_up(rehearse_with: Path | None = None) -> None:
     import tempfile
 
     from accelmatrix.evaluation.docs_views import warm_templates
-    from accelmatrix.evaluation.gx_suite import import_gx
 
     import_gx()
     warm_templates()

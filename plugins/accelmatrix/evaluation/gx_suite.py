@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.evaluation.check_plan import OBSERVATIONS, CheckPlan, Expect, ExpectOutcome
+from accelmatrix.evaluation.offline_docs import make_offline
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -336,7 +337,6 @@ def _not_saved() -> None:
 def _build_docs(ctx: Any, data_docs_dir: Path, results: list[Any], suite_name: str) -> Path | None:
     """Best effort: the verdicts stand without Data Docs, so a rendering error only warns.
     The site is then made to render with no network (see offline_docs)."""
-    from accelmatrix.evaluation.offline_docs import make_offline
 
     try:
         data_docs_dir.mkdir(parents=True, exist_ok=True)

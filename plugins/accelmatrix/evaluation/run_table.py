@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix.cell_state import EARLIER_FAILURES, CellState
 from accelmatrix.evaluation.check_plan import CheckPlan, Expect, ExpectOutcome, listed, num
+from accelmatrix.evaluation.gx_suite import run_suite
 from accelmatrix.spec.run_checks import CellsAgreeCheck
 
 if TYPE_CHECKING:
@@ -231,7 +232,6 @@ def validate_run(
     data_docs_dir: Path | None = None,
 ) -> RunValidation:
     """Validate the run's table of cells; with ``data_docs_dir``, its Data Docs go there."""
-    from accelmatrix.evaluation.gx_suite import run_suite
 
     started = time.perf_counter()
     frame = run_frame(planned, rows, checks)

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accelmatrix import settings
 from accelmatrix.evaluation.bounds import (
     MIN_RELATIVE_HALF_WIDTH,
     PERF_FIELDS,
@@ -36,7 +37,12 @@ from accelmatrix.evaluation.bounds import (
     compute_bounds,
     load_bounds,
 )
+from accelmatrix.history.frame import history
+from accelmatrix.history.history_pass import analyse_suite
+from accelmatrix.results import results_store
 from accelmatrix.results.change_points import OPEN_STATES
+from accelmatrix.spec.include_paths import include_file
+from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,7 +122,6 @@ def recenter(
     window_days), the confidence level, min_samples and its sample count. The file is
     never written.
     """
-    from accelmatrix.history.frame import history
 
     if window_days < 1:
         raise ValueError(f"window_days must be >= 1, got {window_days}")
@@ -131,8 +136,6 @@ def recenter(
     key = bounds_key(path, include_dir)
     report = RecenterReport(path=path, query_start=start, query_end=end, key=key)
     if store is None:
-        from accelmatrix.store_access import results_store
-
         store = results_store()
     bounds = apply_stored(file_bounds, store.bounds_in_force(key))
     h = history(store, metric=metric, since=start, until=end)
@@ -316,9 +319,6 @@ def maintenance_recenter(
     """The maintenance DAG's ``recenter_bounds`` task: every file (relative to the include
     dir, no ``..``; none given: every bounds file a suite's checks read), one report line
     per benchmark; returns a JSON-able summary."""
-    from accelmatrix import settings
-    from accelmatrix.spec.include_paths import include_file
-    from accelmatrix.spec.loader import suite_files
 
     include = settings.include_dir().resolve()
     if not bounds_files:
@@ -351,10 +351,6 @@ def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
     store: ``history_pass.analyse_suite`` over each series' whole history (the gate looks
     only at the last ``history.window`` points), with the suite's own settings when its
     suite file still exists (defaults if not)."""
-    from accelmatrix import settings
-    from accelmatrix.history.history_pass import analyse_suite
-    from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
-    from accelmatrix.store_access import results_store
 
     store = results_store()
     paths = {p.stem: p for p in suite_files(settings.suites_dir())}
@@ -379,9 +375,6 @@ def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
 def suite_bounds_files(dag_id: str) -> list[Path]:
     """The bounds files the suite ``dag_id``'s checks read (inside the include dir), from
     its suite file; none when the file is gone or invalid."""
-    from accelmatrix import settings
-    from accelmatrix.spec.include_paths import include_file
-    from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
 
     include = settings.include_dir().resolve()
     for path in suite_files(settings.suites_dir()):

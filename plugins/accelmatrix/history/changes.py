@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from accelmatrix.history.changepoints import DEFAULT, ChangePoint, Detector, Segment, detect_many
 from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
 from accelmatrix.history.followup import NOTIFY_STATES
+from accelmatrix.history.frame import history
 from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
 from accelmatrix.results.change_points import OPEN_STATES
 
@@ -429,7 +430,6 @@ def update_changes(
     ones inserted and grouped, retracted ones deleted. ``spec`` is the suite's ``history``
     block (spec.suite_parts.HistorySpec); ``hist`` the suite's history (read when not
     given)."""
-    from accelmatrix.history.frame import history
 
     with store.changes_lock(dag_id):
         if hist is None:

@@ -29,6 +29,7 @@ from accelmatrix.history.attribution import (
 )
 from accelmatrix.history.bisect import FOUND
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED
+from accelmatrix.history.frame import history
 from accelmatrix.history.profile_diff import DiffOutcome, diff_traces
 from accelmatrix.spec.followup_plan import PROFILES_DIR, session_cell_id
 
@@ -138,7 +139,6 @@ def attach_attribution(
     named in ``WORKLOAD_AXES``. Never raises: evidence beside the verdict."""
     if not decision:
         return
-    from accelmatrix.history.frame import history
 
     frames: dict[str, Any] = {}
     for t in row.get("targets") or []:

@@ -52,6 +52,7 @@ from accelmatrix.history.culprit_profile import attach, attach_attribution, refr
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
+from accelmatrix.pricing import estimate_cost as estimate
 from accelmatrix.results.change_points import OPEN_STATES
 from accelmatrix.spec.followup_plan import (
     FOLLOWUP_KEY,
@@ -404,7 +405,6 @@ def _launch(
 
 def estimate_cost(suite: Any, dag_id: str, fu: Followup, params: dict[str, Any]) -> float:
     """The session's estimated cost, as the plan's budget check computes it."""
-    from accelmatrix.pricing import estimate_cost as estimate
 
     user = {k: v for k, v in params.items() if k in suite.params}
     plan = expand_followup(suite, dag_id, fu, params=user)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from accelmatrix.results import results_store
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -77,8 +79,6 @@ def history(
     import pandas as pd
 
     if store is None:
-        from accelmatrix.store_access import results_store
-
         store = results_store()
     stats = dict(stats or {})
     raw = store.history_rows(

@@ -25,6 +25,7 @@ from accelmatrix.history.changes import ChangeUpdate, tracked_metrics, update_ch
 from accelmatrix.history.followup import start_confirmations
 from accelmatrix.history.series import classify_suite, rules_of
 from accelmatrix.notifications import dedup as alerts
+from accelmatrix.spec.suite import HistorySpec, RegressionRules
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -57,7 +58,6 @@ def analyse_suite(
     file is gone or invalid (default settings, nothing notified). ``full``: the whole
     history (maintenance) rather than the newest window (a gate). ``retest``: the trigger
     that starts re-test sessions (a gate's), with the run's ``params``."""
-    from accelmatrix.spec.suite import HistorySpec, RegressionRules
 
     tracked = tracked_metrics(suite) if suite is not None else {}
     if not tracked and not full:

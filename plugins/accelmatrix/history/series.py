@@ -12,6 +12,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from accelmatrix.history.frame import history
 from accelmatrix.history.regression import Rules, classify
 
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ def classify_suite(
     Returns (verdicts, history): one row per series, and the history they came from.
     """
     import pandas as pd
-
-    from accelmatrix.history.frame import history
 
     now = now or datetime.now(UTC)
     since = now - timedelta(days=window_days)

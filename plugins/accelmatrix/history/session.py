@@ -29,6 +29,7 @@ import numpy as np
 
 from accelmatrix.backends.interleave import MARK
 from accelmatrix.metrics.source_models import LogRegexSource
+from accelmatrix.metrics.sources import collect_metrics
 
 __all__ = ["Sample", "Session", "pairs_of", "read_samples", "values_of"]
 
@@ -74,7 +75,6 @@ def read_samples(
 ) -> Session:
     """The samples of the metrics in ``statistics`` (metric -> numpy statistic name, or
     ``last``) in a session log; ``builds`` in the session's order of builds."""
-    from accelmatrix.metrics.sources import collect_metrics
 
     wanted = [s for s in sources if isinstance(s, LogRegexSource) and s.name in statistics]
     segments, failed = _segments(log_path)

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from accelmatrix.history.bounds_job import recenter_accepted
 from accelmatrix.results.change_points import OPEN_STATES, TRIAGE_STATES
 
 if TYPE_CHECKING:
@@ -68,8 +69,6 @@ def apply_triage(
     result = TriageResult(what, id, row["dag_id"], state, by, row)
     log.info("%s", result.line())
     if state == "accepted":
-        from accelmatrix.history.bounds_job import recenter_accepted
-
         points = store.get_change_points(group_id=id) if what == "group" else [row]
         change = {"group_id": id} if what == "group" else {"change_id": id}
         result.bounds = recenter_accepted(store, points, by=by, change=change, note=note)

@@ -26,6 +26,8 @@ import threading
 import weakref
 from collections.abc import Mapping
 
+from accelmatrix.masking import mask_connection
+
 # Variables of our own (venv) Python that must not leak into gcloud's bundled Python.
 DROP_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
 # gcloud settings that hold in every environment: never prompt, never check for updates.
@@ -81,8 +83,6 @@ class GcloudAuth:
     def _authorize(self) -> dict[str, str]:
         from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
         from google.auth import _cloud_sdk
-
-        from accelmatrix.masking import mask_connection
 
         mask_connection(self.gcp_conn_id)
         base = GoogleBaseHook(gcp_conn_id=self.gcp_conn_id)

@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from accelmatrix.masking import mask_connection
+
 DEFAULT_NAMESPACE = "default"
 
 _lock = threading.Lock()
@@ -41,8 +43,6 @@ def get_clients(conn_id: str) -> KubeClients:
     if cached is not None:
         return cached
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-    from accelmatrix.masking import mask_connection
 
     mask_connection(conn_id)
     hook = KubernetesHook(conn_id=conn_id)

@@ -31,6 +31,8 @@ from typing import TypeVar
 
 import paramiko
 
+from accelmatrix.masking import mask_connection
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -166,8 +168,6 @@ class RemoteHost:
         if self.target is not None:
             return self.target.connect(), self.target.host
         from airflow.providers.ssh.hooks.ssh import SSHHook
-
-        from accelmatrix.masking import mask_connection
 
         mask_connection(self.conn_id)
         hook = SSHHook(ssh_conn_id=self.conn_id, conn_retry_attempts=CONNECT_ATTEMPTS)

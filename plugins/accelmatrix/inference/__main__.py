@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 from accelmatrix import settings
+from accelmatrix.spec.loader import load_suite, suite_id
+from accelmatrix.spec.plan import expand
 
 
 def base_config(suite, suite_name: str, model: str, config: str | None) -> tuple[str, dict]:
     """(label, normalized value) of the config to record against."""
-    from accelmatrix.spec.plan import expand
 
     kinds = {a for a, k in suite.axis_kinds.items() if k == "inference_model_config"}
     if not kinds:
@@ -40,7 +41,6 @@ def base_config(suite, suite_name: str, model: str, config: str | None) -> tuple
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from accelmatrix.spec.loader import load_suite, suite_id
 
     suite = load_suite(args.suite)
     models = suite.axes.get("model")

@@ -52,8 +52,8 @@ from accelmatrix.lifecycle.run_step import finish_run, record_run_outcome
 from accelmatrix.lifecycle.setup_step import setup, workload_env
 from accelmatrix.lifecycle.teardown_step import teardown
 
-# The per-process store lives in accelmatrix.store_access; the name stays importable here.
-from accelmatrix.store_access import results_store
+# The per-process store (accelmatrix.results); the name stays importable here.
+from accelmatrix.results import results_store
 
 __all__ = [
     "EARLIER_FAILURES",

@@ -14,8 +14,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, _record_step_failure
+from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -102,10 +102,7 @@ def _collect(
         collected.rows, art / "train_metrics.json", extra={"cell": cell.id, **cell.axes}
     )
     store = results_store()
-    # The store keeps one value per (metric, step); how often a step was logged lives in
-    # metrics.json, where steps_complete reads it.
-    stored = [{k: v for k, v in r.items() if k != "repeats"} for r in collected.rows]
-    store.replace_metrics(ref.dag_id, ref.run_id, cell.id, stored)
+    store.replace_metrics(ref.dag_id, ref.run_id, cell.id, collected.store_rows())
     log.info(
         "stored %d metric value(s)%s",
         len(collected.rows),

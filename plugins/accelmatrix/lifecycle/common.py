@@ -15,9 +15,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES
+from accelmatrix.results import results_store
 from accelmatrix.results.fence import StepTry
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

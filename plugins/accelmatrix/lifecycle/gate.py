@@ -10,10 +10,26 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.cleanup import stopped
+from accelmatrix.cleanup.janitor import reap_run
+from accelmatrix.evaluation.run_table import validate_run
+from accelmatrix.evidence import evidence_url
+from accelmatrix.history.build_compare import compare_run, table, write_report
+from accelmatrix.history.change_report import changes_table, confirmation_line
+from accelmatrix.history.followup import NOTIFY_STATES, advance
+from accelmatrix.history.history_pass import analyse_suite
 from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
+from accelmatrix.lifecycle.plan_step import params_text
+from accelmatrix.notifications import dedup as alerts
+from accelmatrix.notifications import transport as notify
+from accelmatrix.notifications.pull_request import report_run
+from accelmatrix.reports.run_page import write_run_index
 from accelmatrix.reports.text_table import run_table
+from accelmatrix.reports.verdicts import CellVerdicts, lead_run_docs
+from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.store_access import results_store
+from accelmatrix.spec.followup_plan import followup_of
+from accelmatrix.spec.loader import load_suite
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -29,7 +45,6 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
     log.info(
         "results for %s %s:\n%s", ref.dag_id, ref.run_id, run_table(store, ref.dag_id, ref.run_id)
     )
-    from accelmatrix.lifecycle.plan_step import params_text
 
     run_row = store.get_run(ref.dag_id, ref.run_id) or {}
     log.info(
@@ -61,8 +76,6 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
         state=RunState.FAILED if failed or not validation.passed else RunState.PASSED,
         finished_at=utcnow(),
     )
-    from accelmatrix.evidence import evidence_url
-    from accelmatrix.reports.run_page import write_run_index
 
     index = write_run_index(
         run_dir,
@@ -107,13 +120,9 @@ def _validate_run(
     """Great Expectations over the run's table of cells (``evaluation.run_table``): every
     planned cell reported once, with a verdict, and no passed cell with a failed check,
     plus the suite's ``run_checks``. Its Data Docs go to the run's directory."""
-    from accelmatrix.evaluation.run_table import validate_run
-    from accelmatrix.evidence import evidence_url
 
     run_checks = []
     if suite_path:
-        from accelmatrix.spec.loader import load_suite
-
         run_checks = load_suite(suite_path).run_checks
     validation = validate_run(
         [c.to_json() for c in planned],
@@ -127,7 +136,6 @@ def _validate_run(
         log.error("run check failed: %s", failure)
     if validation.data_docs_index is not None:
         # The page leads with the cells' verdicts and says it validates the run's table.
-        from accelmatrix.reports.verdicts import CellVerdicts, lead_run_docs
 
         states = {r["cell_id"]: r.get("state") for r in rows}
         verdicts = CellVerdicts.of((c.id, states.get(c.id), c.quarantined) for c in planned)
@@ -158,8 +166,6 @@ def _settle_stopped_run(planned: list[CellSpec], ref: RunRef) -> set[str]:
     fail a provision task after its machine exists (the defer/resume race). Listing is one
     call per machine kind; in a clean run it finds nothing.
     """
-    from accelmatrix.cleanup import stopped
-    from accelmatrix.cleanup.janitor import reap_run
 
     store = results_store()
     rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
@@ -205,12 +211,6 @@ def _history_and_alerts(
 
     After the verdict is known and never able to change it: a problem here is logged.
     """
-    from accelmatrix.history.change_report import changes_table
-    from accelmatrix.history.history_pass import analyse_suite
-    from accelmatrix.notifications import dedup as alerts
-    from accelmatrix.notifications import transport as notify
-    from accelmatrix.spec.followup_plan import followup_of
-    from accelmatrix.spec.loader import load_suite
 
     suite = load_suite(suite_path)
     store = results_store()
@@ -264,9 +264,6 @@ def _advance_followup(
 ) -> None:
     """A follow-up run's gate: move its re-test on (``history.followup.advance``); when it
     ended in a state that notifies, its group is notified now, with the verdict."""
-    from accelmatrix.history.change_report import confirmation_line
-    from accelmatrix.history.followup import NOTIFY_STATES, advance
-    from accelmatrix.notifications import dedup as alerts
 
     store = results_store()
     if followup.kind == "compare":
@@ -295,9 +292,6 @@ def _advance_followup(
 def _compare_builds(suite: Any, ref: RunRef, followup: Any) -> None:
     """A compare run's gate: the two builds compared per cell and metric, logged as a table
     and written beside the run's report (``compare.json``, ``compare.html``)."""
-    from accelmatrix.evidence import evidence_url
-    from accelmatrix.history.build_compare import compare_run, table, write_report
-    from accelmatrix.reports.run_page import write_run_index
 
     try:
         bc = compare_run(results_store(), suite, ref.dag_id, ref.run_id, followup)
@@ -347,8 +341,6 @@ def _trigger(dag_id: str) -> Any:
 def _report_pull_request(suite_path: str, ref: RunRef) -> None:
     """A run started for a pull request: its status and comment on GitHub
     (``notifications.pull_request``); never changes the verdict."""
-    from accelmatrix.notifications.pull_request import report_run
-    from accelmatrix.spec.loader import load_suite
 
     try:
         gh = load_suite(suite_path).github
@@ -374,8 +366,6 @@ def _notify(
     cost: float | None,
 ) -> None:
     """Send the suite's webhook; a notification problem is logged, never flips the verdict."""
-    from accelmatrix.notifications import transport as notify
-    from accelmatrix.spec.loader import load_suite
 
     spec = load_suite(suite_path).notify
     hook = spec.webhook if spec else None

@@ -22,9 +22,19 @@ from typing import Any, TypedDict
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.history.followup import refused_by_plan
 from accelmatrix.lifecycle.common import RunRef, utcnow
+from accelmatrix.pricing import BudgetExceeded, check_budget, hourly_price
+from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.store_access import results_store
+from accelmatrix.spec.followup_plan import (
+    FOLLOWUP_KEY,
+    compare_followup,
+    expand_followup,
+    followup_of,
+)
+from accelmatrix.spec.loader import load_suite
+from accelmatrix.spec.plan import PlanError, expand
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -45,14 +55,6 @@ def plan_run(
     machine, interleaved), and it is recorded with run type ``confirm``, ``bisect`` or
     ``compare`` (never a point of the perf series).
     """
-    from accelmatrix.spec.followup_plan import (
-        FOLLOWUP_KEY,
-        compare_followup,
-        expand_followup,
-        followup_of,
-    )
-    from accelmatrix.spec.loader import load_suite
-    from accelmatrix.spec.plan import PlanError, expand
 
     suite = load_suite(suite_path)
     user_params = {k: v for k, v in params.items() if k in suite.params}
@@ -105,7 +107,6 @@ def plan_run(
         )
     if plan.runtime_version:
         log.info("runtime version under test: %s", plan.runtime_version)
-    from accelmatrix.pricing import hourly_price
 
     for machine in sorted({c.machine for c in plan.cells}):
         # A price_key missing from include/pricing.yaml fails here, not as a cost of 0.
@@ -128,8 +129,6 @@ def plan_run(
             _check_budget(suite, plan, params, ref, run_fields, followup)
         except PlanRejected as e:
             if followup is not None:
-                from accelmatrix.history.followup import refused_by_plan
-
                 refused_by_plan(store, ref.dag_id, ref.run_id, followup, str(e))
             raise
     # A re-run of this run (cleared, or a backfill re-processing its logical date under the
@@ -170,7 +169,6 @@ BUILD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+@/-]{0,249}$")
 
 def _build_of(suite: Any, conf: dict[str, Any] | None, params: dict[str, Any]) -> str | None:
     """The build the run's conf names, checked; None when it names none."""
-    from accelmatrix.spec.plan import PlanError
 
     build = (conf or {}).get("build") or params.get("build")
     if build is None:
@@ -231,7 +229,6 @@ def _check_budget(
 ) -> None:
     """Fail the plan, recording the run as over budget, when the estimate is too high. A
     follow-up run is also held to ``history.confirm.max_usd`` (the lower limit wins)."""
-    from accelmatrix.pricing import BudgetExceeded, check_budget
 
     budget = suite.budget
     limit, source, expected = math.inf, "", None

@@ -12,8 +12,8 @@ from accelmatrix.cell_state import CellState
 from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.lifecycle.release import release_machine, released_by
+from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from accelmatrix.lifecycle.common import RunRef
 from accelmatrix.lifecycle.release import release_machine
+from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.store_access import results_store
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

@@ -79,6 +79,11 @@ class CollectedMetrics:
         """How many logged rows were folded into the kept ones."""
         return sum(r.get("repeats", 1) - 1 for r in self.rows)
 
+    def store_rows(self) -> list[dict[str, Any]]:
+        """The rows as the results store keeps them: one value per (metric, step). How often
+        a step was logged (``repeats``) stays in metrics.json, where steps_complete reads it."""
+        return [{k: v for k, v in r.items() if k != "repeats"} for r in self.rows]
+
     def values(self, name: str) -> list[float]:
         """All values of one metric in collection order (convenience for callers/tests)."""
         return [r["value"] for r in self.rows if r["name"] == name]

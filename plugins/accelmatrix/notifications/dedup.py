@@ -22,6 +22,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from accelmatrix.notifications import transport as notify
+
 log = logging.getLogger(__name__)
 
 __all__ = ["update_alerts"]
@@ -125,7 +127,6 @@ def deliver(sinks: list[Any], events: list[dict[str, Any]], store: Any = None) -
 
     ``store``: where a GitHub sink with a repo keeps the alert's issue number (so the
     resolution closes that issue); without it each event stands alone."""
-    from accelmatrix.notifications import transport as notify
 
     sent = 0
     for ev in events:
@@ -141,7 +142,6 @@ def deliver(sinks: list[Any], events: list[dict[str, Any]], store: Any = None) -
 def deliver_groups(sinks: list[Any], store: Any, groups: list[dict[str, Any]]) -> int:
     """Notify each change group once, to every sink; ``notified_at`` records that it went
     out (to at least one sink), so a later pass never sends it again."""
-    from accelmatrix.notifications import transport as notify
 
     sent = 0
     for g in groups:

@@ -23,6 +23,8 @@ import tenacity
 from airflow.providers.http.hooks.http import HttpHook
 from airflow.sdk import BaseNotifier
 
+from accelmatrix.masking import mask_connection
+
 log = logging.getLogger(__name__)
 
 __all__ = ["GithubIssueNotifier", "HttpJsonNotifier", "NotifyError"]
@@ -83,7 +85,6 @@ class HttpJsonNotifier(BaseNotifier):
         self.response_json: Any = None
 
     def notify(self, context: Any) -> None:
-        from accelmatrix.masking import mask_connection
 
         hook = _StatusJudgingHttpHook(method="POST", http_conn_id=self.http_conn_id)
         conn = hook.get_connection(self.http_conn_id)
@@ -158,8 +159,6 @@ class GithubIssueNotifier(BaseNotifier):
 
     def notify(self, context: Any) -> None:
         from airflow.providers.github.hooks.github import GithubHook
-
-        from accelmatrix.masking import mask_connection
 
         mask_connection(self.github_conn_id)
         client = GithubHook(github_conn_id=self.github_conn_id).get_conn()

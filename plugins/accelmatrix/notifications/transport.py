@@ -20,6 +20,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
+from accelmatrix.masking import mask_connection
+from accelmatrix.metrics.junit import parse_junit_glob
 from accelmatrix.notifications.notifiers import GithubIssueNotifier, HttpJsonNotifier, NotifyError
 from accelmatrix.spec.notify import WebhookNotify
 
@@ -45,8 +47,6 @@ def run_url(dag_id: str, run_id: str, base_url: str | None = None) -> str:
 def webhook_target(conn_id: str) -> tuple[str, dict[str, str]]:
     """(url, headers) of an Airflow HTTP connection; a password becomes a bearer token."""
     from airflow.sdk import Connection
-
-    from accelmatrix.masking import mask_connection
 
     conn = Connection.get(conn_id)
     mask_connection(conn_id)
@@ -83,8 +83,6 @@ def failed_tests(junit_globs: list[str], files_dir: Any) -> list[str]:
     """``classname::name (failure: first line)`` of every failed test in a cell's JUnit
     reports (``junit_globs``: the globs of its ``junit`` checks)."""
     from pathlib import Path
-
-    from accelmatrix.metrics.junit import parse_junit_glob
 
     out: list[str] = []
     for glob in junit_globs:

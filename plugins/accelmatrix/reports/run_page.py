@@ -10,6 +10,7 @@ from typing import Any
 
 from accelmatrix.cell_state import FAILED_COLOUR, STATE_COLOURS
 from accelmatrix.reports.verdicts import CellVerdicts, lead_html
+from accelmatrix.settings import safe_name
 
 __all__ = ["STATE_COLOURS", "write_run_index"]
 
@@ -72,6 +73,5 @@ def write_run_index(
 
 
 def _safe(cell_id: str) -> str:
-    from accelmatrix.settings import safe_name
 
     return safe_name(cell_id)

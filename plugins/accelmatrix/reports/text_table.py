@@ -10,12 +10,12 @@ from accelmatrix.results.store import ResultsStore
 
 __all__ = ["run_table"]
 
+from accelmatrix.pricing import load_pricing
+
 
 def _currency() -> str:
     """The currency of the pricing file the costs were computed with (USD by default)."""
     try:
-        from accelmatrix.pricing import load_pricing
-
         return load_pricing().currency
     except Exception:  # a run table must render even when the pricing file is broken
         return "(currency of include/pricing.yaml)"

@@ -54,6 +54,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
 
+from accelmatrix import settings
 from accelmatrix.results import migrate, schema
 
 __all__ = ["StoreCore"]
@@ -202,7 +203,6 @@ class StoreCore:
         """The store named by ``ACCELMATRIX_RESULTS_URL``, else the SQLite file under
         ``$ACCELMATRIX_HOME`` (default ``$AIRFLOW_HOME/accelmatrix``, AIRFLOW_HOME default
         ``~/airflow``), resolved by :mod:`accelmatrix.settings` so every process agrees."""
-        from accelmatrix import settings
 
         return cls(settings.results_url())
 

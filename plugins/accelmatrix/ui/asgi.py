@@ -25,6 +25,8 @@ class LazyApp:
         if self._app is None:
             with self._lock:
                 if self._app is None:
+                    # On first request: every Airflow process loads the plugin, and the
+                    # app's FastAPI routes and store are for the api-server only.
                     from accelmatrix.ui.app import create_app
 
                     self._app = create_app()

@@ -28,6 +28,7 @@ from accelmatrix.ui.cause import FailedCheck, check_rows
 from accelmatrix.ui.grid import LABELS, esc, file_url, log_url, q
 from accelmatrix.ui.model import CellView, _cell_views, run_finished
 from accelmatrix.ui.oncall import RerunNote
+from accelmatrix.ui.render import page
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -169,7 +170,6 @@ def _value(v: Any) -> str:
 def render_cell_page(ev: CellEvidence, *, ui_base: str, app_base: str, page_base: str) -> str:
     """The page. It leads with the verdict and why: a failed cell's first line says it
     failed and which check, never a green summary above a red detail."""
-    from accelmatrix.ui.render import page
 
     c = ev.cell
     run_id = ev.run["run_id"]

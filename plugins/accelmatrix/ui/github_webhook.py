@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelmatrix import settings
 from accelmatrix.hooks.github import WRITE_PERMISSIONS, GithubError, PullRequestHook
 from accelmatrix.notifications.pull_request import (
     matrix_url,
@@ -38,6 +39,10 @@ from accelmatrix.notifications.pull_request import (
 )
 from accelmatrix.results.pull_requests import PullRequestRun
 from accelmatrix.results.store import ResultsStore
+from accelmatrix.spec.followup_plan import COMPARE_KEY
+from accelmatrix.spec.loader import load_suite
+from accelmatrix.spec.suite_error import SuiteError
+from accelmatrix.spec.suite_files import suite_files, suite_id
 from accelmatrix.ui.github_delivery import (
     Decision,
     PullRequest,
@@ -94,10 +99,6 @@ def suite_triggers() -> list[SuiteTrigger]:
     now = time.monotonic()
     if _suites_cache is not None and now - _suites_cache[0] < SUITES_TTL_S:
         return _suites_cache[1]
-    from accelmatrix import settings
-    from accelmatrix.spec.loader import load_suite
-    from accelmatrix.spec.suite_error import SuiteError
-    from accelmatrix.spec.suite_files import suite_files, suite_id
 
     out = []
     for path in suite_files(settings.suites_dir()):
@@ -228,8 +229,6 @@ def _runs_of(t: SuiteTrigger, pr: PullRequest) -> list[tuple[str, dict[str, Any]
     conf = {**dict(t.params), t.ref_param: pr.head_sha}
     runs: list[tuple[str, dict[str, Any]]] = [("verdict", conf)]
     if t.compare:
-        from accelmatrix.spec.followup_plan import COMPARE_KEY
-
         runs.append(
             (
                 "compare",

@@ -63,6 +63,9 @@ def refusal(dag_id: str, body: bytes, conf_key: str = TRIGGER_CONF) -> str | Non
 def conf_refusal(dag_id: str, conf: dict[str, Any]) -> str | None:
     """Why a run of ``dag_id`` with ``conf`` must not start, or None (also None when
     ``dag_id`` is no valid suite: that DAG says what is wrong when it runs)."""
+    # Here, not at the top: every Airflow process loads the plugin that installs this
+    # guard, and the suite models load only when a trigger is checked
+    # (tests/test_matrix_page.py::test_plugin_module_is_cheap_to_import).
     from accelmatrix import settings
     from accelmatrix.spec.suite_error import SuiteError
     from accelmatrix.spec.suite_files import suite_files, suite_id
