@@ -553,7 +553,7 @@ def test_importing_the_package_stays_light() -> None:
 
 def test_format_table_wraps_long_values_instead_of_cutting_them() -> None:
     """Found: EXPECTED and OBSERVED were cut with an ellipsis in the task log."""
-    from accelmatrix.evaluation.records import CheckVerdict, EvaluationReport
+    from accelmatrix.contracts.check_verdicts import CheckVerdict, EvaluationReport
 
     expected = "all of: " + ", ".join(
         f"tests/test_mod{i}.py::test_case_{i} passed" for i in range(6)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from accelmatrix.contracts.check_verdicts import CellOutputs
 from accelmatrix.evaluation.check_plan import CheckPlan
 from accelmatrix.evaluation.checks.inference import plan_golden_cases
-from accelmatrix.evaluation.records import CellOutputs
 from accelmatrix.spec.checks.inference import GoldenCasesCheck
 
 ROOT = Path(__file__).resolve().parents[1]

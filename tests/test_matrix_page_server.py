@@ -479,9 +479,9 @@ def test_data_docs_render_with_no_network(site: Site, tmp_path: Path) -> None:
     in Chromium whose resolver reaches nothing but this machine: the index shows every
     expectation, no generated page names an http(s) script or stylesheet, and the browser
     requested nothing from elsewhere."""
+    from accelmatrix.contracts.check_verdicts import CellOutputs
     from accelmatrix.evaluation import evaluate_cell
     from accelmatrix.evaluation.offline_docs import external_refs
-    from accelmatrix.evaluation.records import CellOutputs
     from accelmatrix.spec.checks import parse_checks
 
     rel = "offline_run/model=a,config=x/data_docs"

@@ -4,7 +4,7 @@ Importing this package is cheap (no pandas, no Great Expectations): both are imp
 the first ``evaluate_cell`` call, because DAG parsing must stay fast.
 """
 
+from accelmatrix.contracts.check_verdicts import CellOutputs, CheckVerdict, EvaluationReport
 from accelmatrix.evaluation.evaluate_cell import evaluate_cell
-from accelmatrix.evaluation.records import CellOutputs, CheckVerdict, EvaluationReport
 
 __all__ = ["CellOutputs", "CheckVerdict", "EvaluationReport", "evaluate_cell"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from accelmatrix.contracts.check_verdicts import CellOutputs, CheckVerdict, EvaluationReport
 from accelmatrix.evaluation.gx_suite import import_gx, run_suite
 from accelmatrix.evaluation.observe import plan_cell, tables
-from accelmatrix.evaluation.records import CellOutputs, CheckVerdict, EvaluationReport
 from accelmatrix.spec.checks import Check, parse_checks
 
 __all__ = ["evaluate_cell"]

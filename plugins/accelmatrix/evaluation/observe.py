@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from accelmatrix.contracts.check_verdicts import CellOutputs
 from accelmatrix.evaluation.check_plan import OBSERVATIONS, CheckPlan
 from accelmatrix.evaluation.checks import planner_for
 from accelmatrix.evaluation.observe_inputs import CellInputs
-from accelmatrix.evaluation.records import CellOutputs
 from accelmatrix.spec.checks import Check
 
 if TYPE_CHECKING:

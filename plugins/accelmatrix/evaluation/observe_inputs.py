@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from accelmatrix.contracts.check_verdicts import CellOutputs
 from accelmatrix.evaluation.bounds import BoundsError, BoundsFile, Stored, load_bounds_in_force
 from accelmatrix.evaluation.metrics_table import MetricsTable, Rows
-from accelmatrix.evaluation.records import CellOutputs
 from accelmatrix.spec.checks import Check
 from accelmatrix.spec.checks.steps import StepsCompleteCheck
 from accelmatrix.spec.checks.workload import LogContainsCheck, LogNotContainsCheck

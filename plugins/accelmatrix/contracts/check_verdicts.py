@@ -1,4 +1,5 @@
-"""Inputs and outputs of a cell evaluation, as plain dataclasses.
+"""A cell evaluation's inputs and outputs: the check verdict crosses from the evaluate step to
+the trigger, the operator, the store and the pages.
 
 Kept free of pandas and Great Expectations so that callers (the Airflow task, the results
 store, the CLI) can import these types without paying for the heavy imports.
