@@ -1,0 +1,74 @@
+"""What a trigger hands back to its step's operator: the provision, workload and evaluation
+events.
+
+Pydantic records, like the machine records (contracts/machine_records.py, which says why):
+a trigger builds one, fires it as ``TriggerEvent(event.to_json())`` (Airflow 3.3 serialises
+the payload), and the resumed operator reads it back with ``from_json`` before looking at
+anything in it. The JSON is the shape the dict payloads had, so a trigger fired by an older
+version is still understood.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from accelmatrix.contracts.machine_records import JobHandle, PendingProvision, Record
+
+__all__ = [
+    "EvaluationEvent",
+    "EvaluationResult",
+    "ProvisionEvent",
+    "RunOutcome",
+    "WorkloadEvent",
+]
+
+
+class ProvisionEvent(Record):
+    """The requested machine is ready, or never will be (the trigger cleaned it up then).
+
+    ``pending`` echoes the request: the resumed task finishes (or abandons) it.
+    """
+
+    status: Literal["ready", "failed"]
+    detail: str = ""
+    waited: float = 0.0
+    pending: PendingProvision | None = None
+
+
+# How a watched workload ended: it exited (any code), its machine failed, it went silent,
+# or its deadline passed.
+RunOutcome = Literal["exited", "infra_failed", "hung", "timeout"]
+
+
+class WorkloadEvent(Record):
+    """How a workload ended, where its log was read up to, and the handle it ran under."""
+
+    status: RunOutcome
+    exit_code: int | None = None
+    detail: str = ""
+    log_offset: int = 0
+    handle: JobHandle | None = None
+
+
+class EvaluationResult(Record):
+    """A cell's checks, evaluated (lifecycle.run_checks): the verdict, its table for the
+    log, and the verdict rows the results store takes as they are."""
+
+    passed: bool
+    table: str
+    seconds: float
+    data_docs: str | None = None
+    # The store's check rows (check_name, check_type, passed, expected, observed, message
+    # and a performance check's bounds): the results store's contract, typed there.
+    verdicts: list[dict[str, Any]] = []
+    warnings: list[str] = []
+
+
+class EvaluationEvent(Record):
+    """The evaluation ran (``done``, its result; ``logged``: the trigger logged the table)
+    or could not run (``error``)."""
+
+    status: Literal["done", "error"]
+    result: EvaluationResult | None = None
+    logged: bool = False
+    error: str = ""
