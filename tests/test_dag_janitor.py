@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 
 from accelmatrix.backends.base import CellContext
 from accelmatrix.backends.local.backend import LocalBackend
@@ -26,7 +27,7 @@ DAG_ID = "accelmatrix_janitor"
 def _plant(home: Path, dag: str, run: str, cell: str, ttl: int) -> dict:
     ctx = CellContext(dag, run, cell, home / "artifacts" / cell, ttl_seconds=ttl)
     ctx.labels = {"task-group": "cpu", "map-index": "0"}
-    return LocalBackend({"backend": "local"}).provision(ctx)
+    return backend_of(LocalBackend, {"backend": "local"}).provision(ctx)
 
 
 def test_janitor_dag_dry_run_then_reaps(airflow_db, accel_home, tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from backend_of import backend_of
 
 from accelmatrix.backends.base import CellContext
 from accelmatrix.backends.machines.gke_tpu import GkeTpuMachine
@@ -53,10 +54,10 @@ def cluster(tmp_path_factory):
 def test_the_jobset_is_the_one_xpk_makes_for_the_same_request(cluster, tmp_path):
     from accelmatrix.backends.kubernetes.gke_tpu import GkeTpuBackend
 
-    b = GkeTpuBackend(machine(kueue={"queue_name": "multislice-queue"}))
+    b = backend_of(GkeTpuBackend, machine(kueue={"queue_name": "multislice-queue"}))
     r = b.provision(CellContext("tpu", "r", "model=llama", tmp_path / "a"))
     body = b.workload_jobset(r, ["python", "train.py"], {})
-    name = r["job_name"]
+    name = r.job_name
     assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "multislice-queue"
     assert (
         body["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"]
@@ -125,7 +126,7 @@ def test_bad_tpu_machines_get_one_clear_error(tmp_path, change, needle):
 def test_two_single_vm_slices_run_with_their_slice_ids(cluster, tmp_path):
     from accelmatrix.backends.kubernetes.gke_tpu import GkeTpuBackend
 
-    b = GkeTpuBackend(machine(accelerator_type="v5litepod-4", topology="2x2"))
+    b = backend_of(GkeTpuBackend, machine(accelerator_type="v5litepod-4", topology="2x2"))
     r = b.provision(CellContext("tpu", "r", "model=tiny", tmp_path / "a"))
     code = (
         "import os; print('slice', os.environ['MEGASCALE_SLICE_ID'], 'of',"
@@ -137,7 +138,7 @@ def test_two_single_vm_slices_run_with_their_slice_ids(cluster, tmp_path):
     while not (st := b.poll(h)).done and time.monotonic() < deadline:
         time.sleep(0.1)
     assert st.exit_code == 0, st
-    logs = sorted(p.read_text() for p in (Path(r["artifacts_dir"]) / "pods").iterdir())
+    logs = sorted(p.read_text() for p in (Path(r.artifacts_dir) / "pods").iterdir())
     assert [line.split()[:4] for line in logs] == [
         ["slice", "0", "of", "2"],
         ["slice", "1", "of", "2"],

@@ -15,9 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 
 from accelmatrix.backends.base import CellContext, ManagedResource
 from accelmatrix.cleanup import janitor
+from accelmatrix.contracts.machine_records import CellIdentity, ManagedDetail
 from accelmatrix.results.store import ResultsStore
 
 pytest_plugins = ["tpu_env"]  # also brings tests/sshd.py
@@ -59,7 +61,8 @@ class Airflow:
 def _res(ttl: float, *, exact: bool = True, run: str = RUN, **labels: str) -> ManagedResource:
     base = {"managed-by": "accelmatrix", "dag": "d", "run": run, "cell": "c", "ttl": str(int(ttl))}
     ident = {"dag_id": "d", "run_id": run, "cell_id": "c"} if exact else None
-    return ManagedResource("local", "r", {**base, **labels}, detail={"identity": ident})
+    detail = ManagedDetail(identity=CellIdentity.model_validate(ident) if ident else None)
+    return ManagedResource("local", "r", {**base, **labels}, detail=detail)
 
 
 # -- judging ----------------------------------------------------------------------------------
@@ -118,7 +121,7 @@ def test_local_orphans_reaped_fresh_and_unmanaged_kept(airflow_db, accel_home):
     from accelmatrix import settings
     from accelmatrix.backends.local.backend import LocalBackend
 
-    b = LocalBackend({"backend": "local"})
+    b = backend_of(LocalBackend, {"backend": "local"})
     orphan = b.provision(_ctx(accel_home, "model=old", ttl=-60))
     fresh = b.provision(_ctx(accel_home, "model=new", ttl=3600))
     strangers = _plant_unmanaged_local(settings.work_root())
@@ -126,19 +129,19 @@ def test_local_orphans_reaped_fresh_and_unmanaged_kept(airflow_db, accel_home):
 
     # Dry run: decides and records, deletes nothing.
     report = janitor.sweep(machines, janitor.DbOwnerLookup(), dry_run=True, store=_store())
-    assert [d.resource.name for d in report.reaped] == [orphan["name"]]
-    assert Path(orphan["work_dir"]).is_dir()
+    assert [d.resource.name for d in report.reaped] == [orphan.name]
+    assert Path(orphan.work_dir).is_dir()
     assert report.ignored_unmanaged == 2
 
     report = janitor.sweep(machines, janitor.DbOwnerLookup(), dry_run=False, store=_store())
-    assert [d.resource.name for d in report.reaped] == [orphan["name"]]
-    assert not Path(orphan["work_dir"]).exists()
-    assert Path(fresh["work_dir"], "resource.json").is_file()
+    assert [d.resource.name for d in report.reaped] == [orphan.name]
+    assert not Path(orphan.work_dir).exists()
+    assert Path(fresh.work_dir, "resource.json").is_file()
     assert all((s / "resource.json").is_file() for s in strangers)
     rows = _store().get_reaped(backend="local")
     assert [(r["name"], r["dry_run"]) for r in rows] == [
-        (orphan["name"], True),
-        (orphan["name"], False),
+        (orphan.name, True),
+        (orphan.name, False),
     ]
     assert rows[1]["cell_id"] == "model=old" and rows[1]["run_id"] == RUN
     assert "does not exist" in rows[1]["reason"] and rows[1]["labels"]["managed-by"]
@@ -149,7 +152,7 @@ def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, 
     from accelmatrix import settings
     from accelmatrix.backends.local.backend import LocalBackend
 
-    b = LocalBackend({"backend": "local"})
+    b = backend_of(LocalBackend, {"backend": "local"})
     mine = [b.provision(_ctx(accel_home, f"n={i}", ttl=3600)) for i in range(2)]
     other_run = b.provision(_ctx(accel_home, "n=0", ttl=3600, run="manual__other"))
     other_dag = b.provision(_ctx(accel_home, "n=0", ttl=3600, dag="janitor_other"))
@@ -159,10 +162,10 @@ def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, 
     report = janitor.reap_run(
         "janitor_t", RUN, [{"backend": "local"}], reason="stopped", say=said.append, store=_store()
     )
-    assert sorted(d.resource.name for d in report.reaped) == sorted(r["name"] for r in mine)
-    assert not any(Path(r["work_dir"]).exists() for r in mine)
+    assert sorted(d.resource.name for d in report.reaped) == sorted(r.name for r in mine)
+    assert not any(Path(r.work_dir).exists() for r in mine)
     for kept in (other_run, other_dag):
-        assert Path(kept["work_dir"], "resource.json").is_file()
+        assert Path(kept.work_dir, "resource.json").is_file()
     assert all((s / "resource.json").is_file() for s in strangers)
     rows = _store().get_reaped(backend="local")
     assert sorted(r["cell_id"] for r in rows) == ["n=0", "n=1"]
@@ -182,7 +185,7 @@ def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_pa
         python=sys.executable,
         work_root=str(tmp_path / "remote"),
     ).model_dump(mode="json")
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     try:
         orphan = b.provision(_ctx(accel_home, "model=old", ttl=-60))
         # A workload still running on the orphan: reaping must stop it, not only rm the dir.
@@ -191,18 +194,18 @@ def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_pa
         strangers = _plant_unmanaged_local(Path(spec["work_root"]))
         machines = {janitor.machine_key(spec): spec}
         report = janitor.sweep(machines, janitor.DbOwnerLookup(), dry_run=False, store=_store())
-        assert [d.resource.name for d in report.reaped] == [orphan["name"]]
+        assert [d.resource.name for d in report.reaped] == [orphan.name]
         assert not report.failed, report.table()
-        assert not Path(orphan["work_dir"]).exists()
+        assert not Path(orphan.work_dir).exists()
         from accelmatrix.backends.local.processes import pid_alive as _pid_alive
 
         deadline = time.time() + 10
-        while _pid_alive(h["pid"]) and time.time() < deadline:
+        while _pid_alive(h.pid) and time.time() < deadline:
             time.sleep(0.1)
-        assert not _pid_alive(h["pid"])
-        assert Path(fresh["work_dir"], "resource.json").is_file()
+        assert not _pid_alive(h.pid)
+        assert Path(fresh.work_dir, "resource.json").is_file()
         assert all((s / "resource.json").is_file() for s in strangers)
-        assert [r["name"] for r in _store().get_reaped(backend="ssh")] == [orphan["name"]]
+        assert [r["name"] for r in _store().get_reaped(backend="ssh")] == [orphan.name]
     finally:
         ssh_hook.close_all()
 
@@ -230,7 +233,7 @@ def test_tpu_orphans_reaped_through_gcloud(
             "provision_poll_seconds": 0.2,
         }
     ).model_dump(mode="json")
-    b = TpuVmBackend(spec, poll_interval=0.2)
+    b = backend_of(TpuVmBackend, spec, poll_interval=0.2)
     # A run id that Google labels can only hold lossily: the node's metadata has it exactly.
     run = "scheduled__2026-01-01T00:00:00+00:00"
     orphan = b.provision(_ctx(accel_home, "model=Old", ttl=-60, run=run))
@@ -243,14 +246,14 @@ def test_tpu_orphans_reaped_through_gcloud(
     emu.plant_node("theirs", TPU_ZONE, labels={"managed-by": "terraform", "ttl": "1"})
     emu.plant_node("bare", TPU_ZONE)
     listed = {m.name: m for m in b.list_managed()}
-    assert listed[orphan["name"]].detail["identity"] == {
+    assert listed[orphan.name].detail.identity.model_dump() == {
         "dag_id": "janitor_t",
         "run_id": run,
         "cell_id": "model=Old",
     }
     machines = {janitor.machine_key(spec): spec}
     report = janitor.sweep(machines, janitor.DbOwnerLookup(), dry_run=False, store=_store())
-    assert [d.resource.name for d in report.reaped] == [orphan["name"]], report.table()
+    assert [d.resource.name for d in report.reaped] == [orphan.name], report.table()
     assert not report.failed, report.table()
     nodes = {n["name"].rsplit("/", 1)[-1] for n in emu.state["nodes"].values()}
     assert nodes == {"am-fresh", "theirs", "bare"}
@@ -287,7 +290,7 @@ def test_k8s_orphans_reaped_through_the_api(airflow_db, accel_home, cluster):
             "python": sys.executable,
         }
     ).model_dump(mode="json")
-    b = KubernetesJobBackend(spec)
+    b = backend_of(KubernetesJobBackend, spec)
     sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
     orphan = b.provision(_ctx(accel_home, "model=old", ttl=-60))
     b.submit(orphan, sleep, {})
@@ -309,13 +312,13 @@ def test_k8s_orphans_reaped_through_the_api(airflow_db, accel_home, cluster):
     machines = {janitor.machine_key(spec): spec}
     try:
         report = janitor.sweep(machines, janitor.DbOwnerLookup(), dry_run=False, store=_store())
-        assert [d.resource.name for d in report.reaped] == [orphan["name"]], report.table()
+        assert [d.resource.name for d in report.reaped] == [orphan.name], report.table()
         assert not report.failed, report.table()
         jobs = set(cluster.emulator.state()["jobs"])
-        assert f"{K8S_NS}/{orphan['job_name']}" not in jobs
-        assert {f"{K8S_NS}/{fresh['job_name']}", f"{K8S_NS}/someone-elses-job"} <= jobs
+        assert f"{K8S_NS}/{orphan.job_name}" not in jobs
+        assert {f"{K8S_NS}/{fresh.job_name}", f"{K8S_NS}/someone-elses-job"} <= jobs
         (row,) = _store().get_reaped(backend="k8s-job")
-        assert row["cell_id"] == "model=old" and row["name"] == orphan["name"]
+        assert row["cell_id"] == "model=old" and row["name"] == orphan.name
     finally:
         b.teardown(fresh)
         clients.batch.delete_namespaced_job(

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 
 from accelmatrix.backends.base import BackendError, CellContext
 from accelmatrix_testkit.k8s_emulator import Cluster
@@ -270,7 +271,9 @@ def test_the_backend_names_a_refused_env_var_and_its_gpu_pods_are_valid(cluster,
             "python": sys.executable,
             "gpus": 2,
         }
-        b = KubernetesJobBackend(KubernetesJobMachine.model_validate(spec).model_dump(mode="json"))
+        b = backend_of(
+            KubernetesJobBackend, KubernetesJobMachine.model_validate(spec).model_dump(mode="json")
+        )
         ctx = CellContext("api_tests", "manual__1", "env=bad", tmp_path / "c")
         r = b.provision(ctx)
         with pytest.raises(BackendError, match=r"env\[\d+\]\.name.*1BAD"):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 from pydantic import ValidationError
 
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
@@ -60,7 +61,7 @@ def machine(cluster, **kw) -> dict:
 def backend(cluster, **kw):
     from accelmatrix.backends.kubernetes.job import KubernetesJobBackend
 
-    return KubernetesJobBackend(machine(cluster, **kw))
+    return backend_of(KubernetesJobBackend, machine(cluster, **kw))
 
 
 def ctx(tmp_path: Path, cell: str) -> CellContext:
@@ -89,16 +90,16 @@ def test_provision_and_submit_are_idempotent(cluster, tmp_path):
     b = backend(cluster)
     c = ctx(tmp_path, "model=a")
     r1, r2 = b.provision(c), b.provision(c)
-    assert r1["name"] == r2["name"] == f"{NS}/{r1['job_name']}"
-    assert len(r1["job_name"]) <= 63 and r1["labels"]["managed-by"] == "accelmatrix"
+    assert r1.name == r2.name == f"{NS}/{r1.job_name}"
+    assert len(r1.job_name) <= 63 and r1.labels["managed-by"] == "accelmatrix"
     argv = py("import time; print('up', flush=True); time.sleep(1)")
     h1 = b.submit(r1, argv, {})
     h2 = b.submit(r2, argv, {})  # a retried run task
-    assert not h1["reattached"] and h2["reattached"] and h1["uid"] == h2["uid"]
-    jobs = [k for k in state(cluster)["jobs"] if r1["job_name"] in k]
-    assert jobs == [f"{NS}/{r1['job_name']}"]
+    assert not h1.reattached and h2.reattached and h1.uid == h2.uid
+    jobs = [k for k in state(cluster)["jobs"] if r1.job_name in k]
+    assert jobs == [f"{NS}/{r1.job_name}"]
     assert wait(b, h2).exit_code == 0
-    pods = [p for p in state(cluster)["pods"] if r1["job_name"] in p]
+    pods = [p for p in state(cluster)["pods"] if r1.job_name in p]
     assert len(pods) == 1  # one pod: nothing ran twice
     b.teardown(r1)
 
@@ -110,7 +111,7 @@ def test_exit_codes_and_status_json(cluster, tmp_path, code):
     h = b.submit(r, py(f"print('bye', flush=True); raise SystemExit({code})"), {})
     st = wait(b, h)
     assert st.done and st.exit_code == code and not st.infrastructure_failure
-    art = Path(r["artifacts_dir"])
+    art = Path(r.artifacts_dir)
     status = json.loads((art / "status.json").read_text())  # written by poll at the end
     assert status["exit_code"] == code and status["ended_at"] >= status["started_at"]
     assert (art / "output.log").read_text() == "bye\n"
@@ -146,13 +147,13 @@ def test_argv_is_never_split_or_interpreted_by_a_shell(cluster, tmp_path):
     code = "import json, sys; print(json.dumps(sys.argv[1:]))"
     h = b.submit(r, py(code) + args, {"TRICKY": "$(touch pwned2); 'q'"})
     assert wait(b, h).exit_code == 0
-    assert json.loads((Path(r["artifacts_dir"]) / "output.log").read_text()) == args
-    job = state(cluster)["jobs"][r["name"]]
+    assert json.loads((Path(r.artifacts_dir) / "output.log").read_text()) == args
+    job = state(cluster)["jobs"][r.name]
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"][3:] == [a.replace("$", "$$") for a in args]
     assert "args" not in container
     assert {"name": "TRICKY", "value": "$(touch pwned2); 'q'"} in container["env"]
-    assert not any(Path(r["local_work_dir"]).glob("pwned*"))
+    assert not any(Path(r.local_work_dir).glob("pwned*"))
     b.teardown(r)
 
 
@@ -162,7 +163,7 @@ def test_gpu_mig_and_cpu_only_pod_specs(cluster, tmp_path):
     h = gpu.submit(r, py("import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'))"), {})
     wait(gpu, h)
     # What the API server received (not just what we rendered).
-    pod = state(cluster)["jobs"][r["name"]]["spec"]["template"]["spec"]
+    pod = state(cluster)["jobs"][r.name]["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["resources"] == {
         "requests": {"cpu": "8", "memory": "32Gi"},
@@ -204,7 +205,7 @@ def test_indexed_job_runs_every_index_and_reports_index_zero(cluster, tmp_path):
     code = "import os; print('index', os.environ['JOB_COMPLETION_INDEX'])"
     h = b.submit(r, py(code), {})
     assert wait(b, h).exit_code == 0
-    art = Path(r["artifacts_dir"])
+    art = Path(r.artifacts_dir)
     assert (art / "output.log").read_text() == "index 0\n"
     assert (art / "output-1.log").read_text() == "index 1\n"
     b.teardown(r)
@@ -221,7 +222,7 @@ def test_unschedulable_is_an_infrastructure_failure_after_the_timeout(cluster, t
     assert "unschedulable for" in st.detail
     assert "0/3 nodes are available: 3 Insufficient nvidia.com/gpu" in st.detail
     b.teardown(r)
-    assert r["name"] not in state(cluster)["jobs"]
+    assert r.name not in state(cluster)["jobs"]
 
 
 def test_bad_image_is_an_infrastructure_failure_naming_the_image(cluster, tmp_path):
@@ -234,7 +235,7 @@ def test_bad_image_is_an_infrastructure_failure_naming_the_image(cluster, tmp_pa
     assert "ErrImagePull" in st.detail or "ImagePullBackOff" in st.detail
     # A retry of the run finds the Job, sees it failed for infrastructure, starts afresh.
     h2 = b.submit(r, ["true"], {})
-    assert not h2["reattached"] and h2["uid"] != h["uid"]
+    assert not h2.reattached and h2.uid != h.uid
     b.teardown(r)
 
 
@@ -245,7 +246,7 @@ def test_evicted_pod_is_an_infrastructure_failure(cluster, tmp_path):
     deadline = time.monotonic() + 20
     while not b.read_logs(h, 0)[0] and time.monotonic() < deadline:
         time.sleep(0.05)
-    pod = next(p for p in state(cluster)["pods"] if r["job_name"] in p)
+    pod = next(p for p in state(cluster)["pods"] if r.job_name in p)
     cluster.kubelet.evict(NS, pod.split("/")[1])
     st = wait(b, h)
     assert st.infrastructure_failure and "evicted" in st.detail
@@ -262,13 +263,13 @@ def test_teardown_deletes_job_and_pods_and_tolerates_gone(cluster, tmp_path):
         time.sleep(0.05)
     proc = next(iter(cluster.kubelet.procs.values()))
     b.teardown(r)
-    assert r["name"] not in state(cluster)["jobs"]
-    assert not [p for p in state(cluster)["pods"] if r["job_name"] in p]
+    assert r.name not in state(cluster)["jobs"]
+    assert not [p for p in state(cluster)["pods"] if r.job_name in p]
     assert proc.wait(timeout=10) is not None  # the workload process is gone too
-    status = json.loads((Path(r["artifacts_dir"]) / "status.json").read_text())
+    status = json.loads((Path(r.artifacts_dir) / "status.json").read_text())
     assert status["exit_code"] is None and status["started_at"]  # saved before the delete
-    assert (Path(r["artifacts_dir"]) / "output.log").read_text() == "up\n"
-    assert not Path(r["local_work_dir"]).exists()
+    assert (Path(r.artifacts_dir) / "output.log").read_text() == "up\n"
+    assert not Path(r.local_work_dir).exists()
     b.teardown(r)  # already gone: fine
     st = b.poll(h)
     assert st.done and st.infrastructure_failure and "disappeared" in st.detail
@@ -306,8 +307,8 @@ def test_teardown_task_waits_out_an_unreachable_api(cluster, tmp_path, accel_hom
         up.join()
     out = "\n".join(warned)
     assert "could not reach the API to delete" in out
-    assert r["name"] not in state(cluster)["jobs"]
-    assert not [p for p in state(cluster)["pods"] if r["job_name"] in p]
+    assert r.name not in state(cluster)["jobs"]
+    assert not [p for p in state(cluster)["pods"] if r.job_name in p]
     # An answer is not an outage: a 403 fails at once.
     from kubernetes.client.exceptions import ApiException
 
@@ -322,10 +323,10 @@ def test_teardown_removes_orphaned_pods(cluster, tmp_path):
     while not b.read_logs(h, 0)[0]:
         time.sleep(0.05)
     clients = k8s_hook.get_clients(CONN_ID)
-    clients.batch.delete_namespaced_job(r["job_name"], NS)  # API default for Jobs: orphan
-    assert [p for p in state(cluster)["pods"] if r["job_name"] in p]
+    clients.batch.delete_namespaced_job(r.job_name, NS)  # API default for Jobs: orphan
+    assert [p for p in state(cluster)["pods"] if r.job_name in p]
     b.teardown(r)
-    assert not [p for p in state(cluster)["pods"] if r["job_name"] in p]
+    assert not [p for p in state(cluster)["pods"] if r.job_name in p]
 
 
 def test_cancel_saves_the_log_and_stops_the_pod(cluster, tmp_path):
@@ -335,8 +336,8 @@ def test_cancel_saves_the_log_and_stops_the_pod(cluster, tmp_path):
     while not b.read_logs(h, 0)[0]:
         time.sleep(0.05)
     b.cancel(h)
-    assert (Path(r["artifacts_dir"]) / "output.log").read_text() == "tick\n"
-    assert not [p for p in state(cluster)["pods"] if r["job_name"] in p]
+    assert (Path(r.artifacts_dir) / "output.log").read_text() == "tick\n"
+    assert not [p for p in state(cluster)["pods"] if r.job_name in p]
     b.cancel(h)  # idempotent
 
 
@@ -358,12 +359,12 @@ def test_list_managed_sees_only_managed_jobs(cluster, tmp_path):
     }
     clients.batch.create_namespaced_job(NS, planted)
     names = {m.name for m in b.list_managed()}
-    assert r["name"] in names and f"{NS}/someone-elses-job" not in names
-    managed = next(m for m in b.list_managed() if m.name == r["name"])
+    assert r.name in names and f"{NS}/someone-elses-job" not in names
+    managed = next(m for m in b.list_managed() if m.name == r.name)
     assert managed.labels["cell"] == "janitor_1" and managed.created_at
-    assert managed.detail["annotations"]["accelmatrix.io/cell-id"] == "janitor=1"
+    assert managed.detail.annotations["accelmatrix.io/cell-id"] == "janitor=1"
     b.teardown(r)
-    assert r["name"] not in {m.name for m in b.list_managed()}
+    assert r.name not in {m.name for m in b.list_managed()}
     clients.batch.delete_namespaced_job("someone-elses-job", NS, propagation_policy="Background")
 
 
@@ -379,11 +380,11 @@ def test_setup_job_runs_commands_in_order_and_reports_failures(cluster, tmp_path
         lines.append,
     )
     assert "[setup-1] prepared" in lines
-    assert r["setup_job_name"] not in str(state(cluster)["jobs"])  # deleted after success
+    assert r.setup_job_name not in str(state(cluster)["jobs"])  # deleted after success
     # What setup wrote under the work dir (the PVC) is there for the run.
     h = b.submit(r, py("print(open('data.txt').read())"), {})
     assert wait(b, h).exit_code == 0
-    assert (Path(r["artifacts_dir"]) / "output.log").read_text() == "prepared\n"
+    assert (Path(r.artifacts_dir) / "output.log").read_text() == "prepared\n"
     b.teardown(r)
 
     r = b.provision(ctx(tmp_path, "setup=2"))
@@ -399,7 +400,7 @@ def test_setup_job_runs_commands_in_order_and_reports_failures(cluster, tmp_path
     r = bad.provision(ctx(tmp_path, "setup=3"))
     with pytest.raises(InfrastructureError, match="cannot pull image 'fault/bad-image'"):
         bad.setup(r, [["true"]], {}, 30, lambda _: None)
-    assert r["setup_job_name"] not in str(state(cluster)["jobs"])
+    assert r.setup_job_name not in str(state(cluster)["jobs"])
 
 
 def test_a_setup_job_left_by_a_killed_attempt_is_replaced(cluster, tmp_path):
@@ -407,7 +408,7 @@ def test_a_setup_job_left_by_a_killed_attempt_is_replaced(cluster, tmp_path):
     on it (it may be what hung): it deletes it and runs setup afresh."""
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "setup=killed"))
-    name = r["setup_job_name"]
+    name = r.setup_job_name
     hung = b.manifest.job_body(
         r,
         name,
@@ -415,7 +416,7 @@ def test_a_setup_job_left_by_a_killed_attempt_is_replaced(cluster, tmp_path):
         [b.manifest.container("setup-0", py("import time; time.sleep(600)"), {})],
         [],
     )
-    b.clients(r).batch.create_namespaced_job(r["namespace"], hung)
+    b.clients(r).batch.create_namespaced_job(r.namespace, hung)
     lines: list[str] = []
     started = time.monotonic()
     b.setup(r, [py("print('fresh setup')")], {}, 60, lines.append)
@@ -432,7 +433,7 @@ def test_collect_copies_globs_from_the_volume(cluster, tmp_path):
     code = "import os; os.makedirs('out', exist_ok=True); open('out/m.json', 'w').write('{}')"
     h = b.submit(r, py(code), {})
     wait(b, h)
-    dest = Path(r["artifacts_dir"]) / "files"
+    dest = Path(r.artifacts_dir) / "files"
     assert b.collect(r, ["out/**"], dest) == ["out/m.json"]
     assert (dest / "out" / "m.json").read_text() == "{}"
     b.teardown(r)
@@ -482,7 +483,7 @@ def test_kubectl_sees_what_the_backend_made(cluster, tmp_path, needs_kubectl):
         timeout=60,
         check=True,
     ).stdout
-    assert r["job_name"] in [j["metadata"]["name"] for j in json.loads(out)["items"]]
+    assert r.job_name in [j["metadata"]["name"] for j in json.loads(out)["items"]]
     b.teardown(r)
 
 
@@ -529,7 +530,7 @@ def test_a_pod_the_cluster_stops_is_infrastructure_not_its_exit_code(cluster, tm
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not b.read_logs(h, 0)[0]:
         time.sleep(0.05)
-    (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r["job_name"] in k]
+    (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r.job_name in k]
     cluster.kubelet.disrupt(NS, pod)
     st = wait(b, h)
     assert st.infrastructure_failure and st.exit_code is None, st
@@ -546,7 +547,7 @@ def test_a_container_stuck_in_container_creating_times_out(cluster, tmp_path):
     st = wait(b, h)
     assert st.infrastructure_failure and "ContainerCreating" in st.detail, st
     b.teardown(r)
-    assert not [k for k in state(cluster)["pods"] if r["job_name"] in k]
+    assert not [k for k in state(cluster)["pods"] if r.job_name in k]
 
 
 @pytest.mark.slow(30)
@@ -574,14 +575,14 @@ def test_a_25_mib_log_streams_and_is_collected_whole(cluster, tmp_path):
     lines, offset = b.read_logs(h, offset)
     seen += len(lines)
     assert st.exit_code == 0 and seen == n and offset == n * width, (st, seen, offset)
-    (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r["job_name"] in k]
+    (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r.job_name in k]
     log = cluster.emulator.container_logs[(NS, pod, CONTAINER)]
     assert log.rotations >= 2  # 25 MiB of output (more in CRI lines) in 10 MiB files
     current = b.clients(r).core.read_namespaced_pod_log(pod, NS, _preload_content=False).data
     first, last = current.splitlines()[0], current.splitlines()[-1]  # the last file only
     assert len(current) < 10 * 1024 * 1024 and int(first[:8]) > 0 and int(last[:8]) == n - 1
     b.collect(r, [], tmp_path / "dest")
-    out = Path(r["artifacts_dir"]) / "output.log"
+    out = Path(r.artifacts_dir) / "output.log"
     assert out.stat().st_size == n * width
     with open(out, "rb") as f:
         for i, line in enumerate(f):

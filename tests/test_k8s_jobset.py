@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 
 from accelmatrix.backends.base import BackendError, CellContext
 from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
@@ -81,7 +82,9 @@ def backend(cluster, **kw):
         "scheduling_timeout_seconds": 30,
         **kw,
     }
-    return KubernetesJobSetBackend(KubernetesJobSetMachine.model_validate(spec).model_dump())
+    return backend_of(
+        KubernetesJobSetBackend, KubernetesJobSetMachine.model_validate(spec).model_dump()
+    )
 
 
 def ctx(tmp_path: Path, cell: str, dag: str = "jobset_tests") -> CellContext:
@@ -124,7 +127,7 @@ def test_manifest_has_the_group_parts(cluster, tmp_path):
     b = backend(cluster, num_nodes=4, max_restarts=3, kueue={"queue_name": "ml"})
     r = b.provision(ctx(tmp_path, "m"))
     body = b.workload_jobset(r, ["python", "-c", "pass"], {"A": "1"})
-    name = r["job_name"]
+    name = r.job_name
     spec = body["spec"]
     assert body["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
     assert spec["network"] == {
@@ -151,7 +154,7 @@ def test_manifest_has_the_group_parts(cluster, tmp_path):
 def test_two_pods_rendezvous_at_the_leader_hostname(cluster, tmp_path):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "rdv"))
-    name = r["job_name"]
+    name = r.job_name
     h = b.submit(r, [sys.executable, "-c", RENDEZVOUS], {})
     lines, offset, deadline = [], 0, time.monotonic() + 30
     while time.monotonic() < deadline and not any("leader got" in x for x in lines):
@@ -162,7 +165,7 @@ def test_two_pods_rendezvous_at_the_leader_hostname(cluster, tmp_path):
     assert lines[0] == f"rank 0 of 2 host {name}-workers-0-0"  # the JobSet hostname
     st = wait(b, h)
     assert st.done and st.exit_code == 0 and not st.infrastructure_failure, st
-    art = Path(r["artifacts_dir"])
+    art = Path(r.artifacts_dir)
     logs = {p.name: p.read_text() for p in (art / "pods").iterdir()}
     assert len(logs) == 2
     assert any("worker sent hello" in t for t in logs.values())  # the non-leader's log too
@@ -191,7 +194,7 @@ def test_two_jobsets_with_the_same_port_do_not_collide(cluster, tmp_path):
 def test_one_pod_failing_fails_the_group_at_once_and_names_the_pod(cluster, tmp_path):
     b = backend(cluster, num_nodes=3, max_restarts=2)
     r = b.provision(ctx(tmp_path, "crash"))
-    name = r["job_name"]
+    name = r.job_name
     code = (
         "import os, sys, time\nrank = int(os.environ['RANK'])\n"
         "print(f'rank {rank} up', flush=True)\n"
@@ -207,7 +210,7 @@ def test_one_pod_failing_fails_the_group_at_once_and_names_the_pod(cluster, tmp_
     js = cluster.jobsets.jobsets[(NS, name)]
     assert js["status"]["restarts"] == 0  # a workload exit is not retried
     assert running_pods(cluster, name) == []  # its peers were stopped
-    art = Path(r["artifacts_dir"])
+    art = Path(r.artifacts_dir)
     assert json.loads((art / "status.json").read_text())["exit_code"] == 3
     b.teardown(r)
     assert json.loads((art / "status.json").read_text())["exit_code"] == 3  # kept
@@ -221,7 +224,7 @@ def test_a_group_whose_leader_is_gone_shows_the_log_of_the_pod_left(cluster, tmp
     it was not written and the cell's metric rows were lost (the fault matrix found it)."""
     b = backend(cluster, num_nodes=2)
     r = b.provision(ctx(tmp_path, "leaderless"))
-    name = r["job_name"]
+    name = r.job_name
     code = (
         "import os, sys, time\nrank = int(os.environ['RANK'])\n"
         "if rank == 1:\n    print('step 1 loss: 0.500', flush=True); sys.exit(3)\n"
@@ -241,7 +244,7 @@ def test_a_group_whose_leader_is_gone_shows_the_log_of_the_pod_left(cluster, tmp
         time.sleep(0.1)
     st = wait(b, h)
     assert st.exit_code == 3, st
-    art = Path(r["artifacts_dir"])
+    art = Path(r.artifacts_dir)
     assert "step 1 loss: 0.500" in (art / "output.log").read_text()
     status = json.loads((art / "status.json").read_text())
     assert status["pod"].startswith(f"{name}-workers-0-1-"), status
@@ -256,7 +259,7 @@ def test_teardown_waits_out_an_unreachable_api(cluster, tmp_path):
 
     b = backend(cluster, num_nodes=2)
     r = b.provision(ctx(tmp_path, "outage"))
-    name = r["job_name"]
+    name = r.job_name
     h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
     wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
     cluster.emulator.take_down()
@@ -277,7 +280,7 @@ def test_teardown_waits_out_an_unreachable_api(cluster, tmp_path):
 def test_a_disrupted_pod_restarts_the_group_then_it_succeeds(cluster, tmp_path):
     b = backend(cluster, max_restarts=1)
     r = b.provision(ctx(tmp_path, "disrupt"))
-    name = r["job_name"]
+    name = r.job_name
     marker = tmp_path / "restarted"
     code = (
         "import os, pathlib, time\nm = pathlib.Path(os.environ['MARKER'])\n"
@@ -298,7 +301,7 @@ def test_a_disrupted_pod_restarts_the_group_then_it_succeeds(cluster, tmp_path):
     assert new[0].startswith("--- leader pod") and new[1:] == ["second attempt done"], new
     assert st.exit_code == 0 and not st.infrastructure_failure, st
     assert cluster.jobsets.jobsets[(NS, name)]["status"]["restarts"] == 1
-    art = Path(r["artifacts_dir"])
+    art = Path(r.artifacts_dir)
     pods = json.loads((art / "status.json").read_text())["pods"]
     assert {p["attempt"] for p in pods if p["rank"] == 0} >= {1}
     assert (art / "output.log").read_text() == "second attempt done\n"
@@ -318,21 +321,21 @@ def test_a_restartable_exit_code_restarts_the_group(cluster, tmp_path):
     h = b.submit(r, [sys.executable, "-c", code], {"MARKER": str(marker)})
     st = wait(b, h)
     assert st.exit_code == 0 and not st.infrastructure_failure, st
-    assert cluster.jobsets.jobsets[(NS, r["job_name"])]["status"]["restarts"] == 1
+    assert cluster.jobsets.jobsets[(NS, r.job_name)]["status"]["restarts"] == 1
     b.teardown(r)
 
 
 def test_disruption_past_max_restarts_is_infrastructure_not_the_exit_code(cluster, tmp_path):
     b = backend(cluster, max_restarts=0)
     r = b.provision(ctx(tmp_path, "disrupt0"))
-    name = r["job_name"]
+    name = r.job_name
     h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
     wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
     cluster.kubelet.disrupt(NS, running_pods(cluster, f"{name}-workers-0-1")[0])
     st = wait(b, h)
     assert st.infrastructure_failure and st.exit_code is None, st
     assert "ReachedMaxRestarts" in st.detail and "Preemption" in st.detail
-    pods = json.loads((Path(r["artifacts_dir"]) / "status.json").read_text())["pods"]
+    pods = json.loads((Path(r.artifacts_dir) / "status.json").read_text())["pods"]
     (hit,) = [p for p in pods if p["rank"] == 1]
     assert hit["exit_code"] == 143 and "PreemptionByScheduler" in hit["disruption"]  # SIGTERM
     b.teardown(r)
@@ -359,14 +362,14 @@ def test_unschedulable_pods_are_infrastructure_with_the_scheduler_reason(cluster
         # 1 s timeout can pass before the scheduler has looked at a pod, and the
         # backend then rightly says "not scheduled yet" instead of the scheduler's reason.
         deadline = time.monotonic() + 30
-        while len(unschedulable_pods(cluster, r["job_name"])) < 2:
+        while len(unschedulable_pods(cluster, r.job_name)) < 2:
             assert time.monotonic() < deadline, "the scheduler never marked the pods"
             time.sleep(0.05)
         st = wait(b, h)
         assert st.infrastructure_failure and "Insufficient nvidia.com/gpu" in st.detail, st
     finally:
         b.teardown(r)
-    assert left(cluster, r["job_name"]) == {}
+    assert left(cluster, r.job_name) == {}
 
 
 def test_kueue_not_admitted_in_time_is_a_capacity_failure(cluster, tmp_path):
@@ -376,7 +379,7 @@ def test_kueue_not_admitted_in_time_is_a_capacity_failure(cluster, tmp_path):
         kueue={"queue_name": "team-a", "priority_class": "batch", "admission_timeout_seconds": 2},
     )
     r = b.provision(ctx(tmp_path, "held"))
-    name = r["job_name"]
+    name = r.job_name
     h = b.submit(r, [sys.executable, "-c", "print('never')"], {})
     st = b.poll(h)
     assert not st.done and "waiting for Kueue admission" in st.detail, st
@@ -394,14 +397,14 @@ def test_kueue_not_admitted_in_time_is_a_capacity_failure(cluster, tmp_path):
 def test_kueue_eviction_mid_run_is_infrastructure(cluster, tmp_path):
     b = backend(cluster, kueue={"queue_name": "team-a"})
     r = b.provision(ctx(tmp_path, "evicted"))
-    name = r["job_name"]
+    name = r.job_name
     h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
     wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
     cluster.jobsets.evict(NS, name)
     st = wait(b, h)
     assert st.infrastructure_failure and "evicted by Kueue" in st.detail, st
     assert "Preempted" in st.detail
-    status = json.loads((Path(r["artifacts_dir"]) / "status.json").read_text())
+    status = json.loads((Path(r.artifacts_dir) / "status.json").read_text())
     assert status["exit_code"] is None and "evicted by Kueue" in status["reason"]
     deadline = time.monotonic() + 10
     while running_pods(cluster, name) and time.monotonic() < deadline:
@@ -409,9 +412,9 @@ def test_kueue_eviction_mid_run_is_infrastructure(cluster, tmp_path):
     assert running_pods(cluster, name) == []
     # The run step's retry submits again: the evicted JobSet is replaced, queued, admitted.
     h2 = b.submit(r, [sys.executable, "-c", "print('second try')"], {})
-    assert not h2["reattached"] and h2["uid"] != h["uid"]
+    assert not h2.reattached and h2.uid != h.uid
     assert wait(b, h2).exit_code == 0
-    assert (Path(r["artifacts_dir"]) / "output.log").read_text() == "second try\n"
+    assert (Path(r.artifacts_dir) / "output.log").read_text() == "second try\n"
     b.teardown(r)
     assert left(cluster, name) == {}
 
@@ -420,7 +423,7 @@ def test_names_fit_every_derived_hostname(cluster, tmp_path):
     b = backend(cluster, num_nodes=1000)
     c = ctx(tmp_path, "model=" + "x" * 200, dag="d" * 200)
     r = b.provision(c)
-    assert len(f"{r['job_name']}-workers-0-999") <= 63
+    assert len(f"{r.job_name}-workers-0-999") <= 63
     # The emulator refuses what the JobSet webhook refuses.
     from accelmatrix.hooks import jobset as api
 
@@ -436,7 +439,7 @@ def test_names_fit_every_derived_hostname(cluster, tmp_path):
 def test_a_role_without_pods_log_is_named_and_teardown_still_deletes(cluster, tmp_path):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "rbac"))
-    name = r["job_name"]
+    name = r.job_name
     cluster.emulator.forbidden.add(("get", "pods/log"))
     h = b.submit(r, [sys.executable, "-c", "print('hi')"], {})
     with pytest.raises(BackendError, match=r"`get` on resource `pods/log`"):
@@ -455,36 +458,41 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
     orphan_ctx = CellContext("jobset_janitor", "gone_run", "model=old", accel_home / "a", -60)
     orphan = b.provision(orphan_ctx)
     h = b.submit(orphan, sleep, {})
-    wait(b, h, until=lambda st: len(running_pods(cluster, orphan["job_name"])) == 2)
+    wait(b, h, until=lambda st: len(running_pods(cluster, orphan.job_name)) == 2)
     fresh = b.provision(CellContext("jobset_janitor", "gone_run", "model=new", accel_home / "b"))
     b.submit(fresh, sleep, {})
     from accelmatrix.backends.kubernetes.job import KubernetesJobBackend
 
-    single = KubernetesJobBackend(
-        {"backend": "k8s-job", "kubernetes_conn_id": CONN_ID, "image": "x", "python": "python"}
+    single = backend_of(
+        KubernetesJobBackend,
+        {"backend": "k8s-job", "kubernetes_conn_id": CONN_ID, "image": "x", "python": "python"},
     )
     job_cell = single.provision(CellContext("jobset_janitor", "gone_run", "single", accel_home))
     single.submit(job_cell, sleep, {})
     try:
         # Each kind lists only its own cells, though they share the namespace and labels.
-        assert job_cell["name"] not in {e.name for e in b.list_managed()}
-        assert {e.name for e in single.list_managed()} == {job_cell["name"]}
-        (entry,) = [e for e in b.list_managed() if e.name == orphan["name"]]
-        assert entry.detail["identity"]["cell_id"] == "model=old"
-        assert entry.detail["services"] == [orphan["job_name"]]
-        assert len(entry.detail["pods"]) == 2
-        machines = {janitor.machine_key(b.machine_spec): b.machine_spec}
+        assert job_cell.name not in {e.name for e in b.list_managed()}
+        assert {e.name for e in single.list_managed()} == {job_cell.name}
+        (entry,) = [e for e in b.list_managed() if e.name == orphan.name]
+        assert entry.detail.identity.cell_id == "model=old"
+        assert entry.detail.services == [orphan.job_name]
+        assert len(entry.detail.pods) == 2
+        machines = {
+            janitor.machine_key(b.machine.model_dump(mode="json")): b.machine.model_dump(
+                mode="json"
+            )
+        }
         store = ResultsStore.from_settings()
         report = janitor.sweep(machines, janitor.DbOwnerLookup(), dry_run=False, store=store)
-        assert [d.resource.name for d in report.reaped] == [orphan["name"]], report.table()
-        assert left(cluster, orphan["job_name"]) == {}
-        assert left(cluster, fresh["job_name"])  # within its TTL: kept
+        assert [d.resource.name for d in report.reaped] == [orphan.name], report.table()
+        assert left(cluster, orphan.job_name) == {}
+        assert left(cluster, fresh.job_name)  # within its TTL: kept
         (row,) = store.get_reaped(backend="k8s-jobset")
         assert row["cell_id"] == "model=old"
-        for pod in entry.detail["pods"]:
+        for pod in entry.detail.pods:
             assert f"Pod {NS}/{pod}" in row["reason"]
-        assert f"Service {NS}/{orphan['job_name']}" in row["reason"]
-        assert f"JobSet {NS}/{orphan['job_name']} uid=" in row["reason"]
+        assert f"Service {NS}/{orphan.job_name}" in row["reason"]
+        assert f"JobSet {NS}/{orphan.job_name} uid=" in row["reason"]
     finally:
         b.teardown(fresh)
         single.teardown(job_cell)
@@ -497,7 +505,7 @@ def test_a_pod_stuck_in_container_creating_fails_the_group_as_infrastructure(clu
     st = wait(b, h)
     assert st.infrastructure_failure and "stuck in ContainerCreating" in st.detail, st
     b.teardown(r)
-    assert left(cluster, r["job_name"]) == {}
+    assert left(cluster, r.job_name) == {}
 
 
 def test_cluster_validation_workload_runs_one_worker_per_pod(cluster, tmp_path):
@@ -509,12 +517,12 @@ def test_cluster_validation_workload_runs_one_worker_per_pod(cluster, tmp_path):
     h = b.submit(r, argv + ["--out-dir", "/workspace/out"], {})
     st = wait(b, h, timeout=120)
     assert st.exit_code == 0, st
-    art = Path(r["artifacts_dir"])
+    art = Path(r.artifacts_dir)
     leader = (art / "output.log").read_text()
     assert "job: worker 0 of 2" in leader and "Finished training run" in leader
     assert any("job: worker 1 of 2" in p.read_text() for p in (art / "pods").iterdir())
     b.teardown(r)
-    assert left(cluster, r["job_name"]) == {}
+    assert left(cluster, r.job_name) == {}
 
 
 def test_real_kubectl_sees_the_jobset_its_hostnames_and_headless_service(
@@ -522,7 +530,7 @@ def test_real_kubectl_sees_the_jobset_its_hostnames_and_headless_service(
 ):
     b = backend(cluster)
     r = b.provision(ctx(tmp_path, "kubectl"))
-    name = r["job_name"]
+    name = r.job_name
     h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(30)"], {})
     wait(b, h, until=lambda st: len(running_pods(cluster, name)) == 2)
     env = {**os.environ, "KUBECONFIG": str(cluster.emulator.write_kubeconfig(tmp_path / "kc"))}
@@ -587,9 +595,9 @@ def test_ttl_after_finished_removes_the_finished_group(cluster, tmp_path):
     h = b.submit(r, [sys.executable, "-c", "print('quick')"], {})
     assert wait(b, h).exit_code == 0
     deadline = time.monotonic() + 10
-    while left(cluster, r["job_name"]) and time.monotonic() < deadline:
+    while left(cluster, r.job_name) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert left(cluster, r["job_name"]) == {}
+    assert left(cluster, r.job_name) == {}
     st = b.poll(h)  # a poll after that says what happened, as infrastructure
     assert st.infrastructure_failure and "ttlSecondsAfterFinished" in st.detail
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 
 from accelmatrix.backends.base import CellContext, SetupFailed
 from accelmatrix.backends.local.backend import LocalBackend
@@ -43,15 +44,15 @@ def test_provision_is_idempotent_and_labelled(accel_home):
     r1 = b.provision(_ctx(accel_home))
     r2 = b.provision(_ctx(accel_home))
     assert r1 == r2  # a retry finds the same resource
-    assert Path(r1["work_dir"]).is_dir()
-    assert r1["labels"]["managed-by"] == "accelmatrix"
-    assert r1["labels"]["cell"] == "model=a"
-    assert int(r1["labels"]["ttl"]) > time.time()
-    assert [m.name for m in b.list_managed()] == [r1["name"]]
+    assert Path(r1.work_dir).is_dir()
+    assert r1.labels["managed-by"] == "accelmatrix"
+    assert r1.labels["cell"] == "model=a"
+    assert int(r1.labels["ttl"]) > time.time()
+    assert [m.name for m in b.list_managed()] == [r1.name]
 
 
 def test_provision_failure_removes_what_it_created(accel_home):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     # An environmental fault half way: the work dir is made, then the cell's artifacts path
     # turns out to be taken by a file (the fault matrix blocks provision the same way).
     ctx = _ctx(accel_home)
@@ -64,7 +65,7 @@ def test_provision_failure_removes_what_it_created(accel_home):
 
 
 def test_setup_runs_argv_without_shell_and_fails_clearly(accel_home):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
     lines: list[str] = []
     # A shell metacharacter stays a literal argument: no shell ever sees it.
@@ -80,11 +81,11 @@ def test_setup_runs_argv_without_shell_and_fails_clearly(accel_home):
         b.setup(
             r, [[sys.executable, "-c", "print('boom'); raise SystemExit(3)"]], {}, 30, lines.append
         )
-    assert "boom" in (Path(r["artifacts_dir"]) / "setup.log").read_text()
+    assert "boom" in (Path(r.artifacts_dir) / "setup.log").read_text()
 
 
 def test_setup_timeout_kills_the_command(accel_home):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
     t0 = time.time()
     with pytest.raises(SetupFailed, match="timed out"):
@@ -93,7 +94,7 @@ def test_setup_timeout_kills_the_command(accel_home):
 
 
 def test_run_detached_streams_logs_and_records_exit(accel_home):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
     code = "import sys\nprint('hello', flush=True)\nprint('oops', file=sys.stderr)\nsys.exit(4)"
     h = b.submit(r, [sys.executable, "-c", code], {"FOO": "bar"})
@@ -102,25 +103,25 @@ def test_run_detached_streams_logs_and_records_exit(accel_home):
     lines, off = b.read_logs(h, 0)
     assert "hello" in lines and "oops" in lines
     assert b.read_logs(h, off) == ([], off)
-    status = json.loads(Path(h["status_path"]).read_text())
+    status = json.loads(Path(h.status_path).read_text())
     assert status["ended_at"] >= status["started_at"]
-    assert (Path(r["artifacts_dir"]) / "stderr.log").read_text().strip() == "oops"
+    assert (Path(r.artifacts_dir) / "stderr.log").read_text().strip() == "oops"
 
 
 def test_workload_env_has_no_airflow_secrets(accel_home, monkeypatch):
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://u:S3cr3tValueXyz@h/db")
     monkeypatch.setenv("AIRFLOW_CONN_MY_DB", "postgresql://u:S3cr3tValueXyz2@h/db")
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
     h = b.submit(r, [sys.executable, "-c", "import os; print(sorted(os.environ.items()))"], {})
     _wait(b, h)
-    out = Path(h["log_path"]).read_text()
+    out = Path(h.log_path).read_text()
     assert "S3cr3tValueXyz" not in out
     assert "ACCELMATRIX_WORK_DIR" in out
 
 
 def test_cancel_and_teardown_kill_the_whole_process_group(accel_home):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
     # The workload forks a grandchild: both must die.
     code = (
@@ -139,50 +140,50 @@ def test_cancel_and_teardown_kill_the_whole_process_group(accel_home):
     assert _pid_alive(grandchild)
     b.teardown(r)
     deadline = time.time() + 10
-    while (_pid_alive(grandchild) or _pid_alive(h["pid"])) and time.time() < deadline:
+    while (_pid_alive(grandchild) or _pid_alive(h.pid)) and time.time() < deadline:
         time.sleep(0.1)
     assert not _pid_alive(grandchild)
-    assert not _pid_alive(h["pid"])
-    assert not Path(r["work_dir"]).exists()
-    assert Path(r["artifacts_dir"], "output.log").exists()  # artifacts are kept
+    assert not _pid_alive(h.pid)
+    assert not Path(r.work_dir).exists()
+    assert Path(r.artifacts_dir, "output.log").exists()  # artifacts are kept
     b.teardown(r)  # idempotent
 
 
 def test_submit_reattaches_to_a_running_workload(accel_home):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
     h1 = b.submit(r, [sys.executable, "-c", "import time; time.sleep(30)"], {})
     h2 = b.submit(r, [sys.executable, "-c", "import time; time.sleep(30)"], {})
-    assert h2["reattached"] and h2["pid"] == h1["pid"]
+    assert h2.reattached and h2.pid == h1.pid
     b.cancel(h1)
     st = _wait(b, h1)
     assert st.exit_code is not None and st.exit_code != 0
 
 
 def test_collect_copies_globs_and_refuses_escaping_symlinks(accel_home, tmp_path):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
-    work = Path(r["work_dir"])
+    work = Path(r.work_dir)
     (work / "out").mkdir()
     (work / "out" / "a.json").write_text("{}")
     (work / "out" / "b.txt").write_text("b")
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
     os.symlink(secret, work / "out" / "leak.json")
-    dest = Path(r["artifacts_dir"]) / "files"
+    dest = Path(r.artifacts_dir) / "files"
     copied = b.collect(r, ["out/*.json"], dest)
     assert copied == ["out/a.json"]
     assert not (dest / "out" / "leak.json").exists()
 
 
 def test_collect_double_star_takes_files_inside(accel_home):
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
-    work = Path(r["work_dir"])
+    work = Path(r.work_dir)
     (work / "out" / "sub").mkdir(parents=True)
     (work / "out" / "sub" / "t.pt.trace.json").write_text("{}")
     (work / "out" / "m.jsonl").write_text("")
-    copied = b.collect(r, ["out/**"], Path(r["artifacts_dir"]) / "files")
+    copied = b.collect(r, ["out/**"], Path(r.artifacts_dir) / "files")
     assert copied == ["out/m.jsonl", "out/sub/t.pt.trace.json"]
 
 
@@ -192,7 +193,7 @@ def test_a_setup_command_outliving_its_killed_task_is_stopped(accel_home, tmp_pa
     import signal
     import subprocess
 
-    b = LocalBackend(SPEC)
+    b = backend_of(LocalBackend, SPEC)
     r = b.provision(_ctx(accel_home))
     pidfile = tmp_path / "setup.pid"
     cmd = [
@@ -204,10 +205,11 @@ def test_a_setup_command_outliving_its_killed_task_is_stopped(accel_home, tmp_pa
         [
             sys.executable,
             "-c",
-            "import json, sys; from accelmatrix.backends.local.backend import LocalBackend; "
-            "LocalBackend({'backend': 'local'}).setup("
-            "json.loads(sys.argv[1]), [json.loads(sys.argv[2])], {}, 120, print)",
-            json.dumps(r),
+            "import json, sys; from accelmatrix.backends.machine_kinds import get_backend; "
+            "from accelmatrix.contracts.machine_records import LocalResource; "
+            "get_backend({'backend': 'local'}).setup(LocalResource.model_validate_json("
+            "sys.argv[1]), [json.loads(sys.argv[2])], {}, 120, print)",
+            json.dumps(r.to_json()),
             json.dumps(cmd),
         ],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "plugins")},

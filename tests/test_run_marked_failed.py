@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 
 from accelmatrix_testkit import AirflowStack
 
@@ -157,7 +158,7 @@ def test_run_marked_failed_while_workloads_run(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELMATRIX_WORK_DIR", str(accel / "work"))
     left = [
         r
-        for r in LocalBackend({"backend": "local"}).list_managed()
+        for r in backend_of(LocalBackend, {"backend": "local"}).list_managed()
         if r.labels.get("run") == run_id
     ]
     assert left == [], left

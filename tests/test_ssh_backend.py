@@ -19,6 +19,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from backend_of import backend_of
 from pydantic import ValidationError
 
 from accelmatrix.backends.base import BackendError, CellContext, SetupFailed
@@ -27,6 +28,7 @@ from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.backends.machines.ssh import SshMachine
 from accelmatrix.backends.ssh import backend as ssh_backend
 from accelmatrix.backends.ssh.backend import SshBackend, expand_work_root
+from accelmatrix.contracts.machine_records import SshHandle
 from accelmatrix.hooks import ssh as ssh_hook
 
 # tests/sshd.py: the session-wide server. Without /usr/sbin/sshd every test that needs it
@@ -106,15 +108,15 @@ def test_provision_is_idempotent_and_labelled(accel_home, spec, monkeypatch):
     r1 = b.provision(_ctx(accel_home))
     r2 = b.provision(_ctx(accel_home))
     assert r1 == r2  # a retry finds the same resource
-    assert r1["work_dir"].startswith(
+    assert r1.work_dir.startswith(
         spec["work_root"] + "/d/manual__2026-01-01T00_00_00_00_00~1e8dc70c2b69/"
     )
-    assert Path(r1["work_dir"], "resource.json").is_file()
-    labels = r1["labels"]
+    assert Path(r1.work_dir, "resource.json").is_file()
+    labels = r1.labels
     assert labels["managed-by"] == "accelmatrix" and labels["cell"] == "model=a"
     assert labels["host"] == "127.0.0.1" and labels["run"] == "manual__2026-01-01T00:00:00+00:00"
     assert int(labels["ttl"]) > time.time()
-    assert [m.name for m in b.list_managed()] == [r1["name"]]
+    assert [m.name for m in b.list_managed()] == [r1.name]
     variables = b.variables(r1)
     assert variables["python"] == sys.executable
     # ${include_dir} works on the host: the include dir was copied there.
@@ -122,7 +124,7 @@ def test_provision_is_idempotent_and_labelled(accel_home, spec, monkeypatch):
 
 
 def test_provision_failure_removes_what_it_created(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     # An environmental fault half way: the work dir is made, then the cell's artifacts path
     # turns out to be taken by a file (the fault matrix blocks provision the same way).
     ctx = _ctx(accel_home)
@@ -135,14 +137,14 @@ def test_provision_failure_removes_what_it_created(accel_home, spec):
 
 
 def test_provision_refuses_a_python_that_cannot_run_the_runner(accel_home, spec):
-    b = SshBackend({**spec, "python": "/nonexistent/python3"})
+    b = backend_of(SshBackend, {**spec, "python": "/nonexistent/python3"})
     with pytest.raises(BackendError, match="not Python >= 3.10"):
         b.provision(_ctx(accel_home))
     assert not any(Path(spec["work_root"]).rglob("resource.json"))
 
 
 def test_setup_quotes_every_argument_and_env_value(accel_home, spec, tmp_path):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     pwned = tmp_path / "pwned"
     nasty = [
@@ -164,32 +166,32 @@ def test_setup_quotes_every_argument_and_env_value(accel_home, spec, tmp_path):
     lines: list[str] = []
     b.setup(r, [[sys.executable, "-c", code, *nasty]], env, 30, lines.append)
     payload = json.loads(next(line for line in lines if line.startswith('["')))
-    assert payload == [r["work_dir"], env["NASTY"], "bar", nasty]
+    assert payload == [r.work_dir, env["NASTY"], "bar", nasty]
     assert not pwned.exists()  # nothing was executed
-    setup_log = Path(r["artifacts_dir"], "setup.log").read_text()
+    setup_log = Path(r.artifacts_dir, "setup.log").read_text()
     assert setup_log.startswith("$ ") and "bar" in setup_log
 
 
 def test_setup_failure_reports_the_tail(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     lines: list[str] = []
     code = "import sys; print('boom'); print('to stderr', file=sys.stderr); raise SystemExit(3)"
     with pytest.raises(SetupFailed, match="exited with 3") as err:
         b.setup(r, [[sys.executable, "-c", code]], {}, 30, lines.append)
     assert "boom" in str(err.value) and "to stderr" in lines
-    assert "boom" in Path(r["artifacts_dir"], "setup.log").read_text()
+    assert "boom" in Path(r.artifacts_dir, "setup.log").read_text()
     with pytest.raises(SetupFailed, match="exited with 127"):
         b.setup(r, [["no-such-command-accelmatrix"]], {}, 30, lines.append)
     # Commands run in order and stop at the first failure.
-    marker = Path(r["work_dir"], "second-ran")
+    marker = Path(r.work_dir, "second-ran")
     with pytest.raises(SetupFailed):
         b.setup(r, [["false"], ["touch", str(marker)]], {}, 30, lines.append)
     assert not marker.exists()
 
 
 def test_setup_timeout_kills_the_remote_process_group(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     lines: list[str] = []
     t0 = time.time()
@@ -208,7 +210,7 @@ def test_a_setup_command_outliving_its_killed_task_is_stopped_by_the_retry(
     the retry overwrote setup.pgid and the teardown no longer found it (fault matrix)."""
     import subprocess
 
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     pidfile = tmp_path / "setup.pid"
     cmd = [
@@ -220,11 +222,12 @@ def test_a_setup_command_outliving_its_killed_task_is_stopped_by_the_retry(
         [
             sys.executable,
             "-c",
-            "import json, sys; from accelmatrix.backends.ssh.backend import SshBackend; "
-            "SshBackend(json.loads(sys.argv[1])).setup("
-            "json.loads(sys.argv[2]), [json.loads(sys.argv[3])], {}, 120, print)",
+            "import json, sys; from accelmatrix.backends.machine_kinds import get_backend; "
+            "from accelmatrix.contracts.machine_records import SshResource; "
+            "get_backend(json.loads(sys.argv[1])).setup(SshResource.model_validate_json("
+            "sys.argv[2]), [json.loads(sys.argv[3])], {}, 120, print)",
             json.dumps(spec),
-            json.dumps(r),
+            json.dumps(r.to_json()),
             json.dumps(cmd),
         ],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "plugins")},
@@ -249,7 +252,7 @@ def test_a_setup_command_outliving_its_killed_task_is_stopped_by_the_retry(
 
 
 def test_run_detached_streams_live_logs_and_records_exit(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     code = (
         "import os, sys, time\n"
@@ -261,20 +264,20 @@ def test_run_detached_streams_live_logs_and_records_exit(accel_home, spec):
         "sys.exit(4)\n"
     )
     h = b.submit(r, [sys.executable, "-c", code], {"FOO": "bar"})
-    assert not h["reattached"] and h["pid"] == h["pgid"]
+    assert not h.reattached and h.pid == h.pgid
     lines, off = _first_lines(b, h)
     assert lines == ["hello"] and off == len("hello\n")  # an incomplete line waits
     assert b.poll(h).done is False
     assert b.read_logs(h, off) == ([], off)
-    Path(r["work_dir"], "go").touch()
+    Path(r.work_dir, "go").touch()
     st = _wait(b, h)
     assert st.done and st.exit_code == 4 and not st.infrastructure_failure
     lines, off2 = b.read_logs(h, off)
     assert "partial" in lines and "oops" in lines
     assert b.read_logs(h, off2) == ([], off2)
     # Evaluation reads the local artifacts dir: collect brings the logs there.
-    b.collect(r, [], Path(r["artifacts_dir"]) / "files")
-    art = Path(r["artifacts_dir"])
+    b.collect(r, [], Path(r.artifacts_dir) / "files")
+    art = Path(r.artifacts_dir)
     status = json.loads((art / "status.json").read_text())
     assert status["exit_code"] == 4 and status["ended_at"] >= status["started_at"]
     assert (art / "stderr.log").read_text().strip() == "oops"
@@ -283,7 +286,7 @@ def test_run_detached_streams_live_logs_and_records_exit(accel_home, spec):
 
 def test_workload_env_has_no_airflow_secrets(accel_home, spec, server, monkeypatch):
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://u:S3cr3tValueXyz@h/db")
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     h = b.submit(r, [sys.executable, "-c", "import os; print(sorted(os.environ.items()))"], {})
     _wait(b, h)
@@ -291,20 +294,20 @@ def test_workload_env_has_no_airflow_secrets(accel_home, spec, server, monkeypat
     out = "\n".join(lines)
     assert "S3cr3tValueXyz" not in out and "AIRFLOW_CONN" not in out
     assert _key_body(server) not in out
-    assert f"'ACCELMATRIX_WORK_DIR', '{r['work_dir']}'" in out
+    assert f"'ACCELMATRIX_WORK_DIR', '{r.work_dir}'" in out
 
 
 def test_cancel_and_teardown_kill_the_whole_process_group(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     h = b.submit(r, _spawner(sys.executable), {})
     lines, _ = _first_lines(b, h)
     grandchild = int(lines[0])
-    assert _pid_alive(grandchild) and _pid_alive(h["pid"])
+    assert _pid_alive(grandchild) and _pid_alive(h.pid)
     b.teardown(r)
-    assert _gone(grandchild, h["pid"])
-    assert not Path(r["work_dir"]).exists()
-    art = Path(r["artifacts_dir"])
+    assert _gone(grandchild, h.pid)
+    assert not Path(r.work_dir).exists()
+    art = Path(r.artifacts_dir)
     assert (art / "output.log").read_text().strip() == str(grandchild)  # logs are kept
     assert json.loads((art / "status.json").read_text())["signal"] == signal.SIGTERM
     b.teardown(r)  # idempotent
@@ -312,43 +315,43 @@ def test_cancel_and_teardown_kill_the_whole_process_group(accel_home, spec):
 
 
 def test_submit_reattaches_to_a_running_workload(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
     h1 = b.submit(r, sleeper, {})
     ssh_hook.close_all()  # a retry runs in a new process: no cached connection
-    h2 = SshBackend(spec).submit(r, sleeper, {})
-    assert h2["reattached"] and h2["pid"] == h1["pid"]
+    h2 = backend_of(SshBackend, spec).submit(r, sleeper, {})
+    assert h2.reattached and h2.pid == h1.pid
     b.cancel(h1)
     st = _wait(b, h1)
     assert st.exit_code is not None and st.exit_code != 0
     # Once it has finished, a new submit starts afresh and keeps the old logs aside.
     h3 = b.submit(r, [sys.executable, "-c", "print('again')"], {})
-    assert not h3["reattached"] and _wait(b, h3).exit_code == 0
-    assert any(p.name.startswith("status.json.") for p in Path(h3["log_dir"]).iterdir())
+    assert not h3.reattached and _wait(b, h3).exit_code == 0
+    assert any(p.name.startswith("status.json.") for p in Path(h3.log_dir).iterdir())
 
 
 def test_runner_killed_without_status_is_an_infrastructure_failure(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     code = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
     h = b.submit(r, [sys.executable, "-c", code], {})
     lines, _ = _first_lines(b, h)
     workload = int(lines[0])
-    os.kill(h["pid"], signal.SIGKILL)  # the host lost the supervisor: no status is written
+    os.kill(h.pid, signal.SIGKILL)  # the host lost the supervisor: no status is written
     st = _wait(b, h)
     assert st.infrastructure_failure and st.exit_code is None
     assert _pid_alive(workload)  # orphaned, still in the group
     # The retry must not run a second copy beside the orphan: it stops the old group first.
     h2 = b.submit(r, [sys.executable, "-c", "print('fresh')"], {})
-    assert not h2["reattached"] and _gone(workload)
+    assert not h2.reattached and _gone(workload)
     assert _wait(b, h2).exit_code == 0
 
 
 def test_collect_copies_globs_and_refuses_escaping_symlinks(accel_home, spec, tmp_path):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
-    work = Path(r["work_dir"])
+    work = Path(r.work_dir)
     (work / "out" / "sub").mkdir(parents=True)
     (work / "out" / "a.json").write_text('{"a": 1}')
     (work / "out" / "b.txt").write_text("b")
@@ -357,7 +360,7 @@ def test_collect_copies_globs_and_refuses_escaping_symlinks(accel_home, spec, tm
     secret.write_text("top secret")
     os.symlink(secret, work / "out" / "leak.json")
     os.symlink(work / "out" / "b.txt", work / "out" / "inside.json")  # stays inside: fine
-    dest = Path(r["artifacts_dir"]) / "files"
+    dest = Path(r.artifacts_dir) / "files"
     assert b.collect(r, ["out/*.json"], dest) == ["out/a.json", "out/inside.json"]
     assert (dest / "out" / "a.json").read_text() == '{"a": 1}'
     assert not (dest / "out" / "leak.json").exists()
@@ -372,19 +375,19 @@ def test_collect_copies_globs_and_refuses_escaping_symlinks(accel_home, spec, tm
 
 
 def test_list_managed_sees_every_cell_until_teardown(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r1 = b.provision(_ctx(accel_home, "model=a"))
     r2 = b.provision(_ctx(accel_home, "model=b"))
     managed = {m.name: m for m in b.list_managed()}
-    assert set(managed) == {r1["name"], r2["name"]}
-    assert managed[r2["name"]].labels["cell"] == "model=b"
+    assert set(managed) == {r1.name, r2.name}
+    assert managed[r2.name].labels["cell"] == "model=b"
     # What a janitor needs to release it is in the listing.
-    b.teardown(managed[r1["name"]].detail["resource"])
-    assert [m.name for m in b.list_managed()] == [r2["name"]]
+    b.teardown(managed[r1.name].detail.resource)
+    assert [m.name for m in b.list_managed()] == [r2.name]
 
 
 def test_polls_reuse_one_connection_across_threads(accel_home, spec):
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     h = b.submit(r, [sys.executable, "-c", "import time; time.sleep(30)"], {})
     transport = ssh_hook.get_host(CONN_ID).client().get_transport()
@@ -401,7 +404,7 @@ def test_workload_trigger_streams_an_ssh_cell(accel_home, spec, monkeypatch):
     # The triggerer builds the backend from the machine spec and polls it in threads.
     from accelmatrix.triggers.workload import WorkloadTrigger
 
-    b = SshBackend(spec)
+    b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))
     h = b.submit(r, [sys.executable, "-c", "print('a'); print('b'); raise SystemExit(3)"], {})
     trigger = WorkloadTrigger(
@@ -424,16 +427,17 @@ def test_unreachable_host_is_an_infrastructure_failure_after_a_grace(monkeypatch
     dead = {**server.connection(), "port": port}
     monkeypatch.setenv("AIRFLOW_CONN_ACCELMATRIX_TEST_DEAD", json.dumps(dead))
     monkeypatch.setattr(ssh_hook, "CONNECT_ATTEMPTS", 1)
-    b = SshBackend({"backend": "ssh", "ssh_conn_id": "accelmatrix_test_dead"})
-    handle = {
-        "ssh_conn_id": "accelmatrix_test_dead",
-        "host": "127.0.0.1",
-        "work_dir": "/nonexistent/w/d/r/c",
-        "status_path": "/nonexistent/status.json",
-        "log_path": "/nonexistent/output.log",
-        "pid": 123456,
-        "pgid": 123456,
-    }
+    b = backend_of(SshBackend, {"backend": "ssh", "ssh_conn_id": "accelmatrix_test_dead"})
+    handle = SshHandle(
+        ssh_conn_id="accelmatrix_test_dead",
+        host="127.0.0.1",
+        work_dir="/nonexistent/w/d/r/c",
+        log_dir="/nonexistent",
+        status_path="/nonexistent/status.json",
+        log_path="/nonexistent/output.log",
+        pid=123456,
+        pgid=123456,
+    )
     st = b.poll(handle)
     assert not st.done and "unreachable" in st.detail
     assert b.read_logs(handle, 7) == ([], 7)
@@ -448,7 +452,7 @@ def test_a_host_with_another_host_key_is_refused(accel_home, spec, server, monke
     spoofed["extra"]["host_key"] = client_pub  # a valid ed25519 key, but not the server's
     monkeypatch.setenv("AIRFLOW_CONN_ACCELMATRIX_TEST_SPOOFED", json.dumps(spoofed))
     monkeypatch.setattr(ssh_hook, "CONNECT_ATTEMPTS", 1)
-    b = SshBackend({**spec, "ssh_conn_id": "accelmatrix_test_spoofed"})
+    b = backend_of(SshBackend, {**spec, "ssh_conn_id": "accelmatrix_test_spoofed"})
     with pytest.raises(ssh_hook.HostUnavailable, match="does not match") as err:
         b.provision(_ctx(accel_home))
     assert isinstance(err.value.__cause__, paramiko.BadHostKeyException)
@@ -468,15 +472,15 @@ def test_private_key_never_reaches_logs_or_artifacts(
     key_file_conn = json.dumps(server.connection(key_file=True))
     monkeypatch.setenv("AIRFLOW_CONN_ACCELMATRIX_TEST_SSH_FILE", key_file_conn)
     for conn_id in (CONN_ID, "accelmatrix_test_ssh_file"):
-        b = SshBackend({**spec, "ssh_conn_id": conn_id})
+        b = backend_of(SshBackend, {**spec, "ssh_conn_id": conn_id})
         r = b.provision(_ctx(accel_home, f"conn={conn_id}"))
         printed: list[str] = []
         b.setup(r, [["env"]], {}, 30, printed.append)
         h = b.submit(r, [sys.executable, "-c", "import os; print(dict(os.environ))"], {})
         _wait(b, h)
-        b.collect(r, ["**"], Path(r["artifacts_dir"]) / "files")
+        b.collect(r, ["**"], Path(r.artifacts_dir) / "files")
         b.teardown(r)
-        texts = [json.dumps(r), json.dumps(h), "\n".join(printed), caplog.text]
+        texts = [json.dumps(r.to_json()), json.dumps(h.to_json()), "\n".join(printed), caplog.text]
         texts += [p.read_text(errors="replace") for p in accel_home.rglob("*") if p.is_file()]
         body = _key_body(server)
         assert body and not any(body in t for t in texts)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from backend_of import backend_of
 
 from accelmatrix.backends.base import CellContext, InfrastructureError, SetupFailed
 from accelmatrix.backends.local.processes import pid_alive as _pid_alive
@@ -59,8 +60,11 @@ def spec(server, tmp_path) -> dict:
 
 
 def backend(gcloud_env, spec, **over) -> TpuVmBackend:
-    return TpuVmBackend(
-        {**spec, **over}, hook=TpuVmHook(env=gcloud_env, timeout=60), poll_interval=0.2
+    return backend_of(
+        TpuVmBackend,
+        {**spec, **over},
+        hook=TpuVmHook(env=gcloud_env, timeout=60),
+        poll_interval=0.2,
     )
 
 
@@ -94,8 +98,8 @@ def test_single_host_cell_lifecycle(accel_home, emu, gcloud_env, spec, server):
     c = ctx(accel_home)
     r = b.provision(c)
     name = node_name(c.dag_id, c.run_id, c.cell_id)
-    assert r["name"] == name and r["state"] == "READY" and len(r["worker_resources"]) == 1
-    labels = r["labels"]
+    assert r.name == name and r.state == "READY" and len(r.worker_resources) == 1
+    labels = r.labels
     assert labels["managed-by"] == "accelmatrix" and labels["cell"] == "model_a"
     assert labels["team"] == "ml"
 
@@ -105,8 +109,10 @@ def test_single_host_cell_lifecycle(accel_home, emu, gcloud_env, spec, server):
     meta = emu.node(name)["metadata"]["ssh-keys"]
     assert meta.startswith(f"{server.user}:ssh-ed25519 ")
     assert meta.split(":", 1)[1].split()[1] in server.authorized_keys.read_text()
-    assert "PRIVATE" not in json.dumps(r)  # the record carries the key's path, never the key
-    assert r["worker_resources"][0]["ssh_target"]["host_key"].startswith("ssh-ed25519 ")
+    assert "PRIVATE" not in json.dumps(
+        r.to_json()
+    )  # the record carries the key's path, never the key
+    assert r.worker_resources[0].ssh_target.host_key.startswith("ssh-ed25519 ")
 
     # Setup and the workload run on the VM over SSH, argv intact (no shell in between).
     v = b.variables(r)
@@ -126,10 +132,10 @@ def test_single_host_cell_lifecycle(accel_home, emu, gcloud_env, spec, server):
     assert st.exit_code == 0 and not st.infrastructure_failure
     out, _ = b.read_logs(h, 0)
     assert out == ["Finished training run it's $HOME"]
-    assert b.collect(r, ["out/*.json"], Path(r["artifacts_dir"]) / "files") == ["out/m.json"]
-    assert "Finished training run" in (Path(r["artifacts_dir"]) / "output.log").read_text()
+    assert b.collect(r, ["out/*.json"], Path(r.artifacts_dir) / "files") == ["out/m.json"]
+    assert "Finished training run" in (Path(r.artifacts_dir) / "output.log").read_text()
 
-    work = Path(r["worker_resources"][0]["work_dir"])
+    work = Path(r.worker_resources[0].work_dir)
     assert work.is_dir()
     b.teardown(r)
     assert emu.node(name) is None and not key.exists() and not work.exists()
@@ -142,22 +148,22 @@ def test_retry_finds_the_node_and_a_preempted_node_is_replaced(accel_home, emu, 
     c = ctx(accel_home)
     r1 = b.provision(c)
     r2 = b.provision(c)  # a retried provision task: the same node, the same key, no 2nd POST
-    assert r2["name"] == r1["name"] and len(posts(emu, "nodes")) == 1
+    assert r2.name == r1.name and len(posts(emu, "nodes")) == 1
     assert posts(emu, "nodes")[0]["body"]["schedulingConfig"]["spot"] is True
-    assert r2["worker_resources"][0]["work_dir"] == r1["worker_resources"][0]["work_dir"]
+    assert r2.worker_resources[0].work_dir == r1.worker_resources[0].work_dir
 
-    emu.preempt(r1["name"])  # a retry that finds its node preempted deletes it and fails
+    emu.preempt(r1.name)  # a retry that finds its node preempted deletes it and fails
     with pytest.raises(InfrastructureError, match="PREEMPTED"):
         b.provision(c)
-    assert emu.node(r1["name"]) is None and not ssh_keys.key_path(r1["name"]).exists()
+    assert emu.node(r1.name) is None and not ssh_keys.key_path(r1.name).exists()
 
 
 @pytest.mark.slow(40)
 def test_multi_host_slice_runs_on_every_worker(accel_home, emu, gcloud_env, spec):
     b = backend(gcloud_env, spec, accelerator_type="v4-16")  # 2 hosts
     r = b.provision(ctx(accel_home))
-    assert len(r["workers"]) == 2 and len(r["worker_resources"]) == 2
-    dirs = [Path(w["work_dir"]) for w in r["worker_resources"]]
+    assert len(r.workers) == 2 and len(r.worker_resources) == 2
+    dirs = [Path(w.work_dir) for w in r.worker_resources]
     assert dirs[0] != dirs[1]  # one loopback host: each worker gets its own dir
     v = b.variables(r)
     assert v["num_workers"] == "2"
@@ -177,14 +183,14 @@ def test_multi_host_slice_runs_on_every_worker(accel_home, emu, gcloud_env, spec
     h = b.submit(r, [py, "-c", code, v["work_dir"]], {})
     st = wait_done(b, h)
     assert st.exit_code == 3 and "worker 1" in st.detail and not st.infrastructure_failure
-    pid0 = h["workers"][0]["pid"]
+    pid0 = h.workers[0].pid
     deadline = time.time() + 15
     while _pid_alive(pid0) and time.time() < deadline:
         time.sleep(0.1)
     assert not _pid_alive(pid0)  # its peer failed: worker 0 was stopped, not left to hang
 
-    b.collect(r, [], Path(r["artifacts_dir"]) / "files")
-    art = Path(r["artifacts_dir"])
+    b.collect(r, [], Path(r.artifacts_dir) / "files")
+    art = Path(r.artifacts_dir)
     assert f"worker in {dirs[0]}" in (art / "output.log").read_text()
     assert f"worker in {dirs[1]}" in (art / "workers" / "1" / "output.log").read_text()
     b.teardown(r)
@@ -206,11 +212,11 @@ def test_preemption_while_running_is_an_infrastructure_failure(accel_home, emu, 
     py = b.variables(r)["python"]
     h = b.submit(r, [py, "-c", "import time; print('step 1', flush=True); time.sleep(60)"], {})
     assert not b.poll(h).done
-    emu.preempt(r["name"])
+    emu.preempt(r.name)
     st = wait_done(b, h, timeout=30)
     assert st.infrastructure_failure and "PREEMPTED" in st.detail and st.exit_code is None
     b.teardown(r)
-    assert emu.node(r["name"]) is None
+    assert emu.node(r.name) is None
 
 
 def test_a_workload_killed_by_preemption_is_never_a_test_failure(
@@ -229,7 +235,7 @@ def test_a_workload_killed_by_preemption_is_never_a_test_failure(
     )
     h = b.submit(r, [py, "-c", code], {})
     assert not b.poll(h).done  # the periodic check ran now: the next is an hour away
-    emu.preempt(r["name"])
+    emu.preempt(r.name)
     flag.touch()
     st = wait_done(b, h, timeout=30)
     assert st.infrastructure_failure and "PREEMPTED" in st.detail, st
@@ -256,7 +262,7 @@ def test_queued_resource_capacity_wait_and_timeout(accel_home, emu, gcloud_env, 
         gcloud_env, spec, capacity="queued", valid_until_seconds=600, accelerator_type="v6e-16"
     )
     r = b.provision(ctx(accel_home))
-    assert r["queued_resource"] == r["name"] and len(r["worker_resources"]) == 4
+    assert r.queued_resource == r.name and len(r.worker_resources) == 4
     (req,) = posts(emu, "queuedResources")
     assert req["body"]["queueingPolicy"] == {"validUntilDuration": "600s"}
     b.teardown(r)  # deleting the queued resource with --force takes the node along
@@ -277,7 +283,7 @@ def test_provision_trigger_defers_the_capacity_wait(
     machine = {**spec, "capacity": "queued", "valid_until_seconds": 600}
     b = backend(gcloud_env, machine)
     pending = b.begin_provision(ctx(accel_home))
-    assert pending["pending"] and emu.node(pending["name"]) is None  # still waiting
+    assert pending.pending and emu.node(pending.name) is None  # still waiting
 
     async def first_event(trigger):
         async for event in trigger.run():
@@ -286,7 +292,7 @@ def test_provision_trigger_defers_the_capacity_wait(
     event = asyncio.run(first_event(ProvisionTrigger(machine, pending, poll_interval=0.2)))
     assert event["status"] == "ready"
     r = b.finish_provision(pending)
-    assert r["state"] == "READY" and r["worker_resources"]
+    assert r.state == "READY" and r.worker_resources
     b.teardown(r)
 
     # Resuming a task (the run step's replacement machine): not sooner than the settle
@@ -375,5 +381,5 @@ def test_teardown_waits_out_an_unreachable_tpu_api(
     assert time.monotonic() - t >= 40  # it waited for the API, it did not skip the delete
     out = "\n".join(warned)
     assert "could not reach the API to delete" in out and "UNAVAILABLE" in out
-    assert emu.node(r["name"]) is None
+    assert emu.node(r.name) is None
     assert held["held_seconds"] > 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from backend_of import backend_of
 from pydantic import ValidationError
 
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
@@ -90,5 +91,5 @@ def test_gcloud_connection_errors_are_unreachable_not_answers():
         "ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND: Resource 'x' was not found\n", 1
     )
     assert isinstance(gone, TpuNotFound) and not isinstance(gone, TpuUnreachable)
-    assert TpuVmBackend(spec_for_unreachable()).unreachable(e)
-    assert not TpuVmBackend(spec_for_unreachable()).unreachable(gone)
+    assert backend_of(TpuVmBackend, spec_for_unreachable()).unreachable(e)
+    assert not backend_of(TpuVmBackend, spec_for_unreachable()).unreachable(gone)

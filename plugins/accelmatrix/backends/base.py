@@ -4,9 +4,11 @@ Which kinds there are, what each can do, and which class implements each (``get_
 is `accelmatrix.backends.machine_kinds`; this module knows none of them.
 
 Operators and triggers only talk to this interface, so switching a cell from `local` to a
-TPU VM is a change of its machine in the suite YAML, nothing else. Everything crossing a
-task boundary (resource records, job handles) is a JSON dict: it travels through XCom and
-must survive a worker dying between two tasks.
+TPU VM is a change of its machine in the suite YAML, nothing else. A backend is built from
+the cell's validated machine model (backends/machines) and speaks in the typed records of
+``accelmatrix.contracts.machine_records``: the resource, the pending provision, the job
+handle. Each becomes JSON only where it crosses a task boundary (XCom, a trigger's kwargs),
+so it survives a worker dying between two tasks.
 """
 
 from __future__ import annotations
@@ -15,8 +17,18 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from pydantic import BaseModel
+
+from accelmatrix.contracts.machine_records import (
+    JobHandle,
+    MachineResource,
+    ManagedDetail,
+    PendingProvision,
+    ServiceSpec,
+    StartedService,
+)
 from accelmatrix.errors import BackendError, InfrastructureError
 
 __all__ = [
@@ -82,49 +94,50 @@ class ManagedResource:
     name: str
     labels: dict[str, str]
     created_at: float | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: ManagedDetail = field(default_factory=ManagedDetail)
 
 
 class Backend(abc.ABC):
-    """One machine kind. Instances are cheap; build one per task from the cell's machine spec."""
+    """One machine kind. Instances are cheap; build one per task from the cell's machine
+    (its validated model: ``machine_kinds.get_backend``)."""
 
     kind: ClassVar[str]
 
-    def __init__(self, machine_spec: dict[str, Any]):
-        self.machine_spec = machine_spec
+    def __init__(self, machine: BaseModel):
+        self.machine = machine
 
     @abc.abstractmethod
-    def provision(self, ctx: CellContext) -> dict[str, Any]:
+    def provision(self, ctx: CellContext) -> MachineResource:
         """Get-or-create the cell's machine; idempotent. Cleans up itself if it fails half way."""
 
     # Provisioning that waits for capacity (a queued TPU, a cloud VM booting) is split in
     # three so the wait can happen in the triggerer (operators/provision.py). A backend
     # whose machines are ready at once keeps these defaults.
-    def begin_provision(self, ctx: CellContext) -> dict[str, Any]:
-        """Start provisioning; the resource if ready at once, else a record with
-        ``"pending": True`` for ``check_provision`` (JSON: it travels to the triggerer)."""
+    def begin_provision(self, ctx: CellContext) -> MachineResource | PendingProvision:
+        """Start provisioning; the resource if ready at once, else a PendingProvision for
+        ``check_provision`` (it travels to the triggerer as JSON)."""
         return self.provision(ctx)
 
-    def check_provision(self, pending: dict[str, Any]) -> ProvisionCheck:
+    def check_provision(self, pending: PendingProvision) -> ProvisionCheck:
         """Cheap, non-blocking look at a pending machine (called from the triggerer)."""
         raise NotImplementedError(f"{self.kind} provisions synchronously")
 
-    def finish_provision(self, pending: dict[str, Any]) -> dict[str, Any]:
+    def finish_provision(self, pending: PendingProvision) -> MachineResource:
         """The resource of a machine ``check_provision`` found ready. Undoes on failure."""
         raise NotImplementedError(f"{self.kind} provisions synchronously")
 
-    def abandon_provision(self, pending: dict[str, Any], reason: str) -> None:
+    def abandon_provision(self, pending: PendingProvision, reason: str) -> None:
         """Delete whatever a failed or timed-out provisioning left behind."""
         return None  # machines ready at once leave nothing pending
 
-    def resource_problem(self, resource: dict[str, Any]) -> str | None:
+    def resource_problem(self, resource: MachineResource) -> str | None:
         """Why ``resource`` can no longer run a workload (preempted, deleted), or None.
 
         Asked before a retried run: a machine that is gone is replaced, not reused.
         """
         return None
 
-    def refresh(self, resource: dict[str, Any]) -> dict[str, Any]:
+    def refresh(self, resource: MachineResource) -> MachineResource:
         """``resource`` as it is now (a replaced machine may have new addresses)."""
         return resource
 
@@ -134,13 +147,13 @@ class Backend(abc.ABC):
         return 0.0
 
     @abc.abstractmethod
-    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+    def variables(self, resource: MachineResource) -> dict[str, str]:
         """Values of the backend placeholders (${work_dir}, ${include_dir}, ${python})."""
 
     @abc.abstractmethod
     def setup(
         self,
-        resource: dict[str, Any],
+        resource: MachineResource,
         commands: list[list[str]],
         env: dict[str, str],
         timeout: int,
@@ -150,11 +163,11 @@ class Backend(abc.ABC):
 
     def start_services(
         self,
-        resource: dict[str, Any],
-        services: list[dict[str, Any]],
+        resource: MachineResource,
+        services: list[ServiceSpec],
         env: dict[str, str],
         log: LogFn,
-    ) -> list[dict[str, Any]]:
+    ) -> list[StartedService]:
         """Start the workload's background services and wait until each is ready.
 
         Must record them with the resource so that ``teardown`` stops them even when the
@@ -164,9 +177,7 @@ class Backend(abc.ABC):
         raise SetupFailed(f"the {self.kind} backend does not support workload.services")
 
     @abc.abstractmethod
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
+    def submit(self, resource: MachineResource, argv: list[str], env: dict[str, str]) -> JobHandle:
         """Start the workload detached from the caller; return a job handle.
 
         Idempotent per resource: if the workload of this resource is still running (a retry
@@ -174,23 +185,23 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
+    def poll(self, handle: JobHandle) -> JobStatus:
         """Cheap, non-blocking status check (called from the triggerer)."""
 
     @abc.abstractmethod
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+    def read_logs(self, handle: JobHandle, offset: int) -> tuple[list[str], int]:
         """Complete log lines after byte ``offset`` and the new offset (non-blocking)."""
 
     @abc.abstractmethod
-    def cancel(self, handle: dict[str, Any]) -> None:
+    def cancel(self, handle: JobHandle) -> None:
         """Stop the workload (its whole process tree / pod). Tolerates already-gone."""
 
     @abc.abstractmethod
-    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+    def collect(self, resource: MachineResource, globs: list[str], dest: Path) -> list[str]:
         """Copy artifacts matching ``globs`` into ``dest``; return their relative paths."""
 
     @abc.abstractmethod
-    def teardown(self, resource: dict[str, Any]) -> None:
+    def teardown(self, resource: MachineResource) -> None:
         """Release everything; idempotent, tolerates not-found."""
 
     def unreachable(self, error: BaseException) -> bool:

@@ -126,10 +126,27 @@ def kinds_that(capability: str) -> list[str]:
     return [k.name for k in KINDS.values() if getattr(k, capability)]
 
 
-def get_backend(machine_spec: dict[str, Any]) -> Backend:
-    """The backend for a machine spec (its class imported now, by the path named above)."""
+def machine_of(spec: dict[str, Any]) -> BaseModel:
+    """A machine's JSON form (the janitor's list, a bare trigger's kwargs) as its kind's
+    model, validated once here."""
     try:
-        kind = kind_of(machine_spec.get("backend"))
+        kind = kind_of(spec.get("backend"))
     except UnknownBackend as e:
         raise BackendError(e.args[0]) from None
-    return kind.load()(machine_spec)
+    return kind.machine.model_validate(spec)
+
+
+def get_backend(machine: BaseModel | dict[str, Any]) -> Backend:
+    """The backend for a machine (its class imported now, by the path named above).
+
+    A cell passes its validated model (``CellSpec.machine_spec``); a machine's JSON form
+    (the janitor's list of machines, a bare trigger's kwargs, the CLI) is validated here,
+    once: a backend itself only ever gets the model.
+    """
+    if isinstance(machine, dict):
+        machine = machine_of(machine)
+    try:
+        kind = kind_of(getattr(machine, "backend", None))
+    except UnknownBackend as e:
+        raise BackendError(e.args[0]) from None
+    return kind.load()(machine)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelmatrix import settings
 from accelmatrix.airflow_state import (
     FINISHED_RUN_STATES,
     FINISHED_TI_STATES,
@@ -43,9 +44,10 @@ from accelmatrix.airflow_state import (
     OwnerLookup,
     SdkOwnerLookup,
 )
-from accelmatrix.backends.base import MANAGED_BY, ManagedResource
-from accelmatrix.backends.machine_kinds import KINDS, get_backend
+from accelmatrix.backends.base import MANAGED_BY, Backend, ManagedResource
+from accelmatrix.backends.machine_kinds import KINDS, get_backend, machine_of
 from accelmatrix.results import results_store
+from accelmatrix.spec.loader import load_suites, suite_files
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,11 @@ class Report:
 
 
 # -- machines ---------------------------------------------------------------------------------
+def backend_for(spec: dict[str, Any]) -> Backend:
+    """The backend of a machine spec as the janitor holds it (its JSON form)."""
+    return get_backend(machine_of(spec))
+
+
 def machine_key(spec: dict[str, Any]) -> str:
     """What makes two machine specs list the same resources (a zone, a namespace, a host):
     each backend's ``janitor_key`` in the registry."""
@@ -124,7 +131,6 @@ def machines_from_suites(suites_dir: Path | str) -> tuple[dict[str, dict[str, An
     """Distinct machine specs of every valid suite, by :func:`machine_key`; and the broken
     suite files (whose machines cannot be known, so their resources wait for their TTL
     to be judged when the file is fixed or by another suite sharing the machine)."""
-    from accelmatrix.spec.loader import load_suites, suite_files
 
     good, bad = load_suites(suite_files(suites_dir))
     machines: dict[str, dict[str, Any]] = {}
@@ -142,9 +148,9 @@ def is_managed(res: ManagedResource) -> bool:
 
 def _identity(res: ManagedResource) -> tuple[dict[str, str] | None, bool]:
     """(dag_id, run_id, cell_id) of a resource and whether they are exact."""
-    ident = (res.detail or {}).get("identity")
-    if isinstance(ident, dict) and all(ident.get(k) for k in ("dag_id", "run_id", "cell_id")):
-        return {k: str(ident[k]) for k in ("dag_id", "run_id", "cell_id")}, True
+    ident = res.detail.identity
+    if ident is not None:
+        return ident.model_dump(), True
     labels = res.labels or {}
     if labels.get("dag") and labels.get("run"):
         lossy = {
@@ -220,7 +226,7 @@ def sweep(
     store: Any = None,
     now: float | None = None,
     say: Callable[[str], None] = log.info,
-    backend_factory: Callable[[dict[str, Any]], Any] = get_backend,
+    backend_factory: Callable[[dict[str, Any]], Any] = backend_for,
 ) -> Report:
     """List, judge and (unless ``dry_run``) tear down; every reap goes into ``store``."""
     report = Report()
@@ -257,7 +263,7 @@ def reap_run(
     reason: str = "its run is over",
     say: Callable[[str], None] = log.info,
     store: Any = None,
-    backend_factory: Callable[[dict[str, Any]], Any] = get_backend,
+    backend_factory: Callable[[dict[str, Any]], Any] = backend_for,
 ) -> Report:
     """Tear down now, whatever their TTL, the managed resources of one run that is over.
 
@@ -294,9 +300,9 @@ def _reap(backend: Any, d: Decision, *, dry_run: bool, store: Any, say: Callable
     if not is_managed(res):  # belt and braces: judge never gets one, but never delete it
         raise AssertionError(f"refusing to reap unmanaged {res.name}")
     if not dry_run:
-        record = (res.detail or {}).get("resource")
+        record = res.detail.resource
         try:
-            if not isinstance(record, dict):
+            if record is None:
                 raise RuntimeError("the backend gave no teardown record for it")
             backend.teardown(record)
             d.done = True
@@ -306,7 +312,7 @@ def _reap(backend: Any, d: Decision, *, dry_run: bool, store: Any, say: Callable
     say(f"{verb} {res.backend} {res.name}: {d.reason}" + (f" ({d.error})" if d.error else ""))
     if store is not None:
         ident = d.identity or {}
-        children = (res.detail or {}).get("children") or []
+        children = res.detail.children
         store.record_reaped(
             backend=res.backend,
             name=res.name,
@@ -331,7 +337,7 @@ def run(
     say: Callable[[str], None] = log.info,
 ) -> Report:
     """One janitor pass over every machine of every suite (what the janitor DAG runs)."""
-    from accelmatrix import settings
+    # SQLAlchemy loads with the store: kept out of DAG parse time (the janitor DAG's file).
     from accelmatrix.results.store import ResultsStore
 
     machines, broken = machines_from_suites(suites_dir or settings.suites_dir())

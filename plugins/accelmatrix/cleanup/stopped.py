@@ -36,7 +36,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from accelmatrix.airflow_state import SdkOwnerLookup
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import IN_FLIGHT, CellState
+from accelmatrix.contracts.machine_records import JobHandle
+from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 
 log = logging.getLogger(__name__)
@@ -76,8 +80,6 @@ def settle_cell(store: Any, dag_id: str, run_id: str, cell_id: str, message: str
 def owner_states(dag_id: str, run_id: str, task_group: str, map_index: int) -> dict[str, Any]:
     """State of each task of one cell through the Task SDK (inside a task or trigger);
     empty when they cannot be read (under ``dag.test()`` some calls are missing)."""
-    from accelmatrix.airflow_state import SdkOwnerLookup
-
     try:
         return SdkOwnerLookup().cell_states(dag_id, run_id, task_group, map_index)
     except Exception as e:  # noqa: BLE001 - a description, never a reason to fail cleanup
@@ -89,7 +91,7 @@ def stop_workload(
     cell: CellSpec,
     dag_id: str,
     run_id: str,
-    handle: dict[str, Any],
+    handle: JobHandle,
     say: Callable[[str], None],
 ) -> str:
     """What ``WorkloadTrigger.on_kill`` does (blocking: run it in a thread).
@@ -100,12 +102,9 @@ def stop_workload(
     starts the workload afresh. The task's own state is not asked: the Task SDK calls
     (blocking from a thread, or ``asend``) did not answer from inside on_kill on 3.3.2.
     """
-    from accelmatrix.backends.machine_kinds import get_backend
-    from accelmatrix.results import results_store
-
     why = "run task marked failed/success or cleared from outside (REST/UI), or its run deleted"
     say(f"{cell.id}: {why}; cancelling the workload {_handle_name(handle)}")
-    get_backend(cell.machine_json).cancel(handle)
+    get_backend(cell.machine_spec).cancel(handle)
     settle_cell(
         results_store(), dag_id, run_id, cell.id, f"{why}; workload cancelled by its trigger"
     )
@@ -113,8 +112,9 @@ def stop_workload(
     return f"cancelled: {why}"
 
 
-def _handle_name(handle: dict[str, Any]) -> str:
-    for key in ("pgid", "job", "name", "pid"):
-        if handle.get(key):
-            return f"{key} {handle[key]}"
+def _handle_name(handle: JobHandle) -> str:
+    for key in ("pgid", "job_name", "name", "pid"):
+        value = getattr(handle, key, None)
+        if value:
+            return f"{key} {value}"
     return ""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix.backends.machine_kinds import get_backend
+from accelmatrix.contracts.machine_records import MachineResource
 from accelmatrix.errors import InfrastructureError
 from accelmatrix.lifecycle.common import RunRef, _read_json
 from accelmatrix.spec.cell import CellSpec
@@ -63,22 +64,22 @@ def _disk_full(art: Path, files_dir: Path, error: OSError) -> ArtifactsDiskFull:
     )
 
 
-def machine_key(resource: dict[str, Any]) -> dict[str, Any]:
+def machine_key(resource: MachineResource) -> dict[str, str | float | None]:
     """What a marker records of the machine (its name is deterministic per cell)."""
-    return {"name": resource.get("name"), "created_at": resource.get("created_at")}
+    return {"name": resource.name, "created_at": resource.created_at}
 
 
-def same_machine(marker: Any, resource: dict[str, Any]) -> bool:
+def same_machine(marker: Any, resource: MachineResource) -> bool:
     """Whether a marker speaks of ``resource``'s machine: by name, because a retry may
     replace the machine under the same name while collect and teardown still hold the first
     record; markers of an earlier machine are removed when the next one is provisioned."""
-    return isinstance(marker, dict) and marker.get("name") == resource.get("name")
+    return isinstance(marker, dict) and marker.get("name") == resource.name
 
 
-def fetch_artifacts(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> list[str]:
+def fetch_artifacts(cell: CellSpec, resource: MachineResource, ref: RunRef) -> list[str]:
     """Copy the artifacts matching the workload's globs into ``<artifacts>/files``; return
     their relative paths and leave the marker saying they are here."""
-    backend = get_backend(cell.machine_json)
+    backend = get_backend(cell.machine_spec)
     key = machine_key(resource)
     resource = backend.refresh(resource)  # a retried run may have replaced the machine
     art = ref.artifacts(cell.id)
@@ -106,7 +107,7 @@ def fetch_artifacts(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> li
     return copied
 
 
-def fetched_artifacts(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> list[str] | None:
+def fetched_artifacts(cell: CellSpec, resource: MachineResource, ref: RunRef) -> list[str] | None:
     """The files an earlier step already fetched from this very machine, or None."""
     marker = _read_json(ref.artifacts(cell.id) / FETCHED)
     if not same_machine(marker, resource):

@@ -12,8 +12,12 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.cell_state import CellState
+from accelmatrix.contracts.machine_records import MachineResource
+from accelmatrix.evidence import evidence_url
 from accelmatrix.lifecycle.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, _record_step_failure
+from accelmatrix.metrics.resource_samples import FILE, resource_rows
+from accelmatrix.metrics.sources import collect_metrics, write_train_metrics
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 
@@ -25,7 +29,7 @@ class CollectFailed(AirflowFailException):
     the workload must change, so Airflow must not retry."""
 
 
-def collect(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+def collect(cell: CellSpec, resource: MachineResource, ref: RunRef) -> dict[str, Any]:
     """Copy artifacts and turn the declared metric sources into long-form metric rows.
 
     A crash here must not leave the cell looking healthy: evaluate still runs after it (its
@@ -61,9 +65,8 @@ def record_collect_failure(cell: CellSpec, ref: RunRef, error: str) -> None:
 
 
 def _collect(
-    cell: CellSpec, resource: dict[str, Any], ref: RunRef
+    cell: CellSpec, resource: MachineResource, ref: RunRef
 ) -> tuple[dict[str, Any], list[str]]:
-    from accelmatrix.metrics.sources import collect_metrics, write_train_metrics
 
     art = ref.artifacts(cell.id)
     files_dir = art / "files"
@@ -78,8 +81,6 @@ def _collect(
             copied = fetch_artifacts(cell, resource, ref)
         except ArtifactsDiskFull as e:  # the log is here: keep its metric rows, then fail
             disk_full, copied = e, []
-
-    from accelmatrix.metrics.resource_samples import FILE, resource_rows
 
     # The runner's samples (namespace runner.) go through the same duplicate check.
     collected = collect_metrics(
@@ -126,7 +127,6 @@ LINKED_ARTIFACTS = 50
 
 def _log_file_urls(ref: RunRef, art: Path, artifacts: list[Path]) -> None:
     """The cell's files as the matrix page serves them: links, not worker paths."""
-    from accelmatrix.evidence import evidence_url
 
     found = [p for p in (art / "output.log", art / "metrics.json") if p.is_file()]
     found += [p for p in artifacts[:LINKED_ARTIFACTS] if p.is_file()]

@@ -9,6 +9,8 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState
+from accelmatrix.contracts.step_events import EvaluationResult
+from accelmatrix.evaluation import CellOutputs, evaluate_cell
 from accelmatrix.evaluation.gx_suite import gx_loaded
 from accelmatrix.lifecycle.common import CellFailed, RunRef, _read_json, _record_step_failure
 from accelmatrix.results import results_store
@@ -30,15 +32,13 @@ def checks_are_warm() -> bool:
     return gx_loaded()
 
 
-def run_checks(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
-    """Evaluate the cell's outputs with Great Expectations; return a JSON-able result.
+def run_checks(cell: CellSpec, ref: RunRef) -> EvaluationResult:
+    """Evaluate the cell's outputs with Great Expectations; return the result.
 
     Pure with respect to the results store, so it can run wherever Great Expectations is
     already warm (the triggerer, see EvaluationTrigger). Serialised by a lock: GE contexts
     are not documented as thread-safe.
     """
-    from accelmatrix.evaluation import CellOutputs, evaluate_cell
-
     art = ref.artifacts(cell.id)
     status = _read_json(art / "status.json")
     metrics = _read_json(art / "metrics.json") or []
@@ -55,12 +55,12 @@ def run_checks(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
             data_docs_dir=art / "data_docs",
             suite_name=f"{ref.dag_id}.{cell.id}",
         )
-    return {
-        "passed": report.passed,
-        "table": report.format_table(),
-        "seconds": report.seconds,
-        "data_docs": str(report.data_docs_index) if report.data_docs_index else None,
-        "verdicts": [
+    return EvaluationResult(
+        passed=report.passed,
+        table=report.format_table(),
+        seconds=report.seconds,
+        data_docs=str(report.data_docs_index) if report.data_docs_index else None,
+        verdicts=[
             {
                 "check_name": v.name,
                 "check_type": v.type,
@@ -72,15 +72,15 @@ def run_checks(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
             }
             for v in report.verdicts
         ],
-        "warnings": [f"{v.name}: {v.message}" for v in report.verdicts if v.warning],
-    }
+        warnings=[f"{v.name}: {v.message}" for v in report.verdicts if v.warning],
+    )
 
 
-def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> dict[str, Any]:
+def record_evaluation(cell: CellSpec, ref: RunRef, result: EvaluationResult) -> dict[str, str]:
     """Store the verdicts and the cell's final state; raise CellFailed unless it passed."""
     store = results_store()
-    store.replace_checks(ref.dag_id, ref.run_id, cell.id, result["verdicts"])
-    failed = [v for v in result["verdicts"] if not v["passed"]]
+    store.replace_checks(ref.dag_id, ref.run_id, cell.id, result.verdicts)
+    failed = [v for v in result.verdicts if not v["passed"]]
     prior = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     # A specific earlier failure (setup, timeout, infrastructure) says more than "failed".
     earlier = prior.get("state") if prior.get("state") in EARLIER_FAILURES else None
@@ -93,15 +93,15 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> di
             "message": f"the workload never ran: the cell stopped at {prior['state']!r} "
             "(its provision or setup task did not finish)"
         }
-    if result["passed"] and earlier is None:
+    if result.passed and earlier is None:
         state = CellState.PASSED
     else:
         state = earlier or CellState.FAILED
     message = "; ".join(f"{v['check_name']}: {v['message']}" for v in failed)[:2000]
-    for w in result.get("warnings") or []:
+    for w in result.warnings:
         log.warning("cell %s: %s", cell.id, w)
-    if state == CellState.PASSED and result.get("warnings"):
-        message = "; ".join(result["warnings"])[:2000]  # passed, with warnings
+    if state == CellState.PASSED and result.warnings:
+        message = "; ".join(result.warnings)[:2000]  # passed, with warnings
     if earlier and prior.get("message"):
         message = f"{prior['message']}; {message}"
     store.upsert_cell(
@@ -111,10 +111,10 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> di
         fence=ref.fence,
         state=state,
         message=message,
-        data_docs=result["data_docs"],
+        data_docs=result.data_docs,
     )
     if state != CellState.PASSED:
-        raise CellFailed(failure_line(cell.id, state, failed, len(result["verdicts"]), message))
+        raise CellFailed(failure_line(cell.id, state, failed, len(result.verdicts), message))
     return {"cell": cell.id, "state": state}
 
 

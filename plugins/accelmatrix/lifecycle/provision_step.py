@@ -4,11 +4,12 @@ ProvisionTrigger; a failure is recorded as the cell's infrastructure failure."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from accelmatrix.airflow_state import OWNER_GROUP_LABEL, OWNER_INDEX_LABEL
 from accelmatrix.backends.base import CellContext
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
+from accelmatrix.contracts.machine_records import MachineResource, PendingProvision
 from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.lifecycle.release import forget_earlier_machine
 from accelmatrix.results import results_store
@@ -30,14 +31,12 @@ def _cell_context(cell: CellSpec, ref: RunRef) -> CellContext:
 
 def owner_labels(ref: RunRef) -> dict[str, str]:
     """Labels naming the task instances that own a cell's resource (read by the janitor)."""
-    from accelmatrix.airflow_state import OWNER_GROUP_LABEL, OWNER_INDEX_LABEL
-
     if ref.task_group is None or ref.map_index is None:
         return {}
     return {OWNER_GROUP_LABEL: ref.task_group, OWNER_INDEX_LABEL: str(ref.map_index)}
 
 
-def begin_provision(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
+def begin_provision(cell: CellSpec, ref: RunRef) -> MachineResource | PendingProvision:
     """Start provisioning: the resource, or a pending record to wait on (see ProvisionOperator)."""
     store = results_store()
     store.upsert_cell(
@@ -48,19 +47,19 @@ def begin_provision(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
         state=CellState.PROVISIONING,
         provision_started_at=utcnow(),
     )
-    backend = get_backend(cell.machine_json)
+    backend = get_backend(cell.machine_spec)
     try:
         record = backend.begin_provision(_cell_context(cell, ref))
     except Exception as e:
         record_provision_failure(ref.dag_id, ref.run_id, cell.id, str(e), fence=ref.fence)
         raise
-    if record.get("pending"):
+    if isinstance(record, PendingProvision):
         return record
     return _provisioned(cell, ref, backend.kind, record)
 
 
-def finish_provision(cell: CellSpec, ref: RunRef, pending: dict[str, Any]) -> dict[str, Any]:
-    backend = get_backend(cell.machine_json)
+def finish_provision(cell: CellSpec, ref: RunRef, pending: PendingProvision) -> MachineResource:
+    backend = get_backend(cell.machine_spec)
     try:
         resource = backend.finish_provision(pending)
     except Exception as e:
@@ -69,10 +68,13 @@ def finish_provision(cell: CellSpec, ref: RunRef, pending: dict[str, Any]) -> di
     return _provisioned(cell, ref, backend.kind, resource)
 
 
-def provision_failed(cell: CellSpec, ref: RunRef, pending: dict[str, Any], reason: str):
+def provision_failed(
+    cell: CellSpec, ref: RunRef, pending: PendingProvision | None, reason: str
+) -> None:
     """Clean up after a provisioning that will never finish (idempotent), record why."""
     try:
-        get_backend(cell.machine_json).abandon_provision(pending, reason)
+        if pending is not None:
+            get_backend(cell.machine_spec).abandon_provision(pending, reason)
     finally:
         record_provision_failure(ref.dag_id, ref.run_id, cell.id, reason, fence=ref.fence)
 
@@ -103,8 +105,8 @@ def record_provision_failure(
 
 
 def _provisioned(
-    cell: CellSpec, ref: RunRef, kind: str, resource: dict[str, Any]
-) -> dict[str, Any]:
+    cell: CellSpec, ref: RunRef, kind: str, resource: MachineResource
+) -> MachineResource:
     forget_earlier_machine(ref, cell.id)
     results_store().upsert_cell(
         ref.dag_id,
@@ -114,5 +116,5 @@ def _provisioned(
         state=CellState.PROVISIONED,
         provisioned_at=utcnow(),
     )
-    log.info("provisioned %s resource %s", kind, resource["name"])
+    log.info("provisioned %s resource %s", kind, resource.name)
     return resource

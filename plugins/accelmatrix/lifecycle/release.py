@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
 
 import tenacity
 
 from accelmatrix.backends.base import Backend
 from accelmatrix.backends.machine_kinds import get_backend
+from accelmatrix.contracts.machine_records import MachineResource
 from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
 from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
+from accelmatrix.pricing import PricingError, hourly_price
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.timeouts import TEARDOWN_API_PATIENCE_SECONDS
@@ -29,7 +30,7 @@ log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 RELEASED = "released.json"
 
 
-def released_by(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict | None:
+def released_by(cell: CellSpec, resource: MachineResource, ref: RunRef) -> dict | None:
     """The record of an earlier release of this very machine, or None."""
     marker = _read_json(ref.artifacts(cell.id) / RELEASED)
     return marker if same_machine(marker, resource) else None
@@ -45,7 +46,7 @@ def forget_earlier_machine(ref: RunRef, cell_id: str) -> None:
             log.warning("could not remove %s: %s", art / name, e)
 
 
-def delete_machine(backend: Backend, resource: dict[str, Any], *, patience: float) -> None:
+def delete_machine(backend: Backend, resource: MachineResource, *, patience: float) -> None:
     """``backend.teardown(resource)``, tried again while the backend says the error means its
     API could not be reached, for up to ``patience`` seconds (backing off 2 s to 15 s).
 
@@ -58,7 +59,7 @@ def delete_machine(backend: Backend, resource: dict[str, Any], *, patience: floa
         log.warning(
             "could not reach the API to delete %s (try %d; trying again in %.0f s, for up "
             "to %.0f s in all): %s",
-            resource.get("name"),
+            resource.name,
             state.attempt_number,
             state.next_action.sleep if state.next_action else 0.0,
             patience,
@@ -75,8 +76,8 @@ def delete_machine(backend: Backend, resource: dict[str, Any], *, patience: floa
 
 
 def release_machine(
-    cell: CellSpec, resource: dict[str, Any], ref: RunRef, *, step: str
-) -> dict[str, Any]:
+    cell: CellSpec, resource: MachineResource, ref: RunRef, *, step: str
+) -> dict[str, float]:
     """Delete the cell's machine (idempotent) and, the first time, record the held time.
 
     Returns ``held_seconds`` and ``workload_seconds`` of the first release.
@@ -85,24 +86,22 @@ def release_machine(
     # `run` releases on the side and leaves a failure to the teardown task; the teardown
     # task is the last one that can, so it waits out an unreachable cloud API.
     patience = TEARDOWN_API_PATIENCE_SECONDS if step == "teardown" else 0.0
-    delete_machine(get_backend(cell.machine_json), resource, patience=patience)
+    delete_machine(get_backend(cell.machine_spec), resource, patience=patience)
     if earlier is not None:
         log.info(
             "%s was released by %s %.1f s after it was created; checked that it is gone",
-            resource["name"],
+            resource.name,
             earlier.get("step"),
             earlier.get("held_seconds") or 0.0,
         )
         return {k: earlier.get(k) for k in ("held_seconds", "workload_seconds")}
     ended = time.time()
-    held = ended - float(resource["created_at"])
+    held = ended - float(resource.created_at or ended)
     art = ref.artifacts(cell.id)
     status = _read_json(art / "status.json") or {}
     workload = None
     if status.get("started_at") and status.get("ended_at"):
         workload = status["ended_at"] - status["started_at"]
-    from accelmatrix.pricing import PricingError, hourly_price
-
     try:
         cost = held / 3600.0 * hourly_price(cell.machine_json)
     except PricingError as e:  # checked at plan time; a release must not fail over a price
@@ -129,7 +128,7 @@ def release_machine(
     (art / RELEASED).write_text(json.dumps(record))
     log.info(
         "tore down %s; resource held %.1f s, workload ran %s s",
-        resource["name"],
+        resource.name,
         held,
         f"{workload:.1f}" if workload is not None else "-",
     )

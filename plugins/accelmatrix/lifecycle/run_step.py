@@ -5,10 +5,12 @@ operators/run.py and triggers/workload.py."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
+from accelmatrix.cleanup.stopped import STOPPED
+from accelmatrix.contracts.machine_records import JobHandle, MachineResource
+from accelmatrix.contracts.step_events import WorkloadEvent
 from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
 from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.lifecycle.release import release_machine, released_by
@@ -19,14 +21,14 @@ log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
 def record_run_outcome(
-    cell: CellSpec, ref: RunRef, event: dict[str, Any], handle: dict[str, Any]
+    cell: CellSpec, ref: RunRef, event: WorkloadEvent, handle: JobHandle | None
 ) -> tuple[str, str]:
     """Turn a WorkloadTrigger event into the cell's run state; kill what must be killed.
 
     Idempotent: called by the trigger before it fires and again by the resumed task.
     """
-    status = event.get("status")
-    exit_code = event.get("exit_code")
+    status = event.status
+    exit_code = event.exit_code
     if status in ("timeout", "hung") and handle:
         _kill(cell, handle)
     expected = cell.expected_exit
@@ -34,18 +36,16 @@ def record_run_outcome(
         state = CellState.TIMED_OUT
         msg = f"workload timed out after {cell.workload.timeout} s and was killed"
     elif status == "hung":
-        state, msg = CellState.HUNG, f"workload {event.get('detail')}; it was killed"
+        state, msg = CellState.HUNG, f"workload {event.detail}; it was killed"
     elif status == "infra_failed":
-        state, msg = CellState.INFRA_FAILED, f"infrastructure failure: {event.get('detail')}"
+        state, msg = CellState.INFRA_FAILED, f"infrastructure failure: {event.detail}"
     elif exit_code != expected:
         state = CellState.RUN_FAILED
-        msg = f"workload exited with {exit_code}, expected {expected} ({event.get('detail')})"
+        msg = f"workload exited with {exit_code}, expected {expected} ({event.detail})"
     else:
         state, msg = CellState.RAN, f"workload exited {exit_code} as expected"
     store = results_store()
     row = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    from accelmatrix.cleanup.stopped import STOPPED
-
     if row.get("state") == STOPPED:
         # The run was stopped from outside and the teardown killed the workload before the
         # trigger heard of it: the exit it saw is the kill's, not the workload's verdict.
@@ -66,13 +66,13 @@ def record_run_outcome(
     return state, msg
 
 
-def _kill(cell: CellSpec, handle: dict[str, Any]) -> None:
+def _kill(cell: CellSpec, handle: JobHandle) -> None:
     """Stop a timed-out or hung workload. When this is the second recording (the task
     resumed after its trigger), the trigger already killed it and may have released the
     machine: a kill that cannot reach a machine that is gone is not a failure of the step,
     and a machine that is still there is released by run or teardown with its workload."""
     try:
-        get_backend(cell.machine_json).cancel(handle)
+        get_backend(cell.machine_spec).cancel(handle)
     except Exception as e:
         _not_fatal(f"could not stop the workload of {cell.id}; releasing its machine stops it", e)
 
@@ -91,8 +91,8 @@ FINAL_RUN_STATES = frozenset(
 
 
 def finish_run(
-    cell: CellSpec, resource: dict[str, Any], ref: RunRef, state: str
-) -> dict[str, Any] | None:
+    cell: CellSpec, resource: MachineResource, ref: RunRef, state: str
+) -> dict[str, float] | None:
     """Fetch the artifacts and release the machine as soon as the workload's outcome is final.
 
     Without this the machine would wait, idle, for two more task starts (collect, then
@@ -101,7 +101,7 @@ def finish_run(
     verdict is the workload's; if fetching or releasing fails here, collect and teardown do
     it again (and fail loudly if it still does not work). Idempotent.
     """
-    if state not in FINAL_RUN_STATES or not resource.get("name"):
+    if state not in FINAL_RUN_STATES or not resource.name:
         return None
     if released_by(cell, resource, ref) is not None:  # the trigger did, before a resume
         return None
@@ -114,5 +114,5 @@ def finish_run(
     try:
         return release_machine(cell, resource, ref, step="run")
     except Exception as e:
-        _not_fatal(f"could not release {resource['name']}; the teardown task will", e)
+        _not_fatal(f"could not release {resource.name}; the teardown task will", e)
         return None

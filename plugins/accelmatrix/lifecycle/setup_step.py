@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
+from accelmatrix.backends.base import InfrastructureError, SetupFailed
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
+from accelmatrix.contracts.machine_records import MachineResource, ServiceSpec
 from accelmatrix.lifecycle.common import RunRef
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
@@ -17,16 +18,14 @@ from accelmatrix.spec.templating import render_tree
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
-def setup(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> None:
-    from accelmatrix.backends.base import InfrastructureError, SetupFailed
-
+def setup(cell: CellSpec, resource: MachineResource, ref: RunRef) -> None:
     wl = cell.workload
     store = results_store()
     if not wl.setup and not wl.services:
         log.info("no setup commands")
         store.upsert_cell(ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=CellState.SETUP)
         return
-    backend = get_backend(cell.machine_json)
+    backend = get_backend(cell.machine_spec)
     variables = backend.variables(resource)
     store.upsert_cell(ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=CellState.SETUP)
     try:
@@ -40,7 +39,10 @@ def setup(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> None:
         if wl.services:
             backend.start_services(
                 resource,
-                render_tree([s.model_dump(mode="json") for s in wl.services], variables),
+                [
+                    ServiceSpec.model_validate(render_tree(s.model_dump(mode="json"), variables))
+                    for s in wl.services
+                ],
                 workload_env(cell, resource, variables),
                 lambda line: log.info("%s", line),
             )
@@ -67,7 +69,7 @@ def setup(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> None:
 
 
 def workload_env(
-    cell: CellSpec, resource: dict[str, Any], variables: dict[str, str]
+    cell: CellSpec, resource: MachineResource, variables: dict[str, str]
 ) -> dict[str, str]:
     """The suite's env plus what every workload may rely on (cell id, axis values)."""
     env = dict(render_tree(cell.workload.env, variables))

@@ -4,8 +4,9 @@ first); Airflow runs it after failures too, so no machine outlives its cell."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from accelmatrix.cleanup import stopped
+from accelmatrix.contracts.machine_records import MachineResource
 from accelmatrix.lifecycle.common import RunRef
 from accelmatrix.lifecycle.release import release_machine
 from accelmatrix.results import results_store
@@ -14,7 +15,7 @@ from accelmatrix.spec.cell import CellSpec
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
 
-def teardown(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str, Any]:
+def teardown(cell: CellSpec, resource: MachineResource, ref: RunRef) -> dict[str, float]:
     """Release whatever of the cell's machine is still there (``run`` releases a finished
     cell's machine itself: then this only checks that it is gone)."""
     # Before the machine goes: a trigger still watching a cut-short workload would otherwise
@@ -23,11 +24,9 @@ def teardown(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str,
     return release_machine(cell, resource, ref, step="teardown")
 
 
-def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: dict[str, Any]) -> None:
+def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: MachineResource) -> None:
     """A cell whose work ended without an outcome (its run marked failed from outside, its
     worker killed) gets a verdict here, before its machine goes: see accelmatrix.cleanup.stopped."""
-    from accelmatrix.cleanup import stopped
-
     row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
     if row.get("state") not in stopped.IN_FLIGHT:
         return
@@ -36,7 +35,7 @@ def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: dict[str, Any]) -> 
         states = stopped.owner_states(ref.dag_id, ref.run_id, ref.task_group, ref.map_index)
     message = (
         f"stopped before it finished ({stopped.describe(states)}; was {row['state']}); "
-        f"machine {resource['name']} and its workload torn down by the cell's teardown"
+        f"machine {resource.name} and its workload torn down by the cell's teardown"
     )
     if stopped.settle_cell(results_store(), ref.dag_id, ref.run_id, cell.id, message):
         log.warning("cell %s: %s", cell.id, message)

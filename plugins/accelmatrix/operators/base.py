@@ -28,12 +28,16 @@ value containing ``{{ ... }}`` stays text.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
-if TYPE_CHECKING:  # imported by the steps at run time: DAG parsing never loads the models
-    from accelmatrix.spec.cell import CellSpec
+from accelmatrix.contracts.machine_records import (
+    MachineResource,
+    ResourceBase,
+    resource_from_json,
+)
+from accelmatrix.spec.cell import CellSpec
 
 # Airflow's grid, REST ``rendered_map_index`` and the logs name a mapped task by this. It
 # renders the mapped reference (a dict: Jinja falls back from the attribute to the key) and
@@ -57,6 +61,7 @@ class CellOperator(BaseOperator):
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render as usual, then swap the mapped cell reference for the planned cell."""
+        # The steps read the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         super().render_template_fields(context, jinja_env)
@@ -79,8 +84,6 @@ class CellOperator(BaseOperator):
         ``execute`` Airflow renders the template again, finds the same name and sends
         nothing; the name still travels with the task's final state (or its deferral).
         """
-        from accelmatrix.spec.cell import CellSpec
-
         if context.get("map_index_template") != CELL_NAME or not isinstance(self.cell, CellSpec):
             return
         name = self.render_template(CELL_NAME, context)
@@ -100,6 +103,7 @@ class CellOperator(BaseOperator):
     @staticmethod
     def ref(context: Any):
         """The run (and mapped task group, map index) this step belongs to."""
+        # The steps' package loads the results store: kept out of DAG parse time.
         from accelmatrix.lifecycle import RunRef
 
         return RunRef.from_context(context)
@@ -120,7 +124,7 @@ class CellOperator(BaseOperator):
         return type(comms).__name__ != "InProcessSupervisorComms"
 
     @staticmethod
-    def provisioned_resource(context: Any) -> dict[str, Any]:
+    def provisioned_resource(context: Any) -> MachineResource:
         """The resource ``provision`` returned for this cell.
 
         Pulled explicitly rather than passed as an argument: Airflow requires every direct
@@ -135,8 +139,9 @@ class CellOperator(BaseOperator):
         return resource_record(resource)
 
 
-def resource_record(value: Any) -> dict[str, Any]:
-    """The resource record ``provision`` returned, however Airflow handed it over.
+def resource_record(value: Any) -> MachineResource:
+    """The resource record ``provision`` returned (its JSON form, this step's XCom), however
+    Airflow handed it over.
 
     A provision that ended in the triggerer pushed its record through
     ``TaskSuccessEvent(xcoms=...)``; Airflow 3.3.2 stores such values JSON-encoded once more
@@ -145,6 +150,6 @@ def resource_record(value: Any) -> dict[str, Any]:
     """
     if isinstance(value, str):
         value = json.loads(value)
-    if not isinstance(value, dict):
+    if not isinstance(value, dict | ResourceBase):
         raise TypeError(f"a resource record must be a JSON object, got {type(value).__name__}")
-    return value
+    return resource_from_json(value)

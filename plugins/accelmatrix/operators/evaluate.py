@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelmatrix.contracts.step_events import EvaluationEvent, EvaluationResult
 from accelmatrix.evidence import evidence_url
 from accelmatrix.operators.base import CellOperator
 from accelmatrix.spec.timeouts import EVALUATION_DEFERRAL
+from accelmatrix.triggers.evaluation import EvaluationTrigger
 
 
 class ChecksFailed(SystemExit):
@@ -38,6 +40,7 @@ class ChecksFailed(SystemExit):
 
 def _final(record: Any) -> Any:
     """Run ``record`` (lifecycle.record_evaluation); a failed verdict becomes ChecksFailed."""
+    # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
     from accelmatrix.lifecycle import CellFailed
 
     try:
@@ -54,12 +57,11 @@ class EvaluateCellOperator(CellOperator):
         self.deferrable = deferrable
 
     def execute(self, context: Any) -> Any:
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         ref = self.ref(context)
         if self.deferrable and not lifecycle.checks_are_warm():
-            from accelmatrix.triggers.evaluation import EvaluationTrigger
-
             self.defer(
                 trigger=EvaluationTrigger(
                     cell=self.cell,
@@ -85,21 +87,24 @@ class EvaluateCellOperator(CellOperator):
         return _final(lambda: lifecycle.record_evaluation(self.cell, ref, result))
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-        """Only for events that hand the evaluation back to a worker (older triggers)."""
+        """Only for events that hand the evaluation back to a worker (older triggers);
+        ``event``: an EvaluationEvent's JSON form."""
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         ref = self.ref(context)
-        event = event or {}
-        if event.get("status") != "done":
-            error = str(event.get("error", event))
+        evaluated = EvaluationEvent.from_json(event or {"status": "error", "error": "no event"})
+        result = evaluated.result
+        if evaluated.status != "done" or result is None:
+            error = evaluated.error or str(event)
             lifecycle.record_evaluation_error(self.cell, ref, error)
             raise RuntimeError(f"evaluation failed to run: {error}")
-        if not event.get("logged"):
-            self._log_result(event["result"])
-        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, event["result"]))
+        if not evaluated.logged:
+            self._log_result(result)
+        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, result))
 
-    def _log_result(self, result: dict[str, Any]) -> None:
-        self.log.info("checks for %s:\n%s", self.cell.id, result["table"])
-        if result["data_docs"]:
-            self.log.info("Data Docs: %s", evidence_url(self.dag_id, result["data_docs"]))
-        self.log.info("evaluation took %.2f s", result["seconds"])
+    def _log_result(self, result: EvaluationResult) -> None:
+        self.log.info("checks for %s:\n%s", self.cell.id, result.table)
+        if result.data_docs:
+            self.log.info("Data Docs: %s", evidence_url(self.dag_id, result.data_docs))
+        self.log.info("evaluation took %.2f s", result.seconds)

@@ -20,9 +20,13 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from accelmatrix.cleanup import clearing
+from accelmatrix.contracts.machine_records import MachineResource, PendingProvision
+from accelmatrix.contracts.step_events import ProvisionEvent
 from accelmatrix.operators.base import CellOperator
 from accelmatrix.operators.run import InfrastructureFailure
 from accelmatrix.spec.timeouts import provision_deferral
+from accelmatrix.triggers.provision import ProvisionTrigger
 
 
 class ProvisionOperator(CellOperator):
@@ -32,30 +36,31 @@ class ProvisionOperator(CellOperator):
     pushes_xcom = True
 
     def execute(self, context: Any) -> dict[str, Any]:
+        """The resource record, as its JSON form (this step's XCom)."""
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
-        from accelmatrix.triggers.provision import ProvisionTrigger
 
         cell = self.cell
         ref = self.ref(context)
         decision = self._reprovision(context, ref)
         setup_again = decision is not None and decision.setup_again
         record = lifecycle.begin_provision(cell, ref)
-        if not record.get("pending"):
-            return self._ready(ref, record, setup_again)
+        if not isinstance(record, PendingProvision):
+            return self._ready(ref, record, setup_again).to_json()
         if setup_again:  # carried over the deferral
-            record = {**record, "reprovision_setup": True}
+            record = record.model_copy(update={"reprovision_setup": True})
         # The trigger ends the task with the resource, unless the new machine must also be
         # set up here (a cleared cell whose setup step was not cleared).
         trigger, wait = ProvisionTrigger.for_cell(
             cell, record, ref, end_task=not setup_again and self.triggers_end_tasks()
         )
         self.log.info(
-            "%s requested; waiting up to %.0f s for it in the triggerer", record["name"], wait
+            "%s requested; waiting up to %.0f s for it in the triggerer", record.name, wait
         )
         self.defer(
             trigger=trigger,
             method_name="execute_complete",
-            kwargs={"pending": record},
+            kwargs={"pending": record.to_json()},
             timeout=provision_deferral(wait),
         )
 
@@ -64,8 +69,6 @@ class ProvisionOperator(CellOperator):
         cell was cleared (3.3.2 clears the setup tasks of every map index); else say what
         runs again. None on a first try. See accelmatrix.cleanup.clearing.
         """
-        from accelmatrix.cleanup import clearing
-
         if not clearing.needs_check(context) or ref.task_group is None:
             return None
         decision = clearing.decide(ref.dag_id, ref.run_id, ref.task_group, ref.map_index)
@@ -75,12 +78,13 @@ class ProvisionOperator(CellOperator):
         self.log.info("provisioning again: %s", decision.why)
         return decision
 
-    def _ready(self, ref: Any, resource: dict[str, Any], setup_again: bool) -> Any:
+    def _ready(self, ref: Any, resource: MachineResource, setup_again: bool) -> MachineResource:
         """The new machine of a cleared cell whose setup step was not cleared: set it up.
 
         A failure here tears the machine down before failing: Airflow skips the teardown
         of a failed setup task.
         """
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         if not setup_again:
@@ -99,18 +103,21 @@ class ProvisionOperator(CellOperator):
         event: dict[str, Any] | None = None,
         pending: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """The machine is ready, or never will be (``event``: a ProvisionEvent's JSON form,
+        ``pending`` the deferral's kwarg); the resource record's JSON form (this step's XCom)."""
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         cell = self.cell
         ref = self.ref(context)
-        event = event or {}
+        provisioned = ProvisionEvent.from_json(event or {"status": "failed"})
         # The trigger echoes the pending record: next_kwargs did not survive the resume in
         # Airflow 3.3.2 under dag.test(), and the event is what the resumed task surely gets.
-        pending = pending or event.get("pending") or {}
-        if event.get("status") != "ready":
-            reason = event.get("detail") or "provisioning failed"
-            lifecycle.provision_failed(cell, ref, pending, reason)
+        request = PendingProvision.from_json(pending) if pending else provisioned.pending
+        if provisioned.status != "ready" or request is None:
+            reason = provisioned.detail or "provisioning failed"
+            lifecycle.provision_failed(cell, ref, request, reason)
             raise InfrastructureFailure(reason)
-        self.log.info("%s is ready after %.0f s", pending.get("name"), event.get("waited", 0))
-        resource = lifecycle.finish_provision(cell, ref, pending)
-        return self._ready(ref, resource, bool(pending.get("reprovision_setup")))
+        self.log.info("%s is ready after %.0f s", request.name, provisioned.waited)
+        resource = lifecycle.finish_provision(cell, ref, request)
+        return self._ready(ref, resource, request.reprovision_setup).to_json()

@@ -17,20 +17,32 @@ checks that it is gone.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from accelmatrix.backends.base import Backend
+from accelmatrix.backends.machine_kinds import get_backend
+from accelmatrix.cell_state import CellState
+from accelmatrix.contracts.machine_records import (
+    JobHandle,
+    MachineResource,
+    PendingProvision,
+    handle_from_json,
+    resource_from_json,
+)
+from accelmatrix.contracts.step_events import ProvisionEvent, WorkloadEvent
 from accelmatrix.operators.base import CellOperator, resource_record
+from accelmatrix.spec.cell import CellSpec
+from accelmatrix.spec.templating import render_tree
 from accelmatrix.spec.timeouts import provision_deferral
-
-if TYPE_CHECKING:
-    from accelmatrix.spec.cell import CellSpec
+from accelmatrix.triggers.provision import ProvisionTrigger
+from accelmatrix.triggers.workload import WorkloadTrigger
 
 # How long the run task watches a fresh workload itself before deferring (see _wait_briefly).
 INLINE_WAIT_SECONDS = 2.0
 # Cell states of a workload that ran and failed: test failures, never retried.
-TEST_FAILURE_STATES = ("run_failed", "timed_out", "hung")
+TEST_FAILURE_STATES = (CellState.RUN_FAILED, CellState.TIMED_OUT, CellState.HUNG)
 
 
 class WorkloadFailed(AirflowFailException):
@@ -62,12 +74,12 @@ class RunWorkloadOperator(CellOperator):
         self.inline_wait = inline_wait
 
     def execute(self, context: Any) -> Any:
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
-        from accelmatrix.backends.machine_kinds import get_backend
 
         cell, resource = self.cell, resource_record(self.resource)
         ref = self.ref(context)
-        backend = get_backend(cell.machine_json)
+        backend = get_backend(cell.machine_spec)
         if int(getattr(context["ti"], "try_number", 1) or 1) > 1:
             self._refuse_to_rerun_a_test_failure(ref)
             # A retry after an infrastructure failure (a preempted TPU, a vanished pod's
@@ -78,8 +90,9 @@ class RunWorkloadOperator(CellOperator):
                 self.log.warning("%s: replacing the machine before this retry", problem)
                 backend.teardown(resource)
                 record = lifecycle.begin_provision(cell, ref)
-                if record.get("pending"):
+                if isinstance(record, PendingProvision):
                     self._defer_provision(cell, record, ref)
+                    return None  # defer raises: the step goes on in execute_after_provision
                 resource = record
                 lifecycle.setup(cell, resource, ref)
         return self._start(context, resource)
@@ -92,6 +105,7 @@ class RunWorkloadOperator(CellOperator):
         that resumed try as if its worker died, and then retries it. The verdict recorded
         by the trigger stands: the workload does not run twice.
         """
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix.lifecycle import results_store
 
         row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id) or {}
@@ -101,11 +115,9 @@ class RunWorkloadOperator(CellOperator):
                 f"({row['state']}: {row.get('message')}); test failures are never retried"
             )
 
-    def _defer_provision(self, cell: CellSpec, pending: dict[str, Any], ref: Any) -> None:
-        from accelmatrix.triggers.provision import ProvisionTrigger
-
+    def _defer_provision(self, cell: CellSpec, pending: PendingProvision, ref: Any) -> None:
         trigger, wait = ProvisionTrigger.for_cell(cell, pending, ref)
-        self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending["name"])
+        self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending.name)
         self.defer(
             trigger=trigger,
             method_name="execute_after_provision",
@@ -114,31 +126,30 @@ class RunWorkloadOperator(CellOperator):
 
     def execute_after_provision(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """The replacement machine is ready (or never will be): set it up and run."""
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         cell = self.cell
         ref = self.ref(context)
-        event = event or {}
-        pending = event.get("pending") or {}
-        if event.get("status") != "ready":
-            reason = event.get("detail") or "provisioning the replacement machine failed"
+        provisioned = ProvisionEvent.from_json(event or {"status": "failed"})
+        pending = provisioned.pending
+        if provisioned.status != "ready" or pending is None:
+            reason = provisioned.detail or "provisioning the replacement machine failed"
             lifecycle.provision_failed(cell, ref, pending, reason)
             raise InfrastructureFailure(reason)
         resource = lifecycle.finish_provision(cell, ref, pending)
         lifecycle.setup(cell, resource, ref)
         return self._start(context, resource)
 
-    def _start(self, context: Any, resource: dict[str, Any]) -> Any:
+    def _start(self, context: Any, resource: MachineResource) -> Any:
         """Submit the workload (or reattach to it); defer to WorkloadTrigger unless it ends
         within a brief wait."""
-        from accelmatrix.backends.machine_kinds import get_backend
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix.lifecycle import results_store, utcnow, workload_env
-        from accelmatrix.spec.templating import render_tree
-        from accelmatrix.triggers.workload import WorkloadTrigger
 
         cell = self.cell
         ref = self.ref(context)
-        backend = get_backend(cell.machine_json)
+        backend = get_backend(cell.machine_spec)
         variables = backend.variables(resource)
         argv = render_tree(cell.workload.run, variables)
         env = workload_env(cell, resource, variables)
@@ -149,11 +160,11 @@ class RunWorkloadOperator(CellOperator):
             ref.run_id,
             cell.id,
             fence=ref.fence,
-            state="running",
+            state=CellState.RUNNING,
             run_started_at=utcnow(),
         )
         handle = backend.submit(resource, argv, env)
-        verb = "reattached to" if handle.get("reattached") else "started"
+        verb = "reattached to" if handle.reattached else "started"
         self.log.info("%s workload of %s: %s", verb, cell.id, argv)
         self.log.info("timeout %d s; streaming its log below", timeouts.workload_s)
         offset, event = self._wait_briefly(backend, handle)
@@ -178,12 +189,14 @@ class RunWorkloadOperator(CellOperator):
                 test_failure_ends_task=not self.retries,
             ),
             method_name="execute_complete",
-            kwargs={"handle": handle, "resource": resource},
+            kwargs={"handle": handle.to_json(), "resource": resource.to_json()},
             # A queued workload's clock starts when it runs: the deferral allows the queue.
             timeout=timeouts.run_deferral(backend.queue_wait_limit()),
         )
 
-    def _wait_briefly(self, backend: Any, handle: dict[str, Any]) -> tuple[int, Any]:
+    def _wait_briefly(
+        self, backend: Backend, handle: JobHandle
+    ) -> tuple[int, WorkloadEvent | None]:
         """Watch the workload for ``inline_wait`` seconds before deferring: (log offset, the
         outcome event if it ended meanwhile).
 
@@ -202,12 +215,13 @@ class RunWorkloadOperator(CellOperator):
                 lines, offset = backend.read_logs(handle, offset)
                 for line in lines:
                     self.log.info("%s", line)
-                return offset, {
-                    "status": "infra_failed" if status.infrastructure_failure else "exited",
-                    "exit_code": status.exit_code,
-                    "detail": status.detail,
-                    "handle": handle,
-                }
+                return offset, WorkloadEvent(
+                    status="infra_failed" if status.infrastructure_failure else "exited",
+                    exit_code=status.exit_code,
+                    detail=status.detail,
+                    log_offset=offset,
+                    handle=handle,
+                )
             if time.monotonic() >= deadline:
                 return offset, None
             time.sleep(0.05)
@@ -215,23 +229,28 @@ class RunWorkloadOperator(CellOperator):
     def execute_complete(
         self,
         context: Any,
-        event: dict[str, Any] | None = None,
-        handle: dict | None = None,
-        resource: dict | None = None,
-    ) -> dict[str, Any]:
+        event: WorkloadEvent | dict[str, Any] | None = None,
+        handle: JobHandle | dict[str, Any] | None = None,
+        resource: MachineResource | dict[str, Any] | None = None,
+    ) -> dict[str, int | None]:
+        """The workload ended (``event``: a WorkloadEvent, or its JSON form when the trigger
+        resumed this task; ``handle`` and ``resource`` as the deferral's kwargs)."""
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix.lifecycle import finish_run, record_run_outcome
 
         cell = self.cell
         ref = self.ref(context)
-        event = event or {}
+        ended = WorkloadEvent.from_json(event or {"status": "infra_failed"})
+        job = ended.handle or (handle_from_json(handle) if handle else None)
         # The trigger already recorded this (and killed a timed-out or hung workload); doing
         # it again is idempotent and covers events from older triggers.
-        state, msg = record_run_outcome(cell, ref, event, handle or event.get("handle") or {})
+        state, msg = record_run_outcome(cell, ref, ended, job)
+        machine = resource_from_json(resource) if resource else resource_record(self.resource)
         # The machine goes now, not two task starts later (a no-op if the trigger did it).
-        finish_run(cell, resource or resource_record(self.resource), ref, state)
-        if state == "infra_failed":
+        finish_run(cell, machine, ref, state)
+        if state == CellState.INFRA_FAILED:
             raise InfrastructureFailure(msg)
-        if state != "ran":
+        if state != CellState.RAN:
             raise WorkloadFailed(msg)
         self.log.info("%s", msg)
-        return {"exit_code": event.get("exit_code")}
+        return {"exit_code": ended.exit_code}

@@ -28,6 +28,7 @@ class SetupOperator(CellOperator):
         self.resource = resource
 
     def execute(self, context: Any) -> None:
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         lifecycle.setup(self.cell, resource_record(self.resource), self.ref(context))
@@ -42,6 +43,7 @@ class CollectOperator(CellOperator):
     ui_color = "#f4f0e6"
 
     def execute(self, context: Any) -> dict[str, Any]:
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         return lifecycle.collect(self.cell, self.provisioned_resource(context), self.ref(context))
@@ -60,7 +62,8 @@ class TeardownOperator(CellOperator):
         super().__init__(**kwargs)
         self.resource = resource
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, float]:
+        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
         from accelmatrix import lifecycle
 
         return lifecycle.teardown(self.cell, resource_record(self.resource), self.ref(context))

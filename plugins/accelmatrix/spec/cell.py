@@ -50,7 +50,8 @@ class CellSpec(BaseModel):
 
     @cached_property
     def machine_json(self) -> dict[str, Any]:
-        """The machine as the backend contract takes it (``get_backend``, pricing)."""
+        """The machine as JSON (pricing, the janitor's list of machines); backends take
+        ``machine_spec``, the model itself."""
         return self.machine_spec.model_dump(mode="json")
 
     @property

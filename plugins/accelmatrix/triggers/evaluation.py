@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
+from accelmatrix.contracts.step_events import EvaluationEvent
 from accelmatrix.evidence import evidence_url
 from accelmatrix.spec.cell import CellSpec
 
@@ -47,7 +48,9 @@ class EvaluationTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from accelmatrix.lifecycle import RunRef, run_checks
+        # The steps write to the results store: kept out of DAG parse time (the evaluate
+        # operator, which the DAG file imports, imports this module).
+        from accelmatrix.lifecycle import CellFailed, RunRef, record_evaluation, run_checks
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         cell_id = self.cell.id
@@ -60,16 +63,14 @@ class EvaluationTrigger(BaseTrigger):
                 await self._record_error(ref, error)
                 yield TaskFailedEvent()
             else:  # reported to the resumed task, which records it and fails
-                yield TriggerEvent({"status": "error", "error": error})
+                yield TriggerEvent(EvaluationEvent(status="error", error=error).to_json())
             return
-        self.log.info("checks for %s:\n%s", cell_id, result["table"])
-        if result["data_docs"]:
-            self.log.info("Data Docs: %s", evidence_url(self.dag_id, result["data_docs"]))
-        self.log.info("evaluation took %.2f s", result["seconds"])
+        self.log.info("checks for %s:\n%s", cell_id, result.table)
+        if result.data_docs:
+            self.log.info("Data Docs: %s", evidence_url(self.dag_id, result.data_docs))
+        self.log.info("evaluation took %.2f s", result.seconds)
         # Recorded here, not only by a resumed task: the verdict must not depend on a worker.
         # The store's writes are idempotent, so a resumed task recording again is harmless.
-        from accelmatrix.lifecycle import CellFailed, record_evaluation
-
         try:
             await asyncio.to_thread(record_evaluation, self.cell, ref, result)
         except CellFailed as e:
@@ -88,9 +89,11 @@ class EvaluationTrigger(BaseTrigger):
                 self.log.info("cell %s passed", cell_id)
                 yield TaskSuccessEvent()  # no XCom: the verdicts are in the store
                 return
-        yield TriggerEvent({"status": "done", "result": result, "logged": True})
+        done = EvaluationEvent(status="done", result=result, logged=True)
+        yield TriggerEvent(done.to_json())
 
     async def _record_error(self, ref: Any, error: str) -> None:
+        # The results store: kept out of DAG parse time, as in run.
         from accelmatrix.lifecycle import record_evaluation_error
 
         try:

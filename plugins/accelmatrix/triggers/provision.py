@@ -23,21 +23,28 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
+from accelmatrix.backends.base import ProvisionCheck
+from accelmatrix.backends.machine_kinds import get_backend, machine_of
+from accelmatrix.contracts.machine_records import PendingProvision
+from accelmatrix.contracts.step_events import ProvisionEvent
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.triggers.ending import warm_great_expectations
+from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
 
 
 class ProvisionTrigger(BaseTrigger):
     """Wait for ``pending`` (a requested machine) to be ready.
 
     A cell's trigger (``for_cell``) carries the cell once, and its machine comes from it;
-    without a cell it waits on a machine described by ``machine_spec`` alone.
+    without a cell it waits on a machine described by ``machine_spec`` alone (its JSON form).
+    ``cell`` and ``pending`` come as their JSON forms after the triggerer deserialised the
+    trigger.
     """
 
     def __init__(
         self,
         machine_spec: dict[str, Any] | None,
-        pending: dict[str, Any],
+        pending: PendingProvision | dict[str, Any],
         poll_interval=15.0,
         owner: dict[str, str] | None = None,
         cell: CellSpec | dict[str, Any] | None = None,
@@ -47,11 +54,12 @@ class ProvisionTrigger(BaseTrigger):
         super().__init__()
         self.cell = CellSpec.from_json(cell) if cell is not None else None
         if self.cell is not None:  # an older serialised trigger passes both: the cell wins
-            machine_spec = self.cell.machine_json
-        if machine_spec is None:
+            self.machine = self.cell.machine_spec
+        elif machine_spec is not None:
+            self.machine = machine_of(machine_spec)
+        else:
             raise TypeError("ProvisionTrigger needs a cell or a machine_spec")
-        self.machine_spec = machine_spec
-        self.pending = pending
+        self.pending = PendingProvision.from_json(pending)
         self.poll_interval = float(poll_interval)
         self.owner = owner
         self.end_task = end_task
@@ -59,13 +67,12 @@ class ProvisionTrigger(BaseTrigger):
 
     @classmethod
     def for_cell(
-        cls, cell: CellSpec, pending: dict[str, Any], ref: Any = None, end_task: bool = False
+        cls, cell: CellSpec, pending: PendingProvision, ref: Any = None, end_task: bool = False
     ) -> tuple[ProvisionTrigger, float]:
         """The trigger waiting for ``cell``'s pending machine, and the seconds until its own
         deadline (Airflow's deferral timeout adds a grace to that, as a backstop)."""
-        spec = cell.machine_json
         owner = {"dag_id": ref.dag_id, "run_id": ref.run_id, "cell_id": cell.id} if ref else None
-        poll = float(spec.get("provision_poll_seconds") or 15)
+        poll = float(getattr(cell.machine_spec, "provision_poll_seconds", None) or 15)
         trigger = cls(
             None,
             pending,
@@ -75,15 +82,17 @@ class ProvisionTrigger(BaseTrigger):
             end_task=end_task and ref is not None,
             deferred_at=time.time(),
         )
-        return trigger, max(0.0, float(pending["deadline"]) - time.time())
+        return trigger, max(0.0, pending.deadline - time.time())
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
                 # A cell's trigger carries the cell once; its machine is in it.
-                "machine_spec": None if self.cell is not None else self.machine_spec,
-                "pending": self.pending,
+                "machine_spec": None
+                if self.cell is not None
+                else self.machine.model_dump(mode="json"),
+                "pending": self.pending.to_json(),
                 "poll_interval": self.poll_interval,
                 "owner": self.owner,
                 "cell": self.cell.to_json() if self.cell is not None else None,
@@ -93,12 +102,9 @@ class ProvisionTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from accelmatrix.backends.base import ProvisionCheck
-        from accelmatrix.backends.machine_kinds import get_backend
-
         warm_great_expectations()  # the cell's evaluation comes later in this process
-        backend = get_backend(self.machine_spec)
-        name = self.pending.get("name")
+        backend = get_backend(self.machine)
+        name = self.pending.name
         started = time.monotonic()
         last_detail = None
         while True:
@@ -107,7 +113,7 @@ class ProvisionTrigger(BaseTrigger):
             except Exception as e:  # a failing API call is worth another look, not a verdict
                 self.log.warning("could not check %s (will retry): %s", name, e)
                 check = None
-                if time.time() > float(self.pending.get("deadline") or 0):
+                if time.time() > self.pending.deadline:
                     check = ProvisionCheck(failed=f"{name}: no answer by its deadline: {e}")
             if check is not None:
                 if check.detail != last_detail:
@@ -126,9 +132,10 @@ class ProvisionTrigger(BaseTrigger):
                         yield TaskFailedEvent()  # cleaned up and recorded above
                     else:
                         await self._settle_before_resume()
-                        yield TriggerEvent(
-                            {"status": "failed", "detail": check.failed, "pending": self.pending}
+                        failed = ProvisionEvent(
+                            status="failed", detail=check.failed, pending=self.pending
                         )
+                        yield TriggerEvent(failed.to_json())
                     return
                 if check.ready:
                     waited = time.monotonic() - started
@@ -137,9 +144,8 @@ class ProvisionTrigger(BaseTrigger):
                         yield await self._finish()
                     else:
                         await self._settle_before_resume()
-                        yield TriggerEvent(
-                            {"status": "ready", "waited": waited, "pending": self.pending}
-                        )
+                        ready = ProvisionEvent(status="ready", waited=waited, pending=self.pending)
+                        yield TriggerEvent(ready.to_json())
                     return
             await asyncio.sleep(self.poll_interval)
 
@@ -149,8 +155,6 @@ class ProvisionTrigger(BaseTrigger):
         before the scheduler has processed the deferring worker's exit, and Airflow 3.3.2
         fails that resumed try (see WorkloadTrigger._settle_before_resume; the fault matrix
         lost its preempted TPU cell to it on a loaded machine)."""
-        from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
-
         if self.deferred_at is None:
             return
         wait = self.deferred_at + RESUME_SETTLE_SECONDS - time.time()
@@ -159,6 +163,8 @@ class ProvisionTrigger(BaseTrigger):
 
     async def _finish(self) -> TriggerEvent:
         """Finish the ready machine and end the provision task with its resource record."""
+        # The steps write to the results store: kept out of DAG parse time (operators and
+        # the DAG file import this module).
         from accelmatrix.lifecycle import RunRef, finish_provision
 
         assert self.cell is not None and self.owner is not None  # end_task needs both
@@ -166,13 +172,14 @@ class ProvisionTrigger(BaseTrigger):
         try:
             resource = await asyncio.to_thread(finish_provision, self.cell, ref, self.pending)
         except Exception:  # recorded as a provision failure by finish_provision
-            self.log.exception("could not finish provisioning %s", self.pending.get("name"))
+            self.log.exception("could not finish provisioning %s", self.pending.name)
             return TaskFailedEvent()
-        return TaskSuccessEvent(xcoms={"return_value": resource})
+        return TaskSuccessEvent(xcoms={"return_value": resource.to_json()})
 
     async def _record_failure(self, reason: str) -> None:
         if not self.owner:
             return
+        # The results store: kept out of DAG parse time, as in _finish.
         from accelmatrix.lifecycle import record_provision_failure
 
         try:

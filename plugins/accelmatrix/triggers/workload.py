@@ -24,6 +24,15 @@ from typing import Any
 
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
+from accelmatrix.backends.machine_kinds import get_backend, machine_of
+from accelmatrix.cleanup.stopped import stop_workload
+from accelmatrix.contracts.machine_records import (
+    JobHandle,
+    MachineResource,
+    handle_from_json,
+    resource_from_json,
+)
+from accelmatrix.contracts.step_events import WorkloadEvent
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.triggers.ending import end_event, warm_great_expectations
 
@@ -38,12 +47,13 @@ class WorkloadTrigger(BaseTrigger):
     is carried once and says everything about the workload: its machine, timeout and hang
     detection. Without a cell the trigger watches a workload on a bare machine
     (``machine_spec``, ``timeout`` and ``hang_detection`` given alone): it then only fires
-    the outcome, recording nothing.
+    the outcome, recording nothing. ``handle`` and ``resource`` come as their JSON forms
+    after the triggerer deserialised the trigger.
     """
 
     def __init__(
         self,
-        handle: dict[str, Any],
+        handle: JobHandle | dict[str, Any],
         deadline: float,
         log_offset: int = 0,
         poll_interval: float = 1.0,
@@ -54,7 +64,7 @@ class WorkloadTrigger(BaseTrigger):
         end_task: bool = False,
         test_failure_ends_task: bool = False,
         deferred_at: float | None = None,
-        resource: dict[str, Any] | None = None,
+        resource: MachineResource | dict[str, Any] | None = None,
         machine_spec: dict[str, Any] | None = None,
         timeout: float | None = None,
         hang_detection: dict[str, Any] | None = None,
@@ -65,17 +75,18 @@ class WorkloadTrigger(BaseTrigger):
             # A trigger serialised before the cell carried these also passes them: the
             # cell's own values win.
             hang = self.cell.workload.hang_detection
-            machine_spec = self.cell.machine_json
+            self.machine = self.cell.machine_spec
             # With the timeout, a wait for capacity (Kueue) does not count: the deadline
             # moves on while the backend reports the workload queued.
             timeout = self.cell.timeouts.workload_s
             hang_detection = hang.model_dump() if hang is not None else None
-        if machine_spec is None:
+        elif machine_spec is not None:
+            self.machine = machine_of(machine_spec)
+        else:
             raise TypeError("WorkloadTrigger needs a cell or a machine_spec")
-        self.machine_spec = machine_spec
         self.timeout = timeout
         self.hang_detection = hang_detection
-        self.handle = handle
+        self.handle = handle_from_json(handle)
         self.deadline = deadline
         self.log_offset = log_offset
         self.poll_interval = poll_interval
@@ -86,11 +97,11 @@ class WorkloadTrigger(BaseTrigger):
         self.test_failure_ends_task = test_failure_ends_task
         self.deferred_at = deferred_at if deferred_at is not None else time.time()
         # The machine, released here as soon as the outcome is final (lifecycle.finish_run).
-        self.resource = resource
+        self.resource = resource_from_json(resource) if resource is not None else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {
-            "handle": self.handle,
+            "handle": self.handle.to_json(),
             "deadline": self.deadline,
             "log_offset": self.log_offset,
             "poll_interval": self.poll_interval,
@@ -100,24 +111,22 @@ class WorkloadTrigger(BaseTrigger):
             "end_task": self.end_task,
             "test_failure_ends_task": self.test_failure_ends_task,
             "deferred_at": self.deferred_at,
-            "resource": self.resource,
+            "resource": self.resource.to_json() if self.resource is not None else None,
         }
         if self.cell is not None:  # the cell says the rest
             kwargs["cell"] = self.cell.to_json()
         else:
             kwargs.update(
-                machine_spec=self.machine_spec,
+                machine_spec=self.machine.model_dump(mode="json"),
                 timeout=self.timeout,
                 hang_detection=self.hang_detection,
             )
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from accelmatrix.backends.machine_kinds import get_backend
-
         # This cell's evaluation comes next: have Great Expectations imported by then.
         warm_great_expectations()
-        backend = get_backend(self.machine_spec)
+        backend = get_backend(self.machine)
         offset = self.log_offset
         hang = HangWatch(self.hang_detection, self.started_at) if self.hang_detection else None
         deadline = self.deadline
@@ -133,24 +142,24 @@ class WorkloadTrigger(BaseTrigger):
                 # A wait for capacity is not a silent workload: its heartbeat clock too
                 # starts when it runs.
                 hang.clock_starts(time.time() if status.queued else status.started_at)
-            event: dict[str, Any] | None = None
+            event: WorkloadEvent | None = None
             if status.done:
                 # Drain what was written between the last read and the exit.
                 lines, offset = await asyncio.to_thread(backend.read_logs, self.handle, offset)
                 for line in lines:
                     self.log.info("%s", line)
-                event = {
-                    "status": "infra_failed" if status.infrastructure_failure else "exited",
-                    "exit_code": status.exit_code,
-                    "detail": status.detail,
-                }
+                event = WorkloadEvent(
+                    status="infra_failed" if status.infrastructure_failure else "exited",
+                    exit_code=status.exit_code,
+                    detail=status.detail,
+                )
             elif hang and (problem := hang.problem()):
-                event = {"status": "hung", "exit_code": None, "detail": problem}
+                event = WorkloadEvent(status="hung", detail=problem)
             elif time.time() >= deadline:
-                event = {"status": "timeout", "exit_code": None, "detail": "deadline passed"}
+                event = WorkloadEvent(status="timeout", detail="deadline passed")
             if event is not None:
-                event["log_offset"] = offset
-                event["handle"] = self.handle
+                event.log_offset = offset
+                event.handle = self.handle
                 outcome = await self._record(event)
                 if outcome is not None:
                     await self._finish(outcome[0])
@@ -179,8 +188,6 @@ class WorkloadTrigger(BaseTrigger):
         the lines land in the run task's log."""
         if not (self.cell and self.dag_id and self.run_id):
             return
-        from accelmatrix.cleanup.stopped import stop_workload
-
         try:
             # Shielded: 3.3.2 cancels the trigger again at its next state sync (about a
             # second), which interrupts on_kill; the cancelling goes on in its thread.
@@ -209,17 +216,17 @@ class WorkloadTrigger(BaseTrigger):
         if wait > 0:
             await asyncio.sleep(wait)
 
-    def _event(self, event: dict[str, Any], outcome: tuple[str, str] | None) -> TriggerEvent:
+    def _event(self, event: WorkloadEvent, outcome: tuple[str, str] | None) -> TriggerEvent:
         """What ends the wait: the task's end (see ending.py), or a resume of the task."""
         if not self.end_task or outcome is None:
-            return TriggerEvent(event)  # the resumed task records and decides
+            return TriggerEvent(event.to_json())  # the resumed task records and decides
         state, msg = outcome
         return end_event(
             "run",
             state,
             msg,
             passed_state="ran",
-            resume=TriggerEvent(event),
+            resume=TriggerEvent(event.to_json()),
             test_failure_ends_task=self.test_failure_ends_task,
             log=self.log,
         )
@@ -230,6 +237,8 @@ class WorkloadTrigger(BaseTrigger):
         tasks (see lifecycle.finish_run; never raises)."""
         if not (self.resource and self.cell and self.dag_id and self.run_id):
             return
+        # The steps write to the results store: kept out of DAG parse time (the run operator,
+        # which the DAG file imports, imports this module).
         from accelmatrix.lifecycle import RunRef, finish_run
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
@@ -239,7 +248,7 @@ class WorkloadTrigger(BaseTrigger):
             _RELEASES, ctx.run, finish_run, self.cell, self.resource, ref, state
         )
 
-    async def _record(self, event: dict[str, Any]) -> tuple[str, str] | None:
+    async def _record(self, event: WorkloadEvent) -> tuple[str, str] | None:
         """Record the outcome (and kill a timed-out or hung workload) before firing.
 
         Idempotent: a resumed task records again. None when it could not be recorded (the
@@ -247,6 +256,7 @@ class WorkloadTrigger(BaseTrigger):
         """
         if not (self.cell and self.dag_id and self.run_id):
             return None
+        # The results store: kept out of DAG parse time, as in _finish.
         from accelmatrix.lifecycle import RunRef, record_run_outcome
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)

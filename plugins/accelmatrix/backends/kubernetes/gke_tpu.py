@@ -18,6 +18,7 @@ from accelmatrix.backends.kubernetes.jobset_manifest import (
     leader_host,
 )
 from accelmatrix.backends.machines.gke_tpu import GkeTpuMachine
+from accelmatrix.contracts.machine_records import K8sResource
 
 TPU_RESOURCE = "google.com/tpu"
 GKE_TPU_ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
@@ -81,7 +82,7 @@ class GkeTpuManifest(JobSetManifest):
             ]
 
     def workload_jobset(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+        self, resource: K8sResource, argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
         body = super().workload_jobset(resource, argv, env)
         if self.machine.num_slices > 1:  # one slice per node pool
@@ -92,10 +93,6 @@ class GkeTpuManifest(JobSetManifest):
 class GkeTpuBackend(KubernetesJobSetBackend):
     kind = "gke-tpu"
     machine: GkeTpuMachine
-
-    @staticmethod
-    def machine_model() -> type[GkeTpuMachine]:
-        return GkeTpuMachine
 
     @staticmethod
     def group_manifest_for(machine: Any) -> GkeTpuManifest:

@@ -89,6 +89,7 @@ from accelmatrix.backends.kubernetes.pod_logs import PodLogs
 from accelmatrix.backends.kubernetes.unreachable import infra, is_unreachable, polled
 from accelmatrix.backends.local.collect import collect_globs
 from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
+from accelmatrix.contracts.machine_records import K8sHandle, K8sResource
 from accelmatrix.hooks.k8s import KubeClients, api_message, get_clients
 
 logger = logging.getLogger(__name__)
@@ -107,21 +108,16 @@ class KubernetesJobBackend(Backend):
     kind = "k8s-job"
     machine: KubernetesJobMachine
 
-    def __init__(self, machine_spec: dict[str, Any]):
-        super().__init__(machine_spec)
-        self.machine = self.machine_model().model_validate(machine_spec)
+    def __init__(self, machine: KubernetesJobMachine):
+        super().__init__(machine)
         # The Job bodies: the workload Job here, the setup Job of every Kubernetes kind.
         self.manifest = JobManifest(self.machine)
 
-    @staticmethod
-    def machine_model() -> type[KubernetesJobMachine]:
-        return KubernetesJobMachine
-
     # -- clients and names -----------------------------------------------------------------
-    def clients(self, record: dict[str, Any] | None = None) -> KubeClients:
+    def clients(self, record: K8sResource | K8sHandle | None = None) -> KubeClients:
         """The cluster's clients; a record or handle names its own connection (the machine
         spec may have been edited since the cell started)."""
-        conn_id = (record or {}).get("kubernetes_conn_id") or self.machine.kubernetes_conn_id
+        conn_id = (record.kubernetes_conn_id if record else None) or self.machine.kubernetes_conn_id
         return get_clients(conn_id)
 
     def namespace(self, clients: KubeClients) -> str:
@@ -145,7 +141,7 @@ class KubernetesJobBackend(Backend):
         return tpu_names.node_name(ctx.dag_id, ctx.run_id, ctx.cell_id, prefix="ams")
 
     # -- provision -------------------------------------------------------------------------
-    def provision(self, ctx: CellContext) -> dict[str, Any]:
+    def provision(self, ctx: CellContext) -> K8sResource:
         from kubernetes.client.exceptions import ApiException
 
         clients = self.clients()
@@ -184,30 +180,28 @@ class KubernetesJobBackend(Backend):
                 shutil.rmtree(local_work_dir, ignore_errors=True)
             raise
         job = self.job_name(ctx)
-        return {
-            "backend": self.kind,
-            "name": f"{ns}/{job}",
-            "kubernetes_conn_id": clients.conn_id,
-            "namespace": ns,
-            "job_name": job,
-            "setup_job_name": self.setup_job_name(ctx),
-            "artifacts_dir": str(ctx.artifacts_dir),
-            "work_subpath": subpath,
-            "local_work_dir": local_work_dir,
-            "created_at": now,
+        return K8sResource(
+            backend=self.kind,
+            name=f"{ns}/{job}",
+            kubernetes_conn_id=clients.conn_id,
+            namespace=ns,
+            job_name=job,
+            setup_job_name=self.setup_job_name(ctx),
+            artifacts_dir=str(ctx.artifacts_dir),
+            work_subpath=subpath,
+            local_work_dir=local_work_dir,
+            created_at=now,
             # The API refuses a deadline below 1 s (422): an already expired TTL gets 1 s.
-            "active_deadline_seconds": max(
-                1, self.machine.active_deadline_seconds or ctx.ttl_seconds
-            ),
-            "labels": labels,
-            "annotations": {
+            active_deadline_seconds=max(1, self.machine.active_deadline_seconds or ctx.ttl_seconds),
+            labels=labels,
+            annotations={
                 "accelmatrix.io/dag-id": ctx.dag_id,
                 "accelmatrix.io/run-id": ctx.run_id,
                 "accelmatrix.io/cell-id": ctx.cell_id,
             },
-        }
+        )
 
-    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+    def variables(self, resource: K8sResource) -> dict[str, str]:
         return {
             "work_dir": self.machine.work_dir,
             "include_dir": self.machine.include_dir,
@@ -216,14 +210,14 @@ class KubernetesJobBackend(Backend):
 
     def setup(
         self,
-        resource: dict[str, Any],
+        resource: K8sResource,
         commands: list[list[str]],
         env: dict[str, str],
         timeout: int,
         log: LogFn,
     ) -> None:
         clients = self.clients(resource)
-        ns = resource["namespace"]
+        ns = resource.namespace
         SetupJob(
             self.manifest,
             self.api(clients, ns),
@@ -234,49 +228,47 @@ class KubernetesJobBackend(Backend):
 
     # -- run -------------------------------------------------------------------------------
     def workload_job(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+        self, resource: K8sResource, argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
         """The Job manifest submit creates (public: tests and docs render it)."""
         return self.manifest.workload_job(resource, argv, env)
 
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
+    def submit(self, resource: K8sResource, argv: list[str], env: dict[str, str]) -> K8sHandle:
         clients = self.clients(resource)
-        ns = resource["namespace"]
+        ns = resource.namespace
         body = self.workload_job(resource, argv, env)
         timeout_s = float(self.machine.scheduling_timeout_seconds)
-        art = Path(resource["artifacts_dir"])
+        art = Path(resource.artifacts_dir)
         pods = self.pods(clients, ns)
         job, reattached = self.api(clients, ns).create_or_reattach(
             body, lambda j: pods.inspect(j, timeout_s)[0]
         )
         if not reattached:  # a previous attempt's output is kept beside the new one
             rotate(art, ROTATED)
-        return {
-            "backend": self.kind,
-            "kubernetes_conn_id": resource.get("kubernetes_conn_id"),
-            "namespace": ns,
-            "job_name": resource["job_name"],
-            "uid": job.metadata.uid,
-            "artifacts_dir": resource["artifacts_dir"],
-            "scheduling_timeout": timeout_s,
-            "reattached": reattached,
-        }
+        return K8sHandle(
+            backend=self.kind,
+            kubernetes_conn_id=resource.kubernetes_conn_id,
+            namespace=ns,
+            job_name=resource.job_name,
+            uid=job.metadata.uid,
+            artifacts_dir=resource.artifacts_dir,
+            scheduling_timeout=timeout_s,
+            reattached=reattached,
+        )
 
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
-        key = f"{handle.get('namespace')}/{handle.get('job_name')}"
+    def poll(self, handle: K8sHandle) -> JobStatus:
+        key = f"{handle.namespace}/{handle.job_name}"
         clients = self.clients(handle)
-        ns, art = handle["namespace"], Path(handle["artifacts_dir"])
+        ns, art = handle.namespace, Path(handle.artifacts_dir)
 
         def look() -> JobStatus:
-            job = self.api(clients, ns).read_job(handle["job_name"])
+            job = self.api(clients, ns).read_job(handle.job_name)
             if job is None:
                 return infra(
                     f"Job {key} disappeared (deleted outside accelmatrix, or its "
                     "ttlSecondsAfterFinished passed)"
                 )
-            status, pods = self.pods(clients, ns).inspect(job, float(handle["scheduling_timeout"]))
+            status, pods = self.pods(clients, ns).inspect(job, float(handle.scheduling_timeout))
             logs = PodLogs(clients, ns)
             for pod in pods:  # every pod's log is followed while it runs (logs.ensure)
                 logs.spool(pod, art)
@@ -286,26 +278,26 @@ class KubernetesJobBackend(Backend):
 
         return polled(key, look)
 
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+    def read_logs(self, handle: K8sHandle, offset: int) -> tuple[list[str], int]:
         clients = self.clients(handle)
-        ns = handle["namespace"]
+        ns = handle.namespace
         try:
-            pod = self.pods(clients, ns).pod0(handle["uid"])
+            pod = self.pods(clients, ns).pod0(handle.uid)
             if pod is None:
                 return [], offset
-            spool = PodLogs(clients, ns).spool(pod, Path(handle["artifacts_dir"]))
+            spool = PodLogs(clients, ns).spool(pod, Path(handle.artifacts_dir))
         except Exception as e:  # the next call retries; poll decides about failures
-            logger.warning("cannot read the log of %s: %s", handle.get("job_name"), e)
+            logger.warning("cannot read the log of %s: %s", handle.job_name, e)
             return [], offset
         return spool.read(offset)
 
-    def cancel(self, handle: dict[str, Any]) -> None:
+    def cancel(self, handle: K8sHandle) -> None:
         clients = self.clients(handle)
-        ns, name = handle["namespace"], handle["job_name"]
+        ns, name = handle.namespace, handle.job_name
         try:
-            pod = self.pods(clients, ns).pod0(handle["uid"])
+            pod = self.pods(clients, ns).pod0(handle.uid)
             job_artifacts.snapshot(
-                PodLogs(clients, ns), [pod] if pod else [], Path(handle["artifacts_dir"])
+                PodLogs(clients, ns), [pod] if pod else [], Path(handle.artifacts_dir)
             )
         except Exception as e:  # stopping the workload matters more than its log
             logger.warning("could not save the log of %s/%s before cancelling: %s", ns, name, e)
@@ -313,19 +305,19 @@ class KubernetesJobBackend(Backend):
         api.delete_job(name)
         api.delete_pods(name)
 
-    def save_outputs(self, clients: KubeClients, resource: dict[str, Any]) -> None:
+    def save_outputs(self, clients: KubeClients, resource: K8sResource) -> None:
         """Write what evaluation reads (output.log, status.json) from what the cluster holds."""
-        ns = resource["namespace"]
-        job = self.api(clients, ns).read_job(resource["job_name"])
+        ns = resource.namespace
+        job = self.api(clients, ns).read_job(resource.job_name)
         if job is None:
             return
         pods = self.pods(clients, ns).of(job)
-        job_artifacts.snapshot(PodLogs(clients, ns), pods, Path(resource["artifacts_dir"]))
+        job_artifacts.snapshot(PodLogs(clients, ns), pods, Path(resource.artifacts_dir))
 
-    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+    def collect(self, resource: K8sResource, globs: list[str], dest: Path) -> list[str]:
         self.save_outputs(self.clients(resource), resource)
         dest.mkdir(parents=True, exist_ok=True)
-        local = resource.get("local_work_dir")
+        local = resource.local_work_dir
         if not local:
             if globs:
                 logger.warning(
@@ -337,32 +329,32 @@ class KubernetesJobBackend(Backend):
         return collect_globs(Path(local), globs, dest)
 
     # -- teardown --------------------------------------------------------------------------
-    def save_outputs_unless_saved(self, clients: KubeClients, resource: dict[str, Any]) -> None:
+    def save_outputs_unless_saved(self, clients: KubeClients, resource: K8sResource) -> None:
         """Before teardown deletes the pods: keep their logs, unless poll already did."""
-        if job_artifacts.saved_exit(Path(resource["artifacts_dir"])):
+        if job_artifacts.saved_exit(Path(resource.artifacts_dir)):
             return
         try:
             self.save_outputs(clients, resource)
         except Exception as e:  # releasing the cluster matters more
-            logger.warning("could not save the logs of %s: %s", resource["name"], e)
+            logger.warning("could not save the logs of %s: %s", resource.name, e)
 
-    def remove_local_work_dir(self, resource: dict[str, Any]) -> None:
+    def remove_local_work_dir(self, resource: K8sResource) -> None:
         """The cell's folder on the artifacts volume, as the worker sees it (only that one:
         exactly three levels under the volume's local path)."""
-        local = resource.get("local_work_dir")
+        local = resource.local_work_dir
         if local and self.machine.artifacts_volume:
             root = Path(self.machine.artifacts_volume.local_path).resolve()
             path = Path(local).resolve()
             if root in path.parents and len(path.relative_to(root).parts) == 3:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def teardown(self, resource: dict[str, Any]) -> None:
+    def teardown(self, resource: K8sResource) -> None:
         clients = self.clients(resource)
         self.save_outputs_unless_saved(clients, resource)
-        api = self.api(clients, resource["namespace"])
-        api.delete_job(resource["job_name"])
-        api.delete_job(resource["setup_job_name"])
-        api.delete_pods(resource["job_name"])
+        api = self.api(clients, resource.namespace)
+        api.delete_job(resource.job_name)
+        api.delete_job(resource.setup_job_name)
+        api.delete_pods(resource.job_name)
         self.remove_local_work_dir(resource)
 
     def unreachable(self, error: BaseException) -> bool:

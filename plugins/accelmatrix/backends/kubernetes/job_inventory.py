@@ -19,7 +19,18 @@ from accelmatrix.backends.kubernetes.job_manifest import (
     ROLE_LABEL,
 )
 from accelmatrix.backends.kubernetes.job_pods import epoch
+from accelmatrix.contracts.machine_records import CellIdentity, K8sResource, ManagedDetail
 from accelmatrix.hooks.k8s import KubeClients
+
+
+def identity_of(annotations: dict[str, str]) -> CellIdentity | None:
+    """The exact (dag, run, cell) a cell's Job or JobSet annotations name, or None."""
+    ident = {
+        "dag_id": annotations.get("accelmatrix.io/dag-id"),
+        "run_id": annotations.get("accelmatrix.io/run-id"),
+        "cell_id": annotations.get("accelmatrix.io/cell-id"),
+    }
+    return CellIdentity.model_validate(ident) if all(ident.values()) else None
 
 
 class JobInventory:
@@ -60,11 +71,6 @@ class JobInventory:
                 "artifacts_dir",
                 str(settings.home() / "orphans" / self.kind / ns / cell_job),
             )
-            ident = {
-                "dag_id": annotations.get("accelmatrix.io/dag-id"),
-                "run_id": annotations.get("accelmatrix.io/run-id"),
-                "cell_id": annotations.get("accelmatrix.io/cell-id"),
-            }
             entry = by_cell.get(cell_job)
             if entry is None:
                 entry = by_cell[cell_job] = ManagedResource(
@@ -72,20 +78,18 @@ class JobInventory:
                     name=f"{ns}/{cell_job}",
                     labels={k: v for k, v in labels.items() if k != ROLE_LABEL},
                     created_at=epoch(job.metadata.creation_timestamp),
-                    detail={
-                        "namespace": ns,
-                        "jobs": [],
-                        "identity": ident if all(ident.values()) else None,
-                        "annotations": annotations,
-                        "resource": record,
-                        "active": 0,
-                        "succeeded": 0,
-                        "failed": 0,
-                    },
+                    detail=ManagedDetail(
+                        namespace=ns,
+                        identity=identity_of(annotations),
+                        annotations=annotations,
+                        resource=K8sResource.model_validate(record),
+                    ),
                 )
-            entry.detail["jobs"].append(job.metadata.name)
-            for k in ("active", "succeeded", "failed"):
-                entry.detail[k] += getattr(st, k, None) or 0
+            d = entry.detail
+            d.jobs.append(job.metadata.name)
+            d.active += getattr(st, "active", None) or 0
+            d.succeeded += getattr(st, "succeeded", None) or 0
+            d.failed += getattr(st, "failed", None) or 0
             created = epoch(job.metadata.creation_timestamp)
             if created is not None and (entry.created_at is None or created < entry.created_at):
                 entry.created_at = created

@@ -14,6 +14,7 @@ from typing import Any
 
 from accelmatrix.backends.base import BackendError
 from accelmatrix.backends.machines.k8s_job import KubernetesJobMachine
+from accelmatrix.contracts.machine_records import K8sResource
 
 CONTAINER = "workload"
 RESOURCE_ANNOTATION = "accelmatrix.io/resource"
@@ -83,7 +84,7 @@ class JobManifest:
 
     def job_body(
         self,
-        resource: dict[str, Any],
+        resource: K8sResource,
         name: str,
         role: str,
         containers: list[dict[str, Any]],
@@ -100,7 +101,7 @@ class JobManifest:
                 "persistentVolumeClaim": {"claimName": m.artifacts_volume.claim_name},
             }
             for c in containers + (init_containers or []):
-                c["volumeMounts"][0]["subPath"] = resource["work_subpath"]
+                c["volumeMounts"][0]["subPath"] = resource.work_subpath
         else:
             volume = {"name": "work", "emptyDir": {}}
         node_selector = dict(m.node_selector)
@@ -109,8 +110,8 @@ class JobManifest:
         tolerations = [t.model_dump(exclude_none=True) for t in m.tolerations]
         if m.accelerator_resource and not any(t.get("key") == GPU_TAINT for t in tolerations):
             tolerations.append({"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"})
-        labels = dict(resource["labels"])
-        pod_labels = {**labels, JOB_LABEL: resource["job_name"], ROLE_LABEL: role}
+        labels = dict(resource.labels)
+        pod_labels = {**labels, JOB_LABEL: resource.job_name, ROLE_LABEL: role}
         pod_spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "containers": containers,
@@ -129,7 +130,7 @@ class JobManifest:
             "completions": nodes,
             "parallelism": nodes,
             "ttlSecondsAfterFinished": m.ttl_seconds_after_finished,
-            "activeDeadlineSeconds": int(resource["active_deadline_seconds"]),
+            "activeDeadlineSeconds": int(resource.active_deadline_seconds),
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         }
         if nodes > 1:
@@ -139,13 +140,13 @@ class JobManifest:
             "kind": "Job",
             "metadata": {
                 "name": name,
-                "namespace": resource["namespace"],
-                "labels": {**labels, JOB_LABEL: resource["job_name"], ROLE_LABEL: role},
+                "namespace": resource.namespace,
+                "labels": {**labels, JOB_LABEL: resource.job_name, ROLE_LABEL: role},
                 "annotations": {
-                    **dict(resource.get("annotations") or {}),
+                    **dict(resource.annotations or {}),
                     # What teardown needs, so a janitor can release a Job it finds orphaned.
                     RESOURCE_ANNOTATION: json.dumps(
-                        {k: resource.get(k) for k in TEARDOWN_KEYS}, separators=(",", ":")
+                        {k: getattr(resource, k) for k in TEARDOWN_KEYS}, separators=(",", ":")
                     ),
                 },
             },
@@ -153,12 +154,12 @@ class JobManifest:
         }
 
     def workload_job(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+        self, resource: K8sResource, argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
         """The Job manifest submit creates."""
         return self.job_body(
             resource,
-            resource["job_name"],
+            resource.job_name,
             "workload",
             [self.container(CONTAINER, argv, env)],
             nodes=self.machine.num_nodes,

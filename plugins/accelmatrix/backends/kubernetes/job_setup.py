@@ -20,6 +20,7 @@ from accelmatrix.backends.kubernetes.job_api import JobApi
 from accelmatrix.backends.kubernetes.job_manifest import JobManifest
 from accelmatrix.backends.kubernetes.job_pods import JobPods
 from accelmatrix.backends.kubernetes.pod_logs import PodLogs
+from accelmatrix.contracts.machine_records import K8sResource
 
 SETUP_POLL_SECONDS = (0.2, 2.0)  # first and longest wait between setup Job polls
 
@@ -43,7 +44,7 @@ class SetupJob:
 
     def run(
         self,
-        resource: dict[str, Any],
+        resource: K8sResource,
         commands: list[list[str]],
         env: dict[str, str],
         timeout: int,
@@ -53,7 +54,7 @@ class SetupJob:
         if not commands:
             return
         clients = self.api.clients
-        ns, name = resource["namespace"], resource["setup_job_name"]
+        ns, name = resource.namespace, resource.setup_job_name
         names = [f"setup-{i}" for i in range(len(commands))]
         containers = [
             self.manifest.container(n, argv, env) for n, argv in zip(names, commands, strict=True)
@@ -69,7 +70,7 @@ class SetupJob:
             body, lambda j: self.pods.inspect(j, timeout_s)[0]
         )
         log(f"{'reattached to' if reattached else 'created'} setup Job {ns}/{name}")
-        log_path = Path(resource["artifacts_dir"]) / "setup.log"
+        log_path = Path(resource.artifacts_dir) / "setup.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offsets = dict.fromkeys(names, 0)
         tails: dict[str, list[str]] = {n: [] for n in names}

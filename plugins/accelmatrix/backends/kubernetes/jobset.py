@@ -60,6 +60,7 @@ from accelmatrix.backends.kubernetes.jobset_reader import JobSetReader
 from accelmatrix.backends.kubernetes.pod_logs import PodLogs, log_forbidden
 from accelmatrix.backends.kubernetes.unreachable import infra, is_unreachable, polled
 from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
+from accelmatrix.contracts.machine_records import K8sHandle, K8sResource
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients, api_message
 from accelmatrix.metrics.resource_samples import FILE as RUNNER_FILE
@@ -76,13 +77,9 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
     kind = "k8s-jobset"
     machine: KubernetesJobSetMachine
 
-    def __init__(self, machine_spec: dict[str, Any]):
-        super().__init__(machine_spec)
+    def __init__(self, machine: KubernetesJobSetMachine):
+        super().__init__(machine)
         self.group_manifest = self.group_manifest_for(self.machine)
-
-    @staticmethod
-    def machine_model() -> type[KubernetesJobSetMachine]:
-        return KubernetesJobSetMachine
 
     @staticmethod
     def group_manifest_for(machine: Any) -> JobSetManifest:
@@ -100,12 +97,12 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             ctx.dag_id, ctx.run_id, ctx.cell_id, prefix="amj", max_len=budget
         )
 
-    def provision(self, ctx: CellContext) -> dict[str, Any]:
+    def provision(self, ctx: CellContext) -> K8sResource:
         from kubernetes.client.exceptions import ApiException
 
         record = super().provision(ctx)
         clients = self.clients(record)
-        ns = record["namespace"]
+        ns = record.namespace
         try:
             jobset_api.list_jobsets(clients, ns)
         except ApiException as e:
@@ -123,51 +120,51 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
                 ) from None
             raise InfrastructureError(f"Kubernetes API error: {e.status} {api_message(e)}") from e
         name = self.jobset_name(ctx)
-        record.update(job_name=name, name=f"{ns}/{name}", backend=self.kind)
+        record.job_name, record.name, record.backend = name, f"{ns}/{name}", self.kind
         # Marks the JobSet, its child Jobs, pods and the setup Job as this kind's (janitor).
-        record["labels"][KIND_LABEL] = self.kind
+        record.labels[KIND_LABEL] = self.kind
         return record
 
     # -- the JobSet --------------------------------------------------------------------------
     def workload_jobset(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+        self, resource: K8sResource, argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
         """The JobSet manifest submit creates (public: tests and docs render it)."""
         return self.group_manifest.workload_jobset(resource, argv, env)
 
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
+    def submit(self, resource: K8sResource, argv: list[str], env: dict[str, str]) -> K8sHandle:
         clients = self.clients(resource)
-        ns, name = resource["namespace"], resource["job_name"]
+        ns, name = resource.namespace, resource.job_name
         body = self.workload_jobset(resource, argv, env)
-        handle = {
-            "backend": self.kind,
-            "kubernetes_conn_id": resource.get("kubernetes_conn_id"),
-            "namespace": ns,
-            "job_name": name,
-            "artifacts_dir": resource["artifacts_dir"],
-            "scheduling_timeout": float(self.machine.scheduling_timeout_seconds),
-            "creating_timeout": float(self.machine.container_creating_timeout_seconds),
-            "admission_timeout": (
-                float(self.machine.kueue.admission_timeout_seconds) if self.machine.kueue else None
-            ),
-            "queue": self.machine.kueue.queue_name if self.machine.kueue else None,
-            "nodes": self.machine.num_nodes * self.machine.replicas,
-        }
+        kueue = self.machine.kueue
+        handle = K8sHandle(
+            backend=self.kind,
+            kubernetes_conn_id=resource.kubernetes_conn_id,
+            namespace=ns,
+            job_name=name,
+            artifacts_dir=resource.artifacts_dir,
+            scheduling_timeout=float(self.machine.scheduling_timeout_seconds),
+            creating_timeout=float(self.machine.container_creating_timeout_seconds),
+            admission_timeout=float(kueue.admission_timeout_seconds) if kueue else None,
+            queue=kueue.queue_name if kueue else None,
+            nodes=self.machine.num_nodes * self.machine.replicas,
+        )
         reader = JobSetReader(clients, ns)
         js, reattached = self.api(clients, ns).create_or_reattach_jobset(
-            body, lambda old: reader.judge({**handle, "uid": old["metadata"]["uid"]}, old)
+            body,
+            lambda old: reader.judge(
+                handle.model_copy(update={"uid": old["metadata"]["uid"]}), old
+            ),
         )
         if not reattached:  # a previous attempt's output is kept beside the new one
-            rotate(Path(resource["artifacts_dir"]), (*ROTATED, RUNNER_FILE))
-        handle.update(uid=js["metadata"]["uid"], reattached=reattached)
+            rotate(Path(resource.artifacts_dir), (*ROTATED, RUNNER_FILE))
+        handle.uid, handle.reattached = js["metadata"]["uid"], reattached
         return handle
 
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
-        key = f"{handle.get('namespace')}/{handle.get('job_name')}"
+    def poll(self, handle: K8sHandle) -> JobStatus:
+        key = f"{handle.namespace}/{handle.job_name}"
         clients = self.clients(handle)
-        ns, name = handle["namespace"], handle["job_name"]
+        ns, name = handle.namespace, handle.job_name
 
         def look() -> JobStatus:
             js = self.api(clients, ns).read_jobset(name)
@@ -186,27 +183,27 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             if due and not status.done:
                 # Pods the cluster deletes (a restart, a failed group's peers) take their
                 # logs with them: keep a recent copy of every pod's log meanwhile.
-                artifacts.snapshot(name, handle["artifacts_dir"], js, None)
+                artifacts.snapshot(name, handle.artifacts_dir, js, None)
             if status.done:
-                artifacts.snapshot(name, handle["artifacts_dir"], js, status)
+                artifacts.snapshot(name, handle.artifacts_dir, js, status)
             return status
 
         return polled(key, look)
 
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+    def read_logs(self, handle: K8sHandle, offset: int) -> tuple[list[str], int]:
         clients = self.clients(handle)
-        ns = handle["namespace"]
+        ns = handle.namespace
         try:
-            leader = verdict.leader(JobSetReader(clients, ns).pods(handle["job_name"]))
+            leader = verdict.leader(JobSetReader(clients, ns).pods(handle.job_name))
             if leader is None:
                 return [], offset
-            spool = PodLogs(clients, ns).spool(leader, Path(handle["artifacts_dir"]))
+            spool = PodLogs(clients, ns).spool(leader, Path(handle.artifacts_dir))
             if err := spool.error():
                 raise log_forbidden(ns, leader.metadata.name, err)
         except BackendError:  # a missing permission: say so, no retry will fix it
             raise
         except Exception as e:  # the next call retries; poll decides about failures
-            logger.warning("cannot read the log of %s: %s", handle.get("job_name"), e)
+            logger.warning("cannot read the log of %s: %s", handle.job_name, e)
             return [], offset
         # Offsets are opaque to callers (passed back untouched): the bits above OFFSET_BITS
         # carry the restart attempt the byte offset belongs to, so a new leader after a
@@ -221,33 +218,33 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
         lines, pos = spool.read(pos)
         return header + lines, base + pos
 
-    def cancel(self, handle: dict[str, Any]) -> None:
+    def cancel(self, handle: K8sHandle) -> None:
         clients = self.clients(handle)
-        ns, name = handle["namespace"], handle["job_name"]
+        ns, name = handle.namespace, handle.job_name
         try:
-            JobSetArtifacts(clients, ns).snapshot(name, handle["artifacts_dir"])
+            JobSetArtifacts(clients, ns).snapshot(name, handle.artifacts_dir)
         except Exception as e:  # stopping the workload matters more than its log
             logger.warning("could not save the logs of %s/%s before cancelling: %s", ns, name, e)
         api = self.api(clients, ns)
         api.delete_jobset(name)
         api.delete_pods(name)
 
-    def save_outputs(self, clients: KubeClients, resource: dict[str, Any]) -> None:
+    def save_outputs(self, clients: KubeClients, resource: K8sResource) -> None:
         """The group's snapshot (every pod's log, status.json, timing)."""
-        JobSetArtifacts(clients, resource["namespace"]).snapshot(
-            resource["job_name"], resource["artifacts_dir"]
+        JobSetArtifacts(clients, resource.namespace).snapshot(
+            resource.job_name, resource.artifacts_dir
         )
 
     # -- teardown ------------------------------------------------------------------------------
-    def teardown(self, resource: dict[str, Any]) -> None:
+    def teardown(self, resource: K8sResource) -> None:
         clients = self.clients(resource)
-        ns, name = resource["namespace"], resource["job_name"]
+        ns, name = resource.namespace, resource.job_name
         self.save_outputs_unless_saved(clients, resource)
         api = self.api(clients, ns)
         errors: list[Exception] = []
         for step in (
             lambda: api.delete_jobset(name),
-            lambda: api.delete_job(resource["setup_job_name"]),
+            lambda: api.delete_job(resource.setup_job_name),
             lambda: api.delete_pods(name),
         ):
             try:
@@ -261,7 +258,7 @@ class KubernetesJobSetBackend(KubernetesJobBackend):
             said = [
                 f"{e.status} {api_message(e)}" if hasattr(e, "status") else str(e) for e in errors
             ]
-            raise BackendError(f"teardown of {resource['name']} incomplete: " + "; ".join(said))
+            raise BackendError(f"teardown of {resource.name} incomplete: " + "; ".join(said))
 
     def list_managed(self) -> list[ManagedResource]:
         clients = self.clients()

@@ -13,9 +13,10 @@ import json
 from accelmatrix import settings
 from accelmatrix.backends.base import MANAGED_BY, ManagedResource
 from accelmatrix.backends.kubernetes import pods as k8s_pods
-from accelmatrix.backends.kubernetes.job_inventory import JobInventory
+from accelmatrix.backends.kubernetes.job_inventory import JobInventory, identity_of
 from accelmatrix.backends.kubernetes.job_manifest import KIND_LABEL
 from accelmatrix.backends.kubernetes.jobset_manifest import JOBSET_NAME_LABEL
+from accelmatrix.contracts.machine_records import K8sResource, ManagedDetail
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients
 
@@ -35,7 +36,8 @@ class JobSetInventory:
         entries = {e.name: e for e in jobs}
         for e in entries.values():
             e.backend = self.kind
-            e.detail["resource"]["backend"] = self.kind
+            if e.detail.resource is not None:
+                e.detail.resource.backend = self.kind
         selector = f"managed-by={MANAGED_BY},{KIND_LABEL}={self.kind}"
         for js in jobset_api.list_jobsets(clients, ns, selector):
             meta = js["metadata"]
@@ -53,11 +55,7 @@ class JobSetInventory:
             record.setdefault(
                 "artifacts_dir", str(settings.home() / "orphans" / self.kind / ns / name)
             )
-            ident = {
-                "dag_id": annotations.get("accelmatrix.io/dag-id"),
-                "run_id": annotations.get("accelmatrix.io/run-id"),
-                "cell_id": annotations.get("accelmatrix.io/cell-id"),
-            }
+            ident = identity_of(annotations)
             key = f"{ns}/{name}"
             entry = entries.get(key)
             if entry is None:
@@ -66,27 +64,22 @@ class JobSetInventory:
                     name=key,
                     labels={k: v for k, v in labels.items() if k != "accelmatrix.io/role"},
                     created_at=k8s_pods.epoch(meta.get("creationTimestamp")),
-                    detail={
-                        "namespace": ns,
-                        "jobs": [],
-                        "identity": ident if all(ident.values()) else None,
-                        "annotations": annotations,
-                        "resource": record,
-                    },
+                    detail=ManagedDetail(namespace=ns, identity=ident, annotations=annotations),
                 )
-            entry.detail["resource"] = record
-            entry.detail["jobset"] = {"name": name, "uid": meta.get("uid")}
+            detail = entry.detail
+            detail.resource = K8sResource.model_validate(record)
+            detail.jobset, detail.jobset_uid = name, meta.get("uid")
             pods = clients.core.list_namespaced_pod(
                 ns, label_selector=f"{JOBSET_NAME_LABEL}={name}"
             )
-            entry.detail["pods"] = sorted(p.metadata.name for p in pods.items)
-            entry.detail["services"] = _services(clients, ns, name)
+            detail.pods = sorted(p.metadata.name for p in pods.items)
+            detail.services = _services(clients, ns, name)
             # Exact ids of everything the cell holds, for the janitor's record of the reap.
-            entry.detail["children"] = (
+            detail.children = (
                 [f"JobSet {ns}/{name} uid={meta.get('uid')}"]
-                + [f"Job {ns}/{j}" for j in sorted(entry.detail.get("jobs") or [])]
-                + [f"Pod {ns}/{p}" for p in entry.detail["pods"]]
-                + [f"Service {ns}/{s}" for s in entry.detail["services"]]
+                + [f"Job {ns}/{j}" for j in sorted(detail.jobs)]
+                + [f"Pod {ns}/{p}" for p in detail.pods]
+                + [f"Service {ns}/{s}" for s in detail.services]
             )
         return list(entries.values())
 

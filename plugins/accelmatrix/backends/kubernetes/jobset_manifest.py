@@ -33,6 +33,7 @@ from typing import Any
 
 from accelmatrix.backends.kubernetes.job_manifest import JobManifest
 from accelmatrix.backends.machines.k8s_jobset import KubernetesJobSetMachine
+from accelmatrix.contracts.machine_records import K8sResource
 from accelmatrix.hooks.jobset import JOBSET_API_VERSION
 
 CONTAINER = "workload"
@@ -180,11 +181,11 @@ class JobSetManifest:
         self.job = JobManifest(machine)  # the container, volume and scheduling parts
 
     def workload_jobset(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
+        self, resource: K8sResource, argv: list[str], env: dict[str, str]
     ) -> dict[str, Any]:
         """The JobSet manifest submit creates."""
         m = self.machine
-        name = resource["job_name"]
+        name = resource.job_name
         container = self.job.container(CONTAINER, argv, env)
         container["env"] += self.group_env(name)
         container["ports"] = [
@@ -197,13 +198,13 @@ class JobSetManifest:
         spec = child_job_spec(
             pod_template,
             m.num_nodes,
-            int(resource["active_deadline_seconds"]),
+            int(resource.active_deadline_seconds),
             m.restart_on_exit_codes,
         )
         meta = job["metadata"]
         return jobset_body(
             name=name,
-            namespace=resource["namespace"],
+            namespace=resource.namespace,
             labels=meta["labels"],
             annotations=meta["annotations"],
             replicated_job=m.replicated_job,

@@ -15,6 +15,7 @@ from accelmatrix.backends.base import JobStatus
 from accelmatrix.backends.kubernetes import jobset_verdict as verdict
 from accelmatrix.backends.kubernetes.jobset_manifest import CONTAINER, JOBSET_NAME_LABEL
 from accelmatrix.backends.kubernetes.pod_logs import PodLogs
+from accelmatrix.contracts.machine_records import K8sHandle
 from accelmatrix.hooks import jobset as jobset_api
 from accelmatrix.hooks.k8s import KubeClients
 
@@ -47,13 +48,13 @@ class JobSetReader:
             return "unknown", f"cannot read Kueue Workloads: {e}"[:300]
         return verdict.kueue_state(workloads)
 
-    def judge(self, handle: dict[str, Any], js: dict[str, Any]) -> JobStatus:
+    def judge(self, handle: K8sHandle, js: dict[str, Any]) -> JobStatus:
         """The verdict on JobSet ``js`` of the cell with ``handle`` (its uid, timeouts)."""
         return verdict.judge(
             js,
-            self.pods(handle["job_name"]),
+            self.pods(handle.job_name),
             now=time.time(),
             handle=handle,
-            kueue=lambda: self.kueue_state(handle["uid"]),
+            kueue=lambda: self.kueue_state(handle.uid),
             tail=self.tail,
         )

@@ -30,6 +30,7 @@ from accelmatrix.backends.kubernetes.jobset_manifest import (
     JOB_INDEX_LABEL,
     RESTART_LABEL,
 )
+from accelmatrix.contracts.machine_records import K8sHandle
 
 
 def index(pod: Any) -> tuple[int, int]:
@@ -106,12 +107,12 @@ def judge(
     pods: list[Any],
     *,
     now: float,
-    handle: dict[str, Any],
+    handle: K8sHandle,
     kueue: Callable[[], tuple[str, str]],
     tail: Callable[[str], list[str]],
 ) -> JobStatus:
     """The verdict on one JobSet (see the module docstring for the rules)."""
-    name = handle["job_name"]
+    name = handle.job_name
     conds = conditions(js)
     current_attempt = int((js.get("status") or {}).get("restarts") or 0)
     current = [p for p in pods if attempt(p.metadata.labels) == current_attempt]
@@ -127,26 +128,26 @@ def judge(
         state, message = kueue()
         if state == "evicted":
             return infra(f"JobSet {name} was evicted by Kueue ({message})")
-        limit = handle.get("admission_timeout")
+        limit = handle.admission_timeout
         if limit is not None and now - created > limit:
             return infra(
                 f"JobSet {name} was not admitted by Kueue (LocalQueue "
-                f"{handle.get('queue')}) within {limit:.0f} s: {message}"
+                f"{handle.queue}) within {limit:.0f} s: {message}"
             )
         return JobStatus(done=False, detail=f"waiting for Kueue admission: {message}", queued=True)
     for pod in current:
         problem = k8s_pods.pod_problem(
             pod,
             now=now,
-            scheduling_timeout=float(handle["scheduling_timeout"]),
-            creating_timeout=float(handle.get("creating_timeout") or 600),
+            scheduling_timeout=float(handle.scheduling_timeout),
+            creating_timeout=float(handle.creating_timeout or 600),
         )
         # A disrupted pod is not the end: the controller restarts the group, or fails it
         # when out of restarts (rule 2).
         if problem and not k8s_pods.disruption(pod):
             return infra(problem)
     if not current:
-        if now - created > float(handle["scheduling_timeout"]):
+        if now - created > float(handle.scheduling_timeout):
             return infra(
                 f"JobSet {name} created no pod in {now - created:.0f} s (is the JobSet "
                 "controller running? quota, admission webhook?)"
@@ -155,7 +156,7 @@ def judge(
     phases = ",".join(sorted({p.status.phase for p in current}))
     extra = f" (restart {current_attempt})" if current_attempt else ""
     status = JobStatus(done=False, detail=f"{len(current)} pod(s) {phases}{extra}")
-    if handle.get("queue"):  # the workload's clock starts when its first pod runs
+    if handle.queue:  # the workload's clock starts when its first pod runs
         starts = [s for p in pods if (s := k8s_pods.running_since(p, CONTAINER)) is not None]
         status.started_at = min(starts) if starts else None
     return status

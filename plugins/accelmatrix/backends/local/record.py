@@ -16,6 +16,7 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.backends.runner import status as runner_status
+from accelmatrix.contracts.machine_records import CellIdentity
 
 RECORD = "resource.json"
 
@@ -37,14 +38,12 @@ def update_record(path: Path, **fields: Any) -> None:
     os.replace(tmp, path)
 
 
-def exact_identity(labels: dict[str, Any]) -> dict[str, str] | None:
+def exact_identity(labels: dict[str, Any]) -> CellIdentity | None:
     """(dag, run, cell) from labels that hold them verbatim (local and SSH records)."""
-    ident = {
-        "dag_id": labels.get("dag"),
-        "run_id": labels.get("run"),
-        "cell_id": labels.get("cell"),
-    }
-    return ident if all(isinstance(v, str) and v for v in ident.values()) else None  # type: ignore[return-value]
+    dag, run, cell = labels.get("dag"), labels.get("run"), labels.get("cell")
+    if not all(isinstance(v, str) and v for v in (dag, run, cell)):
+        return None
+    return CellIdentity(dag_id=dag, run_id=run, cell_id=cell)
 
 
 def remove_empty_parents(work_dir: Path) -> None:

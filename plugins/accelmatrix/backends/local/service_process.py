@@ -12,24 +12,24 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from accelmatrix.backends.base import SetupFailed
 from accelmatrix.backends.local.processes import pid_alive
+from accelmatrix.contracts.machine_records import LocalResource, ServiceSpec, StartedService
 
 POLL_SECONDS = 0.1
 
 
-def start_service(resource: dict[str, Any], svc: dict[str, Any], env: dict[str, str]) -> dict:
+def start_service(resource: LocalResource, svc: ServiceSpec, env: dict[str, str]) -> StartedService:
     """Popen the service detached; its output goes to service-<name>.log in the artifacts."""
-    log_path = Path(resource["artifacts_dir"]) / f"service-{svc['name']}.log"
-    port_file = Path(resource["work_dir"]) / svc["ready"]["port_file"]
+    log_path = Path(resource.artifacts_dir) / f"service-{svc.name}.log"
+    port_file = Path(resource.work_dir) / svc.ready.port_file
     port_file.unlink(missing_ok=True)  # a stale port from an earlier attempt is not readiness
     with open(log_path, "ab") as out:
         try:
             proc = subprocess.Popen(  # noqa: S603 (argv list from a validated suite, no shell)
-                svc["run"],
-                cwd=resource["work_dir"],
+                svc.run,
+                cwd=resource.work_dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -38,33 +38,31 @@ def start_service(resource: dict[str, Any], svc: dict[str, Any], env: dict[str, 
                 close_fds=True,
             )
         except OSError as e:
-            raise SetupFailed(
-                f"service {svc['name']}: cannot start {svc['run'][:1]}: {e}"
-            ) from None
-    return {
-        "name": svc["name"],
-        "pid": proc.pid,
-        "pgid": proc.pid,
-        "log_path": str(log_path),
-        "started_at": time.time(),
-    }
+            raise SetupFailed(f"service {svc.name}: cannot start {svc.run[:1]}: {e}") from None
+    return StartedService(
+        name=svc.name,
+        pid=proc.pid,
+        pgid=proc.pid,
+        log_path=str(log_path),
+        started_at=time.time(),
+    )
 
 
-def wait_ready(resource: dict[str, Any], svc: dict[str, Any], info: dict[str, Any]) -> int:
+def wait_ready(resource: LocalResource, svc: ServiceSpec, info: StartedService) -> int:
     """Block until the port file holds a port and GET http_path answers 2xx; return the port."""
-    ready = svc["ready"]
-    port_file = Path(resource["work_dir"]) / ready["port_file"]
-    deadline = time.monotonic() + ready["timeout"]
+    ready = svc.ready
+    port_file = Path(resource.work_dir) / ready.port_file
+    deadline = time.monotonic() + ready.timeout
     last = "no port file yet"
     while time.monotonic() < deadline:
-        if not pid_alive(info["pid"]):
+        if not pid_alive(info.pid):
             raise SetupFailed(
-                f"service {svc['name']} exited before it was ready; last lines of "
-                f"{info['log_path']}:\n{_tail(Path(info['log_path']))}"
+                f"service {svc.name} exited before it was ready; last lines of "
+                f"{info.log_path}:\n{_tail(Path(info.log_path))}"
             )
         port = _read_port(port_file)
         if port is not None:
-            url = f"http://127.0.0.1:{port}{ready['http_path']}"
+            url = f"http://127.0.0.1:{port}{ready.http_path}"
             try:
                 with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 (loopback)
                     if 200 <= resp.status < 300:
@@ -74,8 +72,8 @@ def wait_ready(resource: dict[str, Any], svc: dict[str, Any], info: dict[str, An
                 last = f"GET {url}: {e}"
         time.sleep(POLL_SECONDS)
     raise SetupFailed(
-        f"service {svc['name']} not ready after {ready['timeout']} s ({last}); last lines of "
-        f"{info['log_path']}:\n{_tail(Path(info['log_path']))}"
+        f"service {svc.name} not ready after {ready.timeout} s ({last}); last lines of "
+        f"{info.log_path}:\n{_tail(Path(info.log_path))}"
     )
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
+from pydantic import BaseModel
 
 from accelmatrix import settings
 from accelmatrix.backends.base import (
@@ -55,6 +56,7 @@ from accelmatrix.backends.base import (
     ManagedResource,
 )
 from accelmatrix.backends.local.record import exact_identity
+from accelmatrix.backends.machines.ssh import SshMachine
 from accelmatrix.backends.runner import RUNNER
 from accelmatrix.backends.runner import status as runner_status
 from accelmatrix.backends.ssh.remote import (
@@ -73,6 +75,7 @@ from accelmatrix.backends.ssh.remote import (
     expand_work_root,
 )
 from accelmatrix.backends.ssh.setup import RemoteSetup
+from accelmatrix.contracts.machine_records import ManagedDetail, SshHandle, SshResource, SshTarget
 from accelmatrix.hooks.ssh import (
     DirectTarget,
     RemoteHost,
@@ -92,22 +95,25 @@ _unreachable_lock = threading.Lock()
 class SshBackend(Backend):
     kind = "ssh"
 
-    def __init__(self, machine_spec: dict[str, Any]):
-        super().__init__(machine_spec)
-        if not machine_spec.get("ssh_conn_id"):
+    machine: SshMachine
+
+    def __init__(self, machine: SshMachine):
+        super().__init__(machine)
+        if not machine.ssh_conn_id:
             raise BackendError("an ssh machine needs ssh_conn_id (an Airflow connection id)")
-        self.conn_id: str = machine_spec["ssh_conn_id"]
-        self.python: str = machine_spec.get("python") or "python3"
-        self.work_root: str = machine_spec.get("work_root") or DEFAULT_WORK_ROOT
+        self.conn_id: str = machine.ssh_conn_id
+        self.python: str = machine.python or "python3"
+        self.work_root: str = machine.work_root or DEFAULT_WORK_ROOT
 
     # -- helpers ----------------------------------------------------------------------------
-    def host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
+    def host(self, resource_or_handle: SshResource | SshHandle | None = None) -> RemoteHost:
         # A record or handle names its own connection: a janitor or a later task may hold a
         # machine spec that was edited since, and must still reach the host the cell used.
-        ref = resource_or_handle or {}
-        if ref.get("ssh_target"):  # a machine we provisioned (DirectSshBackend)
-            return get_direct_host(DirectTarget(**ref["ssh_target"]))
-        return get_host(ref.get("ssh_conn_id") or self.conn_id)
+        if resource_or_handle is None:
+            return get_host(self.conn_id)
+        if resource_or_handle.ssh_target:  # a machine we provisioned (DirectSshBackend)
+            return get_direct_host(direct_target(resource_or_handle.ssh_target))
+        return get_host(resource_or_handle.ssh_conn_id or self.conn_id)
 
     def remote(self, host: RemoteHost) -> Remote:
         """The primitives on ``host`` (reads, liveness, killing a group, logs)."""
@@ -125,14 +131,14 @@ class SshBackend(Backend):
             settings.safe_name(ctx.cell_id),
         )
 
-    def provision(self, ctx: CellContext) -> dict[str, Any]:
+    def provision(self, ctx: CellContext) -> SshResource:
         host = self.host()
         work_dir = _checked_work_dir(self.work_dir_for(host, ctx))
         record_path = f"{work_dir}/{RECORD}"
         existing = self.remote(host).read_json(record_path)
         if existing is not None:  # a retry finds the resource it created before
             ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
-            return existing
+            return SshResource.model_validate(existing)
         created = not host.exists(work_dir)
         internal = f"{work_dir}/{INTERNAL_DIR}"
         try:
@@ -141,18 +147,18 @@ class SshBackend(Backend):
             ctx.artifacts_dir.mkdir(parents=True, exist_ok=True)
             include_dir = self.remote(host).upload_include(f"{internal}/include")
             now = time.time()
-            resource = {
-                "backend": self.kind,
-                "name": f"{self.conn_id}:{work_dir}",
-                "ssh_conn_id": self.conn_id,
-                "host": host.hostname,
-                "work_dir": work_dir,
-                "internal_dir": internal,
-                "log_dir": f"{internal}/logs",
-                "include_dir": include_dir,
-                "artifacts_dir": str(ctx.artifacts_dir),
-                "created_at": now,
-                "labels": {
+            resource = SshResource(
+                backend=self.kind,
+                name=f"{self.conn_id}:{work_dir}",
+                ssh_conn_id=self.conn_id,
+                host=host.hostname,
+                work_dir=work_dir,
+                internal_dir=internal,
+                log_dir=f"{internal}/logs",
+                include_dir=include_dir,
+                artifacts_dir=str(ctx.artifacts_dir),
+                created_at=now,
+                labels={
                     "managed-by": MANAGED_BY,
                     "dag": ctx.dag_id,
                     "run": ctx.run_id,
@@ -161,8 +167,8 @@ class SshBackend(Backend):
                     "host": host.hostname,
                     **ctx.labels,
                 },
-            }
-            host.write_atomic(record_path, json.dumps(resource).encode())
+            )
+            host.write_atomic(record_path, json.dumps(resource.to_json()).encode())
             return resource
         except BaseException:
             # Airflow skips a teardown whose setup task failed: undo what we created here.
@@ -173,17 +179,17 @@ class SshBackend(Backend):
                     logger.warning("could not remove %s after a failed provision: %s", work_dir, e)
             raise
 
-    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+    def variables(self, resource: SshResource) -> dict[str, str]:
         return {
-            "work_dir": resource["work_dir"],
-            "include_dir": resource["include_dir"],
+            "work_dir": resource.work_dir,
+            "include_dir": resource.include_dir,
             "python": self.python,
             "num_workers": "1",
         }
 
     def setup(
         self,
-        resource: dict[str, Any],
+        resource: SshResource,
         commands: list[list[str]],
         env: dict[str, str],
         timeout: int,
@@ -191,33 +197,37 @@ class SshBackend(Backend):
     ) -> None:
         RemoteSetup(self.remote(self.host(resource))).run(resource, commands, env, timeout, log)
 
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
+    def submit(self, resource: SshResource, argv: list[str], env: dict[str, str]) -> SshHandle:
         host = self.host(resource)
-        work_dir = _checked_work_dir(resource["work_dir"])
-        log_dir = resource["log_dir"]
-        runner = f"{resource['internal_dir']}/runner.py"
-        handle: dict[str, Any] = {
-            "backend": self.kind,
-            "ssh_conn_id": resource.get("ssh_conn_id", self.conn_id),
-            "ssh_target": resource.get("ssh_target"),
-            "host": resource.get("host"),
-            "work_dir": work_dir,
-            "log_dir": log_dir,
-            "log_path": f"{log_dir}/output.log",
-            "status_path": f"{log_dir}/status.json",
-            "artifacts_dir": resource["artifacts_dir"],
-        }
-        status = self.remote(host).read_json(handle["status_path"])
+        work_dir = _checked_work_dir(resource.work_dir)
+        log_dir = resource.log_dir
+        runner = f"{resource.internal_dir}/runner.py"
+        status_path = f"{log_dir}/status.json"
+
+        def handle(pid: int, pgid: int, reattached: bool) -> SshHandle:
+            return SshHandle(
+                backend=self.kind,
+                ssh_conn_id=resource.ssh_conn_id or self.conn_id,
+                ssh_target=resource.ssh_target,
+                host=resource.host,
+                work_dir=work_dir,
+                log_dir=log_dir,
+                log_path=f"{log_dir}/output.log",
+                status_path=status_path,
+                artifacts_dir=resource.artifacts_dir,
+                pid=pid,
+                pgid=pgid,
+                reattached=reattached,
+            )
+
+        status = self.remote(host).read_json(status_path)
         if (
             status
             and status.get("exit_code") is None
             and isinstance(status.get("pid"), int)
             and self.remote(host).alive(status["pid"], work_dir)
         ):
-            handle.update(pid=status["pid"], pgid=status["pgid"], reattached=True)
-            return handle
+            return handle(status["pid"], status["pgid"], reattached=True)
         command = _argv(argv)
         if status and status.get("exit_code") is None and isinstance(status.get("pgid"), int):
             # The runner died without a status (OOM killer, reboot of a container...): its
@@ -263,28 +273,25 @@ class SshBackend(Backend):
         # Wait briefly for the runner's first status so poll() never sees "no status yet"
         # as a vanished runner.
         while time.monotonic() < deadline:
-            status = self.remote(host).read_json(handle["status_path"])
+            status = self.remote(host).read_json(status_path)
             if status:
-                handle.update(pid=status["pid"], pgid=status["pgid"], reattached=False)
-                return handle
+                return handle(status["pid"], status["pgid"], reattached=False)
             if not self.remote(host).alive(bg_pid, work_dir, verify=False):
                 break
             time.sleep(0.05)
-        status = self.remote(host).read_json(handle["status_path"])
+        status = self.remote(host).read_json(status_path)
         if status:
-            handle.update(pid=status["pid"], pgid=status["pgid"], reattached=False)
-            return handle
+            return handle(status["pid"], status["pgid"], reattached=False)
         if self.remote(host).alive(bg_pid, work_dir, verify=False):  # slow host: still starting
-            handle.update(pid=bg_pid, pgid=bg_pid, reattached=False)
-            return handle
+            return handle(bg_pid, bg_pid, reattached=False)
         runner_log = (host.read(f"{log_dir}/runner.log") or b"").decode(errors="replace")
         raise InfrastructureError(
             f"the workload runner on {host.hostname} exited without a status: "
             + runner_log.strip()[-1000:]
         )
 
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
-        key = f"{handle.get('ssh_conn_id')}:{handle.get('status_path')}"
+    def poll(self, handle: SshHandle) -> JobStatus:
+        key = f"{handle.ssh_conn_id}:{handle.status_path}"
         try:
             status = self._poll(handle)
         except (OSError, EOFError, paramiko.SSHException) as e:
@@ -293,7 +300,7 @@ class SshBackend(Backend):
             _unreachable_since.pop(key, None)
         return status
 
-    def _unreachable(self, key: str, handle: dict[str, Any], e: BaseException) -> JobStatus:
+    def _unreachable(self, key: str, handle: SshHandle, e: BaseException) -> JobStatus:
         now = time.monotonic()
         with _unreachable_lock:
             since = _unreachable_since.setdefault(key, now)
@@ -303,24 +310,24 @@ class SshBackend(Backend):
             return JobStatus(
                 done=True,
                 exit_code=None,
-                detail=f"host {handle.get('host')} unreachable for {now - since:.0f} s: {e}",
+                detail=f"host {handle.host} unreachable for {now - since:.0f} s: {e}",
                 infrastructure_failure=True,
             )
-        logger.warning("cannot reach %s (will retry): %s", handle.get("host"), e)
+        logger.warning("cannot reach %s (will retry): %s", handle.host, e)
         return JobStatus(done=False, detail=f"host unreachable: {e}")
 
-    def _poll(self, handle: dict[str, Any]) -> JobStatus:
+    def _poll(self, handle: SshHandle) -> JobStatus:
         remote = self.remote(self.host(handle))
         return runner_status.judge(
-            lambda: remote.read_json(handle["status_path"]),
-            lambda: remote.alive(handle["pid"], handle["work_dir"]),
+            lambda: remote.read_json(handle.status_path),
+            lambda: remote.alive(handle.pid, handle.work_dir),
         )
 
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+    def read_logs(self, handle: SshHandle, offset: int) -> tuple[list[str], int]:
         try:
-            chunk = self.host(handle).read(handle["log_path"], offset, READ_CHUNK)
+            chunk = self.host(handle).read(handle.log_path, offset, READ_CHUNK)
         except (OSError, EOFError, paramiko.SSHException) as e:  # a blip: retried next call
-            logger.warning("cannot read the log on %s (will retry): %s", handle.get("host"), e)
+            logger.warning("cannot read the log on %s (will retry): %s", handle.host, e)
             return [], offset
         if not chunk:
             return [], offset
@@ -330,15 +337,14 @@ class SshBackend(Backend):
         chunk = chunk[: end + 1]
         return chunk.decode("utf-8", errors="replace").splitlines(), offset + len(chunk)
 
-    def cancel(self, handle: dict[str, Any]) -> None:
-        pgid = handle.get("pgid")
-        if not pgid:
+    def cancel(self, handle: SshHandle) -> None:
+        if not handle.pgid:
             return
-        self.remote(self.host(handle)).kill_group(int(pgid), handle["work_dir"])
+        self.remote(self.host(handle)).kill_group(handle.pgid, handle.work_dir)
 
-    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+    def collect(self, resource: SshResource, globs: list[str], dest: Path) -> list[str]:
         host = self.host(resource)
-        work_dir = _checked_work_dir(resource["work_dir"])
+        work_dir = _checked_work_dir(resource.work_dir)
         self.remote(host).fetch_logs(resource)
         dest.mkdir(parents=True, exist_ok=True)
         if not globs:
@@ -372,12 +378,12 @@ class SshBackend(Backend):
                 copied.append(rel)
         return sorted(set(copied))
 
-    def teardown(self, resource: dict[str, Any]) -> None:
+    def teardown(self, resource: SshResource) -> None:
         host = self.host(resource)
-        work_dir = _checked_work_dir(resource["work_dir"])
+        work_dir = _checked_work_dir(resource.work_dir)
         if not host.exists(work_dir):
             return
-        status = self.remote(host).read_json(f"{resource['log_dir']}/status.json")
+        status = self.remote(host).read_json(f"{resource.log_dir}/status.json")
         if status and status.get("exit_code") is None and status.get("pgid"):
             self.remote(host).kill_group(int(status["pgid"]), work_dir)
         RemoteSetup(self.remote(host)).stop_earlier(resource, work_dir, logger.info)
@@ -423,7 +429,8 @@ class SshBackend(Backend):
         for work_dir, raw in host.sftp(op):
             try:
                 data = json.loads(raw)
-            except ValueError:
+                record = SshResource.model_validate(data)
+            except ValueError:  # pydantic's ValidationError is one too
                 continue
             managed.append(
                 ManagedResource(
@@ -431,12 +438,12 @@ class SshBackend(Backend):
                     name=data.get("name", f"{self.conn_id}:{work_dir}"),
                     labels=data.get("labels", {}),
                     created_at=data.get("created_at"),
-                    detail={
-                        "work_dir": work_dir,
-                        "ssh_conn_id": self.conn_id,
-                        "identity": exact_identity(data.get("labels") or {}),
-                        "resource": data,
-                    },
+                    detail=ManagedDetail(
+                        work_dir=work_dir,
+                        ssh_conn_id=self.conn_id,
+                        identity=exact_identity(data.get("labels") or {}),
+                        resource=record,
+                    ),
                 )
             )
         return managed
@@ -451,23 +458,31 @@ class DirectSshBackend(SshBackend):
     travels in the resource and every handle as ``ssh_target``.
     """
 
-    def __init__(self, target: DirectTarget, *, python: str, work_root: str, kind: str):
-        Backend.__init__(self, {"backend": kind, "python": python, "work_root": work_root})
+    def __init__(
+        self, target: DirectTarget, machine: BaseModel, *, python: str, work_root: str, kind: str
+    ):
+        # ``machine``: the machine the worker belongs to (a TPU VM's), for the record only.
+        Backend.__init__(self, machine)
         self.kind = kind  # type: ignore[misc]  # resources and handles say which machine
         self.target = target
         self.conn_id = target.cache_key
         self.python = python
         self.work_root = work_root
 
-    def host(self, resource_or_handle: dict[str, Any] | None = None) -> RemoteHost:
-        t = (resource_or_handle or {}).get("ssh_target")
-        return get_direct_host(DirectTarget(**t) if t else self.target)
+    def host(self, resource_or_handle: SshResource | SshHandle | None = None) -> RemoteHost:
+        t = resource_or_handle.ssh_target if resource_or_handle is not None else None
+        return get_direct_host(direct_target(t) if t else self.target)
 
-    def provision(self, ctx: CellContext) -> dict[str, Any]:
+    def provision(self, ctx: CellContext) -> SshResource:
         host = self.host()
         pinned = self.target.host_key or host.server_host_key()
         resource = super().provision(ctx)
-        resource["ssh_target"] = dataclasses.asdict(
-            dataclasses.replace(self.target, host_key=pinned)
+        resource.ssh_target = SshTarget.model_validate(
+            dataclasses.asdict(dataclasses.replace(self.target, host_key=pinned))
         )
         return resource
+
+
+def direct_target(target: SshTarget) -> DirectTarget:
+    """The hook's address of a worker from the record's."""
+    return DirectTarget(**target.model_dump())

@@ -25,6 +25,7 @@ from accelmatrix import settings
 from accelmatrix.backends.base import BackendError
 from accelmatrix.backends.runner import procfs
 from accelmatrix.backends.runner import status as runner_status
+from accelmatrix.contracts.machine_records import SshResource
 from accelmatrix.hooks.ssh import RemoteHost, sftp_makedirs
 
 RECORD = "resource.json"
@@ -234,11 +235,11 @@ class Remote:
                 _verified.add(key)
         return ours
 
-    def fetch_logs(self, resource: dict[str, Any]) -> list[str]:
+    def fetch_logs(self, resource: SshResource) -> list[str]:
         """Copy the runner's logs into the local artifacts dir (where evaluation reads them)."""
-        art = Path(resource["artifacts_dir"])
+        art = Path(resource.artifacts_dir)
         art.mkdir(parents=True, exist_ok=True)
-        log_dir = resource["log_dir"]
+        log_dir = resource.log_dir
         copied = []
         with self.host.bulk_sftp() as sftp:
             for name in LOG_FILES:

@@ -14,7 +14,6 @@ import logging
 import shlex
 import time
 from pathlib import Path
-from typing import Any
 
 from accelmatrix.backends.base import BackendError, InfrastructureError, LogFn, SetupFailed
 from accelmatrix.backends.ssh.remote import (
@@ -25,6 +24,7 @@ from accelmatrix.backends.ssh.remote import (
     _checked_work_dir,
     _env_lines,
 )
+from accelmatrix.contracts.machine_records import SshResource
 
 logger = logging.getLogger("accelmatrix.backends.ssh")
 
@@ -67,7 +67,7 @@ class RemoteSetup:
 
     def run(
         self,
-        resource: dict[str, Any],
+        resource: SshResource,
         commands: list[list[str]],
         env: dict[str, str],
         timeout: int,
@@ -75,8 +75,8 @@ class RemoteSetup:
     ) -> None:
         """Run ``commands`` in order; raise SetupFailed on the first failure."""
         host = self.remote.host
-        work_dir = _checked_work_dir(resource["work_dir"])
-        log_path = Path(resource["artifacts_dir"]) / "setup.log"
+        work_dir = _checked_work_dir(resource.work_dir)
+        log_path = Path(resource.artifacts_dir) / "setup.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
         env_lines = _env_lines(env, work_dir)
@@ -105,8 +105,7 @@ class RemoteSetup:
                 script = "\n".join(
                     [
                         "printf 'accelmatrix-pgid=%s\\n' \"$$\"",
-                        f"printf '%s\\n' \"$$\" > {shlex.quote(resource['internal_dir'])}"
-                        "/setup.pgid",
+                        f"printf '%s\\n' \"$$\" > {shlex.quote(resource.internal_dir)}/setup.pgid",
                         f"cd -- {shlex.quote(work_dir)} || exit 126",
                         *env_lines,
                         "exec 2>&1",
@@ -142,11 +141,11 @@ class RemoteSetup:
                         + "\n".join(tail)
                     )
 
-    def stop_earlier(self, resource: dict[str, Any], work_dir: str, log: LogFn) -> None:
+    def stop_earlier(self, resource: SshResource, work_dir: str, log: LogFn) -> None:
         """A setup command whose task was SIGKILLed lives on (no pty, no SIGHUP) and may be
         what hung. A retried setup stops it first, before its own command overwrites
         setup.pgid (else the teardown could no longer find it); the teardown stops it too."""
-        pgid = self.remote.host.read(f"{resource['internal_dir']}/setup.pgid")
+        pgid = self.remote.host.read(f"{resource.internal_dir}/setup.pgid")
         if not (pgid and pgid.strip().isdigit()):
             return
         outcome = self.remote.kill_group(int(pgid), work_dir)

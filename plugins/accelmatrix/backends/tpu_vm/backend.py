@@ -35,7 +35,6 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from accelmatrix.backends import tpu_names
 from accelmatrix.backends.base import (
@@ -57,6 +56,14 @@ from accelmatrix.backends.tpu_vm.inventory import (
 )
 from accelmatrix.backends.tpu_vm.node_record import cell_context, node_resource
 from accelmatrix.backends.tpu_vm.workers import TpuWorkers, worker_artifacts_dir
+from accelmatrix.contracts.machine_records import (
+    CellRecord,
+    PendingProvision,
+    SshResource,
+    TpuVmHandle,
+    TpuVmResource,
+)
+from accelmatrix.hooks.ssh import DirectTarget, forget_direct_hosts
 from accelmatrix.hooks.tpu import (
     TpuAlreadyExists,
     TpuError,
@@ -78,15 +85,16 @@ SSH_READY_SECONDS = 300  # a READY node's sshd and guest agent may need a moment
 class TpuVmBackend(Backend):
     kind = "tpu-vm"
 
+    machine: TpuVmMachine
+
     def __init__(
         self,
-        machine_spec: dict[str, Any],
+        machine: TpuVmMachine,
         *,
         hook: TpuVmHook | None = None,
         poll_interval: float = 15.0,
     ) -> None:
-        super().__init__(machine_spec)
-        self.machine = TpuVmMachine.model_validate(machine_spec)
+        super().__init__(machine)
         self.hook = hook or TpuVmHook(
             gcp_conn_id=self.machine.gcp_conn_id, project_id=self.machine.project
         )
@@ -112,10 +120,10 @@ class TpuVmBackend(Backend):
         return meta
 
     # -- provisioning ------------------------------------------------------------------------
-    def provision(self, ctx: CellContext) -> dict[str, Any]:
+    def provision(self, ctx: CellContext) -> TpuVmResource:
         """All three provisioning steps in-line (the DAG defers between them instead)."""
         record = self.begin_provision(ctx)
-        while record.get("pending"):
+        while isinstance(record, PendingProvision):
             check = self.check_provision(record)
             if check.failed:
                 self.abandon_provision(record, check.failed)
@@ -125,7 +133,7 @@ class TpuVmBackend(Backend):
             time.sleep(self.poll_interval)
         return record
 
-    def begin_provision(self, ctx: CellContext) -> dict[str, Any]:
+    def begin_provision(self, ctx: CellContext) -> TpuVmResource | PendingProvision:
         m = self.machine
         name, zone = self.name_for(ctx), m.zone
         now = time.time()
@@ -133,23 +141,22 @@ class TpuVmBackend(Backend):
             ctx.dag_id, ctx.run_id, ctx.cell_id, now + ctx.ttl_seconds, ctx.labels
         )
         queued = m.capacity == "queued"
-        pending: dict[str, Any] = {
-            "pending": True,
-            "backend": self.kind,
-            "name": name,
-            "zone": zone,
-            "queued": queued,
-            "labels": labels,
-            "started_at": now,
-            "deadline": now + m.provision_timeout_seconds,
-            "ctx": {
-                "dag_id": ctx.dag_id,
-                "run_id": ctx.run_id,
-                "cell_id": ctx.cell_id,
-                "artifacts_dir": str(ctx.artifacts_dir),
-                "ttl_seconds": ctx.ttl_seconds,
-            },
-        }
+        pending = PendingProvision(
+            backend=self.kind,
+            name=name,
+            zone=zone,
+            queued=queued,
+            labels=labels,
+            started_at=now,
+            deadline=now + m.provision_timeout_seconds,
+            ctx=CellRecord(
+                dag_id=ctx.dag_id,
+                run_id=ctx.run_id,
+                cell_id=ctx.cell_id,
+                artifacts_dir=str(ctx.artifacts_dir),
+                ttl_seconds=ctx.ttl_seconds,
+            ),
+        )
         made: set[str] = set()  # what this call created: undone if it fails
         with self.hook.authorized():
             try:
@@ -168,7 +175,7 @@ class TpuVmBackend(Backend):
                     if qr is None:
                         made.discard("queued resource")  # a retry: the request exists
                         qr = self.hook.describe_queued_resource(name, zone)
-                    pending["deadline"] = (
+                    pending.deadline = (
                         (created_at_of(qr, now) or now)
                         + int(m.valid_until_seconds or 0)
                         + QR_GRACE_SECONDS
@@ -231,12 +238,12 @@ class TpuVmBackend(Backend):
         except TpuAlreadyExists:
             return None
 
-    def check_provision(self, pending: dict[str, Any]) -> ProvisionCheck:
+    def check_provision(self, pending: PendingProvision) -> ProvisionCheck:
         """One look at the node (or its queued resource); never blocks on capacity."""
-        name, zone = pending["name"], pending["zone"]
-        late = time.time() > pending["deadline"]
+        name, zone = pending.name, pending.zone
+        late = time.time() > pending.deadline
         with self.hook.authorized():
-            if pending["queued"]:
+            if pending.queued:
                 qr = self.hook.get_queued_resource(name, zone)
                 if qr is None:
                     return ProvisionCheck(failed=f"queued resource {name} in {zone} vanished")
@@ -271,83 +278,82 @@ class TpuVmBackend(Backend):
             )
         return ProvisionCheck(detail=f"node {state}")
 
-    def finish_provision(self, pending: dict[str, Any]) -> dict[str, Any]:
+    def finish_provision(self, pending: PendingProvision) -> TpuVmResource:
         """The READY node as a resource, every worker prepared over SSH.
 
         A failure here (a worker unreachable) deletes the node: no teardown follows a failed
         provision.
         """
-        name, zone = pending["name"], pending["zone"]
-        ctx = cell_context(pending["ctx"])
+        name, zone = pending.name, pending.zone
+        ctx = cell_context(pending.ctx)
         try:
             with self.hook.authorized():
                 node = self.hook.describe_node(name, zone)
             if node.get("state") != READY:
                 raise InfrastructureError(f"TPU node {name} in {zone} is {node.get('state')}")
             resource = node_resource(self.kind, self.machine, name, zone, node, pending)
-            resource["worker_resources"] = self._prepare_workers(resource, ctx)
+            resource.worker_resources = self._prepare_workers(resource, ctx)
             return resource
         except BaseException as exc:
             self.abandon_provision(pending, str(exc))
             raise
 
-    def resource_problem(self, resource: dict[str, Any]) -> str | None:
+    def resource_problem(self, resource: TpuVmResource) -> str | None:
         with self.hook.authorized():
-            node = self.hook.get_node(resource["name"], resource["zone"])
+            node = self.hook.get_node(resource.name, resource.zone or self.machine.zone)
         if node is None:
-            return f"TPU node {resource['name']} no longer exists"
+            return f"TPU node {resource.name} no longer exists"
         if node.get("state") != READY:
-            return f"TPU node {resource['name']} is {node.get('state')}"
+            return f"TPU node {resource.name} is {node.get('state')}"
         return None
 
-    def refresh(self, resource: dict[str, Any]) -> dict[str, Any]:
+    def refresh(self, resource: TpuVmResource) -> TpuVmResource:
         """The node as it is now: a retry may have replaced it (same name, new addresses)."""
+        zone = resource.zone or self.machine.zone
         with self.hook.authorized():
-            node = self.hook.get_node(resource["name"], resource["zone"])
-        if node is None or node.get("state") != READY or "ctx" not in resource:
+            node = self.hook.get_node(resource.name, zone)
+        if node is None or node.get("state") != READY or resource.ctx is None:
             return resource
-        pending = {
-            "name": resource["name"],
-            "zone": resource["zone"],
-            "queued": bool(resource.get("queued_resource")),
-            "labels": resource.get("labels"),
-            "started_at": resource.get("created_at"),
-            "ctx": resource["ctx"],
-        }
-        fresh = node_resource(
-            self.kind, self.machine, resource["name"], resource["zone"], node, pending
+        pending = PendingProvision(
+            backend=self.kind,
+            name=resource.name,
+            zone=zone,
+            queued=bool(resource.queued_resource),
+            labels=resource.labels,
+            started_at=resource.created_at or time.time(),
+            deadline=0.0,
+            ctx=resource.ctx,
         )
-        if fresh["hosts"] == resource["hosts"] and created_at_of(node, None) == resource.get(
-            "created_at"
-        ):
+        fresh = node_resource(self.kind, self.machine, resource.name, zone, node, pending)
+        if fresh.hosts == resource.hosts and created_at_of(node, None) == resource.created_at:
             return resource  # the very node provision returned
-        ctx = cell_context(resource["ctx"])
-        fresh["worker_resources"] = self._prepare_workers(fresh, ctx)
+        fresh.worker_resources = self._prepare_workers(fresh, cell_context(resource.ctx))
         return fresh
 
-    def abandon_provision(self, pending: dict[str, Any], reason: str) -> None:
+    def abandon_provision(self, pending: PendingProvision, reason: str) -> None:
         """Delete whatever exists under the cell's name (it is ours and unusable) and its key."""
-        name, zone = pending["name"], pending["zone"]
+        name, zone = pending.name, pending.zone
         log.warning("giving up on TPU %s: %s", name, reason)
         error = InfrastructureError(reason)
         with self.hook.authorized():
-            made = {"node", "queued resource"} if pending.get("queued") else {"node"}
+            made = {"node", "queued resource"} if pending.queued else {"node"}
             self._undo(name, zone, made, error)
         ssh_keys.remove_key(name)
         for note in getattr(error, "__notes__", []):
             log.error("%s", note)
 
-    def _prepare_workers(self, resource: dict[str, Any], ctx: CellContext) -> list[dict]:
+    def _prepare_workers(self, resource: TpuVmResource, ctx: CellContext) -> list[SshResource]:
         """Work dir, include dir and supervisor on every worker, in parallel."""
-        from accelmatrix.hooks.ssh import DirectTarget
+        key = str(ssh_keys.key_path(resource.name))
+        n = len(resource.workers)
 
-        key = str(ssh_keys.key_path(resource["name"]))
-        n = len(resource["workers"])
-
-        def prepare(i: int) -> dict[str, Any]:
-            w = resource["workers"][i]
+        def prepare(i: int) -> SshResource:
+            w = resource.workers[i]
             target = DirectTarget(
-                host=w["host"], port=self.machine.ssh_port, user=self.machine.ssh_user, key_path=key
+                host=w.host or "",
+                port=self.machine.ssh_port,
+                user=self.machine.ssh_user,
+                key_path=key,
             )
             backend = self.workers.backend_for(target)
             worker_ctx = CellContext(
@@ -358,7 +364,7 @@ class TpuVmBackend(Backend):
                 cell_id=ctx.cell_id if n == 1 else f"{ctx.cell_id}.worker{i}",
                 artifacts_dir=worker_artifacts_dir(ctx.artifacts_dir, i),
                 ttl_seconds=ctx.ttl_seconds,
-                labels={"tpu-node": resource["name"], "worker": str(i)},
+                labels={"tpu-node": resource.name, "worker": str(i)},
             )
             deadline = time.monotonic() + SSH_READY_SECONDS
             while True:
@@ -367,7 +373,7 @@ class TpuVmBackend(Backend):
                 except (OSError, EOFError, ConnectionError) as e:
                     if time.monotonic() > deadline:
                         raise InfrastructureError(
-                            f"TPU worker {i} ({w['host']}) of {resource['name']} not reachable "
+                            f"TPU worker {i} ({w.host}) of {resource.name} not reachable "
                             f"over SSH for {SSH_READY_SECONDS} s: {e}"
                         ) from e
                     time.sleep(min(10.0, max(1.0, self.poll_interval)))
@@ -397,12 +403,12 @@ class TpuVmBackend(Backend):
             return False
 
     # -- execution on the workers (TpuWorkers) and the janitor's listing ---------------------
-    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
+    def variables(self, resource: TpuVmResource) -> dict[str, str]:
         return self.workers.variables(resource)
 
     def setup(
         self,
-        resource: dict[str, Any],
+        resource: TpuVmResource,
         commands: list[list[str]],
         env: dict[str, str],
         timeout: int,
@@ -410,40 +416,38 @@ class TpuVmBackend(Backend):
     ) -> None:
         self.workers.setup(resource, commands, env, timeout, log)
 
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
+    def submit(self, resource: TpuVmResource, argv: list[str], env: dict[str, str]) -> TpuVmHandle:
         return self.workers.submit(resource, argv, env)
 
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
+    def poll(self, handle: TpuVmHandle) -> JobStatus:
         return self.workers.poll(handle)
 
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
+    def read_logs(self, handle: TpuVmHandle, offset: int) -> tuple[list[str], int]:
         return self.workers.read_logs(handle, offset)
 
-    def cancel(self, handle: dict[str, Any]) -> None:
+    def cancel(self, handle: TpuVmHandle) -> None:
         self.workers.cancel(handle)
 
-    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
+    def collect(self, resource: TpuVmResource, globs: list[str], dest: Path) -> list[str]:
         return self.workers.collect(resource, globs, dest)
 
     def list_managed(self) -> list[ManagedResource]:
         return TpuInventory(self.machine, self.kind, self.hook).list_managed()
 
-    def teardown(self, resource: dict[str, Any]) -> None:
-        name = resource["name"]
-        zone = resource.get("zone") or self.machine.zone
+    def teardown(self, resource: TpuVmResource) -> None:
+        name = resource.name
+        zone = resource.zone or self.machine.zone
         with self.hook.authorized():
             node = self.hook.get_node(name, zone)
             if node is not None and node.get("state") == READY:
                 # Stop the workload and keep the logs before the node goes; deleting the node
                 # alone would do on a real slice, but this also frees a shared test host.
-                for i, (b, r) in enumerate(self.workers.of(resource, "worker_resources")):
+                for i, (b, r) in enumerate(self.workers.of(resource.worker_resources)):
                     try:
                         b.teardown(r)
                     except Exception as e:  # releasing the TPU matters more than its logs
                         log.warning("worker %d of %s: %s", i, name, e)
-            qr = resource.get("queued_resource")
+            qr = resource.queued_resource
             deleted = False
             if qr or self.machine.capacity == "queued":
                 # --force also deletes the node; without a queued resource, delete the node.
@@ -451,8 +455,6 @@ class TpuVmBackend(Backend):
             if not deleted and node is not None:
                 self.hook.delete_node(name, zone)
         ssh_keys.remove_key(name)
-        from accelmatrix.hooks.ssh import forget_direct_hosts
-
         forget_direct_hosts(str(ssh_keys.key_path(name)))
 
     def unreachable(self, error: BaseException) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from accelmatrix.backends.base import MANAGED_BY, ManagedResource
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
+from accelmatrix.contracts.machine_records import CellIdentity, ManagedDetail, TpuVmResource
 from accelmatrix.hooks.tpu import TpuVmHook, queued_resource_state
 
 READY = "READY"
@@ -48,14 +49,16 @@ class TpuInventory:
                         name=short,
                         labels=dict(labels),
                         created_at=created_at_of(n, None),
-                        detail={
-                            "kind": "node",
-                            "zone": zone,
-                            "state": n.get("state"),
-                            "node_name": n["name"],
-                            "identity": _identity(n.get("metadata")),
-                            "resource": {"name": short, "zone": zone, "queued_resource": qr},
-                        },
+                        detail=ManagedDetail(
+                            kind="node",
+                            zone=zone,
+                            state=n.get("state"),
+                            node_name=n["name"],
+                            identity=_identity(n.get("metadata")),
+                            resource=TpuVmResource(
+                                backend=self.kind, name=short, zone=zone, queued_resource=qr
+                            ),
+                        ),
                     )
                 )
             # Queued resources still waiting for capacity have no node yet.
@@ -72,19 +75,21 @@ class TpuInventory:
                         name=short,
                         labels=dict(labels),
                         created_at=created_at_of(qr, None),
-                        detail={
-                            "kind": "queued-resource",
-                            "zone": zone,
-                            "state": queued_resource_state(qr),
-                            "identity": _identity(node_spec.get("metadata")),
-                            "resource": {"name": short, "zone": zone, "queued_resource": short},
-                        },
+                        detail=ManagedDetail(
+                            kind="queued-resource",
+                            zone=zone,
+                            state=queued_resource_state(qr),
+                            identity=_identity(node_spec.get("metadata")),
+                            resource=TpuVmResource(
+                                backend=self.kind, name=short, zone=zone, queued_resource=short
+                            ),
+                        ),
                     )
                 )
         return out
 
 
-def _identity(metadata: Any) -> dict[str, str] | None:
+def _identity(metadata: Any) -> CellIdentity | None:
     """The exact (dag, run, cell) ids a node was created for, from its metadata, or None."""
     try:
         data = json.loads((metadata or {}).get(IDENTITY_METADATA) or "null")
@@ -93,7 +98,9 @@ def _identity(metadata: Any) -> dict[str, str] | None:
     if not isinstance(data, dict):
         return None
     ident = {k: data.get(k) for k in ("dag_id", "run_id", "cell_id")}
-    return ident if all(isinstance(v, str) and v for v in ident.values()) else None
+    if not all(isinstance(v, str) and v for v in ident.values()):
+        return None
+    return CellIdentity.model_validate(ident)
 
 
 def created_at_of(obj: dict[str, Any], default: float | None) -> float | None:

@@ -15,6 +15,12 @@ from typing import Any
 from accelmatrix.backends.base import CellContext, InfrastructureError
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
 from accelmatrix.backends.tpu_vm.inventory import created_at_of
+from accelmatrix.contracts.machine_records import (
+    CellRecord,
+    PendingProvision,
+    TpuVmResource,
+    TpuWorker,
+)
 
 
 def node_resource(
@@ -23,8 +29,8 @@ def node_resource(
     name: str,
     zone: str,
     node: dict[str, Any],
-    pending: dict[str, Any],
-) -> dict[str, Any]:
+    pending: PendingProvision,
+) -> TpuVmResource:
     """The cell's resource record for a READY ``node`` (its workers' addresses, labels and
     the provisioning record's context); raises InfrastructureError for a node without
     workers."""
@@ -32,43 +38,43 @@ def node_resource(
     for i, ep in enumerate(node.get("networkEndpoints") or []):
         external = (ep.get("accessConfig") or {}).get("externalIp")
         workers.append(
-            {
-                "index": i,
-                "internal_ip": ep.get("ipAddress"),
-                "external_ip": external,
-                "host": external or ep.get("ipAddress"),
-            }
+            TpuWorker(
+                index=i,
+                internal_ip=ep.get("ipAddress"),
+                external_ip=external,
+                host=external or ep.get("ipAddress"),
+            )
         )
     if not workers:
         raise InfrastructureError(f"TPU node {name} in {zone} reports no workers")
     full = node.get("name") or ""
     parts = full.split("/")
-    return {
-        "backend": kind,
-        "name": name,
-        "node_name": full,
-        "project": parts[1] if len(parts) > 1 else machine.project,
-        "zone": zone,
-        "queued_resource": name if pending.get("queued") else None,
-        "accelerator_type": node.get("acceleratorType", machine.accelerator_type),
-        "runtime_version": node.get("runtimeVersion", machine.runtime_version),
-        "capacity": machine.capacity,
-        "state": node.get("state"),
-        "workers": workers,
-        "hosts": [w["host"] for w in workers],
-        "labels": dict(node.get("labels") or pending.get("labels") or {}),
-        "created_at": created_at_of(node, pending.get("started_at") or time.time()),
-        "artifacts_dir": pending["ctx"]["artifacts_dir"],
-        "ctx": pending["ctx"],
-    }
+    return TpuVmResource(
+        backend=kind,
+        name=name,
+        node_name=full,
+        project=parts[1] if len(parts) > 1 else machine.project,
+        zone=zone,
+        queued_resource=name if pending.queued else None,
+        accelerator_type=node.get("acceleratorType", machine.accelerator_type),
+        runtime_version=node.get("runtimeVersion", machine.runtime_version),
+        capacity=machine.capacity,
+        state=node.get("state"),
+        workers=workers,
+        hosts=[w.host for w in workers],
+        labels=dict(node.get("labels") or pending.labels or {}),
+        created_at=created_at_of(node, pending.started_at or time.time()),
+        artifacts_dir=pending.ctx.artifacts_dir,
+        ctx=pending.ctx,
+    )
 
 
-def cell_context(c: dict[str, Any]) -> CellContext:
+def cell_context(c: CellRecord) -> CellContext:
     """The CellContext a pending record or resource carries (it crosses task boundaries)."""
     return CellContext(
-        dag_id=c["dag_id"],
-        run_id=c["run_id"],
-        cell_id=c["cell_id"],
-        artifacts_dir=Path(c["artifacts_dir"]),
-        ttl_seconds=int(c["ttl_seconds"]),
+        dag_id=c.dag_id,
+        run_id=c.run_id,
+        cell_id=c.cell_id,
+        artifacts_dir=Path(c.artifacts_dir),
+        ttl_seconds=c.ttl_seconds,
     )

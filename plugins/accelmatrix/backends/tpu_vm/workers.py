@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from accelmatrix.backends.base import (
     BackendError,
@@ -26,8 +26,19 @@ from accelmatrix.backends.base import (
     SetupFailed,
 )
 from accelmatrix.backends.machines.tpu_vm import TpuVmMachine
+from accelmatrix.backends.ssh.backend import DirectSshBackend, direct_target
 from accelmatrix.backends.tpu_vm.inventory import READY
+from accelmatrix.contracts.machine_records import (
+    SshHandle,
+    SshResource,
+    TpuVmHandle,
+    TpuVmResource,
+)
+from accelmatrix.hooks.ssh import DirectTarget
 from accelmatrix.hooks.tpu import TpuError, TpuVmHook
+
+# A worker's record: its resource, or the handle of its part of the workload.
+R = TypeVar("R", SshResource, SshHandle)
 
 log = logging.getLogger("accelmatrix.backends.tpu_vm")
 
@@ -45,37 +56,43 @@ class TpuWorkers:
         self.kind = kind
         self.hook = hook
 
-    def backend_for(self, target: Any):
+    def backend_for(self, target: DirectTarget) -> DirectSshBackend:
         """The SSH backend of one worker (reached at ``target`` with the node's key)."""
-        from accelmatrix.backends.ssh.backend import DirectSshBackend
-
         return DirectSshBackend(
-            target, python=self.machine.python, work_root=self.machine.work_root, kind=self.kind
+            target,
+            self.machine,
+            python=self.machine.python,
+            work_root=self.machine.work_root,
+            kind=self.kind,
         )
 
-    def of(self, resource_or_handle: dict[str, Any], key: str) -> list[tuple[Any, dict]]:
-        """(worker backend, its resource or handle) for each record under ``key``."""
-        from accelmatrix.hooks.ssh import DirectTarget
-
+    def of(self, records: list[R]) -> list[tuple[DirectSshBackend, R]]:
+        """(worker backend, its record) for each worker's resource or handle."""
         out = []
-        for r in resource_or_handle.get(key) or []:
-            out.append((self.backend_for(DirectTarget(**r["ssh_target"])), r))
+        for r in records:
+            if r.ssh_target is None:
+                raise BackendError(f"TPU worker record {r.work_dir} names no SSH target")
+            out.append((self.backend_for(direct_target(r.ssh_target)), r))
         return out
 
     # -- execution on the workers (over SSH) -------------------------------------------------
-    def variables(self, resource: dict[str, Any]) -> dict[str, str]:
-        (b0, r0), *_ = self.of(resource, "worker_resources")
-        return {**b0.variables(r0), "num_workers": str(len(resource["workers"]))}
+    def variables(self, resource: TpuVmResource) -> dict[str, str]:
+        (b0, r0), *_ = self.of(resource.worker_resources)
+        return {**b0.variables(r0), "num_workers": str(len(resource.workers))}
 
-    def _for_worker(self, resource: dict[str, Any], i: int, value: Any) -> Any:
+    def _for_worker(self, resource: TpuVmResource, i: int, value: Any) -> Any:
         """``value`` (argv, env) with worker 0's paths swapped for worker ``i``'s.
 
         Placeholders are rendered once, with worker 0's variables. On a real slice every
         worker has the same paths and this changes nothing; when several workers share one
         host (loopback tests), each has its own work dir and gets its own paths.
         """
-        rs = resource["worker_resources"]
-        swaps = [(rs[0][k], rs[i][k]) for k in ("work_dir", "include_dir") if rs[0][k] != rs[i][k]]
+        rs = resource.worker_resources
+        swaps = [
+            (getattr(rs[0], k), getattr(rs[i], k))
+            for k in ("work_dir", "include_dir")
+            if getattr(rs[0], k) != getattr(rs[i], k)
+        ]
         if not swaps:
             return value
         if isinstance(value, str):
@@ -90,13 +107,13 @@ class TpuWorkers:
 
     def setup(
         self,
-        resource: dict[str, Any],
+        resource: TpuVmResource,
         commands: list[list[str]],
         env: dict[str, str],
         timeout: int,
         log: LogFn,
     ) -> None:
-        workers = self.of(resource, "worker_resources")
+        workers = self.of(resource.worker_resources)
 
         def run(i: int) -> None:
             b, r = workers[i]
@@ -117,25 +134,23 @@ class TpuWorkers:
                 raise InfrastructureError(f"setup lost TPU workers:\n{text}")
             raise SetupFailed(f"setup failed on {len(errors)} of {len(workers)} worker(s):\n{text}")
 
-    def submit(
-        self, resource: dict[str, Any], argv: list[str], env: dict[str, str]
-    ) -> dict[str, Any]:
+    def submit(self, resource: TpuVmResource, argv: list[str], env: dict[str, str]) -> TpuVmHandle:
         handles = []
-        for i, (b, r) in enumerate(self.of(resource, "worker_resources")):
+        for i, (b, r) in enumerate(self.of(resource.worker_resources)):
             handles.append(
                 b.submit(r, self._for_worker(resource, i, argv), self._for_worker(resource, i, env))
             )
-        return {
-            "backend": self.kind,
-            "name": resource["name"],
-            "zone": resource["zone"],
-            "workers": handles,
-            "reattached": all(h.get("reattached") for h in handles),
-            "node_check_seconds": self.machine.node_check_seconds,
-        }
+        return TpuVmHandle(
+            backend=self.kind,
+            name=resource.name,
+            zone=resource.zone or self.machine.zone,
+            workers=handles,
+            reattached=all(h.reattached for h in handles),
+            node_check_seconds=self.machine.node_check_seconds,
+        )
 
-    def poll(self, handle: dict[str, Any]) -> JobStatus:
-        workers = self.of(handle, "workers")
+    def poll(self, handle: TpuVmHandle) -> JobStatus:
+        workers = self.of(handle.workers)
         statuses = [b.poll(h) for b, h in workers]
         # A worker that died (non-zero exit, killed, unreachable) may have died with its
         # node: look at the node now, not at the next periodic check, or a preemption that
@@ -164,14 +179,14 @@ class TpuWorkers:
             )
         return JobStatus(done=False, detail="running")
 
-    def _node_lost(self, handle: dict[str, Any], force: bool = False) -> str | None:
+    def _node_lost(self, handle: TpuVmHandle, force: bool = False) -> str | None:
         """Every node_check_seconds (at once when ``force``): a message if the node is no
         longer READY."""
-        name, zone = handle["name"], handle["zone"]
+        name, zone = handle.name, handle.zone
         now = time.monotonic()
         with _node_checked_lock:
             last = _node_checked.get(name)
-            recent = last is not None and now - last < float(handle.get("node_check_seconds") or 60)
+            recent = last is not None and now - last < float(handle.node_check_seconds or 60)
             if recent and not force:
                 return None
             _node_checked[name] = now
@@ -187,24 +202,24 @@ class TpuWorkers:
             return f"TPU node {name} in {zone} was {node.get('state')} while the workload ran"
         return None
 
-    def _cancel_quietly(self, handle: dict[str, Any]) -> None:
+    def _cancel_quietly(self, handle: TpuVmHandle) -> None:
         try:
             self.cancel(handle)
         except Exception as e:  # the node may be gone with its processes
-            log.warning("could not stop the workload on %s: %s", handle.get("name"), e)
+            log.warning("could not stop the workload on %s: %s", handle.name, e)
 
-    def read_logs(self, handle: dict[str, Any], offset: int) -> tuple[list[str], int]:
-        (b0, h0), *_ = self.of(handle, "workers")
+    def read_logs(self, handle: TpuVmHandle, offset: int) -> tuple[list[str], int]:
+        (b0, h0), *_ = self.of(handle.workers)
         return b0.read_logs(h0, offset)
 
-    def cancel(self, handle: dict[str, Any]) -> None:
-        workers = self.of(handle, "workers")
+    def cancel(self, handle: TpuVmHandle) -> None:
+        workers = self.of(handle.workers)
         errors = _in_parallel(lambda i: workers[i][0].cancel(workers[i][1]), len(workers))
         if errors:
             raise BackendError("; ".join(f"worker {i}: {e}" for i, e in errors))
 
-    def collect(self, resource: dict[str, Any], globs: list[str], dest: Path) -> list[str]:
-        workers = self.of(resource, "worker_resources")
+    def collect(self, resource: TpuVmResource, globs: list[str], dest: Path) -> list[str]:
+        workers = self.of(resource.worker_resources)
         for b, r in workers[1:]:  # each worker's own log, beside worker 0's
             b.remote(b.host(r)).fetch_logs(r)
         b0, r0 = workers[0]
