@@ -66,6 +66,6 @@ def test_a_full_artifacts_disk_fails_collect_as_infrastructure_and_keeps_the_row
         assert sorted(r["step"] for r in loss) == [0, 1, 2]  # the log's rows are kept
         assert _evaluate(cell, ref) == "infra_failed"
         lifecycle.teardown(cell, resource, ref)  # the machine still goes
-        assert not Path(resource["work_dir"]).exists()
+        assert not Path(resource.work_dir).exists()
     finally:
         unmount(art)

@@ -376,7 +376,7 @@ def census(env: Env, run_id: str) -> dict[str, list[str]]:
             add(f"machine={m},*", f"list_managed failed: {e}")
             continue
         for r in managed:
-            ident = r.detail.get("identity") or {}
+            ident = r.detail.identity.model_dump() if r.detail.identity else {}
             if ident.get("run_id") == run_id:
                 add(ident["cell_id"], f"1 {r.backend} resource ({r.name})")
     cells_by_safe = {
@@ -1317,9 +1317,9 @@ def cleanup(env: Env, run_id: str) -> list[str]:
         backend = get_backend(spec)
         with contextlib.suppress(Exception):
             for r in backend.list_managed():
-                if (r.detail.get("identity") or {}).get("run_id") == run_id:
+                if r.detail.identity is not None and r.detail.identity.run_id == run_id:
                     try:
-                        backend.teardown(r.detail["resource"])
+                        backend.teardown(r.detail.resource)
                         done.append(f"tore down {r.name}")
                     except Exception as e:  # noqa: BLE001
                         done.append(f"could not tear down {r.name}: {e}")

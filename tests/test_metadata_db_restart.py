@@ -158,7 +158,7 @@ def test_metadata_db_restart_mid_run_loses_nothing(tmp_path, postgres, redis, mo
             "machines": [
                 r.name
                 for r in get_backend({"backend": "local"}).list_managed()
-                if (r.detail.get("identity") or {}).get("run_id") == run_id
+                if r.detail.identity is not None and r.detail.identity.run_id == run_id
             ]
         }
     print(f"PostgreSQL down {down:.0f} s; revived {revived or 'nothing'}; run {state}\n{summary}")

@@ -32,7 +32,7 @@ def _row(cell, ref):
 def test_a_passing_cell_is_released_by_run_and_teardown_only_checks(accel_home, tmp_path, caplog):
     cell, ref = _cell(tmp_path, "released")
     resource = _run(cell, ref)
-    work = Path(resource["work_dir"])
+    work = Path(resource.work_dir)
     assert work.is_dir()
 
     held = lifecycle.finish_run(cell, resource, ref, CellState.RAN)
@@ -61,11 +61,11 @@ def test_an_infrastructure_failure_keeps_the_machine_for_the_retry(accel_home, t
     cell, ref = _cell(tmp_path, "infra")
     resource = _run(cell, ref)
     assert lifecycle.finish_run(cell, resource, ref, CellState.INFRA_FAILED) is None
-    assert Path(resource["work_dir"]).is_dir()
+    assert Path(resource.work_dir).is_dir()
     assert _row(cell, ref)["teardown_at"] is None
     lifecycle.collect(cell, resource, ref)  # collect copies from the machine itself
     lifecycle.teardown(cell, resource, ref)  # and teardown releases it
-    assert not Path(resource["work_dir"]).exists()
+    assert not Path(resource.work_dir).exists()
     assert _row(cell, ref)["resource_held_seconds"] > 0
 
 
@@ -75,11 +75,11 @@ def test_a_failed_copy_keeps_the_machine_for_collect(accel_home, tmp_path):
     files = ref.artifacts(cell.id) / "files"
     files.write_text("in the way")  # the copy fails
     assert lifecycle.finish_run(cell, resource, ref, CellState.RAN) is None
-    assert Path(resource["work_dir"]).is_dir()  # not released: its artifacts are not safe
+    assert Path(resource.work_dir).is_dir()  # not released: its artifacts are not safe
     files.unlink()
     assert lifecycle.collect(cell, resource, ref)["artifacts"] == 1
     lifecycle.teardown(cell, resource, ref)
-    assert not Path(resource["work_dir"]).exists()
+    assert not Path(resource.work_dir).exists()
 
 
 def test_a_new_machine_for_the_cell_starts_without_the_old_markers(accel_home, tmp_path):
@@ -89,12 +89,12 @@ def test_a_new_machine_for_the_cell_starts_without_the_old_markers(accel_home, t
     first = _run(cell, ref)
     lifecycle.finish_run(cell, first, ref, CellState.RAN)
     second = _run(cell, ref)  # provisions again: the markers of the first are removed
-    assert second["name"] == first["name"]
+    assert second.name == first.name
     assert lifecycle.released_by(cell, second, ref) is None
-    (Path(second["work_dir"]) / "out" / "m.json").write_text('{"loss": 0.5}')
+    (Path(second.work_dir) / "out" / "m.json").write_text('{"loss": 0.5}')
     lifecycle.collect(cell, second, ref)
     metrics = lifecycle.results_store().metrics_frame(ref.dag_id, ref.run_id)
     assert dict(zip(metrics.name, metrics.value, strict=False))["loss"] == 0.5
     lifecycle.teardown(cell, second, ref)
-    assert not Path(second["work_dir"]).exists()
+    assert not Path(second.work_dir).exists()
     assert lifecycle.released_by(cell, second, ref)["step"] == "teardown"

@@ -17,6 +17,7 @@ import pytest
 
 from accelmatrix import lifecycle, settings
 from accelmatrix.backends.machine_kinds import get_backend
+from accelmatrix.contracts.step_events import WorkloadEvent
 from accelmatrix.spec.templating import render_tree
 
 SUITE = """
@@ -62,7 +63,7 @@ def run_workload(cell: dict[str, Any], resource: dict[str, Any], ref: lifecycle.
     while not (status := backend.poll(handle)).done:
         assert time.monotonic() < deadline, "workload did not finish"
         time.sleep(0.1)
-    event = {"status": "exited", "exit_code": status.exit_code, "detail": status.detail}
+    event = WorkloadEvent(status="exited", exit_code=status.exit_code, detail=status.detail)
     assert lifecycle.record_run_outcome(cell, ref, event, handle)[0] == "ran"
 
 
@@ -207,7 +208,7 @@ def test_cells_differing_only_in_punctuation_never_share_a_directory(accel_home,
     cells = lifecycle.plan_run(str(suite), ref, {})
     assert len(cells) == 2
     resources = [_run(c, ref) for c in cells]
-    assert resources[0]["work_dir"] != resources[1]["work_dir"]
+    assert resources[0].work_dir != resources[1].work_dir
     assert ref.artifacts(cells[0].id) != ref.artifacts(cells[1].id)
     for cell, resource in zip(cells, resources, strict=True):
         lifecycle.collect(cell, resource, ref)

@@ -17,6 +17,7 @@ import time
 
 from accelmatrix import lifecycle
 from accelmatrix.backends.machine_kinds import get_backend
+from accelmatrix.contracts.step_events import WorkloadEvent
 from accelmatrix.triggers.workload import WorkloadTrigger
 
 SUITE = """
@@ -73,7 +74,8 @@ def test_teardown_before_the_trigger_hears_of_it_leaves_the_cell_cancelled(accel
     assert "stopped before it finished" in row["message"], row["message"]
     assert row["teardown_at"] is not None
     # The resumed task (if 3.3.2 ever runs it) agrees, and records nothing over it.
-    assert lifecycle.record_run_outcome(cell, ref, event, handle)[0] == "cancelled"
+    outcome = WorkloadEvent.from_json(event)
+    assert lifecycle.record_run_outcome(cell, ref, outcome, handle)[0] == "cancelled"
     assert store.get_cell(ref.dag_id, ref.run_id, cell.id)["state"] == "cancelled"
 
 
@@ -84,7 +86,7 @@ def test_a_workload_that_fails_on_its_own_is_still_run_failed(accel_home, tmp_pa
     ref = lifecycle.RunRef(dag_id="race_me", run_id="manual__plain")
     (cell,) = lifecycle.plan_run(str(suite), ref, {})
     lifecycle.results_store().upsert_cell(ref.dag_id, ref.run_id, cell.id, state="running")
-    event = {"status": "exited", "exit_code": 3, "detail": "exit 3"}
-    assert lifecycle.record_run_outcome(cell, ref, event, {})[0] == "run_failed"
+    event = WorkloadEvent(status="exited", exit_code=3, detail="exit 3")
+    assert lifecycle.record_run_outcome(cell, ref, event, None)[0] == "run_failed"
     row = lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
     assert row["state"] == "run_failed" and row["exit_code"] == 3
