@@ -510,7 +510,9 @@ def test_workloads_never_see_secrets(services, example_env, monkeypatch):
         k: interpolate(v, example_env) for k, v in env_of(services["airflow-worker"]).items()
     }
     monkeypatch.setattr(os, "environ", worker_env)
-    child = env_fn(None, {"work_dir": "/tmp/w"}, {})
+    from accelmatrix.contracts.machine_records import LocalResource
+
+    child = env_fn(None, LocalResource(name="/tmp/w", work_dir="/tmp/w"), {})
     leaked = {k for k, v in child.items() if any(s in v for s in secret_values)}
     assert not leaked, f"LocalBackend passes secrets to workloads via {sorted(leaked)}"
 
