@@ -17,7 +17,7 @@ import time
 
 from accelmatrix import lifecycle
 from accelmatrix.backends.machine_kinds import get_backend
-from accelmatrix.triggers.workload import WorkloadTrigger
+from accelmatrix.steps.run.trigger import WorkloadTrigger
 
 SUITE = """
 description: one cell whose workload would tick for a minute

@@ -18,7 +18,6 @@ from accelmatrix.history.build_compare import compare_run, table, write_report
 from accelmatrix.history.change_report import changes_table, confirmation_line
 from accelmatrix.history.followup import NOTIFY_STATES, advance
 from accelmatrix.history.history_pass import analyse_suite
-from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
 from accelmatrix.lifecycle.plan_step import params_text
 from accelmatrix.notifications import dedup as alerts
 from accelmatrix.notifications import transport as notify
@@ -30,6 +29,7 @@ from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.followup_plan import followup_of
 from accelmatrix.spec.loader import load_suite
+from accelmatrix.steps.common import CellFailed, RunRef, utcnow
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

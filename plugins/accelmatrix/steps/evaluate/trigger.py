@@ -47,7 +47,8 @@ class EvaluationTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from accelmatrix.lifecycle import RunRef, run_checks
+        from accelmatrix.steps.common import RunRef
+        from accelmatrix.steps.evaluate.work import run_checks
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         cell_id = self.cell.id
@@ -68,7 +69,8 @@ class EvaluationTrigger(BaseTrigger):
         self.log.info("evaluation took %.2f s", result["seconds"])
         # Recorded here, not only by a resumed task: the verdict must not depend on a worker.
         # The store's writes are idempotent, so a resumed task recording again is harmless.
-        from accelmatrix.lifecycle import CellFailed, record_evaluation
+        from accelmatrix.steps.common import CellFailed
+        from accelmatrix.steps.evaluate.work import record_evaluation
 
         try:
             await asyncio.to_thread(record_evaluation, self.cell, ref, result)
@@ -91,7 +93,7 @@ class EvaluationTrigger(BaseTrigger):
         yield TriggerEvent({"status": "done", "result": result, "logged": True})
 
     async def _record_error(self, ref: Any, error: str) -> None:
-        from accelmatrix.lifecycle import record_evaluation_error
+        from accelmatrix.steps.evaluate.work import record_evaluation_error
 
         try:
             await asyncio.to_thread(record_evaluation_error, self.cell, ref, error)

@@ -6,7 +6,7 @@ log line through its logger (Airflow routes trigger logs into the task's log), a
 once the workload exits or its deadline passes.
 
 With ``end_task`` (what RunWorkloadOperator asks for) the trigger records the outcome and
-ends the ``run`` task itself (accelmatrix.triggers.ending): a passing workload never goes
+ends the ``run`` task itself (accelmatrix.steps.task_ending): a passing workload never goes
 back to a worker, which saves a task start per cell and keeps the cell out of Airflow
 3.3.2's defer/resume race. Before it ends the task it copies the artifacts and releases the
 machine when the outcome is final, so no accelerator waits for collect and teardown.
@@ -25,10 +25,7 @@ from typing import Any
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger, TriggerEvent
 
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.triggers.ending import end_event, warm_great_expectations
-
-# See WorkloadTrigger._settle_before_resume.
-RESUME_SETTLE_SECONDS = 10.0
+from accelmatrix.steps.task_ending import end_event, settle_before_resume, warm_great_expectations
 
 
 class WorkloadTrigger(BaseTrigger):
@@ -85,7 +82,7 @@ class WorkloadTrigger(BaseTrigger):
         self.end_task = end_task
         self.test_failure_ends_task = test_failure_ends_task
         self.deferred_at = deferred_at if deferred_at is not None else time.time()
-        # The machine, released here as soon as the outcome is final (lifecycle.finish_run).
+        # The machine, released here as soon as the outcome is final (finish_run).
         self.resource = resource
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -156,7 +153,7 @@ class WorkloadTrigger(BaseTrigger):
                     await self._finish(outcome[0])
                 ending = self._event(event, outcome)
                 if not isinstance(ending, BaseTaskEndEvent):
-                    await self._settle_before_resume()
+                    await settle_before_resume(self.deferred_at)
                 yield ending
                 return
             await asyncio.sleep(self.poll_interval)
@@ -197,18 +194,6 @@ class WorkloadTrigger(BaseTrigger):
         except Exception:
             self.log.exception("could not stop the workload of %s", self.cell.id)
 
-    async def _settle_before_resume(self) -> None:
-        """Resume the task no sooner than RESUME_SETTLE_SECONDS after it deferred.
-
-        Airflow 3.3.2 fails a resumed try when the scheduler learns of the deferring
-        worker's exit only after the resume was queued (the defer/resume race). Only a cell
-        that failed its workload resumes (ending.py); giving the scheduler time to process
-        that exit first costs such a cell a few seconds and keeps its task at one try.
-        """
-        wait = self.deferred_at + RESUME_SETTLE_SECONDS - time.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-
     def _event(self, event: dict[str, Any], outcome: tuple[str, str] | None) -> TriggerEvent:
         """What ends the wait: the task's end (see ending.py), or a resume of the task."""
         if not self.end_task or outcome is None:
@@ -227,10 +212,11 @@ class WorkloadTrigger(BaseTrigger):
     async def _finish(self, state: str) -> None:
         """Fetch the artifacts and release the machine once the outcome is final, before the
         task ends: the accelerator is free seconds earlier than after collect and teardown
-        tasks (see lifecycle.finish_run; never raises)."""
+        tasks (see finish_run; never raises)."""
         if not (self.resource and self.cell and self.dag_id and self.run_id):
             return
-        from accelmatrix.lifecycle import RunRef, finish_run
+        from accelmatrix.steps.common import RunRef
+        from accelmatrix.steps.run.work import finish_run
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         # The context carries the trigger id, which routes the lines into the task's log.
@@ -247,7 +233,8 @@ class WorkloadTrigger(BaseTrigger):
         """
         if not (self.cell and self.dag_id and self.run_id):
             return None
-        from accelmatrix.lifecycle import RunRef, record_run_outcome
+        from accelmatrix.steps.common import RunRef
+        from accelmatrix.steps.run.work import record_run_outcome
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         try:

@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from accelmatrix.evidence import evidence_url
-from accelmatrix.operators.base import CellOperator
 from accelmatrix.spec.timeouts import EVALUATION_DEFERRAL
+from accelmatrix.steps.cell_operator import CellOperator
 
 
 class ChecksFailed(SystemExit):
@@ -37,8 +37,8 @@ class ChecksFailed(SystemExit):
 
 
 def _final(record: Any) -> Any:
-    """Run ``record`` (lifecycle.record_evaluation); a failed verdict becomes ChecksFailed."""
-    from accelmatrix.lifecycle import CellFailed
+    """Run ``record`` (record_evaluation); a failed verdict becomes ChecksFailed."""
+    from accelmatrix.steps.common import CellFailed
 
     try:
         return record()
@@ -54,11 +54,16 @@ class EvaluateCellOperator(CellOperator):
         self.deferrable = deferrable
 
     def execute(self, context: Any) -> Any:
-        from accelmatrix import lifecycle
+        from accelmatrix.steps.evaluate.work import (
+            checks_are_warm,
+            record_evaluation,
+            record_evaluation_error,
+            run_checks,
+        )
 
         ref = self.ref(context)
-        if self.deferrable and not lifecycle.checks_are_warm():
-            from accelmatrix.triggers.evaluation import EvaluationTrigger
+        if self.deferrable and not checks_are_warm():
+            from accelmatrix.steps.evaluate.trigger import EvaluationTrigger
 
             self.defer(
                 trigger=EvaluationTrigger(
@@ -73,30 +78,33 @@ class EvaluateCellOperator(CellOperator):
         self.log.info(
             "evaluating in this task process (%s)",
             "Great Expectations is loaded here already"
-            if lifecycle.checks_are_warm()
+            if checks_are_warm()
             else "deferrable=False",
         )
         try:
-            result = lifecycle.run_checks(self.cell, ref)
+            result = run_checks(self.cell, ref)
         except Exception as e:
-            lifecycle.record_evaluation_error(self.cell, ref, f"{type(e).__name__}: {e}")
+            record_evaluation_error(self.cell, ref, f"{type(e).__name__}: {e}")
             raise
         self._log_result(result)
-        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, result))
+        return _final(lambda: record_evaluation(self.cell, ref, result))
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Only for events that hand the evaluation back to a worker (older triggers)."""
-        from accelmatrix import lifecycle
+        from accelmatrix.steps.evaluate.work import (
+            record_evaluation,
+            record_evaluation_error,
+        )
 
         ref = self.ref(context)
         event = event or {}
         if event.get("status") != "done":
             error = str(event.get("error", event))
-            lifecycle.record_evaluation_error(self.cell, ref, error)
+            record_evaluation_error(self.cell, ref, error)
             raise RuntimeError(f"evaluation failed to run: {error}")
         if not event.get("logged"):
             self._log_result(event["result"])
-        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, event["result"]))
+        return _final(lambda: record_evaluation(self.cell, ref, event["result"]))
 
     def _log_result(self, result: dict[str, Any]) -> None:
         self.log.info("checks for %s:\n%s", self.cell.id, result["table"])

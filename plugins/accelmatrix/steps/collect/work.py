@@ -12,10 +12,10 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.cell_state import CellState
-from accelmatrix.lifecycle.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
-from accelmatrix.lifecycle.common import RunRef, _record_step_failure
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
+from accelmatrix.steps.common import RunRef, _record_step_failure
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

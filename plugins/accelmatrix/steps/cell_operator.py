@@ -57,10 +57,10 @@ class CellOperator(BaseOperator):
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render as usual, then swap the mapped cell reference for the planned cell."""
-        from accelmatrix import lifecycle
+        from accelmatrix.steps.common import cell_spec
 
         super().render_template_fields(context, jinja_env)
-        self.cell = lifecycle.cell_spec(self.ref(context), self.cell)
+        self.cell = cell_spec(self.ref(context), self.cell)
         self._hold_back_early_name(context)
 
     def _hold_back_early_name(self, context: Any) -> None:
@@ -100,7 +100,7 @@ class CellOperator(BaseOperator):
     @staticmethod
     def ref(context: Any):
         """The run (and mapped task group, map index) this step belongs to."""
-        from accelmatrix.lifecycle import RunRef
+        from accelmatrix.steps.common import RunRef
 
         return RunRef.from_context(context)
 

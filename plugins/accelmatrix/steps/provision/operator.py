@@ -6,7 +6,7 @@ the operator starts the request and defers to ProvisionTrigger, so the wait hold
 slot. The trigger gives up at the machine's own deadline (valid-until, provision timeout)
 and deletes what was requested before firing; Airflow's deferral timeout is only a backstop.
 When the machine is ready the trigger finishes provisioning and ends this task itself, the
-resource record as its XCom (triggers/ending.py): the cell's setup starts without another
+resource record as its XCom (steps/task_ending.py): the cell's setup starts without another
 task start in between, and nothing is lost to Airflow 3.3.2's defer/resume race.
 
 Every failure here is an infrastructure failure (retried when the suite sets retries),
@@ -20,9 +20,9 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from accelmatrix.operators.base import CellOperator
-from accelmatrix.operators.run import InfrastructureFailure
 from accelmatrix.spec.timeouts import provision_deferral
+from accelmatrix.steps.cell_operator import CellOperator
+from accelmatrix.steps.common import InfrastructureFailure
 
 
 class ProvisionOperator(CellOperator):
@@ -32,14 +32,16 @@ class ProvisionOperator(CellOperator):
     pushes_xcom = True
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from accelmatrix import lifecycle
-        from accelmatrix.triggers.provision import ProvisionTrigger
+        from accelmatrix.steps.provision.trigger import ProvisionTrigger
+        from accelmatrix.steps.provision.work import (
+            begin_provision,
+        )
 
         cell = self.cell
         ref = self.ref(context)
         decision = self._reprovision(context, ref)
         setup_again = decision is not None and decision.setup_again
-        record = lifecycle.begin_provision(cell, ref)
+        record = begin_provision(cell, ref)
         if not record.get("pending"):
             return self._ready(ref, record, setup_again)
         if setup_again:  # carried over the deferral
@@ -81,15 +83,16 @@ class ProvisionOperator(CellOperator):
         A failure here tears the machine down before failing: Airflow skips the teardown
         of a failed setup task.
         """
-        from accelmatrix import lifecycle
+        from accelmatrix.steps.setup.work import setup
+        from accelmatrix.steps.teardown.work import teardown
 
         if not setup_again:
             return resource
         self.log.info("the setup step was not cleared: setting up the new machine here")
         try:
-            lifecycle.setup(self.cell, resource, ref)
+            setup(self.cell, resource, ref)
         except BaseException:
-            lifecycle.teardown(self.cell, resource, ref)
+            teardown(self.cell, resource, ref)
             raise
         return resource
 
@@ -99,7 +102,10 @@ class ProvisionOperator(CellOperator):
         event: dict[str, Any] | None = None,
         pending: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        from accelmatrix import lifecycle
+        from accelmatrix.steps.provision.work import (
+            finish_provision,
+            provision_failed,
+        )
 
         cell = self.cell
         ref = self.ref(context)
@@ -109,8 +115,8 @@ class ProvisionOperator(CellOperator):
         pending = pending or event.get("pending") or {}
         if event.get("status") != "ready":
             reason = event.get("detail") or "provisioning failed"
-            lifecycle.provision_failed(cell, ref, pending, reason)
+            provision_failed(cell, ref, pending, reason)
             raise InfrastructureFailure(reason)
         self.log.info("%s is ready after %.0f s", pending.get("name"), event.get("waited", 0))
-        resource = lifecycle.finish_provision(cell, ref, pending)
+        resource = finish_provision(cell, ref, pending)
         return self._ready(ref, resource, bool(pending.get("reprovision_setup")))

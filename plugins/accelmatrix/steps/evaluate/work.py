@@ -10,9 +10,9 @@ from typing import Any
 from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState
 from accelmatrix.evaluation.gx_suite import gx_loaded
-from accelmatrix.lifecycle.common import CellFailed, RunRef, _read_json, _record_step_failure
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import CellFailed, RunRef, _read_json, _record_step_failure
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

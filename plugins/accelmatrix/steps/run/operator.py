@@ -2,14 +2,14 @@
 
 Submitting is quick; the wait can take hours, so the task defers to WorkloadTrigger and
 frees its worker slot. The trigger streams the workload's log into this task's log while it
-runs, records the outcome and ends the task itself (triggers/ending.py): exit as expected ->
+runs, records the outcome and ends the task itself (steps/task_ending.py): exit as expected ->
 success, without going back to a worker; a vanished machine -> an infrastructure failure
 (retried if the task has retries); non-zero exit, timeout (the workload is killed) or hang
 -> a test failure, never retried. ``execute_complete`` handles the cases the trigger hands
 back to a worker.
 
 Once the outcome is final (passed, or a test failure), the artifacts are copied and the
-machine is released right here (lifecycle.finish_run), in the trigger or in the task, so an
+machine is released right here (finish_run), in the trigger or in the task, so an
 accelerator is not held while Airflow starts collect and teardown; teardown then only
 checks that it is gone.
 """
@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from accelmatrix.operators.base import CellOperator, resource_record
 from accelmatrix.spec.timeouts import provision_deferral
+from accelmatrix.steps.cell_operator import CellOperator, resource_record
+from accelmatrix.steps.common import InfrastructureFailure
 
 if TYPE_CHECKING:
     from accelmatrix.spec.cell import CellSpec
@@ -36,10 +37,6 @@ TEST_FAILURE_STATES = ("run_failed", "timed_out", "hung")
 class WorkloadFailed(AirflowFailException):
     """The workload ran and failed (non-zero exit, timeout, hang): a test failure, never
     retried (retries are for infrastructure failures)."""
-
-
-class InfrastructureFailure(Exception):
-    """The machine failed, not the workload: retried when the suite sets retries."""
 
 
 class RunWorkloadOperator(CellOperator):
@@ -62,8 +59,11 @@ class RunWorkloadOperator(CellOperator):
         self.inline_wait = inline_wait
 
     def execute(self, context: Any) -> Any:
-        from accelmatrix import lifecycle
         from accelmatrix.backends.machine_kinds import get_backend
+        from accelmatrix.steps.provision.work import (
+            begin_provision,
+        )
+        from accelmatrix.steps.setup.work import setup
 
         cell, resource = self.cell, resource_record(self.resource)
         ref = self.ref(context)
@@ -77,11 +77,11 @@ class RunWorkloadOperator(CellOperator):
             if problem:
                 self.log.warning("%s: replacing the machine before this retry", problem)
                 backend.teardown(resource)
-                record = lifecycle.begin_provision(cell, ref)
+                record = begin_provision(cell, ref)
                 if record.get("pending"):
                     self._defer_provision(cell, record, ref)
                 resource = record
-                lifecycle.setup(cell, resource, ref)
+                setup(cell, resource, ref)
         return self._start(context, resource)
 
     def _refuse_to_rerun_a_test_failure(self, ref: Any) -> None:
@@ -92,7 +92,7 @@ class RunWorkloadOperator(CellOperator):
         that resumed try as if its worker died, and then retries it. The verdict recorded
         by the trigger stands: the workload does not run twice.
         """
-        from accelmatrix.lifecycle import results_store
+        from accelmatrix.results import results_store
 
         row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id) or {}
         if row.get("state") in TEST_FAILURE_STATES:
@@ -102,7 +102,7 @@ class RunWorkloadOperator(CellOperator):
             )
 
     def _defer_provision(self, cell: CellSpec, pending: dict[str, Any], ref: Any) -> None:
-        from accelmatrix.triggers.provision import ProvisionTrigger
+        from accelmatrix.steps.provision.trigger import ProvisionTrigger
 
         trigger, wait = ProvisionTrigger.for_cell(cell, pending, ref)
         self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending["name"])
@@ -114,7 +114,11 @@ class RunWorkloadOperator(CellOperator):
 
     def execute_after_provision(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """The replacement machine is ready (or never will be): set it up and run."""
-        from accelmatrix import lifecycle
+        from accelmatrix.steps.provision.work import (
+            finish_provision,
+            provision_failed,
+        )
+        from accelmatrix.steps.setup.work import setup
 
         cell = self.cell
         ref = self.ref(context)
@@ -122,19 +126,21 @@ class RunWorkloadOperator(CellOperator):
         pending = event.get("pending") or {}
         if event.get("status") != "ready":
             reason = event.get("detail") or "provisioning the replacement machine failed"
-            lifecycle.provision_failed(cell, ref, pending, reason)
+            provision_failed(cell, ref, pending, reason)
             raise InfrastructureFailure(reason)
-        resource = lifecycle.finish_provision(cell, ref, pending)
-        lifecycle.setup(cell, resource, ref)
+        resource = finish_provision(cell, ref, pending)
+        setup(cell, resource, ref)
         return self._start(context, resource)
 
     def _start(self, context: Any, resource: dict[str, Any]) -> Any:
         """Submit the workload (or reattach to it); defer to WorkloadTrigger unless it ends
         within a brief wait."""
         from accelmatrix.backends.machine_kinds import get_backend
-        from accelmatrix.lifecycle import results_store, utcnow, workload_env
+        from accelmatrix.results import results_store
         from accelmatrix.spec.templating import render_tree
-        from accelmatrix.triggers.workload import WorkloadTrigger
+        from accelmatrix.steps.common import utcnow
+        from accelmatrix.steps.run.trigger import WorkloadTrigger
+        from accelmatrix.steps.setup.work import workload_env
 
         cell = self.cell
         ref = self.ref(context)
@@ -219,7 +225,7 @@ class RunWorkloadOperator(CellOperator):
         handle: dict | None = None,
         resource: dict | None = None,
     ) -> dict[str, Any]:
-        from accelmatrix.lifecycle import finish_run, record_run_outcome
+        from accelmatrix.steps.run.work import finish_run, record_run_outcome
 
         cell = self.cell
         ref = self.ref(context)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from accelmatrix.lifecycle.common import RunRef
-from accelmatrix.lifecycle.release import release_machine
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import RunRef
+from accelmatrix.steps.release import release_machine
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

@@ -1,6 +1,6 @@
 """run: turn what WorkloadTrigger saw (exit, timeout, hang, infrastructure) into the cell's
 run state, and release the machine once that state is final. The watching itself is in
-operators/run.py and triggers/workload.py."""
+steps/run/operator.py and steps/run/trigger.py."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
-from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
-from accelmatrix.lifecycle.common import RunRef, utcnow
-from accelmatrix.lifecycle.release import release_machine, released_by
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.artifacts import fetch_artifacts, fetched_artifacts
+from accelmatrix.steps.common import RunRef, utcnow
+from accelmatrix.steps.release import release_machine, released_by
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
