@@ -41,6 +41,11 @@ if TYPE_CHECKING:  # imported by the steps at run time: DAG parsing never loads 
 CELL_NAME = "{{ task.cell.id }}"
 
 
+class InfrastructureFailure(Exception):
+    """The machine failed, not the workload: the task fails and is retried when the suite
+    sets retries (a test failure never is)."""
+
+
 class CellOperator(BaseOperator):
     """A step of one cell of a suite's matrix (``cell``: its CellSpec once rendered)."""
 

@@ -72,10 +72,6 @@ class CellFailed(AirflowFailException):
     """A cell (or the run) failed its checks: deterministic, so Airflow must not retry."""
 
 
-class InfrastructureFailure(Exception):
-    """The machine failed, not the workload: retried when the suite sets retries."""
-
-
 def _record_step_failure(cell: CellSpec, ref: RunRef, state: str, message: str) -> None:
     log.error("cell %s: %s", cell.id, message)
     store = results_store()

@@ -21,8 +21,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from accelmatrix.spec.timeouts import provision_deferral
-from accelmatrix.steps.cell_operator import CellOperator
-from accelmatrix.steps.common import InfrastructureFailure
+from accelmatrix.steps.cell_operator import CellOperator, InfrastructureFailure
 
 
 class ProvisionOperator(CellOperator):

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.spec.timeouts import provision_deferral
-from accelmatrix.steps.cell_operator import CellOperator, resource_record
-from accelmatrix.steps.common import InfrastructureFailure
+from accelmatrix.steps.cell_operator import CellOperator, InfrastructureFailure, resource_record
 
 if TYPE_CHECKING:
     from accelmatrix.spec.cell import CellSpec
