@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+
 from accelmatrix import settings
 from accelmatrix.demo import run_suite
 from accelmatrix.evaluation.bounds import BoundsError, bounds_key, export_text, load_bounds
@@ -227,13 +229,13 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     if args.action == "history":
         rows = store.get_bounds_history([key])
         if args.json:
-            print(json.dumps(rows, indent=2, default=str))
+            print(json.dumps(msgspec.to_builtins(rows), indent=2))
             return 0
         for r in rows:
             print(
-                f"{r['at']:%Y-%m-%d %H:%M} UTC  {r['benchmark']}  "
-                f"[{r['step_time_lower_bound']}, {r['step_time_upper_bound']}]  "
-                f"by {r['by']}: {reason_line(r)}" + (f" ({r['note']})" if r.get("note") else "")
+                f"{r.at:%Y-%m-%d %H:%M} UTC  {r.benchmark}  "
+                f"[{r.step_time_lower_bound}, {r.step_time_upper_bound}]  "
+                f"by {r.by}: {reason_line(r)}" + (f" ({r.note})" if r.note else "")
             )
         if not rows:
             print(f"no stored bounds for {key}: the file's values are in force", file=sys.stderr)

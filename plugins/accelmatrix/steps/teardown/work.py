@@ -28,8 +28,8 @@ def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: dict[str, Any]) -> 
     worker killed) gets a verdict here, before its machine goes: see accelmatrix.cleanup.stopped."""
     from accelmatrix.cleanup import stopped
 
-    row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    if row.get("state") not in stopped.IN_FLIGHT:
+    row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
+    if row is None or row.state not in stopped.IN_FLIGHT:
         return
     states = {}
     if ref.task_group is not None and ref.map_index is not None:
