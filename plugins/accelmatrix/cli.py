@@ -252,7 +252,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         row = stored[name]
         moved = ", ".join(f"{k} {getattr(old, k)} -> {v}" for k, v in fields.items())
         print(
-            f"{key}: {name}: {moved} (by {row['by']} {row['at']:%Y-%m-%d %H:%M} UTC: "
+            f"{key}: {name}: {moved} (by {row.by} {row.at:%Y-%m-%d %H:%M} UTC: "
             f"{reason_line(row)})",
             file=sys.stderr,
         )
@@ -260,7 +260,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         if name not in changes and name in file_bounds.benchmarks:
             print(
                 f"{key}: {name}: the file already has the stored bounds or changed since the "
-                f"newest row ({row['at']:%Y-%m-%d %H:%M} UTC): nothing to change",
+                f"newest row ({row.at:%Y-%m-%d %H:%M} UTC): nothing to change",
                 file=sys.stderr,
             )
     if not changes:

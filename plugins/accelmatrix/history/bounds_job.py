@@ -233,7 +233,7 @@ def baseline_points(
 
     keep = pd.Series(True, index=h.index)
     held: dict[str, str] = {}
-    by_series: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    by_series: dict[tuple[str, str, str], list[ChangePoint]] = {}
     for cp in change_points:
         by_series.setdefault((cp.dag_id, cp.cell_id, cp.metric), []).append(cp)
     if not by_series or h.empty:

@@ -285,8 +285,8 @@ class Matched:
 
     insert: list[dict[str, Any]] = field(default_factory=list)
     update: dict[int, dict[str, Any]] = field(default_factory=dict)
-    retract: list[dict[str, Any]] = field(default_factory=list)
-    missed: list[dict[str, Any]] = field(default_factory=list)  # not found, not yet retracted
+    retract: list[change_records.ChangePoint] = field(default_factory=list)
+    missed: list[change_records.ChangePoint] = field(default_factory=list)  # not found, not yet retracted
 
 
 STORED_FIELDS = (
@@ -333,7 +333,7 @@ def match(
     which a 60-point window cannot always see).
     """
     out = Matched()
-    by_series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_series: dict[tuple[str, str], list[change_records.ChangePoint]] = {}
     for s in stored:
         by_series.setdefault((s.cell_id, s.metric), []).append(s)
     used: set[int] = set()

@@ -179,7 +179,7 @@ def summary(kind: str, machine: str | None, members: list[ChangePoint]) -> str:
         return (
             f"{word} from build {build} (after {prev}): {what} on {len(machines)} machine kind(s)"
         )
-    return f"{word} in {head['cell_id']} from build {build} (after {prev}): {what}"
+    return f"{word} in {head.cell_id} from build {build} (after {prev}): {what}"
 
 
 def _fields(members: list[ChangePoint], series: pd.DataFrame) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def _settle_stopped_run(planned: list[CellSpec], ref: RunRef) -> set[str]:
 
 
 def _history_and_alerts(
-    suite_path: str, planned: list[CellSpec], ref: RunRef, rows: dict[str, dict[str, Any]]
+    suite_path: str, planned: list[CellSpec], ref: RunRef, rows: dict[str, CellRecord]
 ) -> None:
     """Update the suite's perf history (change points, groups, one notification per new
     regression group) and its per-cell failure alerts.

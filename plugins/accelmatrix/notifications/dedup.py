@@ -164,7 +164,7 @@ def deliver_groups(sinks: list[Any], store: Any, groups: list[ChangeGroup]) -> i
                 ok = True
                 sent += 1
             except Exception as e:  # noqa: BLE001 - the verdict stands whatever a sink does
-                _not_sent(f"change group {row['id']}", sink, e)
+                _not_sent(f"change group {row.id}", sink, e)
         if ok:
             store.save_change_group(row.dag_id, id=row.id, notified_at=datetime.now(UTC))
     return sent

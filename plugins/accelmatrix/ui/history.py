@@ -466,7 +466,7 @@ def _mark(row: Row, runs: list[RunRecord], perf_regression: bool) -> None:
             row.marks.append("new")
         elif streak >= 2 and passed_before:
             row.marks.append("broken")
-            row.since = runs[seq[-streak][0]]["run_id"]
+            row.since = runs[seq[-streak][0]].run_id
     if perf_regression:
         row.marks.append("regression")
     if flips >= 2:

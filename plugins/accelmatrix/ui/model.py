@@ -162,7 +162,7 @@ def list_suites(store: ResultsStore) -> list[SuiteSummary]:
     return out
 
 
-def suite_runs(store: ResultsStore, dag_id: str, limit: int = RUN_PICKER_LIMIT) -> list[dict]:
+def suite_runs(store: ResultsStore, dag_id: str, limit: int = RUN_PICKER_LIMIT) -> list[RunRecord]:
     """The suite's runs, newest build first: scheduled, manual and backfill runs, never a
     follow-up run (a confirm, bisect or compare re-test of older builds, listed on the
     history page); all runs when the suite has only follow-ups."""
