@@ -44,11 +44,11 @@ class SeriesAlertStore(StoreCore):
         now = utcnow()
         prepared = []
         for row in rows:
-            values = self._coerce(series_status, msgspec.structs.asdict(row))
+            values = msgspec.structs.asdict(row)
             values.update(
                 dag_id=dag_id, window_days=int(window_days), computed_at=row.computed_at or now
             )
-            prepared.append(values)
+            prepared.append(self._coerce(series_status, values))
 
         def tx(conn: Connection) -> int:
             self._lock(conn, "series_status", dag_id)
