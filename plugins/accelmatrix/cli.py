@@ -252,8 +252,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         row = stored[name]
         moved = ", ".join(f"{k} {getattr(old, k)} -> {v}" for k, v in fields.items())
         print(
-            f"{key}: {name}: {moved} (by {row.by} {row.at:%Y-%m-%d %H:%M} UTC: "
-            f"{reason_line(row)})",
+            f"{key}: {name}: {moved} (by {row.by} {row.at:%Y-%m-%d %H:%M} UTC: {reason_line(row)})",
             file=sys.stderr,
         )
     for name, row in stored.items():

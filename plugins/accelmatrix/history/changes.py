@@ -286,7 +286,8 @@ class Matched:
     insert: list[dict[str, Any]] = field(default_factory=list)
     update: dict[int, dict[str, Any]] = field(default_factory=dict)
     retract: list[change_records.ChangePoint] = field(default_factory=list)
-    missed: list[change_records.ChangePoint] = field(default_factory=list)  # not found, not yet retracted
+    # not found, not yet retracted
+    missed: list[change_records.ChangePoint] = field(default_factory=list)
 
 
 STORED_FIELDS = (
