@@ -39,8 +39,8 @@ def test_a_passing_cell_is_released_by_run_and_teardown_only_checks(accel_home, 
     assert held is not None and held["held_seconds"] > 0
     assert not work.exists()  # the machine is gone before collect and teardown ran
     row = _row(cell, ref)
-    assert row["teardown_at"] is not None
-    assert row["resource_held_seconds"] == held["held_seconds"]
+    assert row.teardown_at is not None
+    assert row.resource_held_seconds == held["held_seconds"]
     art = ref.artifacts(cell.id)
     assert (art / "files" / "out" / "m.json").read_text() == '{"loss": 0.25}'
 
@@ -54,7 +54,7 @@ def test_a_passing_cell_is_released_by_run_and_teardown_only_checks(accel_home, 
     with caplog.at_level(logging.INFO, logger="accelmatrix.lifecycle"):
         lifecycle.teardown(cell, resource, ref)
     assert "was released by run" in caplog.text
-    assert _row(cell, ref)["resource_held_seconds"] == held["held_seconds"]  # not re-recorded
+    assert _row(cell, ref).resource_held_seconds == held["held_seconds"]  # not re-recorded
 
 
 def test_an_infrastructure_failure_keeps_the_machine_for_the_retry(accel_home, tmp_path):
@@ -62,11 +62,11 @@ def test_an_infrastructure_failure_keeps_the_machine_for_the_retry(accel_home, t
     resource = _run(cell, ref)
     assert lifecycle.finish_run(cell, resource, ref, CellState.INFRA_FAILED) is None
     assert Path(resource["work_dir"]).is_dir()
-    assert _row(cell, ref)["teardown_at"] is None
+    assert _row(cell, ref).teardown_at is None
     lifecycle.collect(cell, resource, ref)  # collect copies from the machine itself
     lifecycle.teardown(cell, resource, ref)  # and teardown releases it
     assert not Path(resource["work_dir"]).exists()
-    assert _row(cell, ref)["resource_held_seconds"] > 0
+    assert _row(cell, ref).resource_held_seconds > 0
 
 
 def test_a_failed_copy_keeps_the_machine_for_collect(accel_home, tmp_path):

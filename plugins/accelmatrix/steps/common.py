@@ -75,11 +75,11 @@ class CellFailed(AirflowFailException):
 def _record_step_failure(cell: CellSpec, ref: RunRef, state: str, message: str) -> None:
     log.error("cell %s: %s", cell.id, message)
     store = results_store()
-    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    if prior.get("state") in EARLIER_FAILURES and prior.get("state") != state:
-        state = prior["state"]
-        if prior.get("message"):
-            message = f"{prior['message']}; {message}"
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id)
+    if prior is not None and prior.state in EARLIER_FAILURES and prior.state != state:
+        state = prior.state
+        if prior.message:
+            message = f"{prior.message}; {message}"
     store.upsert_cell(
         ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=state, message=message[:4000]
     )

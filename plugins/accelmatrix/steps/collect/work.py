@@ -44,9 +44,9 @@ def collect(cell: CellSpec, resource: dict[str, Any], ref: RunRef) -> dict[str, 
         message = "; ".join(errors)
         record_collect_failure(cell, ref, message)
         raise CollectFailed(f"cell {cell.id}: collect failed: {message}"[:4000])
-    prior = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
+    prior = results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
     if (
-        prior.get("state") == CellState.COLLECT_FAILED
+        prior is not None and prior.state == CellState.COLLECT_FAILED
     ):  # an earlier attempt crashed, this one worked
         results_store().upsert_cell(
             ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=CellState.COLLECTED, message=""

@@ -93,11 +93,11 @@ class RunWorkloadOperator(CellOperator):
         """
         from accelmatrix.results import results_store
 
-        row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id) or {}
-        if row.get("state") in TEST_FAILURE_STATES:
+        row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id)
+        if row is not None and row.state in TEST_FAILURE_STATES:
             raise WorkloadFailed(
                 f"not re-running the workload of {self.cell.id}: it already failed "
-                f"({row['state']}: {row.get('message')}); test failures are never retried"
+                f"({row.state}: {row.message}); test failures are never retried"
             )
 
     def _defer_provision(self, cell: CellSpec, pending: dict[str, Any], ref: Any) -> None:

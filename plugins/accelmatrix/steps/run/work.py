@@ -43,16 +43,14 @@ def record_run_outcome(
     else:
         state, msg = CellState.RAN, f"workload exited {exit_code} as expected"
     store = results_store()
-    row = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
+    row = store.get_cell(ref.dag_id, ref.run_id, cell.id)
     from accelmatrix.cleanup.stopped import STOPPED
 
-    if row.get("state") == STOPPED:
+    if row is not None and row.state == STOPPED:
         # The run was stopped from outside and the teardown killed the workload before the
         # trigger heard of it: the exit it saw is the kill's, not the workload's verdict.
-        log.warning(
-            "%s: stays cancelled (%s); the exit seen was %s", cell.id, row.get("message"), msg
-        )
-        return STOPPED, row.get("message") or msg
+        log.warning("%s: stays cancelled (%s); the exit seen was %s", cell.id, row.message, msg)
+        return STOPPED, row.message or msg
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,

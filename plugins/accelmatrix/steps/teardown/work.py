@@ -28,14 +28,14 @@ def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: dict[str, Any]) -> 
     worker killed) gets a verdict here, before its machine goes: see accelmatrix.cleanup.stopped."""
     from accelmatrix.cleanup import stopped
 
-    row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    if row.get("state") not in stopped.IN_FLIGHT:
+    row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
+    if row is None or row.state not in stopped.IN_FLIGHT:
         return
     states = {}
     if ref.task_group is not None and ref.map_index is not None:
         states = stopped.owner_states(ref.dag_id, ref.run_id, ref.task_group, ref.map_index)
     message = (
-        f"stopped before it finished ({stopped.describe(states)}; was {row['state']}); "
+        f"stopped before it finished ({stopped.describe(states)}; was {row.state}); "
         f"machine {resource['name']} and its workload torn down by the cell's teardown"
     )
     if stopped.settle_cell(results_store(), ref.dag_id, ref.run_id, cell.id, message):
