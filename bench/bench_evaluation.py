@@ -144,6 +144,7 @@ def _child_training(repeat: int) -> None:
 
 def _child_run(repeat: int) -> None:
     sys.path.insert(0, str(PLUGINS))
+    from accelmatrix.contracts.run_records import CellRecord, CheckRecord
     from accelmatrix.evaluation.gx_suite import import_gx
     from accelmatrix.evaluation.run_table import validate_run
     from accelmatrix.spec.run_checks import CellsAgreeCheck
@@ -158,11 +159,26 @@ def _child_run(repeat: int) -> None:
         for i in range(RUN_CELLS)
     ]
     rows = [
-        {"cell_id": c["id"], "state": "passed", "exit_code": 0, "resource_held_seconds": 12.0}
+        CellRecord(
+            dag_id="bench",
+            run_id="run",
+            cell_id=c["id"],
+            state="passed",
+            exit_code=0,
+            resource_held_seconds=12.0,
+        )
         for c in planned
     ]
     checks = [
-        {"cell_id": c["id"], "check_name": n, "passed": True, "metric": m, "value": 0.01}
+        CheckRecord(
+            dag_id="bench",
+            run_id="run",
+            cell_id=c["id"],
+            check_name=n,
+            passed=True,
+            metric=m,
+            value=0.01,
+        )
         for c in planned
         for n, m in (("exit_status", None), ("step_time_within_bounds", "step_time"))
     ]

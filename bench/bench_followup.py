@@ -151,25 +151,25 @@ def main() -> int:
             t0 = time.monotonic()
             while True:
                 retests = store.get_confirmations(DAG)
-                if retests and all(r["state"] not in ("confirming", "bisecting") for r in retests):
+                if retests and all(r.state not in ("confirming", "bisecting") for r in retests):
                     runs = stack.api("GET", f"dags/{DAG}/dagRuns", params={"limit": 100})
                     if all(r["state"] in ("success", "failed") for r in runs["dag_runs"]):
                         break
                 if time.monotonic() - t0 > 3600:
-                    raise TimeoutError(json.dumps([(r["id"], r["state"]) for r in retests]))
+                    raise TimeoutError(json.dumps([(r.id, r.state) for r in retests]))
                 time.sleep(2)
             (retest,) = retests
             gate = next(
                 t for t in stack.task_instances(DAG, run["dag_run_id"]) if t["task_id"] == "gate"
             )
             by_id = {r["dag_run_id"]: r for r in runs["dag_runs"]}
-            ends = [ts(by_id[r]["end_date"]) for r in retest["run_ids"]]
+            ends = [ts(by_id[r]["end_date"]) for r in retest.run_ids]
             t_airflow = max(ends) - ts(gate["end_date"])
-            cells = [c["cell_id"] for r in retest["run_ids"] for c in store.get_cells(DAG, r)]
+            cells = [c.cell_id for r in retest.run_ids for c in store.get_cells(DAG, r)]
             # Every sample the sessions ran, in their order (the session logs' markers).
             samples = []
-            for r in retest["run_ids"]:
-                for cid in (c["cell_id"] for c in store.get_cells(DAG, r)):
+            for r in retest.run_ids:
+                for cid in (c.cell_id for c in store.get_cells(DAG, r)):
                     log = (
                         home / "accelmatrix" / "artifacts" / settings.safe_name(DAG)
                         / settings.safe_name(r) / settings.safe_name(cid) / "output.log"
@@ -183,8 +183,8 @@ def main() -> int:
             run_direct(build, slow, a.step_ms)
         t_direct = time.perf_counter() - t
         print(
-            f"re-test: {retest['state']}, culprit {retest['culprit']} (slow from {slow}), "
-            f"{len(retest['run_ids'])} session run(s), {len(cells)} machine(s) provisioned for "
+            f"re-test: {retest.state}, culprit {retest.culprit} (slow from {slow}), "
+            f"{len(retest.run_ids)} session run(s), {len(cells)} machine(s) provisioned for "
             f"1 suspect cell, {len(samples)} samples of {5 * a.step_ms / 1000:.2f} s"
         )
         print(

@@ -536,21 +536,21 @@ def grouping_seed(seed: int, confirm: bool = False) -> dict:
             # The groups the gate hands to alerts.deliver_groups; it records notified_at
             # once a sink took the notification.
             for g in due:
-                created.setdefault(g["id"], n)
-                store.save_change_group(pm.dag_id, {"notified_at": datetime.now(UTC)}, id=g["id"])
+                created.setdefault(g.id, n)
+                store.save_change_group(pm.dag_id, notified_at=datetime.now(UTC), id=g.id)
                 notified.append(
                     {
                         "night": n,
-                        "kind": g["kind"],
-                        "machine": g["machine"],
-                        "cells": g["cells"],
+                        "kind": g.kind,
+                        "machine": g.machine,
+                        "cells": g.cells,
                     }
                 )
         groups = store.get_change_groups(pm.dag_id)
         members: dict[int, set[str]] = {}
         for p in store.get_change_points(pm.dag_id):
-            if p["group_id"] is not None:
-                members.setdefault(p["group_id"], set()).add(p["cell_id"])
+            if p.group_id is not None:
+                members.setdefault(p.group_id, set()).add(p.cell_id)
         store.close()
     build_cells = {pm.cell(BUILD_MODEL, ma) for ma in pm.machines}
     infra_cells = {pm.cell(mo, INFRA_MACHINE) for mo in pm.models}
@@ -558,29 +558,29 @@ def grouping_seed(seed: int, confirm: bool = False) -> dict:
     build_ok = infra_ok = False
     build_delay = infra_delay = None
     for g in groups:
-        cells = members.get(g["id"], set())  # the members' cells (an emptied group has none)
+        cells = members.get(g.id, set())  # the members' cells (an emptied group has none)
         final.append(
             {
-                "id": g["id"],
-                "kind": g["kind"],
-                "direction": g["direction"],
-                "machine": g["machine"],
-                "night": (g["logical_date"] - pm.date(0)).days,
+                "id": g.id,
+                "kind": g.kind,
+                "direction": g.direction,
+                "machine": g.machine,
+                "night": (g.logical_date - pm.date(0)).days,
                 "cells": sorted(cells),
-                "created": created.get(g["id"]),
-                "state": g["state"],
+                "created": created.get(g.id),
+                "state": g.state,
             }
         )
-        if g["direction"] != "regression" or not cells:
+        if g.direction != "regression" or not cells:
             continue
         if cells & build_cells and cells <= build_cells:
-            build_delay = created.get(g["id"], 0) - BUILD_NIGHT
-            build_ok = build_ok or (g["kind"] == "build" and cells == build_cells)
+            build_delay = created.get(g.id, 0) - BUILD_NIGHT
+            build_ok = build_ok or (g.kind == "build" and cells == build_cells)
         if cells & infra_cells and cells <= infra_cells:
-            infra_delay = created.get(g["id"], 0) - INFRA_NIGHT
+            infra_delay = created.get(g.id, 0) - INFRA_NIGHT
             infra_ok = infra_ok or (
-                g["kind"] == "infrastructure"
-                and g["machine"] == INFRA_MACHINE
+                g.kind == "infrastructure"
+                and g.machine == INFRA_MACHINE
                 and len(cells & infra_cells) >= len(pm.models) - 1
             )
     return {

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT / "tests"))  # the test kit: accelmatrix_testkit
 
+from accelmatrix.contracts.run_records import CellRecord  # noqa: E402
 from accelmatrix_testkit import AirflowStack, Usage  # noqa: E402
 from accelmatrix_testkit.services import PostgresServer  # noqa: E402
 
@@ -282,7 +283,7 @@ HOPS = (
 )
 
 
-def _hops(c: dict[str, Any], steps: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+def _hops(c: CellRecord, steps: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     setup, run = steps.get("setup") or {}, steps.get("run") or {}
 
     def at(v: Any) -> datetime | None:
@@ -293,10 +294,10 @@ def _hops(c: dict[str, Any], steps: dict[str, dict[str, Any]]) -> dict[str, floa
         return (b - a).total_seconds() if a and b else None
 
     return {
-        HOPS[0]: gap(c.get("provisioned_at"), setup.get("start_date")),
+        HOPS[0]: gap(c.provisioned_at, setup.get("start_date")),
         HOPS[1]: gap(setup.get("start_date"), setup.get("end_date")),
         HOPS[2]: gap(setup.get("end_date"), run.get("start_date")),
-        HOPS[3]: gap(run.get("start_date"), c.get("run_started_at")),
+        HOPS[3]: gap(run.get("start_date"), c.run_started_at),
     }
 
 
@@ -314,19 +315,19 @@ def cell_figures(
         store.close()
     out: dict[str, list[float]] = {"held_minus_workload": [], "held": []}
     out["_rows"] = [  # type: ignore[assignment]  # the stamps, for dump_results
-        {k: c.get(k) for k in ("cell_id", "state", *STAMPS)} for c in cells
+        {k: getattr(c, k) for k in ("cell_id", "state", *STAMPS)} for c in cells
     ]
     for c in cells:
-        if c["resource_held_seconds"] is not None and c["workload_seconds"] is not None:
-            out["held_minus_workload"].append(c["resource_held_seconds"] - c["workload_seconds"])
-            out["held"].append(c["resource_held_seconds"])
+        if c.resource_held_seconds is not None and c.workload_seconds is not None:
+            out["held_minus_workload"].append(c.resource_held_seconds - c.workload_seconds)
+            out["held"].append(c.resource_held_seconds)
         for name, a, b in PHASES:
-            if c.get(a) and c.get(b):
-                out.setdefault(name, []).append((c[b] - c[a]).total_seconds())
+            if getattr(c, a) and getattr(c, b):
+                out.setdefault(name, []).append((getattr(c, b) - getattr(c, a)).total_seconds())
         steps = {
             ti["task_id"].rsplit(".", 1)[-1]: ti
             for ti in tis or []
-            if ti.get("rendered_map_index") == c["cell_id"]
+            if ti.get("rendered_map_index") == c.cell_id
         }
         for name, v in _hops(c, steps).items():
             if v is not None:

@@ -207,7 +207,7 @@ def results_cells(url: str, dag_id: str, run_id: str) -> dict[str, int]:
     try:
         out: dict[str, int] = {}
         for c in store.get_cells(dag_id, run_id):
-            out[str(c["state"])] = out.get(str(c["state"]), 0) + 1
+            out[str(c.state)] = out.get(str(c.state), 0) + 1
         return out
     finally:
         store.close()

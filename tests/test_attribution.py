@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from accelmatrix.contracts.change_records import Confirmation
 from accelmatrix.history.attribution import CellDelta, attribute, siblings_from_history
 from accelmatrix.history.culprit_profile import (
     ATTRIBUTION_KEY,
@@ -132,14 +133,15 @@ def test_a_stored_change_is_classified_from_its_nightly_siblings(store, cause, e
 
     point = store.save_change_point(
         m.dag_id,
-        {"cell_id": cell, "metric": "step_time", "run_id": f"scheduled__{m.date(30).isoformat()}",
-         "logical_date": m.date(30), "position": 30, "n_before": 30, "n_after": 10,
-         "direction": "regression"},
+        cell_id=cell, metric="step_time", run_id=f"scheduled__{m.date(30).isoformat()}", logical_date=m.date(30), position=30, n_before=30, n_after=10, direction="regression",
     )  # fmt: skip
-    row = {
-        "dag_id": m.dag_id,
-        "targets": [{"change_id": point, "cell_id": cell, "metric": "step_time"}],
-    }
+    row = Confirmation(
+        id=1,
+        dag_id=m.dag_id,
+        group_id=1,
+        state="confirmed",
+        targets=[{"change_id": point, "cell_id": cell, "metric": "step_time"}],
+    )
     decision = {f"{cell}|step_time": {"verdict": "new_level"}}
     attach_attribution(store, row, decision, reproduced=cause.kind == "build")
     a = decision[f"{cell}|step_time"][ATTRIBUTION_KEY]
@@ -160,23 +162,22 @@ def test_a_class_read_from_one_night_is_read_again_as_nights_arrive(store) -> No
     cell = m.cell("m0", "k1")
     point = store.save_change_point(
         m.dag_id,
-        {"cell_id": cell, "metric": "step_time", "run_id": f"scheduled__{m.date(30).isoformat()}",
-         "logical_date": m.date(30), "position": 30, "n_before": 30, "n_after": 1,
-         "direction": "regression"},
+        cell_id=cell, metric="step_time", run_id=f"scheduled__{m.date(30).isoformat()}", logical_date=m.date(30), position=30, n_before=30, n_after=1, direction="regression",
     )  # fmt: skip
     targets = [{"change_id": point, "cell_id": cell, "metric": "step_time"}]
     decision = {f"{cell}|step_time": {"verdict": "old_level"}}
-    attach_attribution(store, {"dag_id": m.dag_id, "targets": targets}, decision, reproduced=False)
+    retest = Confirmation(id=1, dag_id=m.dag_id, group_id=1, state="confirming", targets=targets)
+    attach_attribution(store, retest, decision, reproduced=False)
     first = decision[f"{cell}|step_time"][ATTRIBUTION_KEY]
     assert first["nights_after"] == 1
     row = store.start_confirmation(
-        m.dag_id, 1, {"state": "not_reproduced", "targets": targets, "decision": decision}
+        m.dag_id, 1, state="not_reproduced", targets=targets, decision=decision
     )
     assert refresh_attributions(store, m.dag_id) == 0  # no new night: nothing to re-read
     m.plant(store, nights=range(31, 36))
     assert refresh_attributions(store, m.dag_id) == 1
-    (again,) = store.get_confirmations(ids=[row["id"]])
-    a = again["decision"][f"{cell}|step_time"][ATTRIBUTION_KEY]
+    (again,) = store.get_confirmations(ids=[row.id])
+    a = again.decision[f"{cell}|step_time"][ATTRIBUTION_KEY]
     assert a["nights_after"] == 4 and (a["cause"], a["value"]) == ("machine_kind", "k1")
-    assert again["decision"][f"{cell}|step_time"]["verdict"] == "old_level"
+    assert again.decision[f"{cell}|step_time"]["verdict"] == "old_level"
     assert refresh_attributions(store, m.dag_id) == 0  # four nights: settled

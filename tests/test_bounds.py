@@ -4,11 +4,13 @@ text that keeps the file's comments."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
+from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.evaluation.bounds import (
     BenchmarkBounds,
     BoundsError,
@@ -180,14 +182,24 @@ def test_compute_bounds_rejects_bad_input(
 
 
 # -- stored bounds over the file ------------------------------------------------------------
-def _row(lo, hi, file_lo, file_hi, **more):
-    return {
-        "step_time_lower_bound": lo,
-        "step_time_upper_bound": hi,
-        "file_lower_bound": file_lo,
-        "file_upper_bound": file_hi,
+def _row(lo, hi, file_lo, file_hi, **more) -> BoundsRecord:
+    """A stored row in force (bounds [lo, hi]) made over the file's [file_lo, file_hi]."""
+    fields = {
+        "id": 1,
+        "file": "bounds/b.yaml",
+        "benchmark": "b",
+        "reason": "maintenance",
+        "by": "accelmatrix-maintenance",
+        "at": datetime(2026, 3, 1, tzinfo=UTC),
         **more,
     }
+    return BoundsRecord(
+        step_time_lower_bound=lo,
+        step_time_upper_bound=hi,
+        file_lower_bound=file_lo,
+        file_upper_bound=file_hi,
+        **fields,
+    )
 
 
 def test_bounds_key_is_relative_to_the_include_dir(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.evaluation.bounds import (
     BenchmarkBounds,
     apply_stored,
@@ -73,30 +74,26 @@ def _accepted_group(store: ResultsStore, level: float = 1.25) -> int:
     """A change group of DAG with one change point of benchmark m0 at ``level``."""
     gid = store.save_change_group(
         DAG,
-        {
-            "kind": "series",
-            "direction": "regression",
-            "logical_date": DAY0 + timedelta(days=8),
-            "summary": "step_time of model=small +25 %",
-        },
+        kind="series",
+        direction="regression",
+        logical_date=DAY0 + timedelta(days=8),
+        summary="step_time of model=small +25 %",
     )
     store.save_change_point(
         DAG,
-        {
-            "cell_id": "model=small",
-            "metric": "step_time",
-            "benchmark": "m0",
-            "run_id": "scheduled__8",
-            "logical_date": DAY0 + timedelta(days=8),
-            "position": 8,
-            "n_before": 8,
-            "n_after": 6,
-            "median_before": 1.0,
-            "median_after": level,
-            "change": level - 1.0,
-            "direction": "regression",
-            "group_id": gid,
-        },
+        cell_id="model=small",
+        metric="step_time",
+        benchmark="m0",
+        run_id="scheduled__8",
+        logical_date=DAY0 + timedelta(days=8),
+        position=8,
+        n_before=8,
+        n_after=6,
+        median_before=1.0,
+        median_after=level,
+        change=level - 1.0,
+        direction="regression",
+        group_id=gid,
     )
     return gid
 
@@ -129,15 +126,15 @@ def test_rows_are_appended_and_the_newest_of_each_benchmark_is_in_force(store):
     )
     now = store.bounds_in_force(KEY)
     assert set(now) == {"m0", "m1"}
-    assert (now["m0"]["step_time_lower_bound"], now["m0"]["by"], now["m0"]["note"]) == (
+    assert (now["m0"].step_time_lower_bound, now["m0"].by, now["m0"].note) == (
         1.1,
         "ann",
         "new kernel",
     )
-    assert now["m0"]["detail"] == {"group_id": 7} and now["m0"]["at"].tzinfo is not None
-    assert now["m1"]["reason"] == "maintenance"
+    assert now["m0"].detail == {"group_id": 7} and now["m0"].at.tzinfo is not None
+    assert now["m1"].reason == "maintenance"
     rows = store.get_bounds_history([KEY], benchmark="m0")
-    assert [r["by"] for r in rows] == ["ann", "accelmatrix-maintenance"]  # newest first
+    assert [r.by for r in rows] == ["ann", "accelmatrix-maintenance"]  # newest first
     assert store.bounds_in_force("bounds/none.yaml") == {}
     with pytest.raises(ValueError, match="reason"):
         store.add_bounds(KEY, [{"benchmark": "m0"}], reason="because", by="ann")
@@ -152,13 +149,19 @@ def test_a_file_changed_since_the_row_was_stored_wins(tmp_path):
     since (the exported bounds merged, a person's new baseline) is the newer decision."""
     path = tmp_path / "b.yaml"
     path.write_text(FILE_TEXT)
-    row = {
-        "step_time_lower_bound": 1.15,
-        "step_time_upper_bound": 1.35,
-        "average": 1.25,
-        "file_lower_bound": 0.9,
-        "file_upper_bound": 1.1,
-    }
+    row = BoundsRecord(
+        id=1,
+        file=KEY,
+        benchmark="m0",
+        step_time_lower_bound=1.15,
+        step_time_upper_bound=1.35,
+        average=1.25,
+        file_lower_bound=0.9,
+        file_upper_bound=1.1,
+        reason="maintenance",
+        by="accelmatrix-maintenance",
+        at=DAY0,
+    )
     b = load_bounds_in_force(path, stored={"m0": row, "gone": row})
     assert (b.benchmarks["m0"].step_time_lower_bound, b.benchmarks["m0"].average) == (1.15, 1.25)
     assert (
@@ -204,11 +207,11 @@ def test_accepting_a_change_stores_the_bounds_and_the_check_judges_with_them(inc
     assert res.bounds and "width kept" in res.bounds[0] and "b.yaml unchanged" in res.bounds[0]
     assert path.read_bytes() == before
     row = store.bounds_in_force(KEY)["m0"]
-    assert (row["reason"], row["by"], row["note"]) == ("accepted change", "ann", "new kernel")
-    assert row["detail"]["group_id"] == gid and row["detail"]["dag_id"] == DAG
-    assert row["step_time_lower_bound"] == pytest.approx(1.15)
-    assert row["step_time_upper_bound"] == pytest.approx(1.35)
-    assert (row["file_lower_bound"], row["file_upper_bound"]) == (0.9, 1.1)
+    assert (row.reason, row.by, row.note) == ("accepted change", "ann", "new kernel")
+    assert row.detail["group_id"] == gid and row.detail["dag_id"] == DAG
+    assert row.step_time_lower_bound == pytest.approx(1.15)
+    assert row.step_time_upper_bound == pytest.approx(1.35)
+    assert (row.file_lower_bound, row.file_upper_bound) == (0.9, 1.1)
     assert "m1" not in store.bounds_in_force(KEY)
 
     include.joinpath("cell2").mkdir()
@@ -228,27 +231,25 @@ def test_accepting_again_moves_the_stored_bounds_not_the_files(include):
     apply_triage(store, "group", _accepted_group(store, 1.25), "accepted", by="ann")
     store.save_change_point(
         DAG,
-        {
-            "cell_id": "model=small",
-            "metric": "step_time",
-            "benchmark": "m0",
-            "run_id": "scheduled__20",
-            "logical_date": DAY0 + timedelta(days=20),
-            "position": 20,
-            "n_before": 12,
-            "n_after": 5,
-            "median_after": 1.5,
-            "direction": "regression",
-        },
+        cell_id="model=small",
+        metric="step_time",
+        benchmark="m0",
+        run_id="scheduled__20",
+        logical_date=DAY0 + timedelta(days=20),
+        position=20,
+        n_before=12,
+        n_after=5,
+        median_after=1.5,
+        direction="regression",
     )
-    (cp,) = [p for p in store.get_change_points(DAG) if p["group_id"] is None]
-    apply_triage(store, "change", cp["id"], "accepted", by="bob")
+    (cp,) = [p for p in store.get_change_points(DAG) if p.group_id is None]
+    apply_triage(store, "change", cp.id, "accepted", by="bob")
     rows = store.get_bounds_history([KEY])
-    assert [(r["by"], r["detail"].get("change_id")) for r in rows] == [
-        ("bob", cp["id"]),
+    assert [(r.by, r.detail.get("change_id")) for r in rows] == [
+        ("bob", cp.id),
         ("ann", None),
     ]
-    assert (rows[0]["step_time_lower_bound"], rows[0]["step_time_upper_bound"]) == pytest.approx(
+    assert (rows[0].step_time_lower_bound, rows[0].step_time_upper_bound) == pytest.approx(
         (1.4, 1.6)
     )
     assert (include / "bounds" / "b.yaml").read_text() == FILE_TEXT
@@ -295,7 +296,7 @@ def test_pages_show_the_bounds_in_force_with_who_when_why_and_the_earlier_rows(i
     assert current_bounds(DAG, store)["m0"] == pytest.approx((1.15, 1.35))
     view.bounds, _ = load_bounds_entries(store, DAG)
     (entry,) = view.bounds
-    assert (entry.benchmark, entry.file, entry.row["by"]) == ("m0", KEY, "ann")
+    assert (entry.benchmark, entry.file, entry.row.by) == ("m0", KEY, "ann")
     assert (entry.lower, entry.upper) == pytest.approx((1.15, 1.35))
     html = render_bounds(view)
     assert 'data-benchmark="m0"' in html and 'data-source="store"' in html

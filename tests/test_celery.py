@@ -221,13 +221,13 @@ def test_local_smoke_on_celery_with_two_workers(tmp_path, postgres, redis):
     store = ResultsStore(results_url)
     try:
         assert store.dialect == "postgresql"
-        cells = {c["cell_id"]: c for c in store.get_cells(DAG_ID, run_id)}
+        cells = {c.cell_id: c for c in store.get_cells(DAG_ID, run_id)}
     finally:
         store.close()
     # The plan records every cell of the suite; only the two selected ones ran.
     assert {GOOD, BAD} <= set(cells), cells
-    others = {c: v["state"] for c, v in cells.items() if c not in (GOOD, BAD)}
+    others = {c: v.state for c, v in cells.items() if c not in (GOOD, BAD)}
     assert not {"passed", "failed"} & set(others.values()), others
-    assert cells[BAD]["state"] == "failed", cells[BAD]
-    assert cells[GOOD]["resource_held_seconds"] is not None
-    assert cells[GOOD]["state"] == "passed", (cells[GOOD], summary)
+    assert cells[BAD].state == "failed", cells[BAD]
+    assert cells[GOOD].resource_held_seconds is not None
+    assert cells[GOOD].state == "passed", (cells[GOOD], summary)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from accelmatrix import cell_state
 from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.contracts.change_records import TRIAGE_STATES
 from accelmatrix.results.store import ResultsStore
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "accelmatrix"
@@ -34,6 +35,7 @@ def test_groups_are_consistent() -> None:
 def test_every_state_literal_the_steps_write_is_a_member() -> None:
     """A new state written as a bare string (or a typo) must be added to the enum first."""
     known = {s.value for s in CellState} | {s.value for s in RunState}
+    known |= set(TRIAGE_STATES)  # a change point's or group's triage: its own vocabulary
     written = {}
     for path in PLUGIN.rglob("*.py"):
         if path.parts[-2] in ("backends", "testing"):  # runner/node states, not cell states
@@ -58,5 +60,5 @@ def test_store_keeps_plain_strings(tmp_path: Path) -> None:
         assert conn.execute("SELECT state FROM runs").fetchall() == [("over_budget",)]
     fresh = ResultsStore(f"sqlite:///{db}")
     fresh.upsert_cell("d", "r", "c2")  # the column default is the enum's first state
-    assert fresh.get_cell("d", "r", "c2")["state"] == "planned" == CellState.PLANNED
+    assert fresh.get_cell("d", "r", "c2").state == "planned" == CellState.PLANNED
     fresh.close()

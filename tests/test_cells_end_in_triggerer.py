@@ -106,7 +106,7 @@ def _cells(stack: AirflowStack, dag_id: str, run_id: str) -> dict[str, dict]:
 
     store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
     try:
-        return {c["cell_id"]: c for c in store.get_cells(dag_id, run_id)}
+        return {c.cell_id: c for c in store.get_cells(dag_id, run_id)}
     finally:
         store.close()
 

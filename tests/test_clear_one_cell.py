@@ -125,7 +125,7 @@ def test_clearing_one_failed_cell_reruns_only_that_cell(tmp_path):
         marker.write_text("fixed\n")
         stack.api("POST", path, json={**clear, "dry_run": False})
         deadline = time.monotonic() + 30
-        while stack.get_run(DAG_ID, run_id)["state"] == "failed":
+        while stack.get_run(DAG_ID, run_id).state == "failed":
             assert time.monotonic() < deadline, "the cleared run never left 'failed'"
             time.sleep(0.5)
         state = stack.wait_for_run(DAG_ID, run_id, timeout=240)
@@ -190,6 +190,6 @@ def _cells(home: Path, run_id: str) -> dict[str, dict]:
 
     store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
     try:
-        return {c["cell_id"]: c for c in store.get_cells(DAG_ID, run_id)}
+        return {c.cell_id: c for c in store.get_cells(DAG_ID, run_id)}
     finally:
         store.close()

@@ -57,13 +57,13 @@ def test_a_full_artifacts_disk_fails_collect_as_infrastructure_and_keeps_the_row
         assert str(art) in str(err.value) and "bytes free" in str(err.value)
         store = lifecycle.results_store()
         row = store.get_cell("full", ref.run_id, cell.id)
-        assert row["state"] == "infra_failed"
+        assert row.state == "infra_failed"
         assert (
-            row["message"].startswith("collect failed: artifacts disk full")
-            and str(art) in row["message"]
+            row.message.startswith("collect failed: artifacts disk full")
+            and str(art) in row.message
         )
-        loss = [r for r in store.get_metrics("full", ref.run_id, cell.id) if r["name"] == "loss"]
-        assert sorted(r["step"] for r in loss) == [0, 1, 2]  # the log's rows are kept
+        loss = [r for r in store.get_metrics("full", ref.run_id, cell.id) if r.name == "loss"]
+        assert sorted(r.step for r in loss) == [0, 1, 2]  # the log's rows are kept
         assert _evaluate(cell, ref) == "infra_failed"
         lifecycle.teardown(cell, resource, ref)  # the machine still goes
         assert not Path(resource.work_dir).exists()

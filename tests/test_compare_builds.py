@@ -66,10 +66,10 @@ def test_cli_compares_two_builds_on_one_machine_and_prints_json(
     assert data["cost"] is not None and data["cost"] > 0
     # One session cell, one machine: provisioned once and released.
     store = ResultsStore.from_settings()
-    (run,) = [x for x in store.get_runs("nightly_perf") if x.get("run_type") == "compare"]
-    (cell,) = store.get_cells("nightly_perf", run["run_id"])
-    assert cell["cell_id"] == "model=small,retest=1" and cell["state"] == "passed"
-    run_dir = settings.artifacts_dir() / "nightly_perf" / settings.safe_name(run["run_id"])
+    (run,) = [x for x in store.get_runs("nightly_perf") if x.run_type == "compare"]
+    (cell,) = store.get_cells("nightly_perf", run.run_id)
+    assert cell.cell_id == "model=small,retest=1" and cell.state == "passed"
+    run_dir = settings.artifacts_dir() / "nightly_perf" / settings.safe_name(run.run_id)
     assert "step_time" in (run_dir / "compare.html").read_text()
     assert 'href="compare.html"' in (run_dir / "index.html").read_text()  # the run report
     # The same build against itself, no slow_from: no change worth a page.

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from accelmatrix.contracts.change_records import ChangeGroup, Confirmation
 from accelmatrix.history.bisect import AMBIGUOUS, FOUND, RUNNING, Search, spread
 from accelmatrix.history.builds import BuildsError, builds_between, date_template
 from accelmatrix.history.change_report import changes_json, changes_table
@@ -381,10 +382,10 @@ class Loop:
             self.store, self.suite, run_id, fu, self.rng, now=self.now, empty=self.empty_runs
         )
 
-    def retests(self) -> list[dict]:
+    def retests(self) -> list[Confirmation]:
         return self.store.get_confirmations(self.pm.dag_id)
 
-    def due(self) -> list[dict]:
+    def due(self) -> list[ChangeGroup]:
         return groups_to_notify(self.store, self.pm.dag_id, DEFAULT, confirming=True)
 
 
@@ -395,7 +396,7 @@ def test_nightly_regression_is_confirmed_with_its_build_as_culprit(tmp_path: Pat
         loop.night(n)
     # 12 series x 30 nights of noise: a 3-sigma night may be re-tested, never confirmed.
     noise = loop.retests()
-    assert all(r["state"] == "not_reproduced" for r in noise) and loop.due() == [], noise
+    assert all(r.state == "not_reproduced" for r in noise) and loop.due() == [], noise
     # The slow build lands on night 30: re-tested the night a candidate shows (the newest
     # point alone when it stands 3 sigmas out, else the detector's report a night or two
     # later), confirmed, and its culprit is night 30's build, whichever night noticed.
@@ -406,31 +407,31 @@ def test_nightly_regression_is_confirmed_with_its_build_as_culprit(tmp_path: Pat
     (retest,) = loop.retests()[len(noise) :]
     # Confirmed across the builds around it; bisected when the detector placed it (its
     # re-test spans a night more each side, as its position is uncertain by a night).
-    assert retest["state"] in ("confirmed", "found"), retest
-    assert retest["culprit"] == f"nightly-{pm.date(30):%Y-%m-%d}"
-    assert retest["last_good"] == f"nightly-{pm.date(29):%Y-%m-%d}"
-    assert retest["run_ids"][0] == f"accelmatrix_confirm__{retest['id']}_1"
-    assert set(retest["run_ids"]) <= set(loop.triggered)
-    assert {t["cell_id"] for t in retest["targets"]} <= {pm.cell("m1", k) for k in pm.machines}
+    assert retest.state in ("confirmed", "found"), retest
+    assert retest.culprit == f"nightly-{pm.date(30):%Y-%m-%d}"
+    assert retest.last_good == f"nightly-{pm.date(29):%Y-%m-%d}"
+    assert retest.run_ids[0] == f"accelmatrix_confirm__{retest.id}_1"
+    assert set(retest.run_ids) <= set(loop.triggered)
+    assert {t["cell_id"] for t in retest.targets} <= {pm.cell("m1", k) for k in pm.machines}
     (group,) = loop.due()
-    assert group["id"] == retest["group_id"]
-    points = loop.store.get_change_points(pm.dag_id, group_id=group["id"])
-    assert any(p["confirm_state"] == "confirmed" for p in points)
+    assert group.id == retest.group_id
+    points = loop.store.get_change_points(pm.dag_id, group_id=group.id)
+    assert any(p.confirm_state == "confirmed" for p in points)
     # Later nights and a re-run gate start nothing more for it, and the change stays.
     for n in range(night, 36):
         loop.night(n)
     before = len(loop.triggered)
     start_confirmations(loop.store, loop.suite, pm.dag_id, {}, loop.trigger)
     assert len(loop.triggered) == before
-    assert len([r for r in loop.retests() if r["group_id"] == group["id"]]) == 1
-    assert loop.store.get_change_points(pm.dag_id, group_id=group["id"])
+    assert len([r for r in loop.retests() if r.group_id == group.id]) == 1
+    assert loop.store.get_change_points(pm.dag_id, group_id=group.id)
     # The follow-up runs are not points of the series.
     assert not any(
-        p["run_id"].startswith("accelmatrix_") for p in loop.store.get_change_points(pm.dag_id)
+        p.run_id.startswith("accelmatrix_") for p in loop.store.get_change_points(pm.dag_id)
     )
     assert "first bad build nightly-" in changes_table(loop.store, pm.dag_id)
     js = changes_json(loop.store, pm.dag_id)["groups"]
-    assert any((g["confirmation"] or {}).get("culprit") == retest["culprit"] for g in js)
+    assert any((g["confirmation"] or {}).get("culprit") == retest.culprit for g in js)
 
 
 def test_weekly_regression_is_bisected_to_the_mid_week_build(tmp_path: Path) -> None:
@@ -445,15 +446,15 @@ def test_weekly_regression_is_bisected_to_the_mid_week_build(tmp_path: Path) -> 
     for n in range(0, 7 * 12, 7):
         loop.night(n)
     (retest,) = loop.retests()
-    assert retest["state"] == "found", retest
-    assert retest["good_build"] == f"nightly-{pm.date(70):%Y-%m-%d}"
-    assert retest["suspect_build"] == f"nightly-{pm.date(77):%Y-%m-%d}"
-    assert retest["culprit"] == f"nightly-{pm.date(73):%Y-%m-%d}"
-    assert retest["last_good"] == f"nightly-{pm.date(72):%Y-%m-%d}"
-    assert len(retest["builds"]) == 8
+    assert retest.state == "found", retest
+    assert retest.good_build == f"nightly-{pm.date(70):%Y-%m-%d}"
+    assert retest.suspect_build == f"nightly-{pm.date(77):%Y-%m-%d}"
+    assert retest.culprit == f"nightly-{pm.date(73):%Y-%m-%d}"
+    assert retest.last_good == f"nightly-{pm.date(72):%Y-%m-%d}"
+    assert len(retest.builds) == 8
     # One session, one machine: the two Mondays and the six days between, interleaved.
-    assert retest["run_ids"] == [f"accelmatrix_confirm__{retest['id']}_1"]
-    steps = {s["build"]: s["verdict"] for s in retest["steps"]}
+    assert retest.run_ids == [f"accelmatrix_confirm__{retest.id}_1"]
+    steps = {s["build"]: s["verdict"] for s in retest.steps}
     assert len(steps) == 7 and all(v in ("good", "bad") for v in steps.values()), steps
     assert [steps[f"nightly-{pm.date(n):%Y-%m-%d}"] for n in (71, 72, 73, 74)] == [
         "good",
@@ -470,7 +471,7 @@ def test_weekly_regression_is_bisected_to_the_mid_week_build(tmp_path: Path) -> 
     view = load_history(loop.store, pm.dag_id)
     html = render_changes(view, page_base="/accelmatrix", n_runs=30, form_base=None, can_edit=False)
     assert f"first bad build <b>nightly-{pm.date(73):%Y-%m-%d}</b>" in html
-    assert html.count("<tr><td>nightly-") == len(retest["steps"])
+    assert html.count("<tr><td>nightly-") == len(retest.steps)
     assert "run_id=accelmatrix_confirm__" in html and 'class="rt-found"' in html
 
 
@@ -495,11 +496,11 @@ def test_a_lone_outlier_night_is_not_reproduced_and_never_notifies(tmp_path: Pat
         loop._plant_followup(run_id, fu)
         advance(loop.store, loop.suite, pm.dag_id, run_id, fu, {}, loop.trigger)
     (retest,) = loop.retests()
-    assert retest["state"] == "not_reproduced", retest
+    assert retest.state == "not_reproduced", retest
     assert loop.due() == []
-    group = loop.store.get_change_group(retest["group_id"])
-    assert group["state"] == "invalid" and group["state_by"] == "accelmatrix-confirm"
-    assert "not reproduced" in group["note"]
+    group = loop.store.get_change_group(retest.group_id)
+    assert group.state == "invalid" and group.state_by == "accelmatrix-confirm"
+    assert "not reproduced" in group.note
 
 
 def test_an_infrastructure_failure_is_never_a_not_reproduced(tmp_path: Path) -> None:
@@ -516,8 +517,8 @@ def test_an_infrastructure_failure_is_never_a_not_reproduced(tmp_path: Path) -> 
     loop.empty_runs = True  # every follow-up cell ends without a number
     loop.night(30)
     (retest,) = loop.retests()
-    assert retest["state"] == "failed" and "not a verdict" in retest["reason"]
-    assert [g["id"] for g in loop.due()] == [retest["group_id"]]  # it notifies, saying why
+    assert retest.state == "failed" and "not a verdict" in retest.reason
+    assert [g.id for g in loop.due()] == [retest.group_id]  # it notifies, saying why
 
 
 def test_a_retest_over_its_budget_is_refused_before_anything_runs(tmp_path: Path) -> None:
@@ -532,12 +533,10 @@ def test_a_retest_over_its_budget_is_refused_before_anything_runs(tmp_path: Path
     for n in range(31):
         loop.night(n)
     (retest,) = loop.retests()
-    assert retest["state"] == "refused" and loop.triggered == []
-    assert re.search(
-        r"estimated \d+\.\d+ USD .* over history.confirm.max_usd 0.00", retest["reason"]
-    )
-    (point,) = loop.store.get_change_points(pm.dag_id, group_id=retest["group_id"])
-    assert point["confirm_state"] == "refused" and "max_usd" in point["confirm"]["reason"]
+    assert retest.state == "refused" and loop.triggered == []
+    assert re.search(r"estimated \d+\.\d+ USD .* over history.confirm.max_usd 0.00", retest.reason)
+    (point,) = loop.store.get_change_points(pm.dag_id, group_id=retest.group_id)
+    assert point.confirm_state == "refused" and "max_usd" in point.confirm["reason"]
     assert len(loop.due()) == 1
 
 
@@ -555,11 +554,11 @@ def test_a_stale_followup_run_changes_nothing(tmp_path: Path) -> None:
     (retest,) = loop.retests()
     fu = Followup(
         kind="confirm",
-        confirmation=retest["id"],
+        confirmation=retest.id,
         round=1,
         cells=["model=m0,machine=k0"],
         builds=["a", "b"],
         pairs=8,
     )
-    again = advance(loop.store, loop.suite, pm.dag_id, retest["run_ids"][0], fu, {}, loop.trigger)
-    assert again["state"] == retest["state"] and loop.retests() == [retest]
+    again = advance(loop.store, loop.suite, pm.dag_id, retest.run_ids[0], fu, {}, loop.trigger)
+    assert again.state == retest.state and loop.retests() == [retest]

@@ -8,11 +8,13 @@ import json
 import sys
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
 from accelmatrix import settings
 from accelmatrix.backends import interleave
+from accelmatrix.contracts.change_records import Confirmation
 from accelmatrix.history.culprit_profile import PROFILE_KEY, attach, build_dir
 from accelmatrix.metrics.source_models import parse_metric_sources
 from accelmatrix.notifications.transport import _profile_lines
@@ -83,12 +85,13 @@ def _session_traces(root: Path, run_id: str, cell: str, build: str, data: bytes)
     (d / build_dir(build) / "0-step.pt.trace.json").write_bytes(data)
 
 
-def _row(decision_keys: list[str]) -> tuple[dict, dict]:
-    row = {
-        "dag_id": "nightly_perf", "run_ids": ["accelmatrix_bisect__1_0"], "round": 1,
-        "good_build": "n-05", "suspect_build": "n-07", "last_good": "n-05", "culprit": "n-06",
-        "targets": [{"cell_id": c, "metric": "step_time"} for c in decision_keys],
-    }  # fmt: skip
+def _row(decision_keys: list[str]) -> tuple[Confirmation, dict]:
+    row = Confirmation(
+        id=1, dag_id="nightly_perf", group_id=1, state="found",
+        run_ids=["accelmatrix_bisect__1_0"], round=1,
+        good_build="n-05", suspect_build="n-07", last_good="n-05", culprit="n-06",
+        targets=[{"cell_id": c, "metric": "step_time"} for c in decision_keys],
+    )  # fmt: skip
     decision = {f"{c}|step_time": {"verdict": "new_level", "change": 0.05} for c in decision_keys}
     return row, decision
 
@@ -158,7 +161,7 @@ def test_the_report_line_names_the_cause_and_the_top_op(tmp_path: Path, monkeypa
     attach(row, decision)
     decision["model=small|step_time"]["attribution"] = {"summary": "the code: 6 of 12 cells moved"}
     line = confirmation_line(
-        {**row, "id": 1, "group_id": 2, "state": "found", "decision": decision}
+        msgspec.structs.replace(row, id=1, group_id=2, state="found", decision=decision)
     )
     assert "; first bad build n-06 (last good n-05); cause: the code; top op " + slow.name in line
     assert "of the regression)" in line

@@ -62,7 +62,7 @@ def test_janitor_dag_dry_run_then_reaps(airflow_db, accel_home, tmp_path, monkey
     assert str(first.state) == "success"
     store = ResultsStore.from_settings()
     rows = store.get_reaped(backend="local")
-    assert [(r["name"], r["dry_run"]) for r in rows] == [(orphan["name"], True)]
+    assert [(r.name, r.dry_run) for r in rows] == [(orphan["name"], True)]
     assert Path(orphan["work_dir"]).is_dir()  # a dry run deletes nothing
 
     # An orphan of a run that exists and has finished: the first janitor run itself.
@@ -73,7 +73,7 @@ def test_janitor_dag_dry_run_then_reaps(airflow_db, accel_home, tmp_path, monkey
     assert not Path(finished["work_dir"]).exists()
     assert Path(fresh["work_dir"], "resource.json").is_file()
     assert (stranger / "resource.json").is_file()
-    rows = {r["name"]: r for r in store.get_reaped(backend="local") if not r["dry_run"]}
+    rows = {r.name: r for r in store.get_reaped(backend="local") if not r.dry_run}
     assert set(rows) == {orphan["name"], finished["name"]}
     assert "does not exist" in rows[orphan["name"]]["reason"]
     assert f"{first.run_id} is success" in rows[finished["name"]]["reason"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from accelmatrix.operators.base import CELL_NAME
+from accelmatrix.steps.cell_operator import CELL_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -140,7 +140,7 @@ def test_broken_e2e_cell_through_dag_test(airflow_db, accel_home, tmp_path, monk
     step = checks["step time"]
     assert not step["passed"] and "below the lower bound" in step["message"]
     assert RUNBOOK_BELOW in step["message"]
-    assert store().get_cell("e2e_broken", run_id, cid)["state"] == "failed"
+    assert store().get_cell("e2e_broken", run_id, cid).state == "failed"
 
 
 # -- backend-free broken variants -----------------------------------------------------------

@@ -16,6 +16,7 @@ from accelmatrix import settings
 from accelmatrix.evidence import evidence_url, files_url
 from accelmatrix.reports.run_page import write_run_index
 from accelmatrix.ui import files
+from accelmatrix_testkit import records
 
 RUN = "manual__2026-11-20T02:00:00+00:00"
 CELL = "model=a,config=y"
@@ -41,8 +42,8 @@ def plant_evidence(dag_id: str = "demo") -> dict[str, Path]:
         art.parent,
         dag_id,
         RUN,
-        [{"cell_id": CELL, "cell_index": 0, "state": "failed"}],
-        [{"cell_id": CELL, "check_name": "final loss below 1.5", "passed": False}],
+        [records.cell(CELL, dag_id=dag_id, run_id=RUN, cell_index=0, state="failed")],
+        [records.check(CELL, False, dag_id=dag_id, run_id=RUN, check_name="final loss below 1.5")],
     )
     return {"art": art, "index": index, "trace": trace, "evil": evil}
 

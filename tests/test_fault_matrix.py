@@ -67,6 +67,7 @@ from needs import missing
 from accelmatrix import settings
 from accelmatrix.backends import tpu_names
 from accelmatrix.backends.machine_kinds import get_backend
+from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix.lifecycle import EARLIER_FAILURES
 from accelmatrix_testkit import AirflowStack
 from accelmatrix_testkit.fault_matrix import (
@@ -453,7 +454,7 @@ def count_rows(env: Env, run_id: str, o: Outcome, machine: str, fault: str) -> N
         rows = store.get_metrics(DAG_ID, run_id, cell_id(machine, fault))
     finally:
         store.close()
-    o.stored_rows = len([r for r in rows if r["name"] == "loss"])
+    o.stored_rows = len([r for r in rows if r.name == "loss"])
     if fault in NO_WORKLOAD:
         o.workload_ran = False
         if counted.exists():
@@ -463,7 +464,7 @@ def count_rows(env: Env, run_id: str, o: Outcome, machine: str, fault: str) -> N
     o.problems.extend(o.row_problems())
 
 
-def store_cells(env: Env, run_id: str) -> list[dict[str, Any]]:
+def store_cells(env: Env, run_id: str) -> list[CellRecord]:
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore(settings.results_url())
@@ -560,7 +561,7 @@ def judge_cell(
     row_label: str,
     machine: str,
     fault: str,
-    rows: list[dict[str, Any]],
+    rows: list[CellRecord],
     tis: dict[str, dict[str, Any]],
     leaks: list[str],
     raced: set[str],
@@ -568,12 +569,12 @@ def judge_cell(
     cid = cell_id(machine, fault)
     o = Outcome(row_label, MACHINES[machine], leaks=list(leaks))
     count_rows(env, run_id, o, machine, fault)
-    mine = [r for r in rows if r["cell_id"] == cid]
+    mine = [r for r in rows if r.cell_id == cid]
     if len(mine) != 1:
         o.problems.append(f"{len(mine)} results rows for {cid} (expected exactly 1)")
         return o
     row = mine[0]
-    o.state = row["state"]
+    o.state = row.state
     o.retried = retried_steps(env, run_id, tis)
     if fault == "preempt" and machine == "tpu" and "run" not in o.retried:
         # The run try that was preempted left no history row (see log_of): its successor's
@@ -582,18 +583,16 @@ def judge_cell(
         if run and "replacing the machine before this retry" in log_of(env, run_id, run):
             o.retried.append("run")
     states, step, line, which = EXPECT_ON.get((machine, fault), EXPECT[fault])
-    if row["state"] not in states:
-        o.problems.append(
-            f"cell state {row['state']!r} (expected {sorted(states)}): {row['message']}"
-        )
+    if row.state not in states:
+        o.problems.append(f"cell state {row.state!r} (expected {sorted(states)}): {row.message}")
     ti = tis.get(step)
     if ti is None:
         o.problems.append(f"no {step} task instance")
         return o
     # Airflow agrees with the results store.
     if fault in FAILED_STEP_STATE and ti["state"] != "failed":
-        o.problems.append(f"{step} task is {ti['state']}, the cell {row['state']}")
-    if row["state"] == "passed":
+        o.problems.append(f"{step} task is {ti['state']}, the cell {row.state}")
+    if row.state == "passed":
         for s, t in tis.items():
             if t["state"] != "success":  # the defer/resume race is named, never tolerated
                 race = " (the scheduler logged its defer/resume race)" if t["id"] in raced else ""
@@ -602,12 +601,12 @@ def judge_cell(
         o.problems.append("cell did not pass but its evaluate task succeeded")
     if fault == "diskfull":
         art = settings.cell_artifacts_dir(DAG_ID, run_id, cid)
-        if str(art) not in (row.get("message") or ""):
-            o.problems.append(f"the cell's message does not name {art}: {row.get('message')}")
+        if str(art) not in (row.message or ""):
+            o.problems.append(f"the cell's message does not name {art}: {row.message}")
         if "collect" not in o.retried:
             o.problems.append("collect (an infrastructure failure) was not retried")
-    if fault == "workload" and row.get("exit_code") != 3:
-        o.problems.append(f"exit code {row.get('exit_code')} recorded (the workload exited 3)")
+    if fault == "workload" and row.exit_code != 3:
+        o.problems.append(f"exit code {row.exit_code} recorded (the workload exited 3)")
     if (
         fault in ("kill", "preempt")
         and (machine, fault) not in NOT_RETRIED
@@ -938,7 +937,7 @@ def fault_matrix(env: Env, phases: list[str]) -> tuple[list[Outcome], list[str],
         try:
             run_state = stack.wait_for_run(DAG_ID, failed_run, timeout=60)
         except TimeoutError:
-            run_state = stack.get_run(DAG_ID, failed_run)["state"]
+            run_state = stack.get_run(DAG_ID, failed_run).state
         notes.append(
             f"run marked failed: {run_state}, gate {gate['state']}, checked "
             f"{time.monotonic() - t1:.0f} s after its trigger"
@@ -948,8 +947,8 @@ def fault_matrix(env: Env, phases: list[str]) -> tuple[list[Outcome], list[str],
         for m, backend in MACHINES.items():
             cid = cell_id(m, "slow")
             o = Outcome(RUN_MARKED_FAILED, backend, leaks=leaks.pop(cid, []))
-            mine = [r for r in rows if r["cell_id"] == cid]
-            o.state = mine[0]["state"] if len(mine) == 1 else f"{len(mine)} rows"
+            mine = [r for r in rows if r.cell_id == cid]
+            o.state = mine[0].state if len(mine) == 1 else f"{len(mine)} rows"
             o.retried = retried_steps(env, failed_run, tis.get(cid, {}))
             if len(mine) != 1:
                 o.problems.append(f"{len(mine)} results rows")

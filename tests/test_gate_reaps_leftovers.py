@@ -115,8 +115,8 @@ def test_gate_deletes_the_machine_of_a_provision_airflow_failed(tmp_path, server
         store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
         try:
             reaped = store.get_reaped()
-            cells = {c["cell_id"]: c for c in store.get_cells(DAG_ID, run_id)}
-            ok_cells = {c["cell_id"]: c for c in store.get_cells(DAG_ID, ok_run)}
+            cells = {c.cell_id: c for c in store.get_cells(DAG_ID, run_id)}
+            ok_cells = {c.cell_id: c for c in store.get_cells(DAG_ID, ok_run)}
         finally:
             store.close()
 
@@ -129,15 +129,15 @@ def test_gate_deletes_the_machine_of_a_provision_airflow_failed(tmp_path, server
     assert nodes_after_failed_run == {}, nodes_after_failed_run
     assert "reaped tpu-vm" in gate_log and node.rsplit("/", 1)[-1] in gate_log, gate_log[-3000:]
     assert "no teardown deleted it" in gate_log, gate_log[-3000:]
-    assert any(r.get("run_id") == run_id for r in reaped), reaped
+    assert any(r.run_id == run_id for r in reaped), reaped
     # Not "failed" checks on outputs that never existed: the machine never ran the workload.
-    assert cells[CELL]["state"] == "infra_failed", (cells[CELL]["state"], cells[CELL]["message"])
-    assert "the workload never ran" in cells[CELL]["message"], cells[CELL]["message"]
+    assert cells[CELL].state == "infra_failed", (cells[CELL].state, cells[CELL].message)
+    assert "the workload never ran" in cells[CELL].message, cells[CELL].message
 
     ok_summary = json.dumps({k: (v["state"], v["try_number"]) for k, v in ok_tis.items()})
     assert ok_state == "success", ok_summary
     assert {v["state"] for v in ok_tis.values()} == {"success"}, ok_summary
     assert "Pausing task as DEFERRED" in prov_log and "Trigger fired event" in prov_log
     assert prov_log.count("::group::Pre Execute") == 1, prov_log[-3000:]  # no resume
-    assert ok_cells[CELL]["state"] == "passed", ok_cells
+    assert ok_cells[CELL].state == "passed", ok_cells
     assert slow_tpu.state["nodes"] == {}, slow_tpu.state["nodes"]  # torn down

@@ -23,6 +23,7 @@ from accelmatrix.history.series import classify_suite
 from accelmatrix.notifications import dedup as alerts
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.notify import AlertSink
+from accelmatrix_testkit import records
 
 DAG = "nightly_perf"
 DAY0 = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
@@ -212,11 +213,11 @@ def test_recenter_stores_perf_fields_leaves_the_file_and_refuses_few_samples(
     (row,) = store.get_bounds_history(["bounds/bounds.yaml"])
     want = compute_bounds(mlp, 0.9)
     for k in ("step_time_lower_bound", "step_time_upper_bound", "average", "confidence_interval"):
-        assert row[k] == pytest.approx(want[k])
-    assert row["benchmark"] == "tiny-mlp" and row["sample_size"] == 12
-    assert (row["reason"], row["by"]) == ("maintenance", "accelmatrix-maintenance")
-    assert (row["file_lower_bound"], row["file_upper_bound"]) == (0.0, 0.5)
-    d = row["detail"]
+        assert getattr(row, k) == pytest.approx(want[k])
+    assert row.benchmark == "tiny-mlp" and row.sample_size == 12
+    assert (row.reason, row.by) == ("maintenance", "accelmatrix-maintenance")
+    assert (row.file_lower_bound, row.file_upper_bound) == (0.0, 0.5)
+    d = row.detail
     assert d["confidence_level"] == 0.9 and d["window_days"] == 30 and d["min_samples"] == 10
     assert d["samples"] == {"tiny-mlp": 12} and d["query_end"] == now.isoformat()
     assert d["query_start"] == (now - timedelta(days=30)).isoformat()
@@ -268,13 +269,13 @@ def test_series_status_stored_per_suite(store):
     verdicts, _ = classify_suite(
         store, DAG, rules=Rules(), window_days=30, now=DAY0 + timedelta(days=6)
     )
-    got = {r["cell_id"]: r for r in store.get_series_status(DAG)}
-    assert got["model=tiny-mlp"]["status"] == "regression"
-    assert got["model=tiny-mlp"]["trailing"] == 2 and got["model=tiny-mlp"]["points"] == 5
-    assert got["model=tiny-mlp"]["last_value"] == 1.6
-    assert got["model=tiny-mlp"]["last_logical_date"] == DAY0 + timedelta(days=4)
-    assert got["model=tiny-wide"]["status"] == "insufficient_data"
-    assert {r["window_days"] for r in got.values()} == {30}
+    got = {r.cell_id: r for r in store.get_series_status(DAG)}
+    assert got["model=tiny-mlp"].status == "regression"
+    assert got["model=tiny-mlp"].trailing == 2 and got["model=tiny-mlp"].points == 5
+    assert got["model=tiny-mlp"].last_value == 1.6
+    assert got["model=tiny-mlp"].last_logical_date == DAY0 + timedelta(days=4)
+    assert got["model=tiny-wide"].status == "insufficient_data"
+    assert {r.window_days for r in got.values()} == {30}
     # Replaced, not appended: a later classification over a window without those runs.
     classify_suite(store, DAG, window_days=1, now=DAY0 + timedelta(days=100))
     assert store.get_series_status(DAG) == []
@@ -286,18 +287,21 @@ def _cell(cid: str, quarantined: bool = False) -> dict:
 
 def test_alerts_dedupe_recur_resolve_and_never_for_quarantined(store, monkeypatch):
     planned = [_cell("a"), _cell("q", quarantined=True)]
-    failed = {"a": {"state": "failed", "message": "loss: too high"}, "q": {"state": "failed"}}
-    passed = {"a": {"state": "passed"}, "q": {"state": "failed"}}
+    failed = {
+        "a": records.cell("a", state="failed", message="loss: too high"),
+        "q": records.cell("q", state="failed"),
+    }
+    passed = {"a": records.cell("a", state="passed"), "q": records.cell("q", state="failed")}
     t = DAY0
     ev = alerts.update_alerts(store, DAG, "r1", planned, failed, run_url="http://x/r1", now=t)
     assert [(e["event"], e["cell_id"], e["recurrences"]) for e in ev] == [("opened", "a", 1)]
     # The same run's gate again (cleared): no second count, no second notification.
     assert alerts.update_alerts(store, DAG, "r1", planned, failed, now=t) == []
-    assert store.get_alert(DAG, "a")["recurrences"] == 1
+    assert store.get_alert(DAG, "a").recurrences == 1
     assert alerts.update_alerts(store, DAG, "r2", planned, failed, now=t) == []
     assert alerts.update_alerts(store, DAG, "r3", planned, failed, now=t) == []
     a = store.get_alert(DAG, "a")
-    assert (a["status"], a["recurrences"], a["first_run_id"], a["last_run_id"]) == (
+    assert (a.status, a.recurrences, a.first_run_id, a.last_run_id) == (
         "open",
         3,
         "r1",
@@ -322,7 +326,7 @@ def test_alerts_dedupe_recur_resolve_and_never_for_quarantined(store, monkeypatc
     ev = alerts.update_alerts(store, DAG, "r5", planned, passed, now=t + timedelta(days=1))
     assert [(e["event"], e["cell_id"]) for e in ev] == [("resolved", "a")]
     a = store.get_alert(DAG, "a")
-    assert a["status"] == "resolved" and a["resolved_at"] == t + timedelta(days=1)
+    assert a.status == "resolved" and a.resolved_at == t + timedelta(days=1)
     assert store.get_alert(DAG, "q") is None  # quarantined: never an alert
     # Failing again opens a fresh alert.
     ev = alerts.update_alerts(store, DAG, "r6", planned, failed, now=t)
@@ -353,7 +357,7 @@ def test_alert_sinks_slack_and_github_payloads_reach_a_local_receiver(store, mon
             DAG,
             "r1",
             [_cell("a")],
-            {"a": {"state": "failed"}},
+            {"a": records.cell("a", state="failed")},
             regressions=trend,
             run_url="http://airflow/dags/x/runs/r1",
         )
@@ -391,8 +395,8 @@ def test_an_older_database_gets_the_new_nullable_columns(tmp_path):
         conn.execute("ALTER TABLE checks DROP COLUMN benchmark")
     s = ResultsStore(f"sqlite:///{db}")
     s.upsert_run(DAG, "r1", runtime_version="nightly-2026-03-01")
-    assert s.get_run(DAG, "r0")["runtime_version"] is None
-    assert s.get_run(DAG, "r1")["runtime_version"] == "nightly-2026-03-01"
+    assert s.get_run(DAG, "r0").runtime_version is None
+    assert s.get_run(DAG, "r1").runtime_version == "nightly-2026-03-01"
     s.close()
     with sqlite3.connect(db) as conn:
         idx = conn.execute("SELECT name FROM sqlite_master WHERE type='index'").fetchall()
@@ -430,10 +434,10 @@ def test_maintenance_dag_recenters_and_classifies(airflow_db, accel_home, tmp_pa
     # The file is git's: never written; the re-centered bounds are stored.
     assert (include / "bounds" / "b.yaml").read_text() == before
     (row,) = s.get_bounds_history(["bounds/b.yaml"])
-    assert row["sample_size"] == 6 and row["by"] == "accelmatrix-maintenance"
-    assert row["step_time_upper_bound"] == pytest.approx(
+    assert row.sample_size == 6 and row.by == "accelmatrix-maintenance"
+    assert row.step_time_upper_bound == pytest.approx(
         compute_bounds([1.0, 1.01, 0.99, 1.0, 1.5, 1.6], 0.95)["step_time_upper_bound"]
     )
-    assert row["detail"]["query_end"] == (DAY0 + timedelta(days=7)).isoformat()
+    assert row.detail["query_end"] == (DAY0 + timedelta(days=7)).isoformat()
     (status,) = s.get_series_status(DAG)
-    assert (status["cell_id"], status["status"]) == ("model=tiny-mlp", "regression")
+    assert (status.cell_id, status.status) == ("model=tiny-mlp", "regression")

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_history_page import Svg
 
+from accelmatrix.contracts.series_records import SeriesStatus
 from accelmatrix.history.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import history, model, render
@@ -114,52 +116,49 @@ def plant(store: ResultsStore) -> Planted:
     }
     group = store.save_change_group(
         DAG,
-        {
-            **common,
-            "kind": "series",
-            "summary": f"step_time of {CELL} +5.0 % from {build(bad)}",
-            "series_count": 1,
-            "cells": [CELL],
-            "machines": ["cpu"],
-            "metrics": ["step_time"],
-            "change_median": 0.05,
-        },
+        **common,
+        kind="series",
+        summary=f"step_time of {CELL} +5.0 % from {build(bad)}",
+        series_count=1,
+        cells=[CELL],
+        machines=["cpu"],
+        metrics=["step_time"],
+        change_median=0.05,
     )
     store.save_change_point(
         DAG,
-        {
-            **common,
-            "cell_id": CELL,
-            "metric": "step_time",
-            "benchmark": "small",
-            "machine": "cpu",
-            "prev_run_id": nightlies[FIRST_BAD - 1],
-            "position": FIRST_BAD,
-            "n_before": FIRST_BAD,
-            "n_after": len(DATES) - FIRST_BAD,
-            "mean_before": 1.0,
-            "mean_after": 1.05,
-            "median_before": 1.0,
-            "median_after": 1.05,
-            "change": 0.05,
-            "p_value": 1e-5,
-            "group_id": group,
-        },
+        **common,
+        cell_id=CELL,
+        metric="step_time",
+        benchmark="small",
+        machine="cpu",
+        prev_run_id=nightlies[FIRST_BAD - 1],
+        position=FIRST_BAD,
+        n_before=FIRST_BAD,
+        n_after=len(DATES) - FIRST_BAD,
+        mean_before=1.0,
+        mean_after=1.05,
+        median_before=1.0,
+        median_after=1.05,
+        change=0.05,
+        p_value=1e-5,
+        group_id=group,
     )
     # The gate's verdict: an open regression change point makes the series a regression
     # (its points never left the bounds: trailing 0).
     store.replace_series_status(
         DAG,
         [
-            {
-                "benchmark": "small",
-                "cell_id": CELL,
-                "metric": "step_time",
-                "status": "regression",
-                "points": len(DATES),
-                "flips": 0,
-                "trailing": 0,
-            }
+            SeriesStatus(
+                dag_id=DAG,
+                benchmark="small",
+                cell_id=CELL,
+                metric="step_time",
+                status="regression",
+                points=len(DATES),
+                flips=0,
+                trailing=0,
+            )
         ],
         window_days=30,
     )
@@ -167,15 +166,13 @@ def plant(store: ResultsStore) -> Planted:
     conf = store.start_confirmation(
         DAG,
         group,
-        {
-            "state": "found",
-            "good_build": build(DATES[4]),
-            "suspect_build": build(DATES[8]),
-            "run_ids": [confirm_id, bisect_id],
-            "round": 2,
-            "culprit": build(bad),
-            "last_good": build(good),
-        },
+        state="found",
+        good_build=build(DATES[4]),
+        suspect_build=build(DATES[8]),
+        run_ids=[confirm_id, bisect_id],
+        round=2,
+        culprit=build(bad),
+        last_good=build(good),
     )
     assert conf is not None
     # The confirm run: 8 cells, one per sample (build x repeat), triggered by the gate of
@@ -192,7 +189,7 @@ def plant(store: ResultsStore) -> Planted:
             confirm_id,
             run_type="confirm",
             cells=samples,
-            block={"kind": "confirm", "confirmation": conf["id"], "round": 1, "cells": [CELL],
+            block={"kind": "confirm", "confirmation": conf.id, "round": 1, "cells": [CELL],
                    "builds": pair, "repeats": 4},
             logical_date=None,
             started=TODAY + timedelta(hours=1),
@@ -210,7 +207,7 @@ def plant(store: ResultsStore) -> Planted:
             bisect_id,
             run_type="bisect",
             cells=samples,
-            block={"kind": "bisect", "confirmation": conf["id"], "round": 2, "cells": [CELL],
+            block={"kind": "bisect", "confirmation": conf.id, "round": 2, "cells": [CELL],
                    "builds": pair, "repeats": 3},
             logical_date=TODAY + timedelta(hours=2),  # a trigger that sets one
             started=TODAY + timedelta(hours=2),
@@ -248,7 +245,7 @@ def plant(store: ResultsStore) -> Planted:
             started=TODAY + timedelta(hours=3, minutes=30),
         )
     )
-    return Planted(nightlies, followups, group, conf["id"])
+    return Planted(nightlies, followups, group, conf.id)
 
 
 @pytest.fixture
@@ -267,7 +264,7 @@ def test_grid_shows_the_suites_cell_and_nightly_columns_only(store: ResultsStore
     view = history.load_history(store, DAG, 30)
     assert view is not None
     assert [r.cell_id for r in view.rows] == [CELL]
-    assert [r["run_id"] for r in view.runs] == planted.nightlies
+    assert [r.run_id for r in view.runs] == planted.nightlies
     assert history.run_labels(view.runs) == [f"{d:%m-%d} {build(d)}" for d in DATES]
     page = render.history_page(view, page_base=APP, n_runs=30, form_base=APP, can_edit=True)
     dom = Svg(page)
@@ -280,7 +277,7 @@ def test_grid_shows_the_suites_cell_and_nightly_columns_only(store: ResultsStore
     assert all(f not in grid for f in planted.followups)
     # The last N columns are the N newest nightlies, whatever re-tests ran since.
     short = history.load_history(store, DAG, 3)
-    assert [r["run_id"] for r in short.runs] == planted.nightlies[-3:]
+    assert [r.run_id for r in short.runs] == planted.nightlies[-3:]
 
 
 def test_latest_run_is_the_newest_nightly(store: ResultsStore) -> None:
@@ -288,9 +285,9 @@ def test_latest_run_is_the_newest_nightly(store: ResultsStore) -> None:
     newest = planted.nightlies[-1]
     # The landing page (the list of suites) and the suite's page open the newest nightly.
     (summary,) = model.list_suites(store)
-    assert summary.latest["run_id"] == newest and summary.runs == len(DATES)
+    assert summary.latest.run_id == newest and summary.runs == len(DATES)
     view = model.load_run_view(store, DAG)
-    assert view.run["run_id"] == newest and view.is_latest
+    assert view.run.run_id == newest and view.is_latest
     assert view.verdict_source == "series_status"
     # Its 30-day chart holds the backfill, and no sample of a re-test.
     (trend,) = view.trends
@@ -298,12 +295,12 @@ def test_latest_run_is_the_newest_nightly(store: ResultsStore) -> None:
     assert series.cell_id == CELL
     assert [p.run_id for p in series.points] == planted.nightlies
     # The run picker lists the suite's runs; a re-test opens by its id, never as latest.
-    assert [r["run_id"] for r in view.runs] == planted.nightlies[::-1]
+    assert [r.run_id for r in view.runs] == planted.nightlies[::-1]
     page = render.run_page(view, ui_base="", app_base=APP)
     assert all(f not in page for f in planted.followups)
     assert "retest-note" not in page
     retest = model.load_run_view(store, DAG, planted.followups[0])
-    assert retest.run["run_id"] == planted.followups[0] and not retest.is_latest
+    assert retest.run.run_id == planted.followups[0] and not retest.is_latest
     assert len(retest.cells) == 8
     page = render.run_page(retest, ui_base="", app_base=APP)
     assert "a confirm run re-testing builds, not a run of the suite" in page
@@ -319,7 +316,7 @@ def test_latest_run_is_the_newest_nightly(store: ResultsStore) -> None:
 def test_retests_section_lists_the_followup_runs_linked_both_ways(store: ResultsStore) -> None:
     planted = plant(store)
     view = history.load_history(store, DAG, 30)
-    assert [rt.run["run_id"] for rt in view.retests] == planted.followups[::-1]
+    assert [rt.run.run_id for rt in view.retests] == planted.followups[::-1]
     confirm, bisect = view.retests[-1], view.retests[-2]
     assert (confirm.kind, confirm.round, confirm.samples) == ("confirm", 1, 8)
     assert (bisect.kind, bisect.round, bisect.samples) == ("bisect", 2, 6)
@@ -371,16 +368,14 @@ def test_a_settled_change_leaves_what_the_bounds_say(store: ResultsStore) -> Non
     series whose last points lie out of its bounds is still suspicious; a new open change
     on it brings the badge back."""
     planted = plant(store)
-    row = {k: v for k, v in store.get_series_status(DAG)[0].items() if k != "window_days"}
-    row.pop("dag_id")
-    store.replace_series_status(DAG, [{**row, "trailing": 2}], window_days=30)
+    row = store.get_series_status(DAG)[0]
+    store.replace_series_status(DAG, [msgspec.structs.replace(row, trailing=2)], window_days=30)
     apply_triage(store, "group", planted.group, "invalid", by="alice", dag_id=DAG)
     assert history.load_history(store, DAG, 30).rows[0].marks == []
     assert model.load_run_view(store, DAG).cells[0].badges == ["suspicious"]
     point = store.get_change_points(DAG)[0]
     store.save_change_point(
         DAG,
-        {**{k: point[k] for k in ("cell_id", "metric", "direction", "run_id")},
-         "logical_date": DATES[-1], "position": 9, "n_before": 9, "n_after": 1},
+        **{k: getattr(point, k) for k in ("cell_id", "metric", "direction", "run_id")}, logical_date=DATES[-1], position=9, n_before=9, n_after=1,
     )  # fmt: skip
     assert history.load_history(store, DAG, 30).rows[0].marks == ["regression"]

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from accelmatrix.contracts.change_records import ChangePoint
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import history, model, render
 from accelmatrix.ui.trend import H, x_ticks
-from accelmatrix.ui.trend_model import ChangeMark, Point, Series, Trend
+from accelmatrix.ui.trend_model import Point, Series, Trend
 from accelmatrix_testkit.matrix_results import PlantedCell, plant_run
 
 APP = "/base/accelmatrix"
@@ -121,45 +122,41 @@ def plant_backfill(store: ResultsStore, dag_id: str = DAG) -> Planted:
     }
     group = store.save_change_group(
         dag_id,
-        {
-            **common,
-            "kind": "build",
-            "run_id": run_ids[FIRST_BAD],
-            "summary": "build nightly-2026-11-24 slowed step_time of 1 cell by 5.0 %",
-            "series_count": 1,
-            "cells": ["c=a"],
-            "machines": ["cpu"],
-            "metrics": ["step_time"],
-            "change_median": 0.05,
-            "change_min": 0.05,
-            "change_max": 0.05,
-        },
+        **common,
+        kind="build",
+        run_id=run_ids[FIRST_BAD],
+        summary="build nightly-2026-11-24 slowed step_time of 1 cell by 5.0 %",
+        series_count=1,
+        cells=["c=a"],
+        machines=["cpu"],
+        metrics=["step_time"],
+        change_median=0.05,
+        change_min=0.05,
+        change_max=0.05,
     )
     change = store.save_change_point(
         dag_id,
-        {
-            **common,
-            "cell_id": "c=a",
-            "metric": "step_time",
-            "benchmark": "a",
-            "machine": "cpu",
-            "backend": "local",
-            "run_id": run_ids[FIRST_BAD],
-            "prev_run_id": run_ids[FIRST_BAD - 1],
-            "position": FIRST_BAD,
-            "n_before": 3,
-            "n_after": 4,
-            "mean_before": 1.0,
-            "mean_after": 1.05,
-            "median_before": 1.0,
-            "median_after": 1.05,
-            "std_before": 0.0,
-            "std_after": 0.0,
-            "change": 0.05,
-            "effect": 9.0,
-            "p_value": 1.2e-5,
-            "group_id": group,
-        },
+        **common,
+        cell_id="c=a",
+        metric="step_time",
+        benchmark="a",
+        machine="cpu",
+        backend="local",
+        run_id=run_ids[FIRST_BAD],
+        prev_run_id=run_ids[FIRST_BAD - 1],
+        position=FIRST_BAD,
+        n_before=3,
+        n_after=4,
+        mean_before=1.0,
+        mean_after=1.05,
+        median_before=1.0,
+        median_after=1.05,
+        std_before=0.0,
+        std_after=0.0,
+        change=0.05,
+        effect=9.0,
+        p_value=1.2e-5,
+        group_id=group,
     )
     return Planted(run_ids, group, change)
 
@@ -251,17 +248,20 @@ def test_long_and_short_spans_get_readable_whole_unit_ticks() -> None:
 
 
 # -- change points on the chart ---------------------------------------------------------------
-def _mark(**kw: object) -> ChangeMark:
+def _mark(**kw: object) -> ChangePoint:
     bad, good = DATES[FIRST_BAD], DATES[FIRST_BAD - 1]
-    fields = {
+    fields: dict[str, object] = {
         "id": 11,
+        "dag_id": DAG,
+        "cell_id": "c=a",
+        "metric": "step_time",
         "group_id": 7,
-        "time": bad,
+        "logical_date": bad,
         "run_id": "backfill__2026-11-24T00:00:00+00:00",
-        "build": "nightly-2026-11-24",
-        "prev_time": good,
+        "runtime_version": "nightly-2026-11-24",
+        "prev_logical_date": good,
         "prev_run_id": "backfill__2026-11-23T00:00:00+00:00",
-        "prev_build": "nightly-2026-11-23",
+        "prev_runtime_version": "nightly-2026-11-23",
         "mean_before": 1.0,
         "mean_after": 1.05,
         "median_before": 1.0,
@@ -274,7 +274,7 @@ def _mark(**kw: object) -> ChangeMark:
         "state_at": datetime(2026, 11, 28, 9, 30, tzinfo=UTC),
     }
     fields.update(kw)
-    return ChangeMark(**fields)  # type: ignore[arg-type]
+    return ChangePoint(**fields)  # type: ignore[arg-type]
 
 
 def test_change_point_marked_at_its_first_run_with_tooltip_and_links() -> None:
@@ -313,7 +313,10 @@ def test_change_point_marked_at_its_first_run_with_tooltip_and_links() -> None:
     assert "+5.0 %" in [t for a, t in dom.texts if a.get("class") == "cp-label"]
     # Without a group the link names the change point itself; a change outside the chart's
     # window is not drawn.
-    trend.series[0].changes = [_mark(group_id=None), _mark(id=12, time=DATES[0] - timedelta(9))]
+    trend.series[0].changes = [
+        _mark(group_id=None),
+        _mark(id=12, logical_date=DATES[0] - timedelta(9)),
+    ]
     dom = Svg(render_trend(trend, "t", suite_url=f"{APP}/suites/{DAG}"))
     assert [g["data-change-id"] for g in dom.find("g", "change")] == ["11"]
     assert {h for h, _, _ in dom.links} >= {f"{APP}/suites/{DAG}/history#change-11"}
@@ -322,7 +325,7 @@ def test_change_point_marked_at_its_first_run_with_tooltip_and_links() -> None:
 def test_run_page_marks_stored_change_points(store: ResultsStore) -> None:
     planted = plant_backfill(store)
     view = model.load_run_view(store, DAG, planted.run_ids[-1])
-    assert view is not None and view.run["run_id"] == planted.run_ids[-1]
+    assert view is not None and view.run.run_id == planted.run_ids[-1]
     (a,) = [t for t in view.trends if t.benchmark == "a"]
     (b,) = [t for t in view.trends if t.benchmark == "b"]
     assert [c.id for c in a.series[0].changes] == [planted.change]
@@ -350,14 +353,14 @@ def test_history_orders_runs_by_logical_date_and_build(store: ResultsStore) -> N
     planted = plant_backfill(store)
     # The run page's "latest run" is the newest build too, not the backfill run that
     # started last.
-    assert store.get_runs(DAG, limit=1)[0]["run_id"] == planted.run_ids[-1]
+    assert store.get_runs(DAG, limit=1)[0].run_id == planted.run_ids[-1]
     view = history.load_history(store, DAG, 30)
-    assert [r["run_id"] for r in view.runs] == planted.run_ids
+    assert [r.run_id for r in view.runs] == planted.run_ids
     labels = history.run_labels(view.runs)
     assert labels == [f"{d:%m-%d} nightly-{d:%Y-%m-%d}" for d in DATES]
     # The last N runs are the N latest builds, not the N latest starts.
     short = history.load_history(store, DAG, 3)
-    assert [r["run_id"] for r in short.runs] == planted.run_ids[-3:]
+    assert [r.run_id for r in short.runs] == planted.run_ids[-3:]
 
     # Two manual runs of today (same logical date, no build) and a re-run of 11-27's build:
     # every header still distinct.
@@ -370,7 +373,7 @@ def test_history_orders_runs_by_logical_date_and_build(store: ResultsStore) -> N
     )
     store.upsert_run(DAG, "manual__rerun", runtime_version=f"nightly-{rerun:%Y-%m-%d}")
     view = history.load_history(store, DAG, 30)
-    ids = [r["run_id"] for r in view.runs]
+    ids = [r.run_id for r in view.runs]
     assert ids[:6] == planted.run_ids[:6]
     assert set(ids[6:8]) == {planted.run_ids[-1], "manual__rerun"}
     assert ids[8:] == ["manual__0", "manual__1"]
@@ -386,19 +389,17 @@ def test_history_orders_runs_by_logical_date_and_build(store: ResultsStore) -> N
 def _group(store: ResultsStore, when: datetime, state: str, direction: str, kind: str) -> int:
     return store.save_change_group(
         DAG,
-        {
-            "kind": kind,
-            "direction": direction,
-            "logical_date": when,
-            "runtime_version": f"nightly-{when:%Y-%m-%d}",
-            "summary": f"{kind} {direction} {state}",
-            "series_count": 2,
-            "cells": ["c=a", "c=b"],
-            "machines": ["cpu"],
-            "metrics": ["step_time"],
-            "change_median": 0.05 if direction == "regression" else -0.05,
-            "state": state,
-        },
+        kind=kind,
+        direction=direction,
+        logical_date=when,
+        runtime_version=f"nightly-{when:%Y-%m-%d}",
+        summary=f"{kind} {direction} {state}",
+        series_count=2,
+        cells=["c=a", "c=b"],
+        machines=["cpu"],
+        metrics=["step_time"],
+        change_median=0.05 if direction == "regression" else -0.05,
+        state=state,
     )
 
 
@@ -449,8 +450,8 @@ def test_change_list_open_regressions_first_with_triage_forms(store: ResultsStor
     assert 'name="embed"' not in page
 
     # A change point no group holds is listed on its own, triaged as a change.
-    store.save_change_group(DAG, {"state": "fixed"}, id=planted.group)
-    store.save_change_point(DAG, {"group_id": None}, id=planted.change)
+    store.save_change_group(DAG, state="fixed", id=planted.group)
+    store.save_change_point(DAG, group_id=None, id=planted.change)
     view = history.load_history(store, DAG, 30)
     assert ("change", planted.change) in [(e.what, e.id) for e in view.changes]
     page = render.history_page(view, page_base=APP, n_runs=30, form_base=APP, can_edit=True)
@@ -463,17 +464,15 @@ def test_change_list_is_escaped_and_closed_groups_capped(store: ResultsStore) ->
     hostile = '<script>alert("x")</script>'
     store.save_change_group(
         DAG,
-        {
-            "kind": "series",
-            "direction": "regression",
-            "logical_date": DATES[0],
-            "runtime_version": hostile,
-            "prev_runtime_version": hostile,
-            "summary": hostile,
-            "cells": [hostile],
-            "state": "untriaged",
-            "note": hostile,
-        },
+        kind="series",
+        direction="regression",
+        logical_date=DATES[0],
+        runtime_version=hostile,
+        prev_runtime_version=hostile,
+        summary=hostile,
+        cells=[hostile],
+        state="untriaged",
+        note=hostile,
     )
     for i in range(history.MAX_OTHER_GROUPS + 3):
         _group(store, DATES[0] - timedelta(days=i + 1), "fixed", "regression", "series")
@@ -487,8 +486,8 @@ def test_change_list_is_escaped_and_closed_groups_capped(store: ResultsStore) ->
 
 def test_no_change_tables_no_list(store: ResultsStore) -> None:
     plant_backfill(store)
-    store.delete_change_points([p["id"] for p in store.get_change_points(DAG)])
-    store.delete_change_groups([g["id"] for g in store.get_change_groups(DAG)])
+    store.delete_change_points([p.id for p in store.get_change_points(DAG)])
+    store.delete_change_groups([g.id for g in store.get_change_groups(DAG)])
     view = history.load_history(store, DAG, 30)
     assert view.changes == []
     page = render.history_page(view, page_base=APP, n_runs=30, form_base=APP, can_edit=True)
@@ -547,26 +546,24 @@ def test_tracked_metric_without_bounds_is_drawn_with_its_change(
         store.replace_metrics(DAG, run_id, "c=b", steps)
     store.save_change_point(
         DAG,
-        {
-            "cell_id": "c=b",
-            "metric": "tokens_per_s",
-            "run_id": planted.run_ids[FIRST_BAD],
-            "logical_date": DATES[FIRST_BAD],
-            "runtime_version": f"nightly-{DATES[FIRST_BAD]:%Y-%m-%d}",
-            "position": FIRST_BAD,
-            "n_before": 3,
-            "n_after": 4,
-            "mean_before": 101.0,
-            "mean_after": 91.0,
-            "change": -0.099,
-            "direction": "regression",
-        },
+        cell_id="c=b",
+        metric="tokens_per_s",
+        run_id=planted.run_ids[FIRST_BAD],
+        logical_date=DATES[FIRST_BAD],
+        runtime_version=f"nightly-{DATES[FIRST_BAD]:%Y-%m-%d}",
+        position=FIRST_BAD,
+        n_before=3,
+        n_after=4,
+        mean_before=101.0,
+        mean_after=91.0,
+        change=-0.099,
+        direction="regression",
     )
     view = model.load_run_view(store, DAG, planted.run_ids[-1])
     (t,) = [t for t in view.trends if t.metric == "tokens_per_s"]
     assert t.benchmark == "" and t.band == [] and [s.cell_id for s in t.series] == ["c=b"]
     assert [round(p.value, 3) for p in t.series[0].points] == [101.0] * 3 + [91.0] * 4
-    assert [c.build for c in t.series[0].changes] == ["nightly-2026-11-24"]
+    assert [c.runtime_version for c in t.series[0].changes] == ["nightly-2026-11-24"]
     page = render.run_page(view, ui_base="", app_base=APP)
     assert "<b>tokens_per_s</b> &middot; tracked, no bounds" in page
     assert page.count('class="change ') == 2  # step_time of c=a, tokens_per_s of c=b

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from test_history_page import DAG, Planted, Svg, plant_backfill
 
+from accelmatrix.contracts.change_records import ChangeGroup
 from accelmatrix.results.store import ResultsStore
 from accelmatrix_testkit import AirflowStack
 
@@ -41,7 +42,7 @@ class Site:
     def store(self) -> ResultsStore:
         return ResultsStore(f"sqlite:///{self.stack.accel_home / 'results.db'}")
 
-    def group(self, gid: int) -> dict:
+    def group(self, gid: int) -> ChangeGroup | None:
         s = self.store()
         try:
             return s.get_change_group(gid)
@@ -166,7 +167,7 @@ def test_triage_permissions_who_and_when_and_origin(site: Site) -> None:
             (cp,) = s.get_change_points(DAG, group_id=gid)
         finally:
             s.close()
-        assert (cp["state"], cp["state_by"]) == ("acknowledged", "editor")  # the group's members
+        assert (cp.state, cp.state_by) == ("acknowledged", "editor")  # the group's members
         # The page shows it, with who.
         page = c.get(
             r.headers["location"].split("#")[0],
@@ -237,16 +238,14 @@ def test_chromium_editor_triages_from_the_navigation_view(site: Site, tmp_path) 
 
         gid = s.save_change_group(
             DAG,
-            {
-                "kind": "infrastructure",
-                "direction": "regression",
-                "logical_date": DATES[-1] + timedelta(days=30),
-                "summary": "machine kind cpu slowed 2 cells",
-                "cells": ["c=a", "c=b"],
-                "state": "untriaged",
-            },
+            kind="infrastructure",
+            direction="regression",
+            logical_date=DATES[-1] + timedelta(days=30),
+            summary="machine kind cpu slowed 2 cells",
+            cells=["c=a", "c=b"],
+            state="untriaged",
         )
-        s.save_change_point(DAG, {"group_id": gid}, id=site.planted.change)
+        s.save_change_point(DAG, group_id=gid, id=site.planted.change)
         s.set_triage("change", site.planted.change, "untriaged", by="setup")
     finally:
         s.close()

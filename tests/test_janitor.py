@@ -143,8 +143,8 @@ def test_local_orphans_reaped_fresh_and_unmanaged_kept(airflow_db, accel_home):
         (orphan.name, True),
         (orphan.name, False),
     ]
-    assert rows[1]["cell_id"] == "model=old" and rows[1]["run_id"] == RUN
-    assert "does not exist" in rows[1]["reason"] and rows[1]["labels"]["managed-by"]
+    assert rows[1].cell_id == "model=old" and rows[1].run_id == RUN
+    assert "does not exist" in rows[1].reason and rows[1].labels["managed-by"]
 
 
 def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, accel_home):
@@ -168,8 +168,8 @@ def test_reap_run_takes_only_that_runs_resources_whatever_their_ttl(airflow_db, 
         assert Path(kept.work_dir, "resource.json").is_file()
     assert all((s / "resource.json").is_file() for s in strangers)
     rows = _store().get_reaped(backend="local")
-    assert sorted(r["cell_id"] for r in rows) == ["n=0", "n=1"]
-    assert all(r["run_id"] == RUN and "stopped" in r["reason"] for r in rows)
+    assert sorted(r.cell_id for r in rows) == ["n=0", "n=1"]
+    assert all(r.run_id == RUN and "stopped" in r.reason for r in rows)
     assert said, "the reaps are logged"
 
 
@@ -258,7 +258,7 @@ def test_tpu_orphans_reaped_through_gcloud(
     nodes = {n["name"].rsplit("/", 1)[-1] for n in emu.state["nodes"].values()}
     assert nodes == {"am-fresh", "theirs", "bare"}
     (row,) = _store().get_reaped(backend="tpu-vm")
-    assert row["run_id"] == run and row["cell_id"] == "model=Old"
+    assert row.run_id == run and row.cell_id == "model=Old"
 
 
 # -- k8s-job ----------------------------------------------------------------------------------

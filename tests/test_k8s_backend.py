@@ -440,7 +440,7 @@ def test_collect_copies_globs_from_the_volume(cluster, tmp_path):
 
 
 def test_workload_trigger_streams_a_k8s_cell(cluster, tmp_path):
-    from accelmatrix.triggers.workload import WorkloadTrigger
+    from accelmatrix.steps.run.trigger import WorkloadTrigger
 
     spec = machine(cluster)
     b = backend(cluster)

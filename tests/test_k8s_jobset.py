@@ -255,7 +255,7 @@ def test_a_group_whose_leader_is_gone_shows_the_log_of_the_pod_left(cluster, tmp
 def test_teardown_waits_out_an_unreachable_api(cluster, tmp_path):
     """The JobSet's teardown reports an unreachable API as such (not folded into a
     BackendError), so the teardown step's delete tries again until the API answers."""
-    from accelmatrix.lifecycle.release import delete_machine
+    from accelmatrix.steps.release import delete_machine
 
     b = backend(cluster, num_nodes=2)
     r = b.provision(ctx(tmp_path, "outage"))
@@ -608,7 +608,7 @@ def test_a_kueue_wait_does_not_count_toward_the_workload_timeout(cluster, tmp_pa
     running, the timeout still applies."""
     import asyncio
 
-    from accelmatrix.triggers.workload import WorkloadTrigger
+    from accelmatrix.steps.run.trigger import WorkloadTrigger
 
     kueue = {"queue_name": "team-a", "admission_timeout_seconds": 120}
     spec = KubernetesJobSetMachine.model_validate(

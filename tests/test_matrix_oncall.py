@@ -48,7 +48,7 @@ def _panel(view: model.RunView, query: list[tuple[str, str]], **kw: object) -> t
         axes=view.axes,
         filters=f,
         dag_id=view.dag_id,
-        run_id=view.run["run_id"],
+        run_id=view.run.run_id,
         page_base=APP,
         app_base=APP,
         embedded=False,

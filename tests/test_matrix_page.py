@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from accelmatrix import settings
+from accelmatrix.contracts.series_records import SeriesStatus
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import files, grid, model, render
 from accelmatrix_testkit.matrix_results import (
@@ -103,7 +104,7 @@ def test_grid_cells_colours_and_links(store: ResultsStore) -> None:
     run_ids = plant_demo(store)
     latest = run_ids[-1]
     view, dom = _page(store)
-    assert view.run["run_id"] == latest and view.is_latest
+    assert view.run.run_id == latest and view.is_latest
     assert view.axes == ["model", "config"]
     kinds = {cid: c["kind"] for cid, c in dom.cells.items()}
     assert kinds == {
@@ -171,15 +172,16 @@ def test_stored_series_status_is_used_for_the_latest_run(store: ResultsStore) ->
     store.replace_series_status(
         "demo",
         [
-            {
-                "benchmark": "a",
-                "cell_id": "model=a,config=x",
-                "metric": "step_time",
-                "status": "flaky",
-                "points": 7,
-                "flips": 4,
-                "trailing": 0,
-            }
+            SeriesStatus(
+                dag_id="demo",
+                benchmark="a",
+                cell_id="model=a,config=x",
+                metric="step_time",
+                status="flaky",
+                points=7,
+                flips=4,
+                trailing=0,
+            )
         ],
         window_days=30,
     )
@@ -190,7 +192,7 @@ def test_stored_series_status_is_used_for_the_latest_run(store: ResultsStore) ->
     # An older run is judged over its own window instead.
     old, dom_old = _page(store, run_ids[-2])
     assert old.verdict_source == "computed" and not old.is_latest
-    assert old.run["run_id"] == run_ids[-2]
+    assert old.run.run_id == run_ids[-2]
     assert {a["value"] for a in dom_old.find("option") if "selected" in a} == {run_ids[-2]}
 
 
@@ -362,9 +364,7 @@ def test_no_runs_and_unknown_run(store: ResultsStore) -> None:
     plant_demo(store)
     assert model.load_run_view(store, "demo", "nope") is None
     (s,) = model.list_suites(store)
-    assert (
-        s.dag_id == "demo" and s.runs == 7 and s.latest["run_id"].endswith("11-20T02:00:00+00:00")
-    )
+    assert s.dag_id == "demo" and s.runs == 7 and s.latest.run_id.endswith("11-20T02:00:00+00:00")
 
 
 def test_plugin_module_is_cheap_to_import() -> None:
@@ -409,7 +409,7 @@ def test_rerun_of_a_logical_date_replaces_its_point_and_runs_are_newest_first(
     later = END - timedelta(hours=1)
     plant_run(store, "demo", "backfill", [cell(1.05)], logical_date=day, started_at=later)
     plant_run(store, "demo", "manual", [cell(0.95)], logical_date=None, started_at=END)
-    assert [r["run_id"] for r in store.get_runs("demo")] == ["manual", "backfill", "nightly"]
+    assert [r.run_id for r in store.get_runs("demo")] == ["manual", "backfill", "nightly"]
     hist = model._history(store, "demo", END - timedelta(days=30), END)
     points = hist[("a", "step_time", cid)]
     assert [(p.time, p.value) for p in points] == [(day, 1.05), (END, 0.95)]
@@ -571,7 +571,7 @@ def test_history_marks_flaky_new_and_broken_cells(store: ResultsStore) -> None:
         plant_run(store, "demo", run_id, cells, logical_date=when, started_at=when)
         run_ids.append(run_id)
     view = history.load_history(store, "demo", 30)
-    assert [r["run_id"] for r in view.runs] == run_ids  # oldest first
+    assert [r.run_id for r in view.runs] == run_ids  # oldest first
     marks = {r.cell_id: r.marks for r in view.rows}
     assert marks == {
         "c=steady": [],

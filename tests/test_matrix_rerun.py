@@ -251,7 +251,7 @@ def test_filter_and_rerun_failed_cells_from_the_matrix(tmp_path: Path) -> None:
     assert state == "success", summary
     store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
     try:
-        cells = {c["cell_id"]: c["state"] for c in store.get_cells(DAG_ID, run_id)}
+        cells = {c.cell_id: c.state for c in store.get_cells(DAG_ID, run_id)}
     finally:
         store.close()
     assert cells == {"x=a": "passed", "x=b": "passed", "x=c": "passed"}, (cells, summary)

@@ -142,7 +142,7 @@ def test_metadata_db_restart_mid_run_loses_nothing(tmp_path, postgres, redis, mo
         while time.monotonic() < deadline:
             revived += stack.revive_exited()
             try:
-                state = stack.get_run(DAG_ID, run_id)["state"]
+                state = stack.get_run(DAG_ID, run_id).state
             except Exception:  # noqa: BLE001 - the api-server may still be reconnecting
                 state = None
             if state in ("success", "failed"):
@@ -173,9 +173,9 @@ def test_metadata_db_restart_mid_run_loses_nothing(tmp_path, postgres, redis, mo
 
     store = ResultsStore(results_url)
     try:
-        cells = {c["cell_id"]: c for c in store.get_cells(DAG_ID, run_id)}
+        cells = {c.cell_id: c for c in store.get_cells(DAG_ID, run_id)}
         rows = {
-            cid: [r for r in store.get_metrics(DAG_ID, run_id, cid) if r["name"] == "loss"]
+            cid: [r for r in store.get_metrics(DAG_ID, run_id, cid) if r.name == "loss"]
             for cid in cells
         }
     finally:
@@ -183,10 +183,10 @@ def test_metadata_db_restart_mid_run_loses_nothing(tmp_path, postgres, redis, mo
     assert set(cells) == {f"machine={m},fault=slow" for m in MACHINES}, cells
     for m in MACHINES:
         cid = f"machine={m},fault=slow"
-        assert cells[cid]["state"] == "passed", cells[cid]
+        assert cells[cid].state == "passed", cells[cid]
         printed = int((signals / f"{m}-slow.steps").read_text())
         assert len(rows[cid]) == printed, f"{cid}: {len(rows[cid])} rows stored, {printed} printed"
-        assert len({r["step"] for r in rows[cid]}) == printed, f"{cid}: a row written twice"
+        assert len({r.step for r in rows[cid]}) == printed, f"{cid}: a row written twice"
 
     # Nothing left: no machine, no work dir, no workload process.
     assert leftover == {"machines": []}, leftover

@@ -196,7 +196,7 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
                 while True:
                     runs = _wait_all(stack, "nightly_perf", 14, timeout=1200)
                     retests = store.get_confirmations("nightly_perf")
-                    if all(r["state"] not in ACTIVE_STATES for r in retests) and all(
+                    if all(r.state not in ACTIVE_STATES for r in retests) and all(
                         r["state"] in ("success", "failed") for r in _runs(stack, "nightly_perf")
                     ):
                         break
@@ -222,37 +222,37 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
                 )["value"]
                 assert store.bounds_in_force("bounds/nightly_perf_bounds.yaml") == {}
 
-                found = [r for r in retests if r["state"] in ("confirmed", "found")]
+                found = [r for r in retests if r.state in ("confirmed", "found")]
                 assert len(found) == 1, [
-                    (r["id"], r["group_id"], r["state"], r["good_build"], r["suspect_build"],
-                     r["culprit"], r["builds"], r["reason"], r["created_at"])
+                    (r.id, r.group_id, r.state, r.good_build, r.suspect_build,
+                     r.culprit, r.builds, r.reason, r.created_at)
                     for r in retests
-                ] + [(p["id"], p["group_id"], p["runtime_version"], p["position"], p["n_after"],
-                      p["change"]) for p in store.get_change_points("nightly_perf")]  # fmt: skip
+                ] + [(p.id, p.group_id, p.runtime_version, p.position, p.n_after,
+                      p.change) for p in store.get_change_points("nightly_perf")]  # fmt: skip
                 (retest,) = found
-                group = store.get_change_group(retest["group_id"])
-                points = store.get_change_points("nightly_perf", group_id=group["id"])
+                group = store.get_change_group(retest.group_id)
+                points = store.get_change_points("nightly_perf", group_id=group.id)
                 # The history grid: the suite's one cell and its 14 nightlies, the session
                 # in the re-tests section, never a row or a column.
                 history_page = stack.client.get(
                     "/accelmatrix/suites/nightly_perf/history", headers={"Accept": "text/html"}
                 )
                 assert "1 cells;" in history_page.text, history_page.text[:2000]
-                assert f'id="group-{group["id"]}"' in history_page.text
+                assert f'id="group-{group.id}"' in history_page.text
                 # The suite's page opens the newest nightly, whose chart marks the change.
                 page = stack.client.get(
                     "/accelmatrix/suites/nightly_perf", headers={"Accept": "text/html"}
                 )
                 assert page.status_code == 200, page.text[:500]
-                assert f'data-group-id="{group["id"]}"' in page.text
+                assert f'data-group-id="{group.id}"' in page.text
                 # Accepting it on the page makes the new level the baseline, in the store.
                 accepted = stack.client.post(
-                    f"/accelmatrix/suites/nightly_perf/changes/group/{group['id']}/triage",
+                    f"/accelmatrix/suites/nightly_perf/changes/group/{group.id}/triage",
                     data={"state": "accepted", "note": "expected: new kernel"},
                     follow_redirects=False,
                 )
                 assert accepted.status_code == 303, accepted.text[:500]
-                group_after = store.get_change_group(group["id"])
+                group_after = store.get_change_group(group.id)
                 row = store.bounds_in_force("bounds/nightly_perf_bounds.yaml")["nightly-small"]
             finally:
                 store.close()
@@ -260,40 +260,40 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     elapsed = time.monotonic() - started
 
     # The culprit is slow_from's build, and the last good build the one before it.
-    assert retest["culprit"] == f"nightly-{slow.isoformat()}", retest
-    assert retest["last_good"] == f"nightly-{days[7].isoformat()}", retest
+    assert retest.culprit == f"nightly-{slow.isoformat()}", retest
+    assert retest.last_good == f"nightly-{days[7].isoformat()}", retest
     # One session: one machine for the suspect cell, every build of the range on it.
-    assert len(retest["run_ids"]) >= 1 and retest["cost"] > 0
-    verdicts = {s["build"]: s["verdict"] for s in retest["steps"]}
-    assert verdicts[f"nightly-{slow.isoformat()}"] == "bad", retest["steps"]
-    cp = max(points, key=lambda p: abs(p["effect"] or 0))
-    assert cp["direction"] == "regression" and 0.02 < cp["change"] < 0.08, cp
-    assert old.step_time_lower_bound < cp["median_after"] < old.step_time_upper_bound, (
+    assert len(retest.run_ids) >= 1 and retest.cost > 0
+    verdicts = {s["build"]: s["verdict"] for s in retest.steps}
+    assert verdicts[f"nightly-{slow.isoformat()}"] == "bad", retest.steps
+    cp = max(points, key=lambda p: abs(p.effect or 0))
+    assert cp.direction == "regression" and 0.02 < cp.change < 0.08, cp
+    assert old.step_time_lower_bound < cp.median_after < old.step_time_upper_bound, (
         "the regression lies inside the bounds band: bounds alone never saw it"
     )
-    assert group["notified_at"] is not None
+    assert group.notified_at is not None
     sent = [body for path, _, body in rx.received if path == "/alerts"]
     assert len(sent) == 1, sent
     assert f"nightly-{slow.isoformat()}" in sent[0]["text"]
     # The culprit report's class: the suite's one cell has no siblings, and the re-test
     # reproduced the change on one machine: the code (history.attribution).
-    (attribution,) = [d["attribution"] for d in retest["decision"].values() if "attribution" in d]
+    (attribution,) = [d["attribution"] for d in retest.decision.values() if "attribution" in d]
     assert attribution["cause"] == "code" and "reproduced it" in attribution["reason"]
     assert "*Cause* the code" in json.dumps(sent[0]), sent[0]  # the message's body
     line = " ".join(held["bounds/nightly_perf_bounds.yaml"]["changes"])
     assert "held: open regression" in line, held
-    assert group_after["state"] == "accepted" and group_after["state_by"]  # Airflow's user name
+    assert group_after.state == "accepted" and group_after.state_by  # Airflow's user name
     # include/ is git's: the file is never written; the store holds the new level.
     assert bounds_path.read_text() == before_text
-    assert (row["reason"], row["by"]) == ("accepted change", group_after["state_by"])
-    assert row["note"] == "expected: new kernel"
+    assert (row.reason, row.by) == ("accepted change", group_after.state_by)
+    assert row.note == "expected: new kernel"
     width = old.step_time_upper_bound - old.step_time_lower_bound
-    assert row["step_time_upper_bound"] - row["step_time_lower_bound"] == pytest.approx(width)
+    assert row.step_time_upper_bound - row.step_time_lower_bound == pytest.approx(width)
     # A figure to read, not a bound: a wall-time assert fails on a busy machine, not on a bug.
     print(
         f"backfill test: {elapsed:.0f} s ({t_backfill:.0f} s to the 14 runs and the re-test, "
-        f"stack start {stack.startup_seconds:.0f} s); re-test: {len(retest['run_ids'])} "
-        f"session(s), cost {retest['cost']:.4f} USD"
+        f"stack start {stack.startup_seconds:.0f} s); re-test: {len(retest.run_ids)} "
+        f"session(s), cost {retest.cost:.4f} USD"
     )
 
 
@@ -305,7 +305,7 @@ def test_a_run_told_to_test_a_build_tests_and_records_it(airflow_db):
 
     state, run_id, _tis = run_dag("nightly_perf", conf={"build": "nightly-2026-01-02"})
     assert state == "success"
-    assert store().get_run("nightly_perf", run_id)["runtime_version"] == "nightly-2026-01-02"
+    assert store().get_run("nightly_perf", run_id).runtime_version == "nightly-2026-01-02"
     (cell,) = store().get_cells("nightly_perf", run_id)
     steps = [m for m in store().get_metrics("nightly_perf", run_id) if m["name"] == "step_time"]
     assert cell["state"] == "passed" and len(steps) == 5

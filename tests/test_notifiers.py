@@ -16,6 +16,7 @@ from accelmatrix.notifications import transport as notify
 from accelmatrix.notifications.notifiers import NotifyError
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.notify import AlertSink, WebhookNotify
+from accelmatrix_testkit import records
 
 
 class Server:
@@ -167,7 +168,7 @@ def test_a_resolved_alert_closes_its_github_issue(server_factory, monkeypatch, t
             "nightly",
             run_id,
             planned,
-            {"model=a": {"state": state, "message": f"{state} in {run_id}"}},
+            {"model=a": records.cell("model=a", state=state, message=f"{state} in {run_id}")},
             run_url=f"http://airflow/runs/{run_id}",
             now=t + timedelta(days=day),
         )
@@ -178,7 +179,7 @@ def test_a_resolved_alert_closes_its_github_issue(server_factory, monkeypatch, t
     assert gate("r2", "failed", 1) == []  # a plain recurrence: no noise
     assert list(gh.issues) == [1] and gh.issues[1]["state"] == "open"
     assert gh.issues[1]["title"].startswith("[accelmatrix] nightly model=a: failure")
-    assert store.get_alert("nightly", "model=a")["issues"] == {"gh:acme/ml": 1}
+    assert store.get_alert("nightly", "model=a").issues == {"gh:acme/ml": 1}
 
     assert [e["event"] for e in gate("r3", "passed", 2)] == ["resolved"]
     assert list(gh.issues) == [1]  # no new issue for the resolution
@@ -191,7 +192,7 @@ def test_a_resolved_alert_closes_its_github_issue(server_factory, monkeypatch, t
     # Failing again opens a new issue (the closed one stays closed).
     gate("r4", "failed", 3)
     assert gh.issues[1]["state"] == "closed" and gh.issues[2]["state"] == "open"
-    assert store.get_alert("nightly", "model=a")["issues"] == {"gh:acme/ml": 2}
+    assert store.get_alert("nightly", "model=a").issues == {"gh:acme/ml": 2}
     store.close()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accelmatrix.contracts.change_records import ChangeGroup
 from accelmatrix.history.bounds_job import recenter
 from accelmatrix.history.changes import update_changes
 from accelmatrix.history.triage import apply_triage
@@ -35,14 +36,14 @@ def store(tmp_path: Path):
     s.close()
 
 
-def nightly(store: ResultsStore, pm: PerfMatrix, nights: range) -> list[dict]:
+def nightly(store: ResultsStore, pm: PerfMatrix, nights: range) -> list[ChangeGroup]:
     """Plant night by night, running the gate's pass after each and marking the groups due
     a notification as notified (as alerts.deliver_groups does); those groups."""
     sent = []
     for n in nights:
         pm.plant(store, range(n, n + 1))
         for g in update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED).to_notify:
-            store.save_change_group(pm.dag_id, {"notified_at": pm.date(n)}, id=g["id"])
+            store.save_change_group(pm.dag_id, notified_at=pm.date(n), id=g.id)
             sent.append(g)
     return sent
 
@@ -58,21 +59,21 @@ def test_one_group_per_cause_named_by_its_cause(store: ResultsStore, seed: int) 
     )
     sent = nightly(store, pm, range(pm.nights))
     # One notification per cause (bench/bench_history.py gives the rate over many seeds).
-    assert len(sent) == 2, [g["summary"] for g in sent]
-    groups = {g["kind"]: g for g in store.get_change_groups(pm.dag_id)}
-    assert set(groups) == {"build", "infrastructure"}, [g["summary"] for g in groups.values()]
+    assert len(sent) == 2, [g.summary for g in sent]
+    groups = {g.kind: g for g in store.get_change_groups(pm.dag_id)}
+    assert set(groups) == {"build", "infrastructure"}, [g.summary for g in groups.values()]
     build, infra = groups["build"], groups["infrastructure"]
-    assert build["cells"] == [pm.cell("m1", k) for k in pm.machines]
-    assert build["logical_date"] == pm.date(30)
-    assert build["runtime_version"] == f"nightly-{pm.date(30):%Y-%m-%d}"
-    assert build["prev_runtime_version"] == f"nightly-{pm.date(29):%Y-%m-%d}"
-    assert "build nightly-" in build["summary"] and 0.04 < build["change_median"] < 0.08
-    assert infra["machine"] == "k2" and infra["logical_date"] == pm.date(45)
-    assert sorted(infra["cells"]) == sorted(pm.cell(m, "k2") for m in pm.models)
-    assert "machine kind k2" in infra["summary"] and "stayed flat" in infra["summary"]
+    assert build.cells == [pm.cell("m1", k) for k in pm.machines]
+    assert build.logical_date == pm.date(30)
+    assert build.runtime_version == f"nightly-{pm.date(30):%Y-%m-%d}"
+    assert build.prev_runtime_version == f"nightly-{pm.date(29):%Y-%m-%d}"
+    assert "build nightly-" in build.summary and 0.04 < build.change_median < 0.08
+    assert infra.machine == "k2" and infra.logical_date == pm.date(45)
+    assert sorted(infra.cells) == sorted(pm.cell(m, "k2") for m in pm.models)
+    assert "machine kind k2" in infra.summary and "stayed flat" in infra.summary
     points = store.get_change_points(pm.dag_id)
-    assert all(p["group_id"] in (build["id"], infra["id"]) for p in points)
-    assert all(p["direction"] == "regression" and p["state"] == "untriaged" for p in points)
+    assert all(p.group_id in (build.id, infra.id) for p in points)
+    assert all(p.direction == "regression" and p.state == "untriaged" for p in points)
 
 
 def test_a_two_night_excursion_at_the_end_is_retracted_when_it_returns(store: ResultsStore) -> None:
@@ -89,8 +90,8 @@ def test_a_two_night_excursion_at_the_end_is_retracted_when_it_returns(store: Re
         )
         update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)
     (cp,) = store.get_change_points(pm.dag_id)
-    assert cp["run_id"] == run and cp["n_after"] == 2 and cp["change"] > 0.15
-    group_id = cp["group_id"]
+    assert cp.run_id == run and cp.n_after == 2 and cp.change > 0.15
+    group_id = cp.group_id
     # The third night is back: no level was ever there. Missing once, the report stays
     # (a change at the edge of significance must not flicker); missing twice, it goes,
     # and so does its group (nobody was notified of it).
@@ -98,8 +99,8 @@ def test_a_two_night_excursion_at_the_end_is_retracted_when_it_returns(store: Re
     pm.plant(store, range(42, 43))
     update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)
     (kept,) = store.get_change_points(pm.dag_id)
-    assert kept["id"] == cp["id"] and kept["missing"] == 1
-    assert store.get_change_groups(pm.dag_id)[0]["id"] == group_id
+    assert kept.id == cp.id and kept.missing == 1
+    assert store.get_change_groups(pm.dag_id)[0].id == group_id
     pm.plant(store, range(43, 44))
     update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)
     assert store.get_change_points(pm.dag_id) == []
@@ -115,23 +116,23 @@ def test_triage_states_who_when_and_inheritance(store: ResultsStore) -> None:
         night += 1
     (group,) = store.get_change_groups(pm.dag_id)
     with pytest.raises(ValueError, match="not one of"):
-        apply_triage(store, "group", group["id"], "wontfix", by="ann")
+        apply_triage(store, "group", group.id, "wontfix", by="ann")
     with pytest.raises(KeyError):
-        apply_triage(store, "group", group["id"] + 99, "invalid", by="ann")
+        apply_triage(store, "group", group.id + 99, "invalid", by="ann")
     with pytest.raises(KeyError, match="does not belong"):
-        apply_triage(store, "group", group["id"], "invalid", by="ann", dag_id="other")
-    res = apply_triage(store, "group", group["id"], "acknowledged", by="ann", note="bisecting")
-    assert res.row["state"] == "acknowledged" and res.row["state_by"] == "ann"
-    assert res.row["state_at"] is not None and res.row["note"] == "bisecting"
-    members = store.get_change_points(pm.dag_id, group_id=group["id"])
-    assert members and {(p["state"], p["state_by"]) for p in members} == {("acknowledged", "ann")}
+        apply_triage(store, "group", group.id, "invalid", by="ann", dag_id="other")
+    res = apply_triage(store, "group", group.id, "acknowledged", by="ann", note="bisecting")
+    assert res.row.state == "acknowledged" and res.row.state_by == "ann"
+    assert res.row.state_at is not None and res.row.note == "bisecting"
+    members = store.get_change_points(pm.dag_id, group_id=group.id)
+    assert members and {(p.state, p.state_by) for p in members} == {("acknowledged", "ann")}
     assert len(members) < len(pm.machines)  # the others are found on later nights
     # Cells found later join the group and take its state.
     nightly(store, pm, range(night, pm.nights))
-    later = store.get_change_points(pm.dag_id, group_id=group["id"])
-    assert len(later) > len(members) and {p["id"] for p in members} <= {p["id"] for p in later}
-    assert {p["state"] for p in later} == {"acknowledged"}
-    assert [g["id"] for g in store.get_change_groups(pm.dag_id)] == [group["id"]]
+    later = store.get_change_points(pm.dag_id, group_id=group.id)
+    assert len(later) > len(members) and {p.id for p in members} <= {p.id for p in later}
+    assert {p.state for p in later} == {"acknowledged"}
+    assert [g.id for g in store.get_change_groups(pm.dag_id)] == [group.id]
 
 
 def _bounds_suite(tmp_path: Path, pm: PerfMatrix) -> Path:
@@ -174,7 +175,7 @@ def test_bounds_never_recenter_across_an_open_regression(
                         "passed": True,
                         "benchmark": "m0",
                         "metric": "step_time",
-                        "value": m["value"],
+                        "value": m.value,
                         "lower_bound": 0.9,
                         "upper_bound": 1.1,
                     }
@@ -197,30 +198,30 @@ def test_bounds_never_recenter_across_an_open_regression(
     ]
     suite.pop("notify", None)
     (tmp_path / "include" / "suites" / f"{pm.dag_id}.yaml").write_text(yaml.safe_dump(suite))
-    res = apply_triage(store, "group", group["id"], "accepted", by="ann", note="new kernel")
+    res = apply_triage(store, "group", group.id, "accepted", by="ann", note="new kernel")
     assert res.bounds and "width kept" in res.bounds[0], res.bounds
     # Stored with who and why; the bounds file (git's) is left as it was.
     assert path.read_text() == file_text
     b = store.bounds_in_force("bounds/b.yaml")["m0"]
-    assert (b["reason"], b["by"], b["note"]) == ("accepted change", "ann", "new kernel")
-    assert b["detail"]["group_id"] == group["id"]
-    level = sorted(p["median_after"] for p in store.get_change_points(pm.dag_id))
-    center = (b["step_time_lower_bound"] + b["step_time_upper_bound"]) / 2
-    assert b["step_time_upper_bound"] - b["step_time_lower_bound"] == pytest.approx(0.2)
+    assert (b.reason, b.by, b.note) == ("accepted change", "ann", "new kernel")
+    assert b.detail["group_id"] == group.id
+    level = sorted(p.median_after for p in store.get_change_points(pm.dag_id))
+    center = (b.step_time_lower_bound + b.step_time_upper_bound) / 2
+    assert b.step_time_upper_bound - b.step_time_lower_bound == pytest.approx(0.2)
     assert level[0] <= center <= level[-1]
     # Now the daily re-centering may use the new level (and only it), starting from the
     # accepted bounds, and stores its own row: the file is still not written.
     report = recenter(path, store=store, window_days=60, min_samples=5, now=end)
     (change,) = report.changes
-    after = sum(pm.nights - p["position"] for p in store.get_change_points(pm.dag_id))
+    after = sum(pm.nights - p.position for p in store.get_change_points(pm.dag_id))
     assert change.new is not None and change.samples == after < 2 * pm.nights
-    assert change.old == pytest.approx((b["step_time_lower_bound"], b["step_time_upper_bound"]))
+    assert change.old == pytest.approx((b.step_time_lower_bound, b.step_time_upper_bound))
     assert change.new[0] > 1.0  # the old level (~1.0) no longer pulls the band down
     assert report.stored and path.read_text() == file_text
     m = store.bounds_in_force("bounds/b.yaml")["m0"]
-    assert (m["reason"], m["by"]) == ("maintenance", "accelmatrix-maintenance")
-    assert m["step_time_lower_bound"] == pytest.approx(change.new[0])
-    assert [r["reason"] for r in store.get_bounds_history(["bounds/b.yaml"])] == [
+    assert (m.reason, m.by) == ("maintenance", "accelmatrix-maintenance")
+    assert m.step_time_lower_bound == pytest.approx(change.new[0])
+    assert [r.reason for r in store.get_bounds_history(["bounds/b.yaml"])] == [
         "maintenance",
         "accepted change",
     ]

@@ -251,7 +251,7 @@ def test_evaluate_runs_in_its_task_process_without_deferring(tmp_path):
 
         store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
         try:
-            cells = {c["cell_id"]: c["state"] for c in store.get_cells("preloaded", run_id)}
+            cells = {c.cell_id: c.state for c in store.get_cells("preloaded", run_id)}
         finally:
             store.close()
         assert cells == {

@@ -101,9 +101,9 @@ def test_local_smoke_on_a_real_scheduler(tmp_path):
 
     store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
     try:
-        cells = {c["cell_id"]: c for c in store.get_cells(DAG_ID, run_id)}
+        cells = {c.cell_id: c for c in store.get_cells(DAG_ID, run_id)}
     finally:
         store.close()
-    assert cells[BAD]["state"] == "failed", cells[BAD]
-    assert cells[GOOD]["resource_held_seconds"] is not None
-    assert cells[GOOD]["state"] == "passed", (cells[GOOD], summary)
+    assert cells[BAD].state == "failed", cells[BAD]
+    assert cells[GOOD].resource_held_seconds is not None
+    assert cells[GOOD].state == "passed", (cells[GOOD], summary)

@@ -117,7 +117,7 @@ def test_a_failed_evaluate_ends_with_one_line_naming_the_cell_and_why(accel_home
 
 
 def test_the_failure_line_is_bounded() -> None:
-    from accelmatrix.lifecycle.evaluate_step import WHY_WIDTH, failure_line
+    from accelmatrix.steps.evaluate.work import WHY_WIDTH, failure_line
 
     failed = [{"check_name": f"c{i}", "expected": "x" * 500, "observed": "y"} for i in range(5)]
     line = failure_line("m=a", "failed", failed, 9)

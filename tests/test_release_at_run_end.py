@@ -39,8 +39,8 @@ def test_a_passing_cell_is_released_by_run_and_teardown_only_checks(accel_home, 
     assert held is not None and held["held_seconds"] > 0
     assert not work.exists()  # the machine is gone before collect and teardown ran
     row = _row(cell, ref)
-    assert row["teardown_at"] is not None
-    assert row["resource_held_seconds"] == held["held_seconds"]
+    assert row.teardown_at is not None
+    assert row.resource_held_seconds == held["held_seconds"]
     art = ref.artifacts(cell.id)
     assert (art / "files" / "out" / "m.json").read_text() == '{"loss": 0.25}'
 
@@ -54,7 +54,7 @@ def test_a_passing_cell_is_released_by_run_and_teardown_only_checks(accel_home, 
     with caplog.at_level(logging.INFO, logger="accelmatrix.lifecycle"):
         lifecycle.teardown(cell, resource, ref)
     assert "was released by run" in caplog.text
-    assert _row(cell, ref)["resource_held_seconds"] == held["held_seconds"]  # not re-recorded
+    assert _row(cell, ref).resource_held_seconds == held["held_seconds"]  # not re-recorded
 
 
 def test_an_infrastructure_failure_keeps_the_machine_for_the_retry(accel_home, tmp_path):

@@ -67,42 +67,42 @@ def test_database_of_c367b2a_is_upgraded_with_its_rows_intact(tmp_path: Path) ->
         assert {i["name"] for i in insp.get_indexes(table.name)} == {i.name for i in table.indexes}
 
     run = store.get_run(DAG, RUN)
-    assert run["params"] == {"steps": 20} and run["logical_date"] == T0
-    assert (run["runtime_version"], run["state"], run["git_ref"]) == (
+    assert run.params == {"steps": 20} and run.logical_date == T0
+    assert (run.runtime_version, run.state, run.git_ref) == (
         "nightly-2026-03-01",
         "failed",
         "abc123",
     )
     cells = store.get_cells(DAG, RUN)
-    assert [(c["cell_id"], c["state"], c["exit_code"]) for c in cells] == [
+    assert [(c.cell_id, c.state, c.exit_code) for c in cells] == [
         ("model=tiny-mlp", "passed", 0),
         ("model=tiny-wide", "run_failed", 3),
     ]
-    assert cells[0]["axes"] == {"model": "tiny-mlp"} and cells[0]["cost"] == 0.0012
+    assert cells[0].axes == {"model": "tiny-mlp"} and cells[0].cost == 0.0012
     metrics = store.get_metrics(DAG, RUN)
-    assert [(m["name"], m["step"]) for m in metrics] == [
+    assert [(m.name, m.step) for m in metrics] == [
         ("loss", 0),
         ("loss", 1),
         ("loss", 2),
         ("step_time", None),
     ]
-    assert math.isnan(metrics[-1]["value"])
+    assert math.isnan(metrics[-1].value)
     (check,) = store.get_checks(DAG, RUN)
-    assert (check["benchmark"], check["lower_bound"], check["upper_bound"]) == (
+    assert (check.benchmark, check.lower_bound, check.upper_bound) == (
         "tiny-mlp",
         0.9,
         1.1,
     )
-    assert store.get_series_status(DAG)[0]["last_logical_date"] == T0
+    assert store.get_series_status(DAG)[0].last_logical_date == T0
     alert = store.get_alert(DAG, "model=tiny-wide")
-    assert (alert["status"], alert["recurrences"]) == ("open", 2)
-    assert alert["issues"] is None  # 0002's column, added to the old row as NULL
+    assert (alert.status, alert.recurrences) == ("open", 2)
+    assert alert.issues is None  # 0002's column, added to the old row as NULL
     (reaped,) = store.get_reaped()
-    assert reaped["labels"] == {"accelmatrix-dag": "nightly_perf"}
+    assert reaped.labels == {"accelmatrix-dag": "nightly_perf"}
 
     # And the upgraded database takes today's writes.
     store.upsert_cell(DAG, RUN, "model=tiny-wide", state="cancelled")
-    assert store.get_cell(DAG, RUN, "model=tiny-wide")["state"] == "cancelled"
+    assert store.get_cell(DAG, RUN, "model=tiny-wide").state == "cancelled"
     store.close()
 
 
@@ -165,7 +165,7 @@ def test_database_at_0006_is_upgraded_to_0007_with_the_bounds_table(tmp_path: Pa
     store.ensure_schema()
     diff, version = _diff_against_schema(url)
     assert diff == [] and version == migrate.head()
-    assert store.get_run(DAG, RUN)["runtime_version"] == "nightly-2026-03-01"
+    assert store.get_run(DAG, RUN).runtime_version == "nightly-2026-03-01"
     (rid,) = store.add_bounds(
         "bounds/nightly_perf_bounds.yaml",
         [{"benchmark": "nightly-small", "step_time_lower_bound": 0.0038}],
@@ -174,5 +174,5 @@ def test_database_at_0006_is_upgraded_to_0007_with_the_bounds_table(tmp_path: Pa
         detail={"group_id": 1},
     )
     row = store.bounds_in_force("bounds/nightly_perf_bounds.yaml")["nightly-small"]
-    assert row["id"] == rid and row["by"] == "ann" and row["step_time_upper_bound"] is None
+    assert row.id == rid and row.by == "ann" and row.step_time_upper_bound is None
     store.close()

@@ -88,7 +88,7 @@ def test_open_at_head_takes_no_write_lock(db_path: Path) -> None:
 def test_schema_created_on_first_use(db_path: Path) -> None:
     s = ResultsStore(f"sqlite:///{db_path}")
     s.upsert_cell(DAG, RUN, "c", state="planned")  # no explicit ensure_schema()
-    assert s.get_cell(DAG, RUN, "c")["state"] == "planned"
+    assert s.get_cell(DAG, RUN, "c").state == "planned"
     s.close()
 
 
@@ -161,22 +161,22 @@ def test_upsert_run_twice_one_row_later_wins_rest_kept(store: ResultsStore, db_p
 
     assert raw(db_path, "SELECT count(*) FROM runs") == [(1,)]
     run = store.get_run(DAG, RUN)
-    assert run["state"] == "success"
-    assert run["suite"] == "demo" and run["git_ref"] == "abc123" and run["run_type"] == "manual"
-    assert run["params"] == {"cells": ["*"], "n": 3}
-    assert run["logical_date"] == logical and run["logical_date"].tzinfo is not None
-    assert run["finished_at"] == logical + timedelta(hours=1)
-    assert run["started_at"] is None
-    assert run["created_at"] == first["created_at"]
-    assert run["updated_at"] > first["updated_at"]
+    assert run.state == "success"
+    assert run.suite == "demo" and run.git_ref == "abc123" and run.run_type == "manual"
+    assert run.params == {"cells": ["*"], "n": 3}
+    assert run.logical_date == logical and run.logical_date.tzinfo is not None
+    assert run.finished_at == logical + timedelta(hours=1)
+    assert run.started_at is None
+    assert run.created_at == first.created_at
+    assert run.updated_at > first.updated_at
 
 
 def test_timestamps_are_normalised_to_utc(store: ResultsStore) -> None:
     cet = timezone(timedelta(hours=1))
     store.upsert_run(DAG, RUN, started_at=datetime(2026, 3, 1, 13, 0, tzinfo=cet))
     store.upsert_run(DAG, "r2", started_at="2026-03-01T12:00:00Z", logical_date=None)
-    a = store.get_run(DAG, RUN)["started_at"]
-    b = store.get_run(DAG, "r2")["started_at"]
+    a = store.get_run(DAG, RUN).started_at
+    b = store.get_run(DAG, "r2").started_at
     assert a == b == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     assert a.utcoffset() == timedelta(0)
     with pytest.raises(ValueError, match="started_at.*no time zone"):
@@ -220,15 +220,15 @@ def test_upsert_cell_partial_update(store: ResultsStore, db_path: Path) -> None:
 
     assert raw(db_path, "SELECT count(*) FROM cells") == [(1,)]
     c = store.get_cell(DAG, RUN, "model=a,cfg=x")
-    assert c["state"] == "passed" and c["exit_code"] == 0 and c["attempt"] == 2
-    assert c["axes"] == {"model": "a", "cfg": "x"}
-    assert c["machine"] == "cpu-small" and c["backend"] == "local"
-    assert c["quarantined"] is True
-    assert c["provision_started_at"] == t0
-    assert c["run_ended_at"] == t0 + timedelta(seconds=90)
-    assert c["workload_seconds"] == 80.5
-    assert c["data_docs"] == "/artifacts/dd/index.html"
-    assert c["resource_held_seconds"] is None and c["cost"] is None
+    assert c.state == "passed" and c.exit_code == 0 and c.attempt == 2
+    assert c.axes == {"model": "a", "cfg": "x"}
+    assert c.machine == "cpu-small" and c.backend == "local"
+    assert c.quarantined is True
+    assert c.provision_started_at == t0
+    assert c.run_ended_at == t0 + timedelta(seconds=90)
+    assert c.workload_seconds == 80.5
+    assert c.data_docs == "/artifacts/dd/index.html"
+    assert c.resource_held_seconds is None and c.cost is None
 
 
 def test_cell_defaults_and_excluded_cells(store: ResultsStore) -> None:
@@ -236,15 +236,15 @@ def test_cell_defaults_and_excluded_cells(store: ResultsStore) -> None:
     store.upsert_cell(DAG, RUN, "x", state="excluded", excluded_reason="no GPU for fp8")
     store.upsert_cell(DAG, RUN, "a", cell_index=0)
     b = store.get_cell(DAG, RUN, "b")
-    assert (b["state"], b["message"], b["attempt"], b["quarantined"], b["axes"]) == (
+    assert (b.state, b.message, b.attempt, b.quarantined, b.axes) == (
         "planned",
         "",
         0,
         False,
         {},
     )
-    assert [c["cell_id"] for c in store.get_cells(DAG, RUN)] == ["a", "b", "x"]
-    assert store.get_cell(DAG, RUN, "x")["excluded_reason"] == "no GPU for fp8"
+    assert [c.cell_id for c in store.get_cells(DAG, RUN)] == ["a", "b", "x"]
+    assert store.get_cell(DAG, RUN, "x").excluded_reason == "no GPU for fp8"
     assert store.get_cell(DAG, RUN, "missing") is None
     assert store.get_cells(DAG, "other-run") == []
 
@@ -301,11 +301,11 @@ def test_replace_metrics_retry_second_set_wins(store: ResultsStore, db_path: Pat
     assert store.replace_metrics(DAG, RUN, "c", second) == 4  # the retry of the retry
 
     assert raw(db_path, "SELECT count(*) FROM metrics") == [(4,)]
-    got = {(m["name"], m["step"]): m for m in store.get_metrics(DAG, RUN, "c")}
+    got = {(m.name, m.step): m for m in store.get_metrics(DAG, RUN, "c")}
     assert set(got) == {("loss", 0), ("loss", 1), ("loss", 2), ("throughput", None)}
-    assert got[("loss", 0)]["value"] == 1.5
-    assert got[("throughput", None)]["unit"] == "samples/s"
-    assert got[("throughput", None)]["source"] == "log"
+    assert got[("loss", 0)].value == 1.5
+    assert got[("throughput", None)].unit == "samples/s"
+    assert got[("throughput", None)].source == "log"
     # The scalar sentinel is what the unique key sees on disk, never what the API returns.
     assert raw(db_path, "SELECT step FROM metrics WHERE name='throughput'") == [(SCALAR_STEP,)]
 
@@ -315,7 +315,7 @@ def test_metrics_of_other_cells_untouched(store: ResultsStore) -> None:
     store.replace_metrics(DAG, RUN, "b", [{"name": "m", "value": 2}])
     store.replace_metrics(DAG, RUN, "a", [])
     assert store.get_metrics(DAG, RUN, "a") == []
-    assert [m["value"] for m in store.get_metrics(DAG, RUN, "b")] == [2.0]
+    assert [m.value for m in store.get_metrics(DAG, RUN, "b")] == [2.0]
 
 
 def test_nan_and_inf_round_trip(store: ResultsStore) -> None:
@@ -331,7 +331,7 @@ def test_nan_and_inf_round_trip(store: ResultsStore) -> None:
             {"name": "tiny", "value": 5e-324},
         ],
     )
-    vals = {(m["name"], m["step"]): m["value"] for m in store.get_metrics(DAG, RUN, "c")}
+    vals = {(m.name, m.step): m.value for m in store.get_metrics(DAG, RUN, "c")}
     assert math.isnan(vals[("nan", None)]) and math.isnan(vals[("none", None)])
     assert vals[("pinf", None)] == math.inf
     assert vals[("ninf", 3)] == -math.inf
@@ -364,7 +364,7 @@ def test_failed_replace_keeps_previous_rows(store: ResultsStore) -> None:
     store.replace_metrics(DAG, RUN, "c", [{"name": "m", "value": 1}])
     with pytest.raises(ValueError):
         store.replace_metrics(DAG, RUN, "c", [{"name": "m", "value": 2}, {"bad": 1}])
-    assert [m["value"] for m in store.get_metrics(DAG, RUN, "c")] == [1.0]
+    assert [m.value for m in store.get_metrics(DAG, RUN, "c")] == [1.0]
 
 
 def test_metrics_frame_filters_and_empty(store: ResultsStore) -> None:
@@ -417,10 +417,10 @@ def test_replace_checks_idempotent(store: ResultsStore, db_path: Path) -> None:
     assert store.replace_checks(DAG, RUN, "c", _verdicts(True)) == 2
     assert store.replace_checks(DAG, RUN, "c", _verdicts(True)) == 2
     assert raw(db_path, "SELECT count(*) FROM checks") == [(2,)]
-    got = {c["check_name"]: c for c in store.get_checks(DAG, RUN, "c")}
-    assert got["loss_below"]["passed"] is True
-    assert got["loss_below"]["expected"] == '{"max": 1.0}'
-    assert got["loss_below"]["observed"] == "1.5"
+    got = {c.check_name: c for c in store.get_checks(DAG, RUN, "c")}
+    assert got["loss_below"].passed is True
+    assert got["loss_below"].expected == '{"max": 1.0}'
+    assert got["loss_below"].observed == "1.5"
     df = store.checks_frame(DAG, RUN)
     assert str(df["passed"].dtype) == "bool" and df["passed"].all()
     assert set(df["check_name"]) == {"loss_below", "exit_zero"}
@@ -500,7 +500,7 @@ def test_run_table_truncates_many_failed_checks(store: ResultsStore) -> None:
 def test_pickled_store_still_works(store: ResultsStore) -> None:
     store.upsert_cell(DAG, RUN, "c", state="running")
     clone = pickle.loads(pickle.dumps(store))
-    assert clone.get_cell(DAG, RUN, "c")["state"] == "running"
+    assert clone.get_cell(DAG, RUN, "c").state == "running"
     clone.close()
 
 
@@ -560,8 +560,8 @@ def test_concurrent_writers_same_sqlite_file(db_path: Path) -> None:
     store = ResultsStore(url)
     assert raw(db_path, "SELECT count(*) FROM runs") == [(1,)]
     cells = store.get_cells(DAG, RUN)
-    assert [c["cell_id"] for c in cells] == [f"cell={w}" for w in range(WORKERS)]
-    assert all(c["attempt"] == ITERATIONS - 1 and c["state"] == "passed" for c in cells)
+    assert [c.cell_id for c in cells] == [f"cell={w}" for w in range(WORKERS)]
+    assert all(c.attempt == ITERATIONS - 1 and c.state == "passed" for c in cells)
     assert raw(db_path, "SELECT count(*) FROM metrics") == [(WORKERS * 6,)]
     assert raw(
         db_path,
@@ -590,7 +590,30 @@ def test_generic_dialect_fallback_upserts(db_path: Path) -> None:
     s.upsert_run(DAG, RUN, state="success")
     assert raw(db_path, "SELECT count(*) FROM cells") == [(1,)]
     c = s.get_cell(DAG, RUN, "c")
-    assert (c["state"], c["machine"], c["axes"]) == ("passed", "m1", {"a": "1"})
+    assert (c.state, c.machine, c.axes) == ("passed", "m1", {"a": "1"})
     run = s.get_run(DAG, RUN)
-    assert (run["suite"], run["state"]) == ("demo", "success")
+    assert (run.suite, run.state) == ("demo", "success")
     s.close()
+
+
+def test_records_are_their_tables_columns() -> None:
+    """Each typed record of the store is its table's columns, same names and order: the
+    row becomes the record as it is (results/row_records.py), and nothing re-maps it."""
+    from accelmatrix.contracts import change_records, run_records, series_records
+    from accelmatrix.results import schema
+
+    pairs = [
+        (run_records.RunRecord, schema.runs),
+        (run_records.CellRecord, schema.cells),
+        (run_records.MetricRecord, schema.metrics),
+        (run_records.CheckRecord, schema.checks),
+        (run_records.ReapedRecord, schema.reaped),
+        (change_records.ChangePoint, schema.change_points),
+        (change_records.ChangeGroup, schema.change_groups),
+        (change_records.Confirmation, schema.confirmations),
+        (series_records.SeriesStatus, schema.series_status),
+        (series_records.AlertRecord, schema.alerts),
+        (series_records.BoundsRecord, schema.bounds),
+    ]
+    for record, table in pairs:
+        assert record.__struct_fields__ == tuple(c.name for c in table.columns), table.name

@@ -44,7 +44,7 @@ def _back_after(results_postgres: PostgresServer, seconds: float) -> threading.T
 
 def test_a_write_during_an_outage_waits_and_lands_once(results_postgres, store, monkeypatch):
     monkeypatch.setenv("ACCELMATRIX_RESULTS_OUTAGE_SECONDS", "60")
-    assert store.get_cell(DAG, RUN, CELL)["state"] == "running"  # a pooled connection
+    assert store.get_cell(DAG, RUN, CELL).state == "running"  # a pooled connection
     results_postgres.take_down()
     back = _back_after(results_postgres, 4)
     t0 = time.monotonic()
@@ -55,14 +55,14 @@ def test_a_write_during_an_outage_waits_and_lands_once(results_postgres, store, 
     assert waited >= 3, f"wrote after {waited:.1f} s while the server was down 4 s"
     got = store.get_metrics(DAG, RUN, CELL)
     assert sorted(r["step"] for r in got) == list(range(5))  # every row, none twice
-    assert store.get_cell(DAG, RUN, CELL)["state"] == "collected"
+    assert store.get_cell(DAG, RUN, CELL).state == "collected"
 
 
 def test_a_read_during_an_outage_waits(results_postgres, store, monkeypatch):
     monkeypatch.setenv("ACCELMATRIX_RESULTS_OUTAGE_SECONDS", "60")
     results_postgres.take_down()
     back = _back_after(results_postgres, 3)
-    assert store.get_cell(DAG, RUN, CELL)["state"] == "running"
+    assert store.get_cell(DAG, RUN, CELL).state == "running"
     back.join()
 
 
@@ -74,4 +74,4 @@ def test_an_outage_longer_than_the_wait_fails(results_postgres, store, monkeypat
         store.upsert_cell(DAG, RUN, CELL, state="collected")
     assert time.monotonic() - t0 < 30
     results_postgres.bring_up()
-    assert store.get_cell(DAG, RUN, CELL)["state"] == "running"
+    assert store.get_cell(DAG, RUN, CELL).state == "running"

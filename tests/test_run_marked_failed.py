@@ -169,21 +169,21 @@ def test_run_marked_failed_while_workloads_run(tmp_path, monkeypatch):
 
     store = ResultsStore(f"sqlite:///{accel / 'results.db'}")
     try:
-        cells = {c["cell_id"]: c for c in store.get_cells(DAG_ID, run_id)}
+        cells = {c.cell_id: c for c in store.get_cells(DAG_ID, run_id)}
         run = store.get_run(DAG_ID, run_id)
     finally:
         store.close()
     assert set(cells) == {"n=a", "n=b"}
     for c in cells.values():
-        assert c["state"] == "cancelled", c
+        assert c.state == "cancelled", c
         # Whichever settles the cell first writes the message: the trigger's on_kill or,
         # when the triggerer is slower (a loaded machine), the cell's teardown.
-        by_trigger = "run task marked failed/success or cleared from outside" in c["message"]
-        by_teardown = "stopped before it finished" in c["message"]
+        by_trigger = "run task marked failed/success or cleared from outside" in c.message
+        by_teardown = "stopped before it finished" in c.message
         assert by_trigger or by_teardown, c
-        assert "workload cancelled" in c["message"] or "workload torn down" in c["message"], c
-        assert c["teardown_at"] is not None and c["run_ended_at"] is not None, c
-    assert run["state"] == "failed" and run["finished_at"] is not None, run
+        assert "workload cancelled" in c.message or "workload torn down" in c.message, c
+        assert c.teardown_at is not None and c.run_ended_at is not None, c
+    assert run.state == "failed" and run.finished_at is not None, run
 
     # On-call reads it in the task logs: the trigger stopped the workload, the teardown
     # released the machine, the gate names the cancelled cells.

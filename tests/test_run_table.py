@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from pydantic import ValidationError
 
+from accelmatrix.contracts.run_records import CellRecord, CheckRecord
 from accelmatrix.evaluation.run_table import run_frame, validate_run
 from accelmatrix.spec.run_checks import CellsAgreeCheck
 from accelmatrix.spec.suite import Suite
+from accelmatrix_testkit import records
 
 
 def _planned() -> list[dict]:
@@ -21,22 +24,17 @@ def _planned() -> list[dict]:
     ]
 
 
-def _rows(planned: list[dict]) -> list[dict]:
+def _rows(planned: list[dict]) -> list[CellRecord]:
     return [
-        {"cell_id": c["id"], "state": "passed", "exit_code": 0, "resource_held_seconds": 2.0}
+        records.cell(c["id"], state="passed", exit_code=0, resource_held_seconds=2.0)
         for c in planned
     ]
 
 
-def _checks(planned: list[dict], step_times: dict[str, float] | None = None) -> list[dict]:
+def _checks(planned: list[dict], step_times: dict[str, float] | None = None) -> list[CheckRecord]:
     step_times = step_times or {}
     return [
-        {
-            "cell_id": c["id"],
-            "passed": True,
-            "metric": "step_time",
-            "value": step_times.get(c["id"], 1.0),
-        }
+        records.check(c["id"], True, metric="step_time", value=step_times.get(c["id"], 1.0))
         for c in planned
     ]
 
@@ -50,10 +48,10 @@ def test_a_complete_run_passes() -> None:
 def test_missing_unplanned_unjudged_and_inconsistent_cells_are_named(tmp_path: Path) -> None:
     planned = _planned()
     rows = _rows(planned)[:-1]  # model=b,rt=z never reported
-    rows[1]["state"] = "running"  # no verdict
-    rows.append({"cell_id": "stray", "state": "passed"})  # not planned
-    rows.append({"cell_id": "skipped", "state": "excluded"})  # an excluded cell is no fault
-    checks = [*_checks(planned), {"cell_id": planned[0]["id"], "passed": False}]
+    rows[1] = msgspec.structs.replace(rows[1], state="running")  # no verdict
+    rows.append(records.cell("stray", state="passed"))  # not planned
+    rows.append(records.cell("skipped", state="excluded"))  # an excluded cell is no fault
+    checks = [*_checks(planned), records.check(planned[0]["id"], False)]
     result = validate_run(planned, rows, checks, data_docs_dir=tmp_path / "docs")
     assert not result.passed
     assert result.failures == [

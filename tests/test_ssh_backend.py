@@ -402,7 +402,7 @@ def test_polls_reuse_one_connection_across_threads(accel_home, spec):
 
 def test_workload_trigger_streams_an_ssh_cell(accel_home, spec, monkeypatch):
     # The triggerer builds the backend from the machine spec and polls it in threads.
-    from accelmatrix.triggers.workload import WorkloadTrigger
+    from accelmatrix.steps.run.trigger import WorkloadTrigger
 
     b = backend_of(SshBackend, spec)
     r = b.provision(_ctx(accel_home))

@@ -18,6 +18,7 @@ import random
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_step_failures import _evaluate, _suite, run_workload
 
@@ -60,7 +61,7 @@ def test_a_stale_provision_try_after_collect_leaves_the_cell_passing(accel_home,
     resource = lifecycle.begin_provision(cell, _step(ref, "provision", 2))
     _run_and_collect(cell, ref, resource)
     before = _row(cell, ref)
-    assert before["state"] == "ran" and before["teardown_at"] is not None
+    assert before.state == "ran" and before.teardown_at is not None
 
     # Try 1 of provision wakes up after its Execution API calls waited out the restart.
     with pytest.raises(SupersededTry) as refused:
@@ -68,13 +69,13 @@ def test_a_stale_provision_try_after_collect_leaves_the_cell_passing(accel_home,
     assert "try 1 of task cell.provision" in str(refused.value)
     assert "try 2 has written" in str(refused.value)
     after = _row(cell, ref)
-    assert {k: after[k] for k in after if k != "updated_at"} == {
-        k: before[k] for k in before if k != "updated_at"
-    }
+    assert msgspec.structs.replace(after, updated_at=None) == msgspec.structs.replace(
+        before, updated_at=None
+    )
 
     # So teardown finds nothing cut short, and evaluate passes the cell.
     lifecycle.teardown(cell, resource, _step(ref, "teardown", 1))
-    assert _row(cell, ref)["state"] == "ran"
+    assert _row(cell, ref).state == "ran"
     assert _evaluate(cell, _step(ref, "evaluate", 1)) == "passed"
 
 
@@ -91,11 +92,11 @@ def test_the_fence_is_per_task_and_lets_the_same_or_a_newer_try_write(accel_home
     store.upsert_cell(*key, fence=StepTry("cell.run", 3), message="again")
     with pytest.raises(SupersededTry):
         store.upsert_cell(*key, fence=StepTry("cell.run", 2), state="run_failed")
-    assert _row(cell, ref)["state"] == "collected"
-    assert _row(cell, ref)["message"] == "again"
+    assert _row(cell, ref).state == "collected"
+    assert _row(cell, ref).message == "again"
     # Unfenced writers (plan, the gate, the janitor) are not refused.
     store.upsert_cell(*key, state="passed")
-    assert _row(cell, ref)["state"] == "passed"
+    assert _row(cell, ref).state == "passed"
 
 
 def test_a_run_planned_again_starts_its_fences_afresh(accel_home, tmp_path):
@@ -105,7 +106,7 @@ def test_a_run_planned_again_starts_its_fences_afresh(accel_home, tmp_path):
     store.upsert_cell(ref.dag_id, ref.run_id, cell.id, fence=StepTry("cell.provision", 3))
     (cell,) = lifecycle.plan_run(str(tmp_path / "again.yaml"), ref, {})
     lifecycle.begin_provision(cell, _step(ref, "provision", 1))
-    assert _row(cell, ref)["state"] == "provisioned"
+    assert _row(cell, ref).state == "provisioned"
 
 
 def test_racing_tries_on_postgresql_end_with_the_newest_trys_write(results_postgres):
@@ -136,7 +137,7 @@ def test_racing_tries_on_postgresql_end_with_the_newest_trys_write(results_postg
                 t.start()
             for t in threads:
                 t.join(60)
-            assert store.get_cell(*key)["state"] == "try 12", (tries, sorted(refused))
+            assert store.get_cell(*key).state == "try 12", (tries, sorted(refused))
             assert 12 not in refused
             with pytest.raises(SupersededTry):
                 store.upsert_cell(*key, fence=StepTry("cell.run", 11), state="late")

@@ -19,6 +19,7 @@ from accelmatrix import lifecycle, settings
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.contracts.step_events import WorkloadEvent
 from accelmatrix.spec.templating import render_tree
+from accelmatrix_testkit import records
 
 SUITE = """
 description: one cell whose workload writes the metrics file given in argv
@@ -73,7 +74,7 @@ def _evaluate(cell: dict[str, Any], ref: lifecycle.RunRef) -> str:
         lifecycle.record_evaluation(cell, ref, lifecycle.run_checks(cell, ref))
     except lifecycle.CellFailed:
         pass
-    return lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell.id)["state"]
+    return lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell.id).state
 
 
 def test_tasks_get_the_planned_cell_from_a_small_reference(accel_home, tmp_path):
@@ -150,8 +151,8 @@ def test_a_crashed_collect_is_collect_failed_with_the_error(accel_home, tmp_path
     with pytest.raises(OSError):
         lifecycle.collect(cell, resource, ref)
     row = lifecycle.results_store().get_cell("crash", ref.run_id, cell.id)
-    assert row["state"] == "collect_failed"
-    assert row["message"].startswith("collect failed: ") and "Error" in row["message"]
+    assert row.state == "collect_failed"
+    assert row.message.startswith("collect failed: ") and "Error" in row.message
     assert _evaluate(cell, ref) == "collect_failed"
     files.unlink()  # a retry of collect that works
     lifecycle.collect(cell, resource, ref)
@@ -167,7 +168,7 @@ def test_an_evaluation_that_could_not_run_is_evaluation_failed(accel_home, tmp_p
     store.upsert_cell("ev", ref.run_id, cell.id, state="ran")
     lifecycle.record_evaluation_error(cell, ref, "RuntimeError: GX exploded")
     row = store.get_cell("ev", ref.run_id, cell.id)
-    assert (row["state"], row["message"]) == (
+    assert (row.state, row.message) == (
         "evaluation_failed",
         "evaluation could not run: RuntimeError: GX exploded",
     )
@@ -177,8 +178,8 @@ def test_an_evaluation_that_could_not_run_is_evaluation_failed(accel_home, tmp_p
     store.upsert_cell("ev", ref.run_id, cell.id, state="timed_out", message="timed out")
     lifecycle.record_evaluation_error(cell, ref, "boom")
     row = store.get_cell("ev", ref.run_id, cell.id)
-    assert row["state"] == "timed_out"
-    assert row["message"] == "timed out; evaluation could not run: boom"
+    assert row.state == "timed_out"
+    assert row.message == "timed out; evaluation could not run: boom"
 
 
 PUNCT = """
@@ -245,7 +246,7 @@ def test_step_failure_states_show_as_failures_everywhere(tmp_path, state):
     from accelmatrix.ui.model import cell_kind
 
     assert cell_kind(state, quarantined=False, flaky=False) == "failed"
-    cells = [{"cell_id": "n=a", "state": state, "cell_index": 0}]
+    cells = [records.cell("n=a", state=state, cell_index=0)]
     page = write_run_index(tmp_path, "d", "r", cells, []).read_text()
     assert f"<td>{state}</td>" in page and state not in STATE_COLOURS
     assert 'style="background:#f4cccc"' in page
@@ -269,7 +270,7 @@ def test_a_planned_cell_that_never_reported_fails_the_runs_validation(accel_home
     assert "every planned cell reported once: never reported: n=ghost" in message
     assert "every planned cell has a verdict: no verdict: n=ghost (missing)" in message
     store = lifecycle.results_store()
-    assert store.get_run("ghost", ref.run_id)["state"] == "failed"
+    assert store.get_run("ghost", ref.run_id).state == "failed"
     run_dir = ref.artifacts(cell.id).parent
     assert "n=ghost" in (run_dir / "data_docs" / "index.html").read_text()
     # The run report links them, and the matrix page's file route serves them.

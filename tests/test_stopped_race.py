@@ -18,7 +18,7 @@ import time
 from accelmatrix import lifecycle
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.contracts.step_events import WorkloadEvent
-from accelmatrix.triggers.workload import WorkloadTrigger
+from accelmatrix.steps.run.trigger import WorkloadTrigger
 
 SUITE = """
 description: one cell whose workload would tick for a minute
@@ -70,9 +70,9 @@ def test_teardown_before_the_trigger_hears_of_it_leaves_the_cell_cancelled(accel
     assert event["status"] == "exited" and event["exit_code"] != 0, event
     # ... and the cell still says what happened: stopped, not a failing workload.
     row = store.get_cell(ref.dag_id, ref.run_id, cell.id)
-    assert row["state"] == "cancelled", row
-    assert "stopped before it finished" in row["message"], row["message"]
-    assert row["teardown_at"] is not None
+    assert row.state == "cancelled", row
+    assert "stopped before it finished" in row.message, row.message
+    assert row.teardown_at is not None
     # The resumed task (if 3.3.2 ever runs it) agrees, and records nothing over it.
     outcome = WorkloadEvent.from_json(event)
     assert lifecycle.record_run_outcome(cell, ref, outcome, handle)[0] == "cancelled"
@@ -89,4 +89,4 @@ def test_a_workload_that_fails_on_its_own_is_still_run_failed(accel_home, tmp_pa
     event = WorkloadEvent(status="exited", exit_code=3, detail="exit 3")
     assert lifecycle.record_run_outcome(cell, ref, event, None)[0] == "run_failed"
     row = lifecycle.results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
-    assert row["state"] == "run_failed" and row["exit_code"] == 3
+    assert row.state == "run_failed" and row.exit_code == 3

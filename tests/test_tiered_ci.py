@@ -334,7 +334,7 @@ def test_tiered_ci_broken_ref_end_to_end(airflow_db, accel_home, tmp_path, monke
 
     cell = s.get_cell("tiered_ci", run_id, cid)
     assert cell["cost"] > 0  # resource-held time x the local-cpu price
-    assert s.get_run("tiered_ci", run_id)["git_ref"] == "v2-broken"
+    assert s.get_run("tiered_ci", run_id).git_ref == "v2-broken"
     assert re.search(r"; cost [0-9.]+ USD", run_table(s, "tiered_ci", run_id))
 
     (path, _, body) = rx.received[0]

@@ -28,7 +28,7 @@ from accelmatrix.backends.tpu_vm import backend as tpu_vm_module
 from accelmatrix.backends.tpu_vm import ssh_keys
 from accelmatrix.backends.tpu_vm.backend import TpuVmBackend
 from accelmatrix.hooks.tpu import TpuVmHook
-from accelmatrix.triggers.provision import ProvisionTrigger
+from accelmatrix.steps.provision.trigger import ProvisionTrigger
 from accelmatrix_testkit.cells import bare_cell
 
 pytest_plugins = ["tpu_env"]
@@ -297,7 +297,7 @@ def test_provision_trigger_defers_the_capacity_wait(
 
     # Resuming a task (the run step's replacement machine): not sooner than the settle
     # time after the deferral, or Airflow 3.3.2 may fail the resumed try (resume race).
-    from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
+    from accelmatrix.steps.task_ending import RESUME_SETTLE_SECONDS
 
     pending = b.begin_provision(ctx(accel_home, "model=settle"))
     cell = bare_cell("model=settle", machine, "tpu")

@@ -159,10 +159,10 @@ def test_weekly_backfill_confirms_and_bisects_to_the_first_slow_build(tmp_path):
     assert {r["state"] for r in state["runs"]} == {"success"}, [
         (r["dag_run_id"], r["state"]) for r in state["runs"]
     ]
-    assert any(p["confirm_state"] == "confirmed" for p in points), points
+    assert any(p.confirm_state == "confirmed" for p in points), points
     # Nothing more after the gate re-run and the restart.
     assert len(runs_after) == len(state["runs"]), [r["dag_run_id"] for r in runs_after]
-    assert [r["id"] for r in retests_after] == [r["id"] for r in state["retests"]]
+    assert [r.id for r in retests_after] == [r.id for r in state["retests"]]
     sent = [body for path, _, body in rx.received if path == "/alerts"]
     culprit_sent = [b for b in sent if f"first bad build nightly-{slow.isoformat()}" in b["text"]]
     assert len(culprit_sent) == 1, [b["text"] for b in sent]

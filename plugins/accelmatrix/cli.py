@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+
 from accelmatrix import settings
 from accelmatrix.demo import run_suite
 from accelmatrix.evaluation.bounds import BoundsError, bounds_key, export_text, load_bounds
@@ -227,13 +229,13 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     if args.action == "history":
         rows = store.get_bounds_history([key])
         if args.json:
-            print(json.dumps(rows, indent=2, default=str))
+            print(json.dumps(msgspec.to_builtins(rows), indent=2))
             return 0
         for r in rows:
             print(
-                f"{r['at']:%Y-%m-%d %H:%M} UTC  {r['benchmark']}  "
-                f"[{r['step_time_lower_bound']}, {r['step_time_upper_bound']}]  "
-                f"by {r['by']}: {reason_line(r)}" + (f" ({r['note']})" if r.get("note") else "")
+                f"{r.at:%Y-%m-%d %H:%M} UTC  {r.benchmark}  "
+                f"[{r.step_time_lower_bound}, {r.step_time_upper_bound}]  "
+                f"by {r.by}: {reason_line(r)}" + (f" ({r.note})" if r.note else "")
             )
         if not rows:
             print(f"no stored bounds for {key}: the file's values are in force", file=sys.stderr)
@@ -250,15 +252,14 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         row = stored[name]
         moved = ", ".join(f"{k} {getattr(old, k)} -> {v}" for k, v in fields.items())
         print(
-            f"{key}: {name}: {moved} (by {row['by']} {row['at']:%Y-%m-%d %H:%M} UTC: "
-            f"{reason_line(row)})",
+            f"{key}: {name}: {moved} (by {row.by} {row.at:%Y-%m-%d %H:%M} UTC: {reason_line(row)})",
             file=sys.stderr,
         )
     for name, row in stored.items():
         if name not in changes and name in file_bounds.benchmarks:
             print(
                 f"{key}: {name}: the file already has the stored bounds or changed since the "
-                f"newest row ({row['at']:%Y-%m-%d %H:%M} UTC): nothing to change",
+                f"newest row ({row.at:%Y-%m-%d %H:%M} UTC): nothing to change",
                 file=sys.stderr,
             )
     if not changes:

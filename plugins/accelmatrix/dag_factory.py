@@ -42,13 +42,15 @@ from airflow.task.trigger_rule import TriggerRule
 
 from accelmatrix import settings
 from accelmatrix.dag_shape import LISTED_CELLS, CellGroup, DagShape, load_shape
-from accelmatrix.operators.evaluate import EvaluateCellOperator
-from accelmatrix.operators.provision import ProvisionOperator
-from accelmatrix.operators.run import RunWorkloadOperator
-from accelmatrix.operators.worker_steps import CollectOperator, SetupOperator, TeardownOperator
 from accelmatrix.spec.suite_error import SuiteError
 from accelmatrix.spec.suite_files import suite_files, suite_id
 from accelmatrix.spec.timeouts import CellTimeouts
+from accelmatrix.steps.collect.operator import CollectOperator
+from accelmatrix.steps.evaluate.operator import EvaluateCellOperator
+from accelmatrix.steps.provision.operator import ProvisionOperator
+from accelmatrix.steps.run.operator import RunWorkloadOperator
+from accelmatrix.steps.setup.operator import SetupOperator
+from accelmatrix.steps.teardown.operator import TeardownOperator
 
 log = logging.getLogger(__name__)
 

@@ -83,10 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         state, run_id = run_suite(path, conf)
         timings.append((name, state, time.monotonic() - t0))
         cells = store.get_cells(name, run_id)
-        planned = [c for c in cells if c["state"] != "excluded"]
-        leaked = [
-            c["cell_id"] for c in planned if c.get("provisioned_at") and not c.get("teardown_at")
-        ]
+        planned = [c for c in cells if c.state != "excluded"]
+        leaked = [c.cell_id for c in planned if c.provisioned_at and not c.teardown_at]
         ok &= not leaked
         art = settings.artifacts_dir() / settings.safe_name(name) / settings.safe_name(run_id)
         summaries.append(

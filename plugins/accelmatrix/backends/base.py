@@ -111,7 +111,7 @@ class Backend(abc.ABC):
         """Get-or-create the cell's machine; idempotent. Cleans up itself if it fails half way."""
 
     # Provisioning that waits for capacity (a queued TPU, a cloud VM booting) is split in
-    # three so the wait can happen in the triggerer (operators/provision.py). A backend
+    # three so the wait can happen in the triggerer (steps/provision/operator.py). A backend
     # whose machines are ready at once keeps these defaults.
     def begin_provision(self, ctx: CellContext) -> MachineResource | PendingProvision:
         """Start provisioning; the resource if ready at once, else a PendingProvision for

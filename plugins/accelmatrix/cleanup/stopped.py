@@ -68,10 +68,10 @@ def settle_cell(store: Any, dag_id: str, run_id: str, cell_id: str, message: str
     exited, a failed setup): True when it changed the cell.
     """
     row = store.get_cell(dag_id, run_id, cell_id)
-    if row is None or row.get("state") not in IN_FLIGHT:
+    if row is None or row.state not in IN_FLIGHT:
         return False
     fields: dict[str, Any] = {"state": STOPPED, "message": message[:2000]}
-    if row.get("state") == CellState.RUNNING:
+    if row.state == CellState.RUNNING:
         fields["run_ended_at"] = datetime.now(UTC)
     store.upsert_cell(dag_id, run_id, cell_id, **fields)
     return True

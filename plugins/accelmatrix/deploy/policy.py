@@ -10,7 +10,7 @@ creates (``TaskMap.expand_mapped_task``, ``DagRun._revise_map_indexes_if_mapped`
 when it refreshes one from its task; this hook gives it the name there. The name comes from
 the list the cell group is mapped over (the plan's XCom: one ``{id, index, machine}`` per
 cell, in map-index order), so it is exactly what the task's own template renders when it
-starts (``{{ task.cell.id }}``, operators/base.py): the name never changes under the user.
+starts (``{{ task.cell.id }}``, steps/cell_operator.py): the name never changes under the user.
 
 Registered as a policy plugin through the ``airflow.policy`` entry point (pyproject.toml),
 Airflow's way to ship a policy in a package: no ``airflow_local_settings.py`` to install.
@@ -51,7 +51,7 @@ def _name(ti: Any, dag_run: Any) -> None:
     # Imported here, not at the top: Airflow imports this module while it initialises its
     # own settings in every process (policy plugins load first), before the Task SDK and the
     # ORM models can be imported.
-    from accelmatrix.operators.base import CELL_NAME
+    from accelmatrix.steps.cell_operator import CELL_NAME
 
     map_index = getattr(ti, "map_index", None)
     if not isinstance(map_index, int) or map_index < 0 or ti._rendered_map_index is not None:

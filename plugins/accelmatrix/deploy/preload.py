@@ -38,13 +38,15 @@ log = logging.getLogger(__name__)
 # most task processes never need them.
 TASK_SIDE_MODULES = (
     "pandas",
-    "accelmatrix.operators.provision",
-    "accelmatrix.operators.run",
-    "accelmatrix.operators.worker_steps",
-    "accelmatrix.operators.evaluate",
-    "accelmatrix.triggers.provision",
-    "accelmatrix.triggers.workload",
-    "accelmatrix.triggers.evaluation",
+    "accelmatrix.steps.provision.operator",
+    "accelmatrix.steps.run.operator",
+    "accelmatrix.steps.setup.operator",
+    "accelmatrix.steps.collect.operator",
+    "accelmatrix.steps.teardown.operator",
+    "accelmatrix.steps.evaluate.operator",
+    "accelmatrix.steps.provision.trigger",
+    "accelmatrix.steps.run.trigger",
+    "accelmatrix.steps.evaluate.trigger",
     "accelmatrix.lifecycle",
     "accelmatrix.results.store",
     "accelmatrix.reports.text_table",  # the gate logs the run's table

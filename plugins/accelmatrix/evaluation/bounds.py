@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from accelmatrix import settings
+from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.results import results_store
 
 __all__ = [
@@ -55,7 +56,7 @@ PERF_FIELDS = (
 )
 
 # benchmark -> its newest stored row (results.stored_bounds), for one bounds file.
-Stored = Mapping[str, Mapping[str, Any]]
+Stored = Mapping[str, BoundsRecord]
 
 # Floor on the half-width, as a fraction of the mean: a very stable history would otherwise
 # give bounds so tight that ordinary machine noise fails the check.
@@ -176,12 +177,12 @@ def _same(a: Any, b: Any) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
 
 
-def row_in_force(bench: BenchmarkBounds, row: Mapping[str, Any]) -> bool:
+def row_in_force(bench: BenchmarkBounds, row: BoundsRecord) -> bool:
     """Whether a stored row still holds over the file's benchmark: the file still has the
     bounds the row was made over. A file changed since (a PR of the exported bounds, a
     person's new baseline) is a newer decision, and its values hold."""
-    return _same(row.get("file_lower_bound"), bench.step_time_lower_bound) and _same(
-        row.get("file_upper_bound"), bench.step_time_upper_bound
+    return _same(row.file_lower_bound, bench.step_time_lower_bound) and _same(
+        row.file_upper_bound, bench.step_time_upper_bound
     )
 
 
@@ -195,12 +196,12 @@ def apply_stored(bounds_file: BoundsFile, stored: Stored) -> BoundsFile:
         if bench is None or not row_in_force(bench, row):
             continue
         for k in PERF_FIELDS:
-            if row.get(k) is not None:
-                setattr(bench, k, row[k])
+            if (value := getattr(row, k)) is not None:
+                setattr(bench, k, value)
     return out
 
 
-def read_stored(key: str) -> dict[str, dict[str, Any]]:
+def read_stored(key: str) -> dict[str, BoundsRecord]:
     """The stored rows in force of bounds file ``key`` in this process's results store.
 
     A SQLite store whose file does not exist yet has stored nothing: it is not created for

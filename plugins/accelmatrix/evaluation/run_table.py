@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.cell_state import EARLIER_FAILURES, CellState
+from accelmatrix.contracts.run_records import CellRecord, CheckRecord
 from accelmatrix.evaluation.check_plan import CheckPlan, Expect, ExpectOutcome, listed, num
 from accelmatrix.evaluation.gx_suite import run_suite
 from accelmatrix.spec.run_checks import CellsAgreeCheck
@@ -49,8 +50,8 @@ class RunValidation:
 
 def run_frame(
     planned: list[dict[str, Any]],
-    rows: list[dict[str, Any]],
-    checks: list[dict[str, Any]],
+    rows: list[CellRecord],
+    checks: list[CheckRecord],
 ) -> pd.DataFrame:
     """One row per planned cell, plus one per reported cell that was not planned.
 
@@ -60,28 +61,28 @@ def run_frame(
     import pandas as pd
 
     reported: dict[str, int] = {}
-    by_id: dict[str, dict[str, Any]] = {}
+    by_id: dict[str, CellRecord] = {}
     for r in rows:
-        if r.get("state") == CellState.EXCLUDED:
+        if r.state == CellState.EXCLUDED:
             continue
-        reported[r["cell_id"]] = reported.get(r["cell_id"], 0) + 1
-        by_id[r["cell_id"]] = r
+        reported[r.cell_id] = reported.get(r.cell_id, 0) + 1
+        by_id[r.cell_id] = r
     failed: dict[str, int] = {}
     perf: dict[str, dict[str, float]] = {}
     for c in checks:
-        if not c.get("passed"):
-            failed[c["cell_id"]] = failed.get(c["cell_id"], 0) + 1
-        if c.get("metric") and c.get("value") is not None:
-            perf.setdefault(c["metric"], {})[c["cell_id"]] = float(c["value"])
+        if not c.passed:
+            failed[c.cell_id] = failed.get(c.cell_id, 0) + 1
+        if c.metric and c.value is not None:
+            perf.setdefault(c.metric, {})[c.cell_id] = float(c.value)
     ids = [c["id"] for c in planned] + [i for i in by_id if i not in {c["id"] for c in planned}]
     planned_ids = {c["id"] for c in planned}
     frame: dict[str, list[Any]] = {
         "cell": ids,
         "planned": [int(i in planned_ids) for i in ids],
         "reported": [reported.get(i, 0) for i in ids],
-        "state": [(by_id.get(i) or {}).get("state") or "missing" for i in ids],
-        "exit_code": [(by_id.get(i) or {}).get("exit_code") for i in ids],
-        "held_seconds": [(by_id.get(i) or {}).get("resource_held_seconds") for i in ids],
+        "state": [by_id[i].state if i in by_id else "missing" for i in ids],
+        "exit_code": [by_id[i].exit_code if i in by_id else None for i in ids],
+        "held_seconds": [by_id[i].resource_held_seconds if i in by_id else None for i in ids],
         "failed_checks": [failed.get(i, 0) for i in ids],
     }
     for metric, values in sorted(perf.items()):
@@ -224,8 +225,8 @@ def _cells_agree(
 
 def validate_run(
     planned: list[dict[str, Any]],
-    rows: list[dict[str, Any]],
-    checks: list[dict[str, Any]],
+    rows: list[CellRecord],
+    checks: list[CheckRecord],
     *,
     run_checks: list[CellsAgreeCheck] | None = None,
     suite_name: str = "run",

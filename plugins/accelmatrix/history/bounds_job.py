@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
+from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
+from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.evaluation.bounds import (
     MIN_RELATIVE_HALF_WIDTH,
     PERF_FIELDS,
@@ -40,7 +42,6 @@ from accelmatrix.evaluation.bounds import (
 from accelmatrix.history.frame import history
 from accelmatrix.history.history_pass import analyse_suite
 from accelmatrix.results import results_store
-from accelmatrix.results.change_points import OPEN_STATES
 from accelmatrix.spec.include_paths import include_file
 from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
 
@@ -209,7 +210,7 @@ def _file_values(file_bounds: Any, name: str) -> dict[str, Any]:
 
 
 def baseline_points(
-    h: pd.DataFrame, change_points: list[dict[str, Any]]
+    h: pd.DataFrame, change_points: list[ChangePoint]
 ) -> tuple[pd.Series, dict[str, str]]:
     """Which history points may set the bounds, and the benchmarks to hold as they are.
 
@@ -232,9 +233,9 @@ def baseline_points(
 
     keep = pd.Series(True, index=h.index)
     held: dict[str, str] = {}
-    by_series: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    by_series: dict[tuple[str, str, str], list[ChangePoint]] = {}
     for cp in change_points:
-        by_series.setdefault((cp["dag_id"], cp["cell_id"], cp["metric"]), []).append(cp)
+        by_series.setdefault((cp.dag_id, cp.cell_id, cp.metric), []).append(cp)
     if not by_series or h.empty:
         return keep, held
     times = pd.to_datetime(h["time"], utc=True)
@@ -242,24 +243,24 @@ def baseline_points(
         rows = (h["dag_id"] == dag_id) & (h["cell_id"] == cell_id) & (h["metric"] == metric)
         if not rows.any():
             continue
-        cps = sorted(cps, key=lambda c: c["logical_date"])
+        cps = sorted(cps, key=lambda c: c.logical_date)
         for i, cp in enumerate(cps):
-            at = pd.Timestamp(cp["logical_date"])
-            state = cp["state"]
+            at = pd.Timestamp(cp.logical_date)
+            state = cp.state
             if state == "accepted":
                 keep &= ~(rows & (times < at))
             elif state in OPEN_STATES:
                 keep &= ~(rows & (times >= at))
-                if cp["direction"] == "regression":
+                if cp.direction == "regression":
                     for bench in set(h.loc[rows, "benchmark"]) - {""}:
                         held.setdefault(
                             bench,
                             f"held: open regression in {cell_id} {metric} from "
-                            f"{at:%Y-%m-%d} ({state}, change {cp['change']:+.1%}); bounds "
+                            f"{at:%Y-%m-%d} ({state}, change {cp.change:+.1%}); bounds "
                             "never re-center across it: accept, fix or mark it first",
                         )
             elif state in ("fixed", "infrastructure"):
-                nxt = pd.Timestamp(cps[i + 1]["logical_date"]) if i + 1 < len(cps) else None
+                nxt = pd.Timestamp(cps[i + 1].logical_date) if i + 1 < len(cps) else None
                 span = times >= at if nxt is None else (times >= at) & (times < nxt)
                 keep &= ~(rows & span)
     return keep, held
@@ -403,7 +404,7 @@ def suite_bounds_files(dag_id: str) -> list[Path]:
 
 def recenter_accepted(
     store: ResultsStore,
-    points: list[dict[str, Any]],
+    points: list[ChangePoint],
     *,
     by: str = "accelmatrix",
     change: dict[str, Any] | None = None,
@@ -423,9 +424,9 @@ def recenter_accepted(
 
     by_bench: dict[tuple[str, str], list[float]] = {}
     for p in points:
-        level = p.get("median_after")
-        if p.get("benchmark") and level is not None and math.isfinite(level):
-            by_bench.setdefault((p["dag_id"], p["benchmark"]), []).append(float(level))
+        level = p.median_after
+        if p.benchmark and level is not None and math.isfinite(level):
+            by_bench.setdefault((p.dag_id, p.benchmark), []).append(float(level))
     lines = []
     files: dict[Path, Any] = {}
     for (dag_id, bench), levels in sorted(by_bench.items()):
@@ -469,10 +470,10 @@ def recenter_accepted(
     return lines
 
 
-def reason_line(row: dict[str, Any]) -> str:
+def reason_line(row: BoundsRecord) -> str:
     """Why a stored row was written, in words: the accepted change or the window."""
-    d = row.get("detail") or {}
-    if row.get("reason") == "accepted change":
+    d = row.detail or {}
+    if row.reason == "accepted change":
         what = (
             f"change group {d['group_id']}"
             if d.get("group_id") is not None
@@ -484,11 +485,11 @@ def reason_line(row: dict[str, Any]) -> str:
         level = d.get("level")
         at = f", new level {level:.6g}" if isinstance(level, int | float) else ""
         return f"accepted {what}{of}{at}"
-    if row.get("reason") == "maintenance":
-        n = (d.get("samples") or {}).get(row.get("benchmark"))
+    if row.reason == "maintenance":
+        n = (d.get("samples") or {}).get(row.benchmark)
         start, end = str(d.get("query_start") or "?")[:10], str(d.get("query_end") or "?")[:10]
         return (
             f"maintenance: {n if n is not None else '?'} sample(s) from {start} to {end}"
             f" ({d.get('window_days', '?')} days, confidence {d.get('confidence_level', '?')})"
         )
-    return str(row.get("reason") or "?")
+    return str(row.reason or "?")

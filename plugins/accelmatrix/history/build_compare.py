@@ -107,7 +107,7 @@ def compare_run(
     }
     min_change = suite.history.confirm.min_change
     out = BuildComparison(dag_id, run_id, base, head, fu.pairs, min_change)
-    costs = [c["cost"] for c in store.get_cells(dag_id, run_id) if c.get("cost") is not None]
+    costs = [c.cost for c in store.get_cells(dag_id, run_id) if c.cost is not None]
     out.cost = sum(costs) if costs else None
     if not statistics:
         out.problems.append("the suite's workload reports no log metric to compare")

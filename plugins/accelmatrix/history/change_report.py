@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.results.change_points import OPEN_STATES
+import msgspec
+
+from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup, ChangePoint, Confirmation
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -24,12 +26,12 @@ __all__ = [
 ]
 
 
-def ordered_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ordered_groups(groups: list[ChangeGroup]) -> list[ChangeGroup]:
     """Open regression groups first, then the others; newest first within each."""
 
-    def key(g: dict[str, Any]) -> tuple[int, float]:
-        urgent = g["direction"] == "regression" and g["state"] in OPEN_STATES
-        return (0 if urgent else 1, -g["logical_date"].timestamp())
+    def key(g: ChangeGroup) -> tuple[int, float]:
+        urgent = g.direction == "regression" and g.state in OPEN_STATES
+        return (0 if urgent else 1, -g.logical_date.timestamp())
 
     return sorted(groups, key=key)
 
@@ -38,29 +40,28 @@ def changes_table(store: ResultsStore, dag_id: str, *, only_open: bool = True) -
     """The suite's change groups and points as an aligned text table ('' when none)."""
     groups = ordered_groups(store.get_change_groups(dag_id))
     if only_open:
-        groups = [g for g in groups if g["direction"] == "regression" and g["state"] in OPEN_STATES]
+        groups = [g for g in groups if g.direction == "regression" and g.state in OPEN_STATES]
     if not groups:
         return ""
     points = store.get_change_points(dag_id)
-    retests = {c["group_id"]: c for c in store.get_confirmations(dag_id)}
+    retests = {c.group_id: c for c in store.get_confirmations(dag_id)}
     lines = []
     for g in groups:
-        who = f" by {g['state_by']}" if g.get("state_by") else ""
+        who = f" by {g.state_by}" if g.state_by else ""
         lines.append(
-            f"group {g['id']} [{g['kind']}, {g['state']}{who}] {g['logical_date']:%Y-%m-%d}: "
-            f"{g['summary']}"
+            f"group {g.id} [{g.kind}, {g.state}{who}] {g.logical_date:%Y-%m-%d}: {g.summary}"
         )
-        members = [p for p in points if p["group_id"] == g["id"]]
+        members = [p for p in points if p.group_id == g.id]
         rows = [
             (
-                p["cell_id"],
-                p["metric"],
-                p.get("machine") or "-",
-                f"{_num(p['median_before'])} -> {_num(p['median_after'])}",
-                _pct(p["change"]),
-                f"{p['p_value']:.1e}" if _finite(p["p_value"]) else "-",
-                f"{p.get('prev_runtime_version') or '-'} -> {p.get('runtime_version') or '-'}",
-                str(p["id"]),
+                p.cell_id,
+                p.metric,
+                p.machine or "-",
+                f"{_num(p.median_before)} -> {_num(p.median_after)}",
+                _pct(p.change),
+                f"{p.p_value:.1e}" if _finite(p.p_value) else "-",
+                f"{p.prev_runtime_version or '-'} -> {p.runtime_version or '-'}",
+                str(p.id),
             )
             for p in members
         ]
@@ -75,7 +76,7 @@ def changes_table(store: ResultsStore, dag_id: str, *, only_open: bool = True) -
             "id",
         )
         lines += _aligned([header, *rows], indent="  ")
-        if (c := retests.get(g["id"])) is not None:
+        if (c := retests.get(g.id)) is not None:
             lines += ["  " + ln for ln in confirmation_lines(c)]
     return "\n".join(lines)
 
@@ -84,46 +85,46 @@ def changes_json(store: ResultsStore, dag_id: str) -> dict[str, Any]:
     """Every change group of the suite with its change points (JSON-able)."""
     groups = ordered_groups(store.get_change_groups(dag_id))
     points = store.get_change_points(dag_id)
-    retests = {c["group_id"]: _jsonable(c) for c in store.get_confirmations(dag_id)}
-    grouped = {g["id"] for g in groups}
+    retests = {c.group_id: _jsonable(c) for c in store.get_confirmations(dag_id)}
+    grouped = {g.id for g in groups}
     return {
         "dag_id": dag_id,
         "groups": [
             {
                 **_jsonable(g),
-                "change_points": [_jsonable(p) for p in points if p["group_id"] == g["id"]],
-                "confirmation": retests.get(g["id"]),
+                "change_points": [_jsonable(p) for p in points if p.group_id == g.id],
+                "confirmation": retests.get(g.id),
             }
             for g in groups
         ],
-        "ungrouped": [_jsonable(p) for p in points if p["group_id"] not in grouped],
+        "ungrouped": [_jsonable(p) for p in points if p.group_id not in grouped],
     }
 
 
-def confirmation_line(c: dict[str, Any]) -> str:
+def confirmation_line(c: Confirmation) -> str:
     """One line on a group's re-test: its state, the decisive comparison (both medians,
     the change with its 95 % interval, the paired p-value, the pairs), the culprit, what
     it cost."""
-    text = f"re-test {c['id']} of group {c['group_id']}: {c['state']}"
-    decision = c.get("decision") or {}
+    text = f"re-test {c.id} of group {c.group_id}: {c.state}"
+    decision = c.decision or {}
     if decision:
         d = max(decision.values(), key=lambda d: abs(d.get("change") or 0))
         text += (
-            f" ({c.get('good_build') or '-'} median {_num(d.get('median_good'))} vs "
-            f"{c.get('suspect_build') or '-'} median {_num(d.get('median_suspect'))}, "
+            f" ({c.good_build or '-'} median {_num(d.get('median_good'))} vs "
+            f"{c.suspect_build or '-'} median {_num(d.get('median_suspect'))}, "
             f"{_pct(d.get('change'))} [{_pct(d.get('ci_low'))}, {_pct(d.get('ci_high'))}], "
             f"p={_p(d.get('p_paired', d.get('p_worse')))}, "
             f"{d.get('pairs', d.get('n_suspect'))} pairs on one machine)"
         )
-    if c.get("culprit"):
-        text += f"; first bad build {c['culprit']} (last good {c.get('last_good') or '-'})"
+    if c.culprit:
+        text += f"; first bad build {c.culprit} (last good {c.last_good or '-'})"
     text += _culprit_report(decision)
-    if c.get("reason"):
-        text += f"; {c['reason']}"
-    if c.get("cost") is not None:
-        text += f"; cost {c['cost']:.4f} USD in {len(c.get('run_ids') or [])} session(s)"
-    if c.get("run_id"):
-        text += f"; waiting for run {c['run_id']}"
+    if c.reason:
+        text += f"; {c.reason}"
+    if c.cost is not None:
+        text += f"; cost {c.cost:.4f} USD in {len(c.run_ids or [])} session(s)"
+    if c.run_id:
+        text += f"; waiting for run {c.run_id}"
     return text
 
 
@@ -145,10 +146,10 @@ def _culprit_report(decision: dict[str, Any]) -> str:
     return text
 
 
-def confirmation_lines(c: dict[str, Any]) -> list[str]:
+def confirmation_lines(c: Confirmation) -> list[str]:
     """``confirmation_line`` and, when builds between were tested, each build's level."""
     lines = [confirmation_line(c)]
-    steps = c.get("steps") or []
+    steps = c.steps or []
     if steps:
         rows = [("build", "pairs", "median good", "median build", "change", "95 % CI", "p",
                  "verdict")]  # fmt: skip
@@ -165,7 +166,7 @@ def confirmation_lines(c: dict[str, Any]) -> list[str]:
             )
             for s in steps
         ]
-        lines.append(f"bisect of {len(c.get('builds') or [])} builds:")
+        lines.append(f"bisect of {len(c.builds or [])} builds:")
         lines += _aligned(rows, indent="  ")
     return lines
 
@@ -174,9 +175,9 @@ def _p(v: Any) -> str:
     return f"{v:.2g}" if _finite(v) else "-"
 
 
-def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+def _jsonable(row: ChangeGroup | ChangePoint | Confirmation) -> dict[str, Any]:
     out = {}
-    for k, v in row.items():
+    for k, v in msgspec.structs.asdict(row).items():
         if hasattr(v, "isoformat"):
             v = v.isoformat()
         elif isinstance(v, float) and not math.isfinite(v):

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from accelmatrix.contracts import change_records
+from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup
 from accelmatrix.history.changepoints import DEFAULT, ChangePoint, Detector, Segment, detect_many
 from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
 from accelmatrix.history.followup import NOTIFY_STATES
 from accelmatrix.history.frame import history
 from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
-from accelmatrix.results.change_points import OPEN_STATES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -284,8 +285,9 @@ class Matched:
 
     insert: list[dict[str, Any]] = field(default_factory=list)
     update: dict[int, dict[str, Any]] = field(default_factory=dict)
-    retract: list[dict[str, Any]] = field(default_factory=list)
-    missed: list[dict[str, Any]] = field(default_factory=list)  # not found, not yet retracted
+    retract: list[change_records.ChangePoint] = field(default_factory=list)
+    # not found, not yet retracted
+    missed: list[change_records.ChangePoint] = field(default_factory=list)
 
 
 STORED_FIELDS = (
@@ -316,7 +318,7 @@ STORED_FIELDS = (
 
 def match(
     found: list[dict[str, Any]],
-    stored: list[dict[str, Any]],
+    stored: list[change_records.ChangePoint],
     series: pd.DataFrame,
     *,
     retract_after: int | None = None,
@@ -332,9 +334,9 @@ def match(
     which a 60-point window cannot always see).
     """
     out = Matched()
-    by_series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_series: dict[tuple[str, str], list[change_records.ChangePoint]] = {}
     for s in stored:
-        by_series.setdefault((s["cell_id"], s["metric"]), []).append(s)
+        by_series.setdefault((s.cell_id, s.metric), []).append(s)
     used: set[int] = set()
     for f in found:
         values = {k: _plain(f[k]) for k in STORED_FIELDS}
@@ -342,30 +344,30 @@ def match(
         # A stored change at the very night found is that change (or, in the other
         # direction, a different one that night: then this report is dropped, as one night
         # holds one change per series and the unique key says so).
-        here = [s for s in series_rows if _same_time(s["logical_date"], f["logical_date"])]
+        here = [s for s in series_rows if _same_time(s.logical_date, f["logical_date"])]
         if here:
             s = here[0]
-            if s["id"] not in used and s["direction"] == f["direction"]:
-                used.add(s["id"])
-                out.update[s["id"]] = {**values, "missing": 0}
+            if s.id not in used and s.direction == f["direction"]:
+                used.add(s.id)
+                out.update[s.id] = {**values, "missing": 0}
             continue
         candidates = [
             s
             for s in by_series.get((f["cell_id"], f["metric"]), [])
-            if s["id"] not in used
-            and s["direction"] == f["direction"]
-            and any(_same_time(s["logical_date"], t) for t in f["moved"])
+            if s.id not in used
+            and s.direction == f["direction"]
+            and any(_same_time(s.logical_date, t) for t in f["moved"])
             # A suspect the re-runs did not reproduce says nothing about a change the
             # detector finds on another night near it: that one is new, and re-tested.
-            and s.get("confirm_state") != "not_reproduced"
+            and s.confirm_state != "not_reproduced"
         ]
         if candidates:
             best = min(
                 candidates,
-                key=lambda s: abs(as_utc(s["logical_date"]) - as_utc(f["logical_date"])),
+                key=lambda s: abs(as_utc(s.logical_date) - as_utc(f["logical_date"])),
             )
-            used.add(best["id"])
-            out.update[best["id"]] = {**values, "missing": 0}
+            used.add(best.id)
+            out.update[best.id] = {**values, "missing": 0}
         else:
             out.insert.append({"cell_id": f["cell_id"], "metric": f["metric"], **values})
     analysed = (
@@ -380,14 +382,14 @@ def match(
         # A change at the window's first points cannot be re-found: it has no "before".
         findable_from = _aware64(times[min(len(times) - 1, DEFAULT.min_size)])
         for s in rows:
-            if s["id"] in used or s["state"] != "untriaged":
+            if s.id in used or s.state != "untriaged":
                 continue
-            if s.get("confirm_state") in CONFIRMED_STATES:
+            if s.confirm_state in CONFIRMED_STATES:
                 continue  # the re-runs reproduced it: no later night's silence takes it back
-            if retract_after is not None and s["n_after"] >= retract_after:
+            if retract_after is not None and s.n_after >= retract_after:
                 continue
-            if as_utc(s["logical_date"]) >= as_utc(findable_from):
-                if s["missing"] + 1 >= RETRACT_MISSES:
+            if as_utc(s.logical_date) >= as_utc(findable_from):
+                if s.missing + 1 >= RETRACT_MISSES:
                     out.retract.append(s)
                 else:
                     out.missed.append(s)
@@ -405,7 +407,7 @@ class ChangeUpdate:
     updated: int = 0
     retracted: int = 0
     new_groups: list[dict[str, Any]] = field(default_factory=list)
-    to_notify: list[dict[str, Any]] = field(default_factory=list)  # see groups_to_notify
+    to_notify: list[ChangeGroup] = field(default_factory=list)  # see groups_to_notify
     open_regressions: set[tuple[str, str]] = field(default_factory=set)  # (cell, metric)
 
     def line(self) -> str:
@@ -445,7 +447,7 @@ def _window_start(store: ResultsStore, dag_id: str, window: int) -> datetime | N
     if len(runs) < window:
         return None
     last = runs[-1]
-    return last["logical_date"] or last["started_at"] or last["created_at"]
+    return last.logical_date or last.started_at or last.created_at
 
 
 def _update(
@@ -472,66 +474,69 @@ def _update(
     m = match(found_rows, stored, series, retract_after=None if full else RETRACT_AFTER)
     touched_groups: set[int] = set()
     for cp_id, values in m.update.items():
-        store.save_change_point(dag_id, values, id=cp_id)
+        store.save_change_point(dag_id, id=cp_id, **values)
     up.updated = len(m.update)
     new_ids = []
     for values in m.insert:
-        new_ids.append(store.save_change_point(dag_id, values))
+        new_ids.append(store.save_change_point(dag_id, **values))
     up.inserted = len(new_ids)
     for s in m.missed:
-        store.save_change_point(dag_id, {"missing": s["missing"] + 1}, id=s["id"])
+        store.save_change_point(dag_id, id=s.id, missing=s.missing + 1)
     if m.retract:
         for s in m.retract:
             log.info(
                 "change point retracted: %s %s at %s (no longer found)",
-                s["cell_id"],
-                s["metric"],
-                s["logical_date"],
+                s.cell_id,
+                s.metric,
+                s.logical_date,
             )
-            if s["group_id"] is not None:
-                touched_groups.add(int(s["group_id"]))
-        store.delete_change_points([s["id"] for s in m.retract])
+            if s.group_id is not None:
+                touched_groups.add(s.group_id)
+        store.delete_change_points([s.id for s in m.retract])
     up.retracted = len(m.retract)
 
     # Group every change point without a group (the new ones, and any whose group went).
     points = store.get_change_points(dag_id)
     groups = store.get_change_groups(dag_id)
     plan = regroup(points, groups, series)
-    before = {g["id"]: g for g in groups}
+    before = {g.id: g for g in groups}
     for gid, fields in plan.updates.items():
         old = before[gid]
-        if any(old.get(k) != v for k, v in fields.items()):
-            store.save_change_group(dag_id, fields, id=gid)
+        if any(getattr(old, k) != v for k, v in fields.items()):
+            store.save_change_group(dag_id, id=gid, **fields)
         touched_groups.discard(gid)
     for new in plan.creates:
         members = new.pop("members")
-        gid = store.save_change_group(dag_id, new)
+        gid = store.save_change_group(dag_id, **new)
         for cp_id in members:
-            store.save_change_point(dag_id, {"group_id": gid}, id=cp_id)
+            store.save_change_point(dag_id, id=cp_id, group_id=gid)
         up.new_groups.append({**new, "id": gid, "members": members})
     for gid in plan.reopen:
         store.save_change_group(
-            dag_id, {"state": "untriaged", "state_by": None, "state_at": None, "note": None}, id=gid
+            dag_id, id=gid, state="untriaged", state_by=None, state_at=None, note=None
         )
         log.info("change group %s reopened: a change it lost was found again", gid)
     for cp_id, gid in plan.assign.items():
         # A change joining a group a person already triaged takes the group's state.
-        group = before.get(gid) or {"state": "untriaged"}
-        if gid in plan.reopen:
-            group = {"state": "untriaged"}
-        values: dict[str, Any] = {"group_id": gid}
-        if group["state"] != "untriaged":
-            values.update(
-                state=group["state"], state_by=group["state_by"], state_at=group["state_at"]
+        group = before.get(gid)
+        if group is None or gid in plan.reopen or group.state == "untriaged":
+            store.save_change_point(dag_id, id=cp_id, group_id=gid)
+        else:
+            store.save_change_point(
+                dag_id,
+                id=cp_id,
+                group_id=gid,
+                state=group.state,
+                state_by=group.state_by,
+                state_at=group.state_at,
             )
-        store.save_change_point(dag_id, values, id=cp_id)
     for gid in touched_groups | set(plan.emptied):
         _settle_empty_group(store, dag_id, gid)
     up.to_notify = groups_to_notify(store, dag_id, detector_for(spec), confirming=confirming)
     up.open_regressions = {
-        (p["cell_id"], p["metric"])
+        (p.cell_id, p.metric)
         for p in store.get_change_points(dag_id, states=OPEN_STATES)
-        if p["direction"] == "regression"
+        if p.direction == "regression"
     }
     log.info("%s", up.line())
     return up
@@ -539,7 +544,7 @@ def _update(
 
 def groups_to_notify(
     store: ResultsStore, dag_id: str, detector: Detector, *, confirming: bool = False
-) -> list[dict[str, Any]]:
+) -> list[ChangeGroup]:
     """The suite's regression groups due a notification: not notified yet and still open.
 
     With re-tests (``confirming``: the suite's ``history.confirm.enabled``), a build or
@@ -551,24 +556,22 @@ def groups_to_notify(
     (kind build or infrastructure), or one series with MIN_HISTORY points before the change
     that has held its new level CONFIRM_NIGHTS nights or moved ``tail_guard`` sigmas, so a
     single series' tail report that goes away within a few nights never pages."""
-    retests = (
-        {c["group_id"]: c["state"] for c in store.get_confirmations(dag_id)} if confirming else {}
-    )
+    retests = {c.group_id: c.state for c in store.get_confirmations(dag_id)} if confirming else {}
     due = []
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
-        if g["notified_at"] is not None or g["direction"] != "regression":
+        if g.notified_at is not None or g.direction != "regression":
             continue
-        if confirming and g["kind"] != "infrastructure":
-            if retests.get(g["id"]) in NOTIFY_STATES:
+        if confirming and g.kind != "infrastructure":
+            if retests.get(g.id) in NOTIFY_STATES:
                 due.append(g)
             continue
-        members = [p for p in store.get_change_points(dag_id, group_id=g["id"]) if not p["missing"]]
+        members = [p for p in store.get_change_points(dag_id, group_id=g.id) if not p.missing]
         if not members:
             continue
-        held = max(p["n_after"] for p in members) >= CONFIRM_NIGHTS
-        large = max(abs(p["effect"] or 0) for p in members) >= detector.tail_guard
-        known = max(p["n_before"] for p in members) >= MIN_HISTORY
-        if g["kind"] != "series" or (known and (held or large)):
+        held = max(p.n_after for p in members) >= CONFIRM_NIGHTS
+        large = max(abs(p.effect or 0) for p in members) >= detector.tail_guard
+        known = max(p.n_before for p in members) >= MIN_HISTORY
+        if g.kind != "series" or (known and (held or large)):
             due.append(g)
     return due
 
@@ -581,9 +584,9 @@ def _settle_empty_group(store: ResultsStore, dag_id: str, gid: int) -> None:
     group = store.get_change_group(gid)
     if group is None:
         return
-    if group["notified_at"] is None and group["state"] == "untriaged":
+    if group.notified_at is None and group.state == "untriaged":
         store.delete_change_groups([gid])
-    elif group["state"] == "untriaged":
+    elif group.state == "untriaged":
         store.set_triage(
             "group", gid, "invalid", by=RETRACTED_BY, note="every change point was retracted"
         )

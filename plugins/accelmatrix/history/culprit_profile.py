@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
+from accelmatrix.contracts.change_records import Confirmation
 from accelmatrix.history.attribution import (
     NIGHTS_AFTER,
     WORKLOAD_AXES,
@@ -91,16 +92,16 @@ def profile_for(
     return diff_traces(a, b)
 
 
-def attach(row: dict[str, Any], decision: dict[str, dict[str, Any]] | None) -> None:
+def attach(row: Confirmation, decision: dict[str, dict[str, Any]] | None) -> None:
     """Add each target's op-level diff (or its one-line error) to ``decision`` in place,
     for a re-test that ended with a culprit or a confirmed suspect. Never raises: the diff
     is evidence beside the verdict, not part of it."""
-    good = row.get("last_good") or row.get("good_build")
-    bad = row.get("culprit") or row.get("suspect_build")
+    good = row.last_good or row.good_build
+    bad = row.culprit or row.suspect_build
     if not decision or not good or not bad:
         return
     done: dict[str, dict[str, Any] | None] = {}
-    for t in row.get("targets") or []:
+    for t in row.targets or []:
         key = f"{t['cell_id']}|{t['metric']}"  # history.followup's key of a target
         if key not in decision:
             continue
@@ -108,7 +109,7 @@ def attach(row: dict[str, Any], decision: dict[str, dict[str, Any]] | None) -> N
         if cell not in done:
             try:
                 out = profile_for(
-                    row["dag_id"], list(row.get("run_ids") or []), cell, row.get("round") or 0,
+                    row.dag_id, list(row.run_ids or []), cell, row.round or 0,
                     good, bad,
                 )  # fmt: skip
             except Exception as e:  # noqa: BLE001 (evidence only; the verdict stands)
@@ -128,7 +129,7 @@ def _as_json(out: DiffOutcome, good: str, bad: str) -> dict[str, Any]:
 
 def attach_attribution(
     store: ResultsStore,
-    row: dict[str, Any],
+    row: Confirmation,
     decision: dict[str, dict[str, Any]] | None,
     *,
     reproduced: bool,
@@ -139,9 +140,8 @@ def attach_attribution(
     named in ``WORKLOAD_AXES``. Never raises: evidence beside the verdict."""
     if not decision:
         return
-
     frames: dict[str, Any] = {}
-    for t in row.get("targets") or []:
+    for t in row.targets or []:
         key = f"{t['cell_id']}|{t['metric']}"
         if key not in decision:
             continue
@@ -150,10 +150,10 @@ def attach_attribution(
             if not points:
                 continue
             if t["metric"] not in frames:
-                frames[t["metric"]] = history(store, metric=t["metric"], dag_id=row["dag_id"])
+                frames[t["metric"]] = history(store, metric=t["metric"], dag_id=row.dag_id)
             cells = siblings_from_history(
                 frames[t["metric"]],
-                points[0]["logical_date"],
+                points[0].logical_date,
                 higher_is_better=bool(t.get("higher_is_better")),
             )
             change = next((c for c in cells if c.cell == t["cell_id"]), None)
@@ -184,10 +184,10 @@ def refresh_attributions(store: ResultsStore, dag_id: str) -> int:
     done = 0
     since = datetime.now(UTC) - REREAD_FOR
     for c in store.get_confirmations(dag_id, states=REREAD_STATES):
-        created = c.get("created_at")
+        created = c.created_at
         if created is not None and created.replace(tzinfo=created.tzinfo or UTC) < since:
             continue  # a cell that stopped running would be re-read every night forever
-        decision = c.get("decision") or {}
+        decision = c.decision or {}
         stale = [
             d for d in decision.values()
             if isinstance(d, dict) and ATTRIBUTION_KEY in d
@@ -196,8 +196,8 @@ def refresh_attributions(store: ResultsStore, dag_id: str) -> int:
         if not stale:
             continue
         fresh = {k: dict(v) for k, v in decision.items()}
-        attach_attribution(store, c, fresh, reproduced=c["state"] != NOT_REPRODUCED)
+        attach_attribution(store, c, fresh, reproduced=c.state != NOT_REPRODUCED)
         if fresh != decision:
-            store.save_confirmation(dag_id, {"decision": fresh}, id=c["id"])
+            store.save_confirmation(dag_id, id=c.id, decision=fresh)
             done += 1
     return done

@@ -43,7 +43,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from msgspec.structs import replace
+
 from accelmatrix import settings
+from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint, Confirmation
+from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spread
 from accelmatrix.history.builds import BuildsError, builds_between
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
@@ -53,7 +57,6 @@ from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.pricing import estimate_cost as estimate
-from accelmatrix.results.change_points import OPEN_STATES
 from accelmatrix.spec.followup_plan import (
     FOLLOWUP_KEY,
     MAX_SESSION_BUILDS,
@@ -120,7 +123,7 @@ def start_confirmations(
     dag_id: str,
     params: dict[str, Any],
     trigger: Trigger,
-) -> list[dict[str, Any]]:
+) -> list[Confirmation]:
     """Start the re-test of every open regression group of ``dag_id`` that has none and was
     not notified (at most MAX_NEW_PER_RUN); the confirmations started (or refused).
     ``params`` are the run's params, passed on to the sessions."""
@@ -132,42 +135,42 @@ def start_confirmations(
     except Exception as e:  # noqa: BLE001 (evidence only: never stops a re-test)
         log.warning("re-reading the causes' classes of %s failed: %s", dag_id, e)
     earlier = store.get_confirmations(dag_id)
-    have = {c["group_id"] for c in earlier}
-    started: list[dict[str, Any]] = []
-    nights: list[dict[str, Any]] | None = None
+    have = {c.group_id for c in earlier}
+    started: list[Confirmation] = []
+    nights: list[RunRecord] | None = None
     for g in store.get_change_groups(dag_id, states=OPEN_STATES):
         if len(started) >= MAX_NEW_PER_RUN:
             break
-        if g["direction"] != "regression" or g["notified_at"] is not None or g["id"] in have:
+        if g.direction != "regression" or g.notified_at is not None or g.id in have:
             continue
-        if g["kind"] == "infrastructure":
+        if g.kind == "infrastructure":
             # One machine kind moved while the others, on the same builds, did not: re-running
             # builds on that kind would compare two builds on one slow machine. It is not a
             # build's change to confirm; it notifies as infrastructure.
             continue
         points = [
             p
-            for p in store.get_change_points(dag_id, group_id=g["id"])
-            if not p["missing"] and p["direction"] == "regression"
+            for p in store.get_change_points(dag_id, group_id=g.id)
+            if not p.missing and p.direction == "regression"
         ]
         if not points:
             continue
-        points.sort(key=lambda p: -abs(p["effect"] or 0))
+        points.sort(key=lambda p: -abs(p.effect or 0))
         cells: list[str] = []
         targets = []
         for p in points:
-            if p["cell_id"] not in cells:
+            if p.cell_id not in cells:
                 if len(cells) >= spec.max_cells:
                     continue
-                cells.append(p["cell_id"])
+                cells.append(p.cell_id)
             targets.append(
                 {
-                    "change_id": p["id"],
-                    "cell_id": p["cell_id"],
-                    "metric": p["metric"],
-                    "statistic": suite.history.track.get(p["metric"], "median"),
-                    "higher_is_better": suite.history.higher_is_better_for(p["metric"]),
-                    "claimed": abs(p["change"] or 0.0),
+                    "change_id": p.id,
+                    "cell_id": p.cell_id,
+                    "metric": p.metric,
+                    "statistic": suite.history.track.get(p.metric, "median"),
+                    "higher_is_better": suite.history.higher_is_better_for(p.metric),
+                    "claimed": abs(p.change or 0.0),
                 }
             )
         if (same := _same_cause(store, earlier, points)) is not None:
@@ -176,13 +179,16 @@ def start_confirmations(
             # one page. The group shows which re-test answers for it.
             row = store.start_confirmation(
                 dag_id,
-                g["id"],
-                {"state": DUPLICATE, "targets": targets, "culprit": same.get("culprit"),
-                 "last_good": same.get("last_good"), "good_build": same.get("good_build"),
-                 "suspect_build": same.get("suspect_build"),
-                 "reason": f"the same change as re-test {same['id']} of group "
-                 f"{same['group_id']} ({same['state']}): no second re-test"},
-            )  # fmt: skip
+                g.id,
+                state=DUPLICATE,
+                targets=targets,
+                culprit=same.culprit,
+                last_good=same.last_good,
+                good_build=same.good_build,
+                suspect_build=same.suspect_build,
+                reason=f"the same change as re-test {same.id} of group {same.group_id} "
+                f"({same.state}): no second re-test",
+            )
             if row is not None:
                 started.append(row)
             continue
@@ -191,8 +197,11 @@ def start_confirmations(
         good, suspect = _sandwich(nights, points[0])
         row = store.start_confirmation(
             dag_id,
-            g["id"],
-            {"state": CONFIRMING, "targets": targets, "good_build": good, "suspect_build": suspect},
+            g.id,
+            state=CONFIRMING,
+            targets=targets,
+            good_build=good,
+            suspect_build=suspect,
         )
         if row is None:  # another gate got there first
             continue
@@ -221,21 +230,19 @@ def start_confirmations(
             )
             continue
         builds, note = _range(suite, dag_id, good, suspect)
-        plain = (points[0]["prev_runtime_version"], points[0]["runtime_version"])
+        plain = (points[0].prev_runtime_version, points[0].runtime_version)
         if len(builds) > MAX_SESSION_BUILDS and (good, suspect) != plain and all(plain):
             # Runs far apart (a weekly suite): the nights of the margin hold a week of
             # builds each. The builds between the two runs around the change are already
             # all tested; widening would only add sessions.
             good, suspect = plain
             builds, note = _range(suite, dag_id, good, suspect)
-            row = {**row, "good_build": good, "suspect_build": suspect}
-            store.save_confirmation(
-                dag_id, {"good_build": good, "suspect_build": suspect}, id=row["id"]
-            )
+            row = replace(row, good_build=good, suspect_build=suspect)
+            store.save_confirmation(dag_id, id=row.id, good_build=good, suspect_build=suspect)
         inner = spread(builds[1:-1], MAX_SESSION_BUILDS - 2) if spec.bisect else []
         log.info(
             "re-testing change group %s of %s: %s vs %s (%d builds) on %s%s",
-            g["id"],
+            g.id,
             dag_id,
             good,
             suspect,
@@ -268,24 +275,24 @@ SANDWICH_BEFORE = 2
 SANDWICH_AFTER = 1
 
 
-def _nights(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
+def _nights(store: ResultsStore, dag_id: str) -> list[RunRecord]:
     """The suite's runs that are points of its series, oldest first."""
     return list(reversed(store.get_runs(dag_id, which="suite")))
 
 
-def _sandwich(nights: list[dict[str, Any]], p: dict[str, Any]) -> tuple[str | None, str | None]:
+def _sandwich(nights: list[RunRecord], p: ChangePoint) -> tuple[str | None, str | None]:
     """(last good build, suspect build) to re-test for change point ``p``: the builds around
     it, widened by SANDWICH_BEFORE / SANDWICH_AFTER nights where there are nights."""
-    good, suspect = p["prev_runtime_version"], p["runtime_version"]
-    ids = [r["run_id"] for r in nights]
-    if p["run_id"] not in ids:
+    good, suspect = p.prev_runtime_version, p.runtime_version
+    ids = [r.run_id for r in nights]
+    if p.run_id not in ids:
         return good, suspect
-    first = ids.index(p["run_id"])
+    first = ids.index(p.run_id)
     lo = max(0, first - 1 - SANDWICH_BEFORE)
-    hi = min(len(nights) - 1, first + SANDWICH_AFTER, first + max(0, p["n_after"] - 1))
+    hi = min(len(nights) - 1, first + SANDWICH_AFTER, first + max(0, p.n_after - 1))
     return (
-        nights[lo].get("runtime_version") or good,
-        nights[hi].get("runtime_version") or suspect,
+        nights[lo].runtime_version or good,
+        nights[hi].runtime_version or suspect,
     )
 
 
@@ -308,34 +315,34 @@ def _range(suite: Any, dag_id: str, good: str, suspect: str) -> tuple[list[str],
 
 
 def _same_cause(
-    store: ResultsStore, earlier: list[dict[str, Any]], points: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+    store: ResultsStore, earlier: list[Confirmation], points: list[ChangePoint]
+) -> Confirmation | None:
     """The earlier re-test that already answers for one of ``points``, or None: one in
     flight or found real, on the same cell, whose builds hold the point's build; or one
     found real on the same series whose new level the point sits at (a newest night judged
     against nights on both sides of that step stands out by the step itself, not by a
     second change: its level after is within half the found change of the earlier one)."""
     for c in earlier:
-        if c["state"] not in (*ACTIVE_STATES, CONFIRMED, FOUND, AMBIGUOUS):
+        if c.state not in (*ACTIVE_STATES, CONFIRMED, FOUND, AMBIGUOUS):
             continue
-        cells = {t["cell_id"] for t in c["targets"] or []}
-        builds = set(c["builds"] or [c.get("good_build"), c.get("suspect_build")])
-        builds.discard(c.get("good_build"))  # the last good build is before the change
+        cells = {t["cell_id"] for t in c.targets or []}
+        builds = set(c.builds or [c.good_build, c.suspect_build])
+        builds.discard(c.good_build)  # the last good build is before the change
         for p in points:
-            if p["cell_id"] in cells and p["runtime_version"] in builds:
+            if p.cell_id in cells and p.runtime_version in builds:
                 return c
-        if c["state"] in ACTIVE_STATES:
+        if c.state in ACTIVE_STATES:
             continue
-        for t in c["targets"] or []:
+        for t in c.targets or []:
             (old,) = store.get_change_points(ids=[t["change_id"]]) or [None]
-            if old is None or not old["median_after"] or not old["change"]:
+            if old is None or not old.median_after or not old.change:
                 continue
             for p in points:
-                if (p["cell_id"], p["metric"]) != (t["cell_id"], t["metric"]):
+                if (p.cell_id, p.metric) != (t["cell_id"], t["metric"]):
                     continue
-                if p["median_after"] is None:
+                if p.median_after is None:
                     continue
-                if abs(p["median_after"] / old["median_after"] - 1) < abs(old["change"]) / 2:
+                if abs(p.median_after / old.median_after - 1) < abs(old.change) / 2:
                     return c
     return None
 
@@ -348,7 +355,7 @@ def _per_sample(suite: Any, metric: str) -> bool:
 def _launch(
     store: ResultsStore,
     suite: Any,
-    row: dict[str, Any],
+    row: Confirmation,
     kind: str,
     session_builds: list[str],
     cells: list[str],
@@ -361,11 +368,11 @@ def _launch(
     ``fields`` are saved on the re-test with it. Refused instead when it would cost over
     ``history.confirm.max_usd``."""
     spec = suite.history.confirm
-    round_ = int(row["round"]) + 1
-    run_id = run_id_for(kind, row["id"], round_)
+    round_ = int(row.round) + 1
+    run_id = run_id_for(kind, row.id, round_)
     fu = Followup(
         kind=kind,  # type: ignore[arg-type]
-        confirmation=row["id"],
+        confirmation=row.id,
         round=round_,
         cells=cells,
         builds=session_builds,
@@ -374,11 +381,11 @@ def _launch(
     )
     kept = {k: v for k, v in fields.items() if k not in ("state", "reason")}
     if spec.max_usd is not None:
-        estimate = estimate_cost(suite, row["dag_id"], fu, params)
+        estimate = estimate_cost(suite, row.dag_id, fu, params)
         if estimate > spec.max_usd:
             _finish(
                 store,
-                {**row, **kept},
+                replace(row, **kept),
                 REFUSED,
                 reason=(
                     f"the {kind} session would cost an estimated {estimate:.2f} USD for "
@@ -391,14 +398,16 @@ def _launch(
     conf = {k: v for k, v in params.items() if k not in ("cells", FOLLOWUP_KEY)}
     conf[FOLLOWUP_KEY] = fu.model_dump()
     store.save_confirmation(
-        row["dag_id"],
-        {**fields, "round": round_, "run_id": run_id, "run_ids": [*row["run_ids"], run_id]},
-        id=row["id"],
+        row.dag_id,
+        id=row.id,
+        **{**fields, "round": round_, "run_id": run_id, "run_ids": [*row.run_ids, run_id]},
     )
     try:
         created = trigger(run_id, conf)
     except Exception as e:  # noqa: BLE001 - recorded on the re-test, which then notifies
-        _finish(store, {**row, **kept}, FAILED, reason=f"could not start {run_id}: {e}", **kept)
+        _finish(
+            store, replace(row, **kept), FAILED, reason=f"could not start {run_id}: {e}", **kept
+        )
         return
     log.info("%s session %s %s", kind, run_id, "started" if created else "already exists")
 
@@ -420,7 +429,7 @@ def refused_by_plan(
     """The session's own plan refused it (its budget): the re-test ends as refused with the
     plan's reason, and the group notifies at the suite's next gate."""
     rows = store.get_confirmations(ids=[fu.confirmation])
-    if rows and rows[0]["dag_id"] == dag_id and rows[0]["run_id"] == run_id:
+    if rows and rows[0].dag_id == dag_id and rows[0].run_id == run_id:
         _finish(store, rows[0], REFUSED, reason=reason)
 
 
@@ -435,34 +444,32 @@ def advance(
     fu: Followup,
     params: dict[str, Any],
     trigger: Trigger,
-) -> dict[str, Any] | None:
+) -> Confirmation | None:
     """At a session's gate: add its samples, decide, and start the next session or finish.
     The re-test as it now stands, or None when this run is not the one it waits for."""
     rows = store.get_confirmations(ids=[fu.confirmation])
-    if not rows or rows[0]["dag_id"] != dag_id:
+    if not rows or rows[0].dag_id != dag_id:
         log.warning("session run %s: no re-test %s of %s", run_id, fu.confirmation, dag_id)
         return None
     row = rows[0]
-    if row["run_id"] != run_id or row["state"] not in ACTIVE_STATES:
+    if row.run_id != run_id or row.state not in ACTIVE_STATES:
         log.info(
             "session run %s: re-test %s is %s and waits for %s: nothing to do",
             run_id,
-            row["id"],
-            row["state"],
-            row["run_id"],
+            row.id,
+            row.state,
+            row.run_id,
         )
         return row
-    cost = _finite(row["cost"]) + sum(
-        _finite(c.get("cost")) for c in store.get_cells(dag_id, run_id)
-    )
-    samples, problems = _read_session(suite, dag_id, run_id, fu, row["targets"])
-    pooled = {k: list(v) for k, v in (row["samples"] or {}).items()}
+    cost = _finite(row.cost) + sum(_finite(c.cost) for c in store.get_cells(dag_id, run_id))
+    samples, problems = _read_session(suite, dag_id, run_id, fu, row.targets)
+    pooled = {k: list(v) for k, v in (row.samples or {}).items()}
     for key, new in samples.items():
         pooled.setdefault(key, []).extend(new)
     for p in problems:
         log.warning("session %s: %s", run_id, p)
-    row = {**row, "samples": pooled, "cost": cost}
-    if row["state"] == CONFIRMING:
+    row = replace(row, samples=pooled, cost=cost)
+    if row.state == CONFIRMING:
         return _after_confirm(store, suite, row, params, trigger, problems)
     return _after_search(store, suite, row, params, trigger)
 
@@ -494,10 +501,10 @@ def _read_session(
     return out, problems
 
 
-def _compare(row: dict[str, Any], t: dict[str, Any], build: str) -> Comparison:
+def _compare(row: Confirmation, t: dict[str, Any], build: str) -> Comparison:
     """``build`` against the re-test's reference build, on target ``t``'s pooled pairs."""
-    samples = [Sample.from_list(s) for s in row["samples"].get(_key(t), [])]
-    ref, metric = row["good_build"], t["metric"]
+    samples = [Sample.from_list(s) for s in row.samples.get(_key(t), [])]
+    ref, metric = row.good_build, t["metric"]
     return compare(
         values_of(samples, ref, metric),
         values_of(samples, build, metric),
@@ -521,16 +528,16 @@ def _decision(c: Comparison, verdict: str) -> dict[str, Any]:
 def _after_confirm(
     store: ResultsStore,
     suite: Any,
-    row: dict[str, Any],
+    row: Confirmation,
     params: dict[str, Any],
     trigger: Trigger,
     problems: list[str],
-) -> dict[str, Any]:
+) -> Confirmation:
     """The suspect build against the last good one: another session, not reproduced,
     undecided, or confirmed (and then, with builds between, the search for the first bad)."""
     policy = policy_of(suite.history.confirm)
-    suspect = row["suspect_build"]
-    comparisons = {_key(t): (t, _compare(row, t, suspect)) for t in row["targets"]}
+    suspect = row.suspect_build
+    comparisons = {_key(t): (t, _compare(row, t, suspect)) for t in row.targets}
     comparisons = {k: v for k, v in comparisons.items() if v[1].pairs >= 2}
     if not comparisons:
         why = "; ".join(problems[:3]) or "their cells failed: see the run"
@@ -563,21 +570,21 @@ def _after_confirm(
     )
     last = _session_builds(row)
     if verdict == UNDECIDED and _room(row, suspect, policy):
-        cells = sorted({t["cell_id"] for t in row["targets"]})
+        cells = sorted({t["cell_id"] for t in row.targets})
         _launch(
             store, suite, row, "confirm", last, cells, params, trigger,
-            samples=row["samples"], cost=row["cost"], decision=decision,
+            samples=row.samples, cost=row.cost, decision=decision,
         )  # fmt: skip
-        return store.get_confirmations(ids=[row["id"]])[0]
+        return store.get_confirmations(ids=[row.id])[0]
     _record_on_points(store, row, decision)
     if verdict == NOT_REPRODUCED:
         best = max(comparisons.values(), key=lambda tc: abs(tc[1].change))[1]
         note = (
             f"not reproduced on one machine, {best.pairs} pairs: median "
-            f"{best.median_base:.6g} ({row['good_build']}) vs {best.median_head:.6g} "
+            f"{best.median_base:.6g} ({row.good_build}) vs {best.median_head:.6g} "
             f"({suspect}), {best.change:+.1%} [{best.ci_low:+.1%}, {best.ci_high:+.1%}]"
         )
-        store.set_triage("group", row["group_id"], "invalid", by=CONFIRM_BY, note=note)
+        store.set_triage("group", row.group_id, "invalid", by=CONFIRM_BY, note=note)
         return _finish(store, row, NOT_REPRODUCED, decision=decision, reason=note)
     if verdict == UNDECIDED:
         return _finish(
@@ -597,27 +604,27 @@ def _after_confirm(
         {**x, "claimed": abs(comparisons[_key(x)][1].change), "primary": x is t}
         if _key(x) in comparisons
         else x
-        for x in row["targets"]
+        for x in row.targets
     ]
-    row = {**row, "targets": targets, "decision": decision}
+    row = replace(row, targets=targets, decision=decision)
     return _after_search(store, suite, row, params, trigger, state=BISECTING)
 
 
 def _after_search(
     store: ResultsStore,
     suite: Any,
-    row: dict[str, Any],
+    row: Confirmation,
     params: dict[str, Any],
     trigger: Trigger,
     state: str | None = None,
-) -> dict[str, Any]:
+) -> Confirmation:
     """Judge every tested build of the range by the confirmed change, and finish with the
     culprit, or test the builds still unknown in another session."""
     policy = policy_of(suite.history.confirm)
-    builds = list(row["builds"] or [row["good_build"], row["suspect_build"]])
-    primary = next((t for t in row["targets"] if t.get("primary")), None)
+    builds = list(row.builds or [row.good_build, row.suspect_build])
+    primary = next((t for t in row.targets if t.get("primary")), None)
     if primary is None:  # confirmed by an earlier version of this record: its largest
-        primary = max(row["targets"], key=lambda t: abs(t.get("claimed") or 0))
+        primary = max(row.targets, key=lambda t: abs(t.get("claimed") or 0))
     tested = [(i, b, _compare(row, primary, b)) for i, b in enumerate(builds[1:], start=1)]
     tested = [(i, b, c) for i, b, c in tested if c.pairs >= 2]
     hib = primary["higher_is_better"]
@@ -643,12 +650,12 @@ def _after_search(
                 "line": line,
             }
         )
-    suspect = row["suspect_build"]
+    suspect = row.suspect_build
     levels[suspect] = NEW_LEVEL  # confirmed: the suspect build is at the new level
     search = Search(builds, levels)
-    fields: dict[str, Any] = {"steps": steps, "targets": row["targets"]}
-    if row.get("decision") is not None:
-        fields["decision"] = row["decision"]
+    fields: dict[str, Any] = {"steps": steps, "targets": row.targets}
+    if row.decision is not None:
+        fields["decision"] = row.decision
     if search.state == FOUND:
         kind = CONFIRMED if len(builds) == 2 else FOUND
         return _finish(
@@ -677,22 +684,22 @@ def _after_search(
         )
     picks = spread(open_, MAX_SESSION_BUILDS - 2)
     cells = [primary["cell_id"]]
-    log.info("bisecting %s: %d builds between %s and %s", row["id"], len(open_), lo, hi)
+    log.info("bisecting %s: %d builds between %s and %s", row.id, len(open_), lo, hi)
     _launch(
         store,
         suite,
         row,
         "bisect",
-        [row["good_build"], *picks, suspect],
+        [row.good_build, *picks, suspect],
         cells,
         params,
         trigger,
         state=state or BISECTING,
-        samples=row["samples"],
-        cost=row["cost"],
+        samples=row.samples,
+        cost=row.cost,
         **fields,
     )
-    return store.get_confirmations(ids=[row["id"]])[0]
+    return store.get_confirmations(ids=[row.id])[0]
 
 
 # -- pieces ------------------------------------------------------------------------------
@@ -711,20 +718,20 @@ def _key(target: dict[str, Any]) -> str:
     return f"{target['cell_id']}|{target['metric']}"
 
 
-def _session_builds(row: dict[str, Any]) -> list[str]:
+def _session_builds(row: Confirmation) -> list[str]:
     """The builds the re-test's last session compared (its run's conf is not at hand here:
     the range's ends and the builds between that have samples)."""
-    have = {str(s[3]) for rows in (row["samples"] or {}).values() for s in rows}
-    builds = list(row["builds"] or [row["good_build"], row["suspect_build"]])
+    have = {str(s[3]) for rows in (row.samples or {}).values() for s in rows}
+    builds = list(row.builds or [row.good_build, row.suspect_build])
     inner = [b for b in builds[1:-1] if b in have]
     return [builds[0], *inner, builds[-1]]
 
 
-def _room(row: dict[str, Any], build: str, policy: Policy) -> bool:
+def _room(row: Confirmation, build: str, policy: Policy) -> bool:
     """Whether ``build`` may get another session's pairs within ``max_pairs``."""
-    ref = row["good_build"]
+    ref = row.good_build
     most = 0
-    for rows in (row["samples"] or {}).values():
+    for rows in (row.samples or {}).values():
         samples = [Sample.from_list(s) for s in rows]
         metrics = {s.metric for s in samples}
         for m in metrics:
@@ -733,50 +740,50 @@ def _room(row: dict[str, Any], build: str, policy: Policy) -> bool:
 
 
 def _record_on_points(
-    store: ResultsStore, row: dict[str, Any], decision: dict[str, dict[str, Any]]
+    store: ResultsStore, row: Confirmation, decision: dict[str, dict[str, Any]]
 ) -> None:
     """Each re-tested change point gets its verdict and the comparison behind it."""
-    for t in row["targets"]:
+    for t in row.targets:
         d = decision.get(_key(t))
         if d is None:
             continue
         store.save_change_point(
-            row["dag_id"], {"confirm_state": d["verdict"], "confirm": d}, id=t["change_id"]
+            row.dag_id, id=t["change_id"], confirm_state=d["verdict"], confirm=d
         )
 
 
-def _finish(store: ResultsStore, row: dict[str, Any], state: str, **fields: Any) -> dict[str, Any]:
+def _finish(store: ResultsStore, row: Confirmation, state: str, **fields: Any) -> Confirmation:
     """Record the re-test's final state (and on its change points those that have none)."""
     values = {"state": state, "run_id": None, **fields}
     if state in (FOUND, CONFIRMED, NOT_REPRODUCED) and (
-        decision := values.get("decision") or row.get("decision")
+        decision := values.get("decision") or row.decision
     ):
         # The culprit report: the cause's class from the sibling cells, and the op-level
         # diff where the sessions kept profiler traces (history.culprit_profile).
         values["decision"] = {k: dict(v) for k, v in decision.items()}
-        whole = {**row, **values}
+        whole = replace(row, **values)
         attach_attribution(store, whole, values["decision"], reproduced=state != NOT_REPRODUCED)
         if state != NOT_REPRODUCED:
             attach(whole, values["decision"])
-    if values.get("cost") is None and row.get("cost") is not None:
-        values["cost"] = row["cost"]
+    if values.get("cost") is None and row.cost is not None:
+        values["cost"] = row.cost
     if "samples" not in values:
-        values["samples"] = row.get("samples") or {}
-    store.save_confirmation(row["dag_id"], values, id=row["id"])
-    for t in row["targets"]:
+        values["samples"] = row.samples or {}
+    store.save_confirmation(row.dag_id, id=row.id, **values)
+    for t in row.targets:
         p = store.get_change_points(ids=[t["change_id"]])
-        if p and p[0]["confirm_state"] is None:
+        if p and p[0].confirm_state is None:
             note = {"reason": fields.get("reason")} if fields.get("reason") else None
             store.save_change_point(
-                row["dag_id"], {"confirm_state": state, "confirm": note}, id=t["change_id"]
+                row.dag_id, id=t["change_id"], confirm_state=state, confirm=note
             )
     log.info(
         "re-test %s of group %s: %s%s",
-        row["id"],
-        row["group_id"],
+        row.id,
+        row.group_id,
         state,
         f" ({fields['reason']})" if fields.get("reason") else "",
     )
     if state in (FOUND, CONFIRMED) and (culprit := fields.get("culprit")):
         log.info("first bad build: %s (last good: %s)", culprit, fields.get("last_good"))
-    return store.get_confirmations(ids=[row["id"]])[0]
+    return store.get_confirmations(ids=[row.id])[0]

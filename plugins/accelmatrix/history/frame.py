@@ -16,9 +16,11 @@ value, lower and upper are what ``history.regression.classify`` reads.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from accelmatrix.contracts.run_records import CellRecord, CheckRecord, MetricRecord, RunRecord
 from accelmatrix.results import results_store
+from accelmatrix.results.row_records import records_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,13 +92,13 @@ def history(
         until=until,
         extra_metrics=sorted(stats),
     )
-    runs = pd.DataFrame.from_records(raw["runs"])
+    runs = records_frame(raw.runs, RunRecord)
     if runs.empty:
         return pd.DataFrame(columns=HISTORY_COLUMNS)
     key = ["dag_id", "run_id", "cell_id"]
 
-    values = _metric_values(raw["metrics"], stats)
-    checks = _perf_checks(raw["checks"])
+    values = _metric_values(raw.metrics, stats)
+    checks = _perf_checks(raw.checks)
     df = values.merge(checks, on=[*key, "metric"], how="outer")
     if benchmark is not None:
         df = df[df["benchmark"] == benchmark]
@@ -104,7 +106,7 @@ def history(
     df["value"] = df["check_value"].where(df["check_value"].notna(), df["value"])
     df["benchmark"] = df["benchmark"].fillna("")
 
-    cells = pd.DataFrame.from_records(raw["cells"]) if raw["cells"] else pd.DataFrame(columns=key)
+    cells = records_frame(raw.cells, CellRecord)
     cell_cols = [
         "axes",
         "machine",
@@ -115,9 +117,6 @@ def history(
         "workload_seconds",
         "cost",
     ]
-    for c in cell_cols:
-        if c not in cells:
-            cells[c] = None
     cells = cells[[*key, *cell_cols]].rename(columns={"state": "cell_state"})
     df = df.merge(cells, on=key, how="left")
     run_cols = [
@@ -149,7 +148,7 @@ def history(
     return out
 
 
-def _metric_values(rows: list[dict[str, Any]], stats: dict[str, str]) -> pd.DataFrame:
+def _metric_values(rows: list[MetricRecord], stats: dict[str, str]) -> pd.DataFrame:
     """One value per (run, cell, metric): the median over steps (or the metric's statistic
     in ``stats``), with the step count."""
     import pandas as pd
@@ -157,9 +156,7 @@ def _metric_values(rows: list[dict[str, Any]], stats: dict[str, str]) -> pd.Data
     cols = ["dag_id", "run_id", "cell_id", "metric", "value", "points"]
     if not rows:
         return pd.DataFrame(columns=cols)
-    m = pd.DataFrame.from_records(
-        rows, columns=["dag_id", "run_id", "cell_id", "name", "step", "value"]
-    )
+    m = records_frame(rows, MetricRecord)
     m["value"] = m["value"].astype("float64")
     m = m.sort_values("step", kind="mergesort", na_position="first")
     g = m.groupby(["dag_id", "run_id", "cell_id", "name"], sort=False)["value"]
@@ -179,7 +176,7 @@ def _metric_values(rows: list[dict[str, Any]], stats: dict[str, str]) -> pd.Data
     return out.rename(columns={"name": "metric"})[cols]
 
 
-def _perf_checks(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _perf_checks(rows: list[CheckRecord]) -> pd.DataFrame:
     """Perf check rows: benchmark, bounds and verdict per (run, cell, metric)."""
     import pandas as pd
 
@@ -187,7 +184,7 @@ def _perf_checks(rows: list[dict[str, Any]]) -> pd.DataFrame:
     cols += ["lower", "upper", "passed"]
     if not rows:
         return pd.DataFrame(columns=cols)
-    c = pd.DataFrame.from_records(rows)
+    c = records_frame(rows, CheckRecord)
     c = c.rename(columns={"value": "check_value", "lower_bound": "lower", "upper_bound": "upper"})
     # Two perf checks of one metric in one cell: keep one (the first by name), so a value
     # is never counted twice in a series.

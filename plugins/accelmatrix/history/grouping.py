@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from accelmatrix.contracts.change_records import ChangeGroup, ChangePoint
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -51,7 +53,7 @@ class GroupPlan:
 
 
 def regroup(
-    points: list[dict[str, Any]], groups: list[dict[str, Any]], series: pd.DataFrame
+    points: list[ChangePoint], groups: list[ChangeGroup], series: pd.DataFrame
 ) -> GroupPlan:
     """Plan the suite's grouping for this pass, and refresh every group's fields.
 
@@ -67,44 +69,42 @@ def regroup(
     """
     times = _times_by_series(series)
     plan = GroupPlan()
-    by_id = {g["id"]: g for g in groups}
-    fixed = {
-        g["id"]: [] for g in groups if g["notified_at"] is not None or g["state"] != "untriaged"
-    }
+    by_id = {g.id: g for g in groups}
+    fixed = {g.id: [] for g in groups if g.notified_at is not None or g.state != "untriaged"}
     fluid = [gid for gid in by_id if gid not in fixed]
     loose = []
     for p in points:
-        if p["group_id"] in fixed:
-            fixed[p["group_id"]].append(p)
+        if p.group_id in fixed:
+            fixed[p.group_id].append(p)
         else:
             loose.append(p)
-    loose.sort(key=lambda p: (p["direction"], p["logical_date"], -abs(p["effect"] or 0)))
-    clusters: list[list[dict[str, Any]]] = []
+    loose.sort(key=lambda p: (p.direction, p.logical_date, -abs(p.effect or 0)))
+    clusters: list[list[ChangePoint]] = []
     for p in loose:
         near = _near(p, times)
         target = next(
             (
                 gid
                 for gid, ms in fixed.items()
-                if by_id[gid]["direction"] == p["direction"]
-                and by_id[gid]["state_by"] != NOT_REPRODUCED_BY
-                and ({by_id[gid]["logical_date"], *(m["logical_date"] for m in ms)} & near)
+                if by_id[gid].direction == p.direction
+                and by_id[gid].state_by != NOT_REPRODUCED_BY
+                and ({by_id[gid].logical_date, *(m.logical_date for m in ms)} & near)
             ),
             None,
         )
         if target is not None:
             fixed[target].append(p)
-            if p["group_id"] != target:
-                plan.assign[p["id"]] = target
+            if p.group_id != target:
+                plan.assign[p.id] = target
             group = by_id[target]
-            if group["state"] == "invalid" and group["state_by"] == RETRACTED_BY:
+            if group.state == "invalid" and group.state_by == RETRACTED_BY:
                 plan.reopen.add(target)
             continue
         cluster = next(
             (
                 ms
                 for ms in clusters
-                if ms[0]["direction"] == p["direction"] and {m["logical_date"] for m in ms} & near
+                if ms[0].direction == p.direction and {m.logical_date for m in ms} & near
             ),
             None,
         )
@@ -119,28 +119,28 @@ def regroup(
             plan.emptied.append(gid)
     free = set(fluid)
     for ms in sorted(clusters, key=len, reverse=True):
-        votes = Counter(p["group_id"] for p in ms if p["group_id"] in free)
+        votes = Counter(p.group_id for p in ms if p.group_id in free)
         if votes:
             gid = votes.most_common(1)[0][0]
             free.discard(gid)
             plan.updates[gid] = _fields(ms, series)
             for p in ms:
-                if p["group_id"] != gid:
-                    plan.assign[p["id"]] = gid
+                if p.group_id != gid:
+                    plan.assign[p.id] = gid
         else:
             fields = _fields(ms, series)
-            fields["members"] = [p["id"] for p in ms]
+            fields["members"] = [p.id for p in ms]
             plan.creates.append(fields)
     plan.emptied += sorted(free)
     return plan
 
 
 def classify(
-    members: list[dict[str, Any]], series: pd.DataFrame, when: datetime
+    members: list[ChangePoint], series: pd.DataFrame, when: datetime
 ) -> tuple[str, str | None]:
     """(kind, machine) of a group whose members first moved at ``when``."""
-    cells = {p["cell_id"] for p in members}
-    machines = {p["machine"] for p in members}
+    cells = {p.cell_id for p in members}
+    machines = {p.machine for p in members}
     if len(cells) >= 2 and len(machines) == 1:
         machine = next(iter(machines))
         ran: dict[Any, set[str]] = {}
@@ -152,24 +152,24 @@ def classify(
         share = len(cells) / max(1, len(ran.get(machine, set()) | cells))
         if others_flat and share >= 0.5:
             return "infrastructure", machine
-    if len({(p["cell_id"], p["metric"]) for p in members}) >= 2:
+    if len({(p.cell_id, p.metric) for p in members}) >= 2:
         return "build", None
     return "series", None
 
 
-def summary(kind: str, machine: str | None, members: list[dict[str, Any]]) -> str:
+def summary(kind: str, machine: str | None, members: list[ChangePoint]) -> str:
     """One line naming the cause, its size and where: the first thing on-call reads."""
     head = members[0]
-    cells = sorted({p["cell_id"] for p in members})
-    machines = sorted({str(p["machine"]) for p in members})
-    changes = [p["change"] for p in members if p["change"] is not None]
+    cells = sorted({p.cell_id for p in members})
+    machines = sorted({str(p.machine) for p in members})
+    changes = [p.change for p in members if p.change is not None]
     med = statistics.median(changes) if changes else float("nan")
-    metrics = ", ".join(sorted({p["metric"] for p in members}))
+    metrics = ", ".join(sorted({p.metric for p in members}))
     what = f"{metrics} {med:+.1%} (median of {len(members)} series, {len(cells)} cell(s))"
-    date = head["logical_date"].strftime("%Y-%m-%d")
-    build = head.get("runtime_version") or date
-    prev = head.get("prev_runtime_version") or "the run before"
-    word = head["direction"]
+    date = head.logical_date.strftime("%Y-%m-%d")
+    build = head.runtime_version or date
+    prev = head.prev_runtime_version or "the run before"
+    word = head.direction
     if kind == "infrastructure":
         return (
             f"{word} on machine kind {machine} from {date}: {what}; "
@@ -179,35 +179,35 @@ def summary(kind: str, machine: str | None, members: list[dict[str, Any]]) -> st
         return (
             f"{word} from build {build} (after {prev}): {what} on {len(machines)} machine kind(s)"
         )
-    return f"{word} in {head['cell_id']} from build {build} (after {prev}): {what}"
+    return f"{word} in {head.cell_id} from build {build} (after {prev}): {what}"
 
 
-def _fields(members: list[dict[str, Any]], series: pd.DataFrame) -> dict[str, Any]:
+def _fields(members: list[ChangePoint], series: pd.DataFrame) -> dict[str, Any]:
     """The stored fields of a group with these members. Its night is the one most of them
     moved on (the earliest of a tie): a small change may be placed a night off."""
-    nights = Counter(p["logical_date"] for p in members)
+    nights = Counter(p.logical_date for p in members)
     when = min(d for d, k in nights.items() if k == max(nights.values()))
     ordered = sorted(
         members,
-        key=lambda p: (p["logical_date"] != when, p["logical_date"], -abs(p["effect"] or 0)),
+        key=lambda p: (p.logical_date != when, p.logical_date, -abs(p.effect or 0)),
     )
     first = ordered[0]
     kind, machine = classify(members, series, when)
-    changes = [p["change"] for p in members if p["change"] is not None]
+    changes = [p.change for p in members if p.change is not None]
     return {
         "kind": kind,
-        "direction": first["direction"],
-        "run_id": first["run_id"],
+        "direction": first.direction,
+        "run_id": first.run_id,
         "logical_date": when,
-        "runtime_version": first.get("runtime_version"),
-        "prev_logical_date": first.get("prev_logical_date"),
-        "prev_runtime_version": first.get("prev_runtime_version"),
+        "runtime_version": first.runtime_version,
+        "prev_logical_date": first.prev_logical_date,
+        "prev_runtime_version": first.prev_runtime_version,
         "machine": machine,
         "summary": summary(kind, machine, ordered),
         "series_count": len(members),
-        "cells": sorted({p["cell_id"] for p in members}),
-        "machines": sorted({str(p["machine"]) for p in members if p["machine"] is not None}),
-        "metrics": sorted({p["metric"] for p in members}),
+        "cells": sorted({p.cell_id for p in members}),
+        "machines": sorted({str(p.machine) for p in members if p.machine is not None}),
+        "metrics": sorted({p.metric for p in members}),
         "change_median": statistics.median(changes) if changes else None,
         "change_min": min(changes) if changes else None,
         "change_max": max(changes) if changes else None,
@@ -221,13 +221,13 @@ def _times_by_series(series: pd.DataFrame) -> dict[tuple[str, str], Any]:
     return {(r.cell_id, r.metric): r.times for r in series.itertuples()}
 
 
-def _near(p: dict[str, Any], times: dict[tuple[str, str], Any]) -> set[datetime]:
+def _near(p: ChangePoint, times: dict[tuple[str, str], Any]) -> set[datetime]:
     """The point's logical date and those of the NEAR points either side in its series:
     a small change's position is uncertain by a night or two."""
     import numpy as np
 
-    when = p["logical_date"]
-    ts = times.get((p["cell_id"], p["metric"]))
+    when = p.logical_date
+    ts = times.get((p.cell_id, p.metric))
     if ts is None:
         return {when}
     i = int(np.searchsorted(ts, _np64(when)))

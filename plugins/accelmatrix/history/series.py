@@ -12,6 +12,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from accelmatrix.contracts.series_records import SeriesStatus
 from accelmatrix.history.frame import history
 from accelmatrix.history.regression import Rules, classify
 
@@ -71,18 +72,20 @@ def classify_suite(
         status = verdicts["status"].where(verdicts["status"] != "regression", "suspicious")
         verdicts["status"] = status.where(~pd.Series(moved, index=verdicts.index), "regression")
     rows = [
-        {
-            "benchmark": r.benchmark,
-            "cell_id": r.cell_id,
-            "metric": r.metric,
-            "status": r.status,
-            "points": int(r.points),
-            "flips": int(r.flips),
-            "trailing": int(r.trailing_violations),
-            "longest_earlier": int(r.longest_earlier_violations),
-            "last_value": float(r.last_value),
-            "last_logical_date": _aware(r.last_time),
-        }
+        SeriesStatus(
+            dag_id=dag_id,
+            benchmark=r.benchmark,
+            cell_id=r.cell_id,
+            metric=r.metric,
+            status=r.status,
+            points=int(r.points),
+            flips=int(r.flips),
+            trailing=int(r.trailing_violations),
+            longest_earlier=int(r.longest_earlier_violations),
+            last_value=float(r.last_value),
+            last_logical_date=_aware(r.last_time),
+            window_days=window_days,
+        )
         for r in verdicts.itertuples(index=False)
     ]
     store.replace_series_status(dag_id, rows, window_days=window_days)

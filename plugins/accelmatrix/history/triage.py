@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from accelmatrix.contracts.change_records import (
+    OPEN_STATES,
+    TRIAGE_STATES,
+    ChangeGroup,
+    ChangePoint,
+)
 from accelmatrix.history.bounds_job import recenter_accepted
-from accelmatrix.results.change_points import OPEN_STATES, TRIAGE_STATES
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -36,7 +41,7 @@ class TriageResult:
     dag_id: str
     state: str
     by: str
-    row: dict[str, Any]
+    row: ChangeGroup | ChangePoint
     bounds: list[str] = field(default_factory=list)  # lines: what re-centering did
 
     def line(self) -> str:
@@ -63,13 +68,13 @@ def apply_triage(
     )
     if not rows:
         raise KeyError(f"no change {what} with id {id}")
-    if dag_id is not None and rows[0]["dag_id"] != dag_id:
+    if dag_id is not None and rows[0].dag_id != dag_id:
         raise KeyError(f"change {what} {id} does not belong to {dag_id}")
     row = store.set_triage(what, id, state, by=by, note=note)
-    result = TriageResult(what, id, row["dag_id"], state, by, row)
+    result = TriageResult(what, id, row.dag_id, state, by, row)
     log.info("%s", result.line())
     if state == "accepted":
-        points = store.get_change_points(group_id=id) if what == "group" else [row]
+        points = store.get_change_points(group_id=id) if what == "group" else [row]  # type: ignore[list-item]
         change = {"group_id": id} if what == "group" else {"change_id": id}
         result.bounds = recenter_accepted(store, points, by=by, change=change, note=note)
     return result

@@ -12,13 +12,13 @@ from accelmatrix import settings
 from accelmatrix.cell_state import CellState, RunState
 from accelmatrix.cleanup import stopped
 from accelmatrix.cleanup.janitor import reap_run
+from accelmatrix.contracts.run_records import CellRecord, RunRecord
 from accelmatrix.evaluation.run_table import validate_run
 from accelmatrix.evidence import evidence_url
 from accelmatrix.history.build_compare import compare_run, table, write_report
 from accelmatrix.history.change_report import changes_table, confirmation_line
 from accelmatrix.history.followup import NOTIFY_STATES, advance
 from accelmatrix.history.history_pass import analyse_suite
-from accelmatrix.lifecycle.common import CellFailed, RunRef, utcnow
 from accelmatrix.lifecycle.plan_step import params_text
 from accelmatrix.notifications import dedup as alerts
 from accelmatrix.notifications import transport as notify
@@ -30,6 +30,7 @@ from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.followup_plan import followup_of
 from accelmatrix.spec.loader import load_suite
+from accelmatrix.steps.common import CellFailed, RunRef, utcnow
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -41,19 +42,19 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
     """
     store = results_store()
     stopped_cells = _settle_stopped_run(planned, ref)
-    rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
+    rows = {r.cell_id: r for r in store.get_cells(ref.dag_id, ref.run_id)}
     log.info(
         "results for %s %s:\n%s", ref.dag_id, ref.run_id, run_table(store, ref.dag_id, ref.run_id)
     )
 
-    run_row = store.get_run(ref.dag_id, ref.run_id) or {}
+    run_row = store.get_run(ref.dag_id, ref.run_id)
     log.info(
         "params of this run (its conf over the suite's defaults): %s",
-        params_text(run_row.get("params")),
+        params_text(run_row.params if run_row else None),
     )
     failed, quarantined_failed, passed = [], [], []
     for c in planned:
-        state = (rows.get(c.id) or {}).get("state", "missing")
+        state = rows[c.id].state if c.id in rows else "missing"
         if state == CellState.PASSED:
             passed.append(c.id)
         elif c.quarantined:
@@ -85,7 +86,7 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
         store.get_checks(ref.dag_id, ref.run_id),
     )
     log.info("run report: %s", evidence_url(ref.dag_id, index))
-    costs = [r["cost"] for r in rows.values() if r.get("cost") is not None]
+    costs = [r.cost for r in rows.values() if r.cost is not None]
     summary["cost"] = sum(costs) if costs else None
     if costs:
         log.info("run cost: %.6f (sum of %d cell(s))", summary["cost"], len(costs))
@@ -113,7 +114,7 @@ def gate(planned: list[CellSpec], ref: RunRef, suite_path: str | None = None) ->
 def _validate_run(
     planned: list[CellSpec],
     ref: RunRef,
-    rows: list[dict[str, Any]],
+    rows: list[CellRecord],
     suite_path: str | None,
     run_dir: Any,
 ) -> Any:
@@ -137,7 +138,7 @@ def _validate_run(
     if validation.data_docs_index is not None:
         # The page leads with the cells' verdicts and says it validates the run's table.
 
-        states = {r["cell_id"]: r.get("state") for r in rows}
+        states = {r.cell_id: r.state for r in rows}
         verdicts = CellVerdicts.of((c.id, states.get(c.id), c.quarantined) for c in planned)
         try:
             lead_run_docs(validation.data_docs_index, verdicts)
@@ -168,20 +169,16 @@ def _settle_stopped_run(planned: list[CellSpec], ref: RunRef) -> set[str]:
     """
 
     store = results_store()
-    rows = {r["cell_id"]: r for r in store.get_cells(ref.dag_id, ref.run_id)}
+    rows = {r.cell_id: r for r in store.get_cells(ref.dag_id, ref.run_id)}
     for c in planned:
-        state = (rows.get(c.id) or {}).get("state")
+        state = rows[c.id].state if c.id in rows else None
         message = (
             f"stopped before it finished (was {state}); nothing of it was left running "
             "(it never got a machine, or its teardown released it)"
         )
         if stopped.settle_cell(store, ref.dag_id, ref.run_id, c.id, message):
             log.warning("cell %s: %s", c.id, message)
-    cut = {
-        r["cell_id"]
-        for r in store.get_cells(ref.dag_id, ref.run_id)
-        if r.get("state") == stopped.STOPPED
-    }
+    cut = {r.cell_id for r in store.get_cells(ref.dag_id, ref.run_id) if r.state == stopped.STOPPED}
     if cut:
         log.warning(
             "run %s was stopped from outside: %d cell(s) cancelled: %s",
@@ -204,7 +201,7 @@ def _settle_stopped_run(planned: list[CellSpec], ref: RunRef) -> set[str]:
 
 
 def _history_and_alerts(
-    suite_path: str, planned: list[CellSpec], ref: RunRef, rows: dict[str, dict[str, Any]]
+    suite_path: str, planned: list[CellSpec], ref: RunRef, rows: dict[str, CellRecord]
 ) -> None:
     """Update the suite's perf history (change points, groups, one notification per new
     regression group) and its per-cell failure alerts.
@@ -215,8 +212,8 @@ def _history_and_alerts(
     suite = load_suite(suite_path)
     store = results_store()
     sinks = suite.notify.alerts if suite.notify else []
-    run = store.get_run(ref.dag_id, ref.run_id) or {}
-    followup = followup_of(run.get("params"))
+    run = store.get_run(ref.dag_id, ref.run_id) or RunRecord(dag_id=ref.dag_id, run_id=ref.run_id)
+    followup = followup_of(run.params)
     if followup is not None:
         # A re-test of named builds: its samples decide a confirmation or a bisect step;
         # they are no point of the nightly series, and its cells open no per-cell alert.
@@ -226,7 +223,7 @@ def _history_and_alerts(
         # The newest window of every followed series; re-tests started before any page.
         done = analyse_suite(
             store, ref.dag_id, suite, full=False, retest=_trigger(ref.dag_id),
-            params=dict(run.get("params") or {}),
+            params=dict(run.params),
         )  # fmt: skip
         if done.update is None:
             log.info("no perf series in %s: nothing to analyse", ref.dag_id)
@@ -235,10 +232,10 @@ def _history_and_alerts(
     except Exception:  # noqa: BLE001 - the perf history must never flip the run's verdict
         log.exception("perf history of %s not updated", ref.dag_id)
     latest = store.latest_logical_date(ref.dag_id)
-    if run.get("logical_date") and latest and run["logical_date"] < latest:
+    if run.logical_date and latest and run.logical_date < latest:
         # A re-test of an older build (a backfill) says nothing about the current one: it
         # must not resolve, or open, the alert of newer runs.
-        log.info("alerts unchanged: %s is older than the latest run", run["logical_date"])
+        log.info("alerts unchanged: %s is older than the latest run", run.logical_date)
         return
     try:
         events = alerts.update_alerts(
@@ -260,7 +257,7 @@ def _history_and_alerts(
 
 
 def _advance_followup(
-    suite: Any, ref: RunRef, run: dict[str, Any], followup: Any, sinks: list[Any]
+    suite: Any, ref: RunRef, run: RunRecord, followup: Any, sinks: list[Any]
 ) -> None:
     """A follow-up run's gate: move its re-test on (``history.followup.advance``); when it
     ended in a state that notifies, its group is notified now, with the verdict."""
@@ -276,14 +273,14 @@ def _advance_followup(
             ref.dag_id,
             ref.run_id,
             followup,
-            dict(run.get("params") or {}),
+            dict(run.params),
             _trigger(ref.dag_id),
         )
         if row is None:
             return
         log.info("%s", confirmation_line(row))
-        group = store.get_change_group(row["group_id"])
-        if sinks and group is not None and row["state"] in NOTIFY_STATES:
+        group = store.get_change_group(row.group_id)
+        if sinks and group is not None and row.state in NOTIFY_STATES:
             alerts.deliver_groups(sinks, store, [group])
     except Exception:  # noqa: BLE001 - like the perf history: never flips the verdict
         log.exception("re-test of %s not advanced", ref.dag_id)
@@ -362,7 +359,7 @@ def _notify(
     planned: list[CellSpec],
     ref: RunRef,
     failed: list[tuple[str, str]],
-    rows: dict[str, dict[str, Any]],
+    rows: dict[str, CellRecord],
     cost: float | None,
 ) -> None:
     """Send the suite's webhook; a notification problem is logged, never flips the verdict."""
@@ -379,9 +376,9 @@ def _notify(
             {
                 "cell": cid,
                 "state": state,
-                "message": (rows.get(cid) or {}).get("message", ""),
+                "message": rows[cid].message if cid in rows else "",
                 "failed_checks": [
-                    c["check_name"] for c in checks if c["cell_id"] == cid and not c["passed"]
+                    c.check_name for c in checks if c.cell_id == cid and not c.passed
                 ],
                 "failed_tests": notify.failed_tests(
                     [c.glob for c in by_id[cid].checks if c.type == "junit"],
@@ -389,13 +386,13 @@ def _notify(
                 ),
             }
         )
-    run = results_store().get_run(ref.dag_id, ref.run_id) or {}
+    run = results_store().get_run(ref.dag_id, ref.run_id)
     payload = notify.build_payload(
         dag_id=ref.dag_id,
         run_id=ref.run_id,
         state=RunState.FAILED if failed else RunState.PASSED,
         failed_cells=failed_cells,
-        git_ref=run.get("git_ref"),
+        git_ref=run.git_ref if run else None,
         cost=cost,
     )
     try:

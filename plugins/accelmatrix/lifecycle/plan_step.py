@@ -17,13 +17,12 @@ import logging
 import math
 import re
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.cell_state import CellState, RunState
 from accelmatrix.history.followup import refused_by_plan
-from accelmatrix.lifecycle.common import RunRef, utcnow
 from accelmatrix.pricing import BudgetExceeded, check_budget, hourly_price
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
@@ -35,6 +34,7 @@ from accelmatrix.spec.followup_plan import (
 )
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.plan import PlanError, expand
+from accelmatrix.steps.common import RunRef, utcnow
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -184,44 +184,6 @@ def _build_of(suite: Any, conf: dict[str, Any] | None, params: dict[str, Any]) -
             "cannot be told to test one"
         )
     return build
-
-
-class CellRef(TypedDict):
-    """What the DAG maps over for one cell (the JSON Airflow stores as the mapped value): its
-    name in the grid (id), its place in the plan (index) and what a multi-machine suite's
-    per-machine selector filters on (machine)."""
-
-    id: str
-    index: int
-    machine: str
-
-
-def cell_refs(cells: list[CellSpec]) -> list[CellRef]:
-    """What the DAG maps over: a small reference per planned cell (see the module doc)."""
-    return [CellRef(id=c.id, index=c.index, machine=c.machine) for c in cells]
-
-
-def cell_spec(ref: RunRef, cell: CellRef | CellSpec) -> CellSpec:
-    """The planned cell that ``cell`` (a reference, or already a cell) stands for."""
-    return planned_cells(ref, [cell])[0]
-
-
-def planned_cells(ref: RunRef, cells: list[CellRef] | list[CellSpec]) -> list[CellSpec]:
-    """The planned cells that ``cells`` (references, or cells) stand for, in their order.
-
-    A full cell (a ``CellSpec``, or its JSON form: a run planned before cell_specs existed
-    mapped over full cells) needs no lookup. A reference whose spec is missing is an error
-    that names the run and the cell: the run was reset (cleared whole, re-planned) under
-    this task.
-    """
-    refs = {c["id"] for c in cells if isinstance(c, dict) and "workload" not in c}
-    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, list(refs)) if refs else {}
-    if missing := sorted(refs - specs.keys()):
-        raise RuntimeError(
-            f"no planned spec for cell {missing[0]!r} of {ref.dag_id} / {ref.run_id} in the "
-            "results store (cell_specs); was the run re-planned meanwhile?"
-        )
-    return [CellSpec.from_json(specs.get(c["id"], c) if isinstance(c, dict) else c) for c in cells]
 
 
 def _check_budget(

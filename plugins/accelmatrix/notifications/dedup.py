@@ -19,9 +19,12 @@ plain recurrences only update the count.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from accelmatrix.contracts.change_records import ChangeGroup
+from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix.notifications import transport as notify
 
 log = logging.getLogger(__name__)
@@ -34,7 +37,7 @@ def update_alerts(
     dag_id: str,
     run_id: str,
     planned: list[dict[str, Any]],
-    cells: dict[str, dict[str, Any]],
+    cells: Mapping[str, CellRecord],
     *,
     regressions: dict[str, list[dict[str, Any]]] | None = None,
     run_url: str = "",
@@ -52,13 +55,13 @@ def update_alerts(
         cid = c["id"]
         if c.get("quarantined"):
             continue
-        row = cells.get(cid) or {}
-        state = row.get("state", "missing")
+        row = cells.get(cid)
+        state = row.state if row is not None else "missing"
         trend = regressions.get(cid) or []
         bad = state != "passed" or bool(trend)
         kind = "regression" if trend else "failure"
         alert = store.get_alert(dag_id, cid)
-        is_open = alert is not None and alert["status"] == "open"
+        is_open = alert is not None and alert.status == "open"
         event = None
         if bad and not is_open:
             store.upsert_alert(
@@ -73,22 +76,22 @@ def update_alerts(
                 first_run_id=run_id,
                 last_run_id=run_id,
                 last_state=state,
-                message=row.get("message") or "",
+                message=(row.message if row is not None else ""),
             )
             event = "opened"
         elif bad:
             assert alert is not None
-            same_run = alert["last_run_id"] == run_id
-            escalated = kind == "regression" and alert["kind"] != "regression"
+            same_run = alert.last_run_id == run_id
+            escalated = kind == "regression" and alert.kind != "regression"
             store.upsert_alert(
                 dag_id,
                 cid,
-                kind="regression" if escalated else alert["kind"],
-                recurrences=alert["recurrences"] + (0 if same_run else 1),
+                kind="regression" if escalated else alert.kind,
+                recurrences=alert.recurrences + (0 if same_run else 1),
                 last_seen_at=now,
                 last_run_id=run_id,
                 last_state=state,
-                message=row.get("message") or alert["message"],
+                message=(row.message if row is not None else "") or alert.message,
             )
             event = "recurred" if escalated else None
         elif is_open:
@@ -111,11 +114,11 @@ def update_alerts(
                 "cell_id": cid,
                 "run_id": run_id,
                 "run_url": run_url,
-                "kind": stored["kind"],
+                "kind": stored.kind,
                 "state": state,
-                "recurrences": stored["recurrences"],
-                "opened_at": stored["opened_at"].isoformat(),
-                "message": stored["message"],
+                "recurrences": stored.recurrences,
+                "opened_at": stored.opened_at.isoformat(),
+                "message": stored.message,
                 "trend": trend,
             }
         )
@@ -139,19 +142,19 @@ def deliver(sinks: list[Any], events: list[dict[str, Any]], store: Any = None) -
     return sent
 
 
-def deliver_groups(sinks: list[Any], store: Any, groups: list[dict[str, Any]]) -> int:
+def deliver_groups(sinks: list[Any], store: Any, groups: list[ChangeGroup]) -> int:
     """Notify each change group once, to every sink; ``notified_at`` records that it went
     out (to at least one sink), so a later pass never sends it again."""
 
     sent = 0
     for g in groups:
-        row = store.get_change_group(g["id"])
-        if row is None or row["notified_at"] is not None:
+        row = store.get_change_group(g.id)
+        if row is None or row.notified_at is not None:
             continue
-        retests = store.get_confirmations(row["dag_id"], group_id=row["id"])
+        retests = store.get_confirmations(row.dag_id, group_id=row.id)
         ev = notify.group_event(
             row,
-            store.get_change_points(row["dag_id"], group_id=row["id"]),
+            store.get_change_points(row.dag_id, group_id=row.id),
             retests[0] if retests else None,
         )
         ok = False
@@ -161,9 +164,9 @@ def deliver_groups(sinks: list[Any], store: Any, groups: list[dict[str, Any]]) -
                 ok = True
                 sent += 1
             except Exception as e:  # noqa: BLE001 - the verdict stands whatever a sink does
-                _not_sent(f"change group {row['id']}", sink, e)
+                _not_sent(f"change group {row.id}", sink, e)
         if ok:
-            store.save_change_group(row["dag_id"], {"notified_at": datetime.now(UTC)}, id=row["id"])
+            store.save_change_group(row.dag_id, id=row.id, notified_at=datetime.now(UTC))
     return sent
 
 

@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix.hooks.github import GithubError, PullRequestHook
 from accelmatrix.results.pull_requests import PullRequestRun
 from accelmatrix.results.store import ResultsStore
@@ -165,8 +166,8 @@ def build_report(store: ResultsStore, pr: PullRequestRun, runs: list[PullRequest
     pending, failed, slower = [], False, []
     target = matrix_url(dag_id, (verdict or pr).run_id)
     if verdict is not None:
-        run = store.get_run(dag_id, verdict.run_id) or {}
-        state = run.get("state")
+        run = store.get_run(dag_id, verdict.run_id)
+        state = run.state if run else None
         cells = store.get_cells(dag_id, verdict.run_id)
         if state not in (RunState.PASSED, RunState.FAILED):
             pending.append("the cells")
@@ -178,11 +179,11 @@ def build_report(store: ResultsStore, pr: PullRequestRun, runs: list[PullRequest
         ]
     if compare is not None:
         rows, problem = _perf_rows(dag_id, compare.run_id)
-        run = store.get_run(dag_id, compare.run_id) or {}
+        run = store.get_run(dag_id, compare.run_id)
         if (
             not rows
             and problem is None
-            and run.get("state") not in (RunState.PASSED, RunState.FAILED)
+            and (run.state if run else None) not in (RunState.PASSED, RunState.FAILED)
         ):
             pending.append("the perf comparison")
             lines += ["**Perf against the base** (" + pr.base_sha[:12] + "): running", ""]
@@ -214,24 +215,24 @@ def build_report(store: ResultsStore, pr: PullRequestRun, runs: list[PullRequest
 
 
 def _cells_section(
-    store: ResultsStore, dag_id: str, run_id: str, cells: list[dict[str, Any]], state: Any
+    store: ResultsStore, dag_id: str, run_id: str, cells: list[CellRecord], state: Any
 ) -> list[str]:
     out = [f"**Cells** (run `{run_id}`, {state or 'running'}):", "", "| cell | state | why |",
            "|---|---|---|"]  # fmt: skip
-    shown = sorted(cells, key=lambda c: (c.get("state") == CellState.PASSED, c["cell_id"]))
+    shown = sorted(cells, key=lambda c: (c.state == CellState.PASSED, c.cell_id))
     for c in shown[:MAX_CELL_ROWS]:
-        why = "" if c.get("state") == CellState.PASSED else (c.get("message") or "")
-        out.append(f"| `{c['cell_id']}` | {c.get('state')} | {_cell(why, 200)} |")
+        why = "" if c.state == CellState.PASSED else (c.message or "")
+        out.append(f"| `{c.cell_id}` | {c.state} | {_cell(why, 200)} |")
     if len(shown) > MAX_CELL_ROWS:
         out.append(f"| … {len(shown) - MAX_CELL_ROWS} more on the matrix page | | |")
-    failed_checks = [ch for ch in store.get_checks(dag_id, run_id) if not ch["passed"]]
+    failed_checks = [ch for ch in store.get_checks(dag_id, run_id) if not ch.passed]
     if failed_checks:
         out += ["", "**Failed checks:**", "", "| cell | check | expected | observed |",
                 "|---|---|---|---|"]  # fmt: skip
         for ch in failed_checks[:MAX_CHECK_ROWS]:
             out.append(
-                f"| `{ch['cell_id']}` | {_cell(ch['check_name'], 80)} | "
-                f"{_cell(ch.get('expected') or '', 120)} | {_cell(ch.get('observed') or '', 120)} |"
+                f"| `{ch.cell_id}` | {_cell(ch.check_name, 80)} | "
+                f"{_cell(ch.expected or '', 120)} | {_cell(ch.observed or '', 120)} |"
             )
         if len(failed_checks) > MAX_CHECK_ROWS:
             out.append(f"| … {len(failed_checks) - MAX_CHECK_ROWS} more | | | |")

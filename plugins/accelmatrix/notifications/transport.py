@@ -20,6 +20,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
+from accelmatrix.contracts.change_records import ChangeGroup, ChangePoint, Confirmation
 from accelmatrix.masking import mask_connection
 from accelmatrix.metrics.junit import parse_junit_glob
 from accelmatrix.notifications.notifiers import GithubIssueNotifier, HttpJsonNotifier, NotifyError
@@ -201,7 +202,7 @@ def send_github_issue(sink: Any, alert: dict[str, Any], store: Any = None) -> in
     title, body = alert_text(alert)
     body = body.replace("*", "**")
     row = store.get_alert(alert["dag_id"], alert["cell_id"]) if store is not None else None
-    issues = dict((row or {}).get("issues") or {})
+    issues = dict((row.issues if row is not None else None) or {})
     key = issue_key(sink)
     number = None if alert["event"] == "opened" else issues.get(key)
     if number is None and alert["event"] == "resolved":
@@ -267,52 +268,52 @@ def history_url(dag_id: str, group_id: int | None = None, base_url: str | None =
 
 
 def group_event(
-    group: dict[str, Any],
-    points: list[dict[str, Any]],
-    confirmation: dict[str, Any] | None = None,
+    group: ChangeGroup,
+    points: list[ChangePoint],
+    confirmation: Confirmation | None = None,
 ) -> dict[str, Any]:
     """The notification of a change group: the cause, its size, builds and links, and its
     re-test (``history.followup``): verdict, culprit build, bisect steps."""
-    dag_id = group["dag_id"]
+    dag_id = group.dag_id
     retest = None
     if confirmation is not None:
         retest = {
-            "state": confirmation["state"],
-            "good_build": confirmation.get("good_build"),
-            "suspect_build": confirmation.get("suspect_build"),
-            "culprit": confirmation.get("culprit"),
-            "last_good": confirmation.get("last_good"),
-            "reason": confirmation.get("reason"),
-            "decision": confirmation.get("decision"),
-            "steps": confirmation.get("steps") or [],
-            "runs": list(confirmation.get("run_ids") or []),
+            "state": confirmation.state,
+            "good_build": confirmation.good_build,
+            "suspect_build": confirmation.suspect_build,
+            "culprit": confirmation.culprit,
+            "last_good": confirmation.last_good,
+            "reason": confirmation.reason,
+            "decision": confirmation.decision,
+            "steps": confirmation.steps or [],
+            "runs": list(confirmation.run_ids or []),
         }
     return {
         "confirmation": retest,
         "dag_id": dag_id,
-        "group_id": group["id"],
-        "kind": group["kind"],
-        "direction": group["direction"],
-        "summary": group["summary"],
-        "series_count": group["series_count"],
-        "cells": list(group["cells"]),
-        "machines": list(group["machines"]),
-        "build": group.get("runtime_version"),
-        "previous_build": group.get("prev_runtime_version"),
-        "logical_date": group["logical_date"].isoformat(),
-        "change_median": group.get("change_median"),
-        "run_url": run_url(dag_id, group["run_id"]) if group.get("run_id") else "",
-        "trend_url": history_url(dag_id, group["id"]),
+        "group_id": group.id,
+        "kind": group.kind,
+        "direction": group.direction,
+        "summary": group.summary,
+        "series_count": group.series_count,
+        "cells": list(group.cells),
+        "machines": list(group.machines),
+        "build": group.runtime_version,
+        "previous_build": group.prev_runtime_version,
+        "logical_date": group.logical_date.isoformat(),
+        "change_median": group.change_median,
+        "run_url": run_url(dag_id, group.run_id) if group.run_id else "",
+        "trend_url": history_url(dag_id, group.id),
         "points": [
             {
-                "cell_id": p["cell_id"],
-                "metric": p["metric"],
-                "machine": p["machine"],
-                "before": p["median_before"],
-                "after": p["median_after"],
-                "change": p["change"],
-                "p_value": p["p_value"],
-                "run_url": run_url(dag_id, p["run_id"]),
+                "cell_id": p.cell_id,
+                "metric": p.metric,
+                "machine": p.machine,
+                "before": p.median_before,
+                "after": p.median_after,
+                "change": p.change,
+                "p_value": p.p_value,
+                "run_url": run_url(dag_id, p.run_id),
             }
             for p in points
         ],

@@ -6,9 +6,9 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Any
 
 from accelmatrix.cell_state import FAILED_COLOUR, STATE_COLOURS
+from accelmatrix.contracts.run_records import CellRecord, CheckRecord
 from accelmatrix.reports.verdicts import CellVerdicts, lead_html
 from accelmatrix.settings import safe_name
 
@@ -19,28 +19,28 @@ def write_run_index(
     run_dir: Path,
     dag_id: str,
     run_id: str,
-    cells: list[dict[str, Any]],
-    checks: list[dict[str, Any]],
+    cells: list[CellRecord],
+    checks: list[CheckRecord],
 ) -> Path:
     failed_by_cell: dict[str, list[str]] = {}
     for c in checks:
-        if not c["passed"]:
-            failed_by_cell.setdefault(c["cell_id"], []).append(c["check_name"])
+        if not c.passed:
+            failed_by_cell.setdefault(c.cell_id, []).append(c.check_name)
     rows = []
-    for cell in sorted(cells, key=lambda c: (c.get("cell_index") is None, c.get("cell_index"))):
-        cid = cell["cell_id"]
+    for cell in sorted(cells, key=lambda c: (c.cell_index is None, c.cell_index)):
+        cid = cell.cell_id
         cell_dir = run_dir / _safe(cid)
         links = []
         for label, rel in (("log", "output.log"), ("Data Docs", "data_docs/index.html")):
             if (cell_dir / rel).exists():
                 href = html.escape(os.path.join(_safe(cid), rel), quote=True)
                 links.append(f'<a href="{href}">{label}</a>')
-        state = cell.get("state") or ""
+        state = cell.state or ""
         colour = STATE_COLOURS.get(state, FAILED_COLOUR)
-        detail = ", ".join(failed_by_cell.get(cid, [])) or cell.get("excluded_reason") or ""
+        detail = ", ".join(failed_by_cell.get(cid, [])) or cell.excluded_reason or ""
         rows.append(
             f'<tr style="background:{colour}"><td>{html.escape(cid)}</td>'
-            f"<td>{html.escape(state)}{' (quarantined)' if cell.get('quarantined') else ''}</td>"
+            f"<td>{html.escape(state)}{' (quarantined)' if cell.quarantined else ''}</td>"
             f"<td>{html.escape(detail)}</td><td>{' '.join(links)}</td></tr>"
         )
     # The gate's Great Expectations validation of the run's table of cells.
@@ -53,9 +53,7 @@ def write_run_index(
     if (run_dir / "compare.html").exists():
         run_docs += ' (<a href="compare.html">comparison of the two builds</a>)'
     # The page leads with the cells' verdicts (reports/verdicts.py).
-    verdicts = CellVerdicts.of(
-        (c["cell_id"], c.get("state"), bool(c.get("quarantined"))) for c in cells
-    )
+    verdicts = CellVerdicts.of((c.cell_id, c.state, bool(c.quarantined)) for c in cells)
     page = (
         "<!doctype html><meta charset=utf-8>"
         f"<title>{html.escape(dag_id)} {html.escape(run_id)}</title>"

@@ -6,6 +6,7 @@ import math
 import re
 from collections.abc import Sequence
 
+from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix.results.store import ResultsStore
 
 __all__ = ["run_table"]
@@ -56,11 +57,15 @@ def run_table(store: ResultsStore, dag_id: str, run_id: str) -> str:
     cell_rows = store.get_cells(dag_id, run_id)
     failed: dict[str, list[str]] = {}
     for c in store.get_checks(dag_id, run_id):
-        if not c["passed"]:
-            failed.setdefault(c["cell_id"], []).append(c["check_name"])
-    known = {c["cell_id"] for c in cell_rows}
+        if not c.passed:
+            failed.setdefault(c.cell_id, []).append(c.check_name)
+    known = {c.cell_id for c in cell_rows}
     for cid in sorted(set(failed) - known):
-        cell_rows.append({"cell_id": cid, "state": "?", "message": "no cell row recorded"})
+        cell_rows.append(
+            CellRecord(
+                dag_id=dag_id, run_id=run_id, cell_id=cid, state="?", message="no cell row recorded"
+            )
+        )
 
     if not cell_rows:
         return f"No cells recorded for {dag_id} / {run_id}"
@@ -70,20 +75,20 @@ def run_table(store: ResultsStore, dag_id: str, run_id: str) -> str:
     table: list[tuple[str, ...]] = [header]
     counts: dict[str, int] = {}
     for c in cell_rows:
-        state = c.get("state") or "-"
+        state = c.state or "-"
         counts[state] = counts.get(state, 0) + 1
-        if c.get("quarantined"):
+        if c.quarantined:
             state += " (quarantined)"
-        exit_code = c.get("exit_code")
-        message = c.get("message") or c.get("excluded_reason") or ""
+        exit_code = c.exit_code
+        message = c.message or c.excluded_reason or ""
         table.append(
             (
-                c["cell_id"],
+                c.cell_id,
                 state,
                 "-" if exit_code is None else str(exit_code),
-                _fmt_seconds(c.get("resource_held_seconds")),
-                _fmt_seconds(c.get("workload_seconds")),
-                _join_names(failed.get(c["cell_id"], []), 60),
+                _fmt_seconds(c.resource_held_seconds),
+                _fmt_seconds(c.workload_seconds),
+                _join_names(failed.get(c.cell_id, []), 60),
                 _one_line(message, 80),
             )
         )
@@ -100,7 +105,7 @@ def run_table(store: ResultsStore, dag_id: str, run_id: str) -> str:
     lines.insert(1, "-" * max(len(x) for x in lines))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     head = f"Results of {dag_id} / {run_id}: {len(cell_rows)} cell(s): {summary}"
-    costs = [c["cost"] for c in cell_rows if c.get("cost") is not None]
+    costs = [c.cost for c in cell_rows if c.cost is not None]
     if costs:
         head += f"; cost {sum(costs):.6f} {_currency()}"
     return head + "\n" + "\n".join(lines)

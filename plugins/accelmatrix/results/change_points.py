@@ -19,23 +19,21 @@ from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import IntegrityError
 
+from accelmatrix.contracts.change_records import (
+    OPEN_STATES,
+    TRIAGE_STATES,
+    ChangeGroup,
+    ChangePoint,
+    Confirmation,
+)
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore, _advisory_key
+from accelmatrix.results.row_records import change_group, change_point, confirmation
 from accelmatrix.results.schema import change_groups, change_points, confirmations, utcnow
 
 __all__ = ["OPEN_STATES", "TRIAGE_STATES", "ChangePointStore"]
 
-# Perfherder's alert states, cut to the ones a perf history of one team needs:
-# untriaged        nobody looked yet (new change points start here)
-# acknowledged     someone is on it; the old level is still the baseline
-# accepted         the new level is the baseline (bounds re-center onto it)
-# invalid          noise: not a change (bounds ignore it)
-# infrastructure   a machine misbehaved, not the code
-# fixed            the series returned to its old level
-TRIAGE_STATES = ("untriaged", "acknowledged", "accepted", "invalid", "infrastructure", "fixed")
-# A regression in one of these still needs a person: listed first, and bounds never
-# re-center across it.
-OPEN_STATES = ("untriaged", "acknowledged")
+# The triage states and the open ones are the change records' (accelmatrix.contracts).
 
 _POINT_FIELDS = tuple(
     c.name for c in change_points.columns if c.name not in ("id", "dag_id", "updated_at")
@@ -63,7 +61,7 @@ class ChangePointStore(StoreCore):
         states: Iterable[str] | None = None,
         since: datetime | None = None,
         ids: Iterable[int] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ChangePoint]:
         """Change points, oldest first (by the first run at the new level)."""
         c = change_points.c
         where = []
@@ -80,12 +78,11 @@ class ChangePointStore(StoreCore):
             where.append(c.id.in_([int(i) for i in ids]))
         stmt = select(change_points).where(*where).order_by(c.logical_date, c.cell_id, c.metric)
         with self._reading() as conn:
-            return [dict(r._mapping) for r in conn.execute(stmt)]
+            return [change_point(r) for r in conn.execute(stmt)]
 
-    def save_change_point(
-        self, dag_id: str, fields: Mapping[str, Any], *, id: int | None = None
-    ) -> int:
-        """Insert a change point (``id`` None) or update the given fields of one; its id."""
+    def save_change_point(self, dag_id: str, *, id: int | None = None, **fields: Any) -> int:
+        """Insert a change point (``id`` None) or update the given fields of one; its id.
+        The fields are ``ChangePoint``'s (``id`` and ``dag_id`` aside)."""
         return self._save(change_points, _POINT_FIELDS, dag_id, fields, id)
 
     def delete_change_points(self, ids: Sequence[int]) -> int:
@@ -108,7 +105,7 @@ class ChangePointStore(StoreCore):
         *,
         states: Iterable[str] | None = None,
         ids: Iterable[int] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ChangeGroup]:
         """Groups, newest first."""
         g = change_groups.c
         where = []
@@ -120,16 +117,15 @@ class ChangePointStore(StoreCore):
             where.append(g.id.in_([int(i) for i in ids]))
         stmt = select(change_groups).where(*where).order_by(g.logical_date.desc(), g.id.desc())
         with self._reading() as conn:
-            return [dict(r._mapping) for r in conn.execute(stmt)]
+            return [change_group(r) for r in conn.execute(stmt)]
 
-    def get_change_group(self, group_id: int) -> dict[str, Any] | None:
+    def get_change_group(self, group_id: int) -> ChangeGroup | None:
         rows = self.get_change_groups(ids=[group_id])
         return rows[0] if rows else None
 
-    def save_change_group(
-        self, dag_id: str, fields: Mapping[str, Any], *, id: int | None = None
-    ) -> int:
-        """Insert a group (``id`` None) or update the given fields of one; its id."""
+    def save_change_group(self, dag_id: str, *, id: int | None = None, **fields: Any) -> int:
+        """Insert a group (``id`` None) or update the given fields of one; its id. The
+        fields are ``ChangeGroup``'s (``id`` and ``dag_id`` aside)."""
         return self._save(change_groups, _GROUP_FIELDS, dag_id, fields, id)
 
     def delete_change_groups(self, ids: Sequence[int]) -> int:
@@ -144,11 +140,10 @@ class ChangePointStore(StoreCore):
 
     # ----------------------------------------------------------------------- confirmations
 
-    def start_confirmation(
-        self, dag_id: str, group_id: int, fields: Mapping[str, Any]
-    ) -> dict[str, Any] | None:
-        """Record the re-test of a group; None when the group already has one (the unique
-        key decides, so two gates racing start one re-test, never two)."""
+    def start_confirmation(self, dag_id: str, group_id: int, **fields: Any) -> Confirmation | None:
+        """Record the re-test of a group (``fields``: ``Confirmation``'s); None when the
+        group already has one (the unique key decides, so two gates racing start one
+        re-test, never two)."""
         try:
             cid = self._save(
                 confirmations, _CONFIRMATION_FIELDS, dag_id, {**fields, "group_id": group_id}, None
@@ -164,7 +159,7 @@ class ChangePointStore(StoreCore):
         group_id: int | None = None,
         ids: Iterable[int] | None = None,
         states: Iterable[str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Confirmation]:
         """Re-tests, oldest first."""
         c = confirmations.c
         where = []
@@ -178,19 +173,19 @@ class ChangePointStore(StoreCore):
             where.append(c.state.in_(list(states)))
         with self._reading() as conn:
             rows = conn.execute(select(confirmations).where(*where).order_by(c.id))
-            return [dict(r._mapping) for r in rows]
+            return [confirmation(r) for r in rows]
 
-    def save_confirmation(self, dag_id: str, fields: Mapping[str, Any], *, id: int) -> int:
-        """Update the given fields of a re-test."""
+    def save_confirmation(self, dag_id: str, *, id: int, **fields: Any) -> int:
+        """Update the given fields of a re-test (``Confirmation``'s)."""
         return self._save(confirmations, _CONFIRMATION_FIELDS, dag_id, fields, id)
 
     # ------------------------------------------------------------------------------ triage
 
     def set_triage(
         self, what: str, id: int, state: str, *, by: str, note: str | None = None
-    ) -> dict[str, Any]:
+    ) -> ChangeGroup | ChangePoint:
         """Set the triage state of a group (and every change point in it) or of one change
-        point; records who and when. Returns the updated row; KeyError if there is none."""
+        point; records who and when. Returns the updated record; KeyError if there is none."""
         if what not in ("group", "change"):
             raise ValueError(f"what must be 'group' or 'change', got {what!r}")
         if state not in TRIAGE_STATES:
@@ -214,12 +209,9 @@ class ChangePointStore(StoreCore):
 
         if not self._write(tx):
             raise KeyError(f"no change {what} with id {id}")
-        rows = (
-            self.get_change_groups(ids=[id])
-            if what == "group"
-            else self.get_change_points(ids=[id])
-        )
-        return rows[0]
+        if what == "group":
+            return self.get_change_groups(ids=[id])[0]
+        return self.get_change_points(ids=[id])[0]
 
     # ------------------------------------------------------------------------------ passes
 

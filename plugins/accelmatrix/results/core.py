@@ -50,7 +50,7 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
 
@@ -430,13 +430,11 @@ class StoreCore:
             out[name] = v
         return out
 
-    def _filtered(
-        self, table: Table, order: Sequence[str], **filters: str | None
-    ) -> list[dict[str, Any]]:
+    def _filtered(self, table: Table, order: Sequence[str], **filters: str | None) -> list[Row]:
         stmt = (
             select(table)
             .where(*(table.c[k] == v for k, v in filters.items() if v is not None))
             .order_by(*(table.c[c] for c in order))
         )
         with self._reading() as conn:
-            return [dict(r._mapping) for r in conn.execute(stmt)]
+            return list(conn.execute(stmt))

@@ -10,12 +10,20 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.engine import Row
 
+from accelmatrix.contracts.run_records import HistoryRows, PerfPoint
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
+from accelmatrix.results.row_records import (
+    cell_record,
+    check_record,
+    metric_record,
+    perf_point,
+    run_record,
+)
 from accelmatrix.results.runs import suite_runs
 from accelmatrix.results.schema import (
-    SCALAR_STEP,
     cells,
     checks,
     metrics,
@@ -38,10 +46,10 @@ class HistoryQueries(StoreCore):
         since: Any = None,
         until: Any = None,
         extra_metrics: Any = (),
-    ) -> dict[str, list[dict[str, Any]]]:
-        """The raw rows perf history is built from (see accelmatrix.history.frame).
+    ) -> HistoryRows:
+        """The records perf history is built from (see accelmatrix.history.frame).
 
-        ``{"runs": [...], "cells": [...], "metrics": [...], "checks": [...]}`` restricted
+        The runs, cells, metrics and checks, restricted
         to runs of ``dag_id``/``suite`` whose logical date is in [since, until], metric rows
         named ``metric`` (default: every metric a perf check judged) and perf check rows
         (those with a ``metric``), optionally of one ``benchmark``; ``extra_metrics`` adds
@@ -67,39 +75,34 @@ class HistoryQueries(StoreCore):
                 or_(runs.c.logical_date <= until_, and_(undated, runs.c.started_at <= until_))
             )
         with self._reading() as conn:
-            run_rows = [dict(r._mapping) for r in conn.execute(run_q)]
-            dags = sorted({r["dag_id"] for r in run_rows})
-            run_ids = {(r["dag_id"], r["run_id"]) for r in run_rows}
+            run_rows = [run_record(r) for r in conn.execute(run_q)]
+            dags = sorted({r.dag_id for r in run_rows})
+            run_ids = {(r.dag_id, r.run_id) for r in run_rows}
 
-            def rows_of(table: Table, *extra: Any) -> list[dict[str, Any]]:
+            def rows_of(table: Table, *extra: Any) -> list[Row]:
                 if not dags:
                     return []
                 q = select(table).where(table.c.dag_id.in_(dags), *extra)
-                return [
-                    m
-                    for m in (dict(r._mapping) for r in conn.execute(q))
-                    if (m["dag_id"], m["run_id"]) in run_ids
-                ]
+                return [r for r in conn.execute(q) if (r.dag_id, r.run_id) in run_ids]
 
-            cell_rows = rows_of(cells)
+            cell_rows = [cell_record(r) for r in rows_of(cells)]
             check_filter = [checks.c.metric.is_not(None)]
             if metric:
                 check_filter.append(checks.c.metric == metric)
             if benchmark:
                 check_filter.append(checks.c.benchmark == benchmark)
-            check_rows = rows_of(checks, *check_filter)
+            check_rows = [check_record(r) for r in rows_of(checks, *check_filter)]
             # Without ``metric``: only metrics some perf check judged, not every loss curve.
-            names = [metric] if metric else sorted({c["metric"] for c in check_rows})
+            names = [metric] if metric else sorted({c.metric for c in check_rows if c.metric})
             names = sorted({*names, *extra_metrics})
-            metric_rows = rows_of(metrics, metrics.c.name.in_(names)) if names else []
-        for r in metric_rows:
-            if r["step"] == SCALAR_STEP:
-                r["step"] = None
-        return {"runs": run_rows, "cells": cell_rows, "metrics": metric_rows, "checks": check_rows}
+            metric_rows = (
+                [metric_record(r) for r in rows_of(metrics, metrics.c.name.in_(names))]
+                if names
+                else []
+            )
+        return HistoryRows(runs=run_rows, cells=cell_rows, metrics=metric_rows, checks=check_rows)
 
-    def perf_points(
-        self, dag_id: str, *, since: Any = None, until: Any = None
-    ) -> list[dict[str, Any]]:
+    def perf_points(self, dag_id: str, *, since: Any = None, until: Any = None) -> list[PerfPoint]:
         """Every perf check verdict of the DAG's runs whose time is in [since, until]: run_id,
         cell_id, benchmark, metric, value (what the check judged), lower_bound, upper_bound,
         and the run's logical_date, started_at and created_at.
@@ -145,4 +148,4 @@ class HistoryQueries(StoreCore):
                 or_(runs.c.logical_date <= until_, and_(undated, runs.c.started_at <= until_))
             )
         with self._reading() as conn:
-            return [dict(r._mapping) for r in conn.execute(q)]
+            return [perf_point(r) for r in conn.execute(q)]

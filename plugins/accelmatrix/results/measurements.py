@@ -17,7 +17,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from accelmatrix.contracts.run_records import CheckRecord, MetricRecord
 from accelmatrix.results.core import StoreCore
+from accelmatrix.results.row_records import check_record, metric_record, records_frame
 from accelmatrix.results.schema import (
     CHECK_ROW_FIELDS,
     METRIC_ROW_FIELDS,
@@ -140,8 +142,8 @@ class MeasurementStore(StoreCore):
 
     def get_metrics(
         self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Metric rows as dicts, ``step`` None for scalars (the sentinel never leaks out)."""
+    ) -> list[MetricRecord]:
+        """Metric values, ``step`` None for scalars (the sentinel never leaks out)."""
         rows = self._filtered(
             metrics,
             ("dag_id", "run_id", "cell_id", "name", "step"),
@@ -149,21 +151,19 @@ class MeasurementStore(StoreCore):
             run_id=run_id,
             cell_id=cell_id,
         )
-        for r in rows:
-            if r["step"] == SCALAR_STEP:
-                r["step"] = None
-        return rows
+        return [metric_record(r) for r in rows]
 
     def get_checks(
         self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
-    ) -> list[dict[str, Any]]:
-        return self._filtered(
+    ) -> list[CheckRecord]:
+        rows = self._filtered(
             checks,
             ("dag_id", "run_id", "cell_id", "check_name"),
             dag_id=dag_id,
             run_id=run_id,
             cell_id=cell_id,
         )
+        return [check_record(r) for r in rows]
 
     def has_perf_checks(self, dag_id: str) -> bool:
         """Whether any run of ``dag_id`` has a bounded perf verdict (a series to classify).
@@ -184,19 +184,16 @@ class MeasurementStore(StoreCore):
         """Long-form metrics; ``step`` is a nullable Int64 column, <NA> for scalars."""
         import pandas as pd
 
-        cols = ["dag_id", "run_id", "cell_id", "name", "step", "value", "unit", "source"]
         rows = self.get_metrics(dag_id, run_id, cell_id)
-        df = pd.DataFrame.from_records(rows, columns=cols)
-        df["step"] = pd.array([r["step"] for r in rows], dtype="Int64")
+        df = records_frame(rows, MetricRecord)
+        df["step"] = pd.array([r.step for r in rows], dtype="Int64")
         df["value"] = df["value"].astype("float64")
         return df
 
     def checks_frame(
         self, dag_id: str | None = None, run_id: str | None = None, cell_id: str | None = None
     ) -> pd.DataFrame:
-        import pandas as pd
 
-        cols = [c.name for c in checks.columns]
-        df = pd.DataFrame.from_records(self.get_checks(dag_id, run_id, cell_id), columns=cols)
+        df = records_frame(self.get_checks(dag_id, run_id, cell_id), CheckRecord)
         df["passed"] = df["passed"].astype(bool)
         return df

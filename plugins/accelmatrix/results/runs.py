@@ -29,9 +29,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from accelmatrix.contracts.json_types import JsonObject
+from accelmatrix.contracts.run_records import CellRecord, ReapedRecord, RunRecord
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
 from accelmatrix.results.fence import StepTry, SupersededTry
+from accelmatrix.results.row_records import cell_record, reaped_record, run_record
 from accelmatrix.results.schema import (
     CELL_FIELDS,
     RUN_FIELDS,
@@ -50,14 +53,13 @@ FOLLOWUP_RUN_ID_PREFIXES = tuple(f"accelmatrix_{k}__" for k in schema.FOLLOWUP_R
 RunKinds = Literal["all", "suite", "followups"]
 
 
-def is_followup(run: Mapping[str, Any]) -> bool:
-    """Whether a ``runs`` row is a follow-up run (a re-test), not a run of the suite."""
-    if run.get("run_type") in schema.FOLLOWUP_RUN_TYPES:
+def is_followup(run: RunRecord) -> bool:
+    """Whether a run is a follow-up run (a re-test), not a run of the suite."""
+    if run.run_type in schema.FOLLOWUP_RUN_TYPES:
         return True
-    params = run.get("params")
-    if isinstance(params, Mapping) and params.get(FOLLOWUP_PARAM) is not None:
+    if isinstance(run.params, Mapping) and run.params.get(FOLLOWUP_PARAM) is not None:
         return True
-    return str(run.get("run_id") or "").startswith(FOLLOWUP_RUN_ID_PREFIXES)
+    return run.run_id.startswith(FOLLOWUP_RUN_ID_PREFIXES)
 
 
 def suite_runs(table: Table = runs) -> Any:
@@ -176,14 +178,14 @@ class RunCellStore(StoreCore):
         }
         self._write(lambda conn: conn.execute(insert(schema.reaped).values(row)))
 
-    def get_reaped(self, *, backend: str | None = None) -> list[dict[str, Any]]:
+    def get_reaped(self, *, backend: str | None = None) -> list[ReapedRecord]:
         """Janitor decisions, oldest first (optionally of one backend)."""
         t = schema.reaped
         query = select(t).order_by(t.c.id)
         if backend is not None:
             query = query.where(t.c.backend == backend)
         with self._reading() as conn:
-            return [dict(r._mapping) for r in conn.execute(query).all()]
+            return [reaped_record(r) for r in conn.execute(query).all()]
 
     def reset_run(self, dag_id: str, run_id: str) -> int:
         """Delete the run's cells, their specs, metrics, checks and try fences (not its run
@@ -223,22 +225,22 @@ class RunCellStore(StoreCore):
         return schema.UtcDateTime().process_result_value(value, self._get_engine().dialect)
 
     @staticmethod
-    def _cell_sort_key(c: Mapping[str, Any]) -> tuple[bool, int, str]:
-        idx = c.get("cell_index")
-        return (idx is None, idx if idx is not None else 0, c["cell_id"])
+    def _cell_sort_key(c: CellRecord) -> tuple[bool, int, str]:
+        idx = c.cell_index
+        return (idx is None, idx if idx is not None else 0, c.cell_id)
 
-    def get_run(self, dag_id: str, run_id: str) -> dict[str, Any] | None:
-        """The run's row as a dict (params decoded, timestamps aware UTC), or None."""
+    def get_run(self, dag_id: str, run_id: str) -> RunRecord | None:
+        """The run (params decoded, timestamps aware UTC), or None."""
         key = self._key(dag_id, run_id)
         with self._reading() as conn:
             row = conn.execute(
                 select(runs).where(runs.c.dag_id == key["dag_id"], runs.c.run_id == key["run_id"])
             ).first()
-        return dict(row._mapping) if row is not None else None
+        return run_record(row) if row is not None else None
 
     def get_runs(
         self, dag_id: str, limit: int | None = None, *, which: RunKinds = "all"
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRecord]:
         """The DAG's runs, newest build first: by logical date (a run without one, by its
         start), then start, then creation. The matrix page's run picker and its "latest
         run": after a backfill of last week's builds, the latest is still today's build,
@@ -272,9 +274,9 @@ class RunCellStore(StoreCore):
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._reading() as conn:
-            return [dict(r._mapping) for r in conn.execute(stmt)]
+            return [run_record(r) for r in conn.execute(stmt)]
 
-    def get_cells(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    def get_cells(self, dag_id: str, run_id: str) -> list[CellRecord]:
         """Every cell of the run, in plan order (cell_index, then cell_id)."""
         key = self._key(dag_id, run_id)
         with self._reading() as conn:
@@ -283,9 +285,9 @@ class RunCellStore(StoreCore):
                     cells.c.dag_id == key["dag_id"], cells.c.run_id == key["run_id"]
                 )
             ).all()
-        return sorted((dict(r._mapping) for r in rows), key=self._cell_sort_key)
+        return sorted((cell_record(r) for r in rows), key=self._cell_sort_key)
 
-    def put_cell_specs(self, dag_id: str, run_id: str, specs: Mapping[str, Any]) -> None:
+    def put_cell_specs(self, dag_id: str, run_id: str, specs: Mapping[str, JsonObject]) -> None:
         """Replace the run's planned cell specs (cell id -> spec) in one transaction."""
         key = self._key(dag_id, run_id)
         rows = [
@@ -307,7 +309,7 @@ class RunCellStore(StoreCore):
 
     def get_cell_specs(
         self, dag_id: str, run_id: str, cell_ids: list[str] | None = None
-    ) -> dict[str, Any]:
+    ) -> dict[str, JsonObject]:
         """The run's planned cell specs by cell id (only ``cell_ids`` when given)."""
         key = self._key(dag_id, run_id)
         where = [cell_specs.c.dag_id == key["dag_id"], cell_specs.c.run_id == key["run_id"]]
@@ -317,10 +319,10 @@ class RunCellStore(StoreCore):
             rows = conn.execute(select(cell_specs.c.cell_id, cell_specs.c.spec).where(*where))
             return {r.cell_id: r.spec for r in rows}
 
-    def get_cell(self, dag_id: str, run_id: str, cell_id: str) -> dict[str, Any] | None:
+    def get_cell(self, dag_id: str, run_id: str, cell_id: str) -> CellRecord | None:
         key = self._key(dag_id, run_id, cell_id)
         with self._reading() as conn:
             row = conn.execute(
                 select(cells).where(*(cells.c[k] == v for k, v in key.items()))
             ).first()
-        return dict(row._mapping) if row is not None else None
+        return cell_record(row) if row is not None else None

@@ -3,9 +3,10 @@ state the gate's history classification and alerting keep between runs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 from sqlalchemy import (
     and_,
     delete,
@@ -14,8 +15,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from accelmatrix.contracts.series_records import AlertRecord, SeriesStatus
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
+from accelmatrix.results.row_records import alert_record, series_status_record
 from accelmatrix.results.schema import (
     alerts,
     series_status,
@@ -29,32 +32,23 @@ class SeriesAlertStore(StoreCore):
     # ------------------------------------------------------------------------- series & alerts
 
     def replace_series_status(
-        self, dag_id: str, rows: Sequence[Mapping[str, Any]], *, window_days: int
+        self, dag_id: str, rows: Sequence[SeriesStatus], *, window_days: int
     ) -> int:
         """Make ``rows`` the suite's complete set of series verdicts, atomically.
 
-        Row keys: ``benchmark``, ``cell_id``, ``metric``, ``status``, ``points``, ``flips``,
-        ``trailing``, and optionally ``longest_earlier``, ``last_value``,
-        ``last_logical_date``. Replaced per suite: a series that left the window is gone.
+        Each row is stored under ``dag_id`` and ``window_days`` (whatever the record says),
+        computed now unless it says when. Replaced per suite: a series that left the window
+        is gone.
         """
         self._check_id("dag_id", dag_id, schema.ID_LEN)
-        allowed = tuple(
-            c.name for c in series_status.columns if c.name not in ("dag_id", "window_days")
-        )
         now = utcnow()
         prepared = []
-        for i, row in enumerate(rows):
-            self._reject_unknown(f"series status (row {i})", row, allowed)
-            values = self._coerce(series_status, dict(row))
-            prepared.append(
-                {
-                    "longest_earlier": 0,
-                    "computed_at": now,
-                    **values,
-                    "dag_id": dag_id,
-                    "window_days": int(window_days),
-                }
+        for row in rows:
+            values = msgspec.structs.asdict(row)
+            values.update(
+                dag_id=dag_id, window_days=int(window_days), computed_at=row.computed_at or now
             )
+            prepared.append(self._coerce(series_status, values))
 
         def tx(conn: Connection) -> int:
             self._lock(conn, "series_status", dag_id)
@@ -67,22 +61,22 @@ class SeriesAlertStore(StoreCore):
 
     def get_series_status(
         self, dag_id: str | None = None, status: str | None = None
-    ) -> list[dict[str, Any]]:
-        return self._filtered(
+    ) -> list[SeriesStatus]:
+        rows = self._filtered(
             series_status,
             ("dag_id", "benchmark", "cell_id", "metric"),
             dag_id=dag_id,
             status=status,
         )
+        return [series_status_record(r) for r in rows]
 
-    def get_alert(self, dag_id: str, cell_id: str) -> dict[str, Any] | None:
+    def get_alert(self, dag_id: str, cell_id: str) -> AlertRecord | None:
         rows = self._filtered(alerts, ("dag_id",), dag_id=dag_id, cell_id=cell_id)
-        return rows[0] if rows else None
+        return alert_record(rows[0]) if rows else None
 
-    def get_alerts(
-        self, dag_id: str | None = None, status: str | None = None
-    ) -> list[dict[str, Any]]:
-        return self._filtered(alerts, ("dag_id", "cell_id"), dag_id=dag_id, status=status)
+    def get_alerts(self, dag_id: str | None = None, status: str | None = None) -> list[AlertRecord]:
+        rows = self._filtered(alerts, ("dag_id", "cell_id"), dag_id=dag_id, status=status)
+        return [alert_record(r) for r in rows]
 
     def upsert_alert(self, dag_id: str, cell_id: str, **fields: Any) -> None:
         """Insert the (suite, cell) alert, or update only the given fields of it.

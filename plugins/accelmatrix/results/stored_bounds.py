@@ -16,8 +16,11 @@ from typing import Any
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 
+from accelmatrix.contracts.json_types import JsonObject
+from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
+from accelmatrix.results.row_records import bounds_record
 from accelmatrix.results.schema import bounds, utcnow
 
 __all__ = ["BOUNDS_REASONS", "BOUNDS_ROW_FIELDS", "BoundsStore"]
@@ -46,7 +49,7 @@ class BoundsStore(StoreCore):
         *,
         reason: str,
         by: str,
-        detail: Mapping[str, Any] | None = None,
+        detail: JsonObject | None = None,
         note: str | None = None,
         at: datetime | None = None,
     ) -> list[int]:
@@ -77,7 +80,7 @@ class BoundsStore(StoreCore):
 
         return self._write(tx)
 
-    def bounds_in_force(self, file: str) -> dict[str, dict[str, Any]]:
+    def bounds_in_force(self, file: str) -> dict[str, BoundsRecord]:
         """benchmark -> its newest row of ``file`` (none: the file's values hold)."""
         b = bounds.c
         newest = (
@@ -85,7 +88,7 @@ class BoundsStore(StoreCore):
         )
         stmt = select(bounds).where(b.id.in_(newest))
         with self._reading() as conn:
-            return {r.benchmark: dict(r._mapping) for r in conn.execute(stmt)}
+            return {r.benchmark: bounds_record(r) for r in conn.execute(stmt)}
 
     def get_bounds_history(
         self,
@@ -93,7 +96,7 @@ class BoundsStore(StoreCore):
         *,
         benchmark: str | None = None,
         limit: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[BoundsRecord]:
         """Stored rows, newest first (of these files, of this benchmark)."""
         b = bounds.c
         where = []
@@ -105,4 +108,4 @@ class BoundsStore(StoreCore):
         if limit is not None:
             stmt = stmt.limit(int(limit))
         with self._reading() as conn:
-            return [dict(r._mapping) for r in conn.execute(stmt)]
+            return [bounds_record(r) for r in conn.execute(stmt)]

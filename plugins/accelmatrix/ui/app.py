@@ -227,7 +227,7 @@ def create_app() -> FastAPI:
         from accelmatrix.ui.airflow_facts import run_facts
 
         store = results_store()
-        shown = run_id or next((r["run_id"] for r in model.suite_runs(store, dag_id, 1)), None)
+        shown = run_id or next((r.run_id for r in model.suite_runs(store, dag_id, 1)), None)
         tries, stop = run_facts(dag_id, shown) if shown else ({}, None)
         try:
             view = model.load_run_view(
@@ -263,7 +263,7 @@ def create_app() -> FastAPI:
         """Filters, the re-run form, cost and owners (ui/oncall.py, ui/rerun.py)."""
         from accelmatrix.ui import rerun
 
-        run_id = view.run["run_id"]
+        run_id = view.run.run_id
         reruns = rerun.reruns(view.dag_id, run_id)
         oncall.mark_rerunning(view.cells, reruns)  # cleared cells show in progress
         filters = oncall.parse_filters(request.query_params.multi_items())

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from accelmatrix.cell_state import WORKLOAD_FAILED, CellState
+from accelmatrix.contracts.run_records import CheckRecord
 
 # Where each failure shows up in Airflow: the task (step of the cell's mapped group, or a
 # run-level task) whose log holds the cause.
@@ -116,18 +116,18 @@ def cause_lines(
     return [state.replace("_", " ")]
 
 
-def check_rows(rows: list[dict[str, Any]]) -> dict[str, list[FailedCheck]]:
+def check_rows(rows: list[CheckRecord]) -> dict[str, list[FailedCheck]]:
     """cell_id -> its failed checks (errors, not warnings), from the store's check rows."""
     out: dict[str, list[FailedCheck]] = {}
     for c in rows:
-        if c.get("passed"):
+        if c.passed:
             continue
-        out.setdefault(c["cell_id"], []).append(
+        out.setdefault(c.cell_id, []).append(
             FailedCheck(
-                name=str(c.get("check_name") or ""),
-                expected=clip(c.get("expected") or "", 60),
-                observed=clip(c.get("observed") or "", 60),
-                message=clip(c.get("message") or "", 100),
+                name=str(c.check_name or ""),
+                expected=clip(c.expected or "", 60),
+                observed=clip(c.observed or "", 60),
+                message=clip(c.message or "", 100),
             )
         )
     return out

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState
+from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.ui import files
 from accelmatrix.ui.cause import FailedCheck, check_rows
 from accelmatrix.ui.grid import LABELS, esc, file_url, log_url, q
@@ -55,7 +56,7 @@ class MetricRow:
 @dataclass
 class CellEvidence:
     dag_id: str
-    run: dict[str, Any]
+    run: RunRecord
     task_id: str
     cell: CellView
     checks: list[FailedCheck] = field(default_factory=list)
@@ -172,7 +173,7 @@ def render_cell_page(ev: CellEvidence, *, ui_base: str, app_base: str, page_base
     failed and which check, never a green summary above a red detail."""
 
     c = ev.cell
-    run_id = ev.run["run_id"]
+    run_id = ev.run.run_id
     dag = q(ev.dag_id)
     kind = LABELS.get(c.kind, c.kind)
     verdict = f"{kind}" + (f" (state {c.state})" if c.state not in (kind, "passed") else "")

@@ -46,8 +46,17 @@ from urllib.parse import quote
 
 from sqlalchemy import func, select
 
+from accelmatrix.contracts.change_records import (
+    OPEN_STATES,
+    TRIAGE_STATES,
+    ChangeGroup,
+    ChangePoint,
+    Confirmation,
+)
+from accelmatrix.contracts.run_records import RunRecord
+from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.results import schema
-from accelmatrix.results.change_points import OPEN_STATES, TRIAGE_STATES
+from accelmatrix.results.row_records import run_record
 from accelmatrix.results.runs import FOLLOWUP_PARAM, suite_runs
 from accelmatrix.ui.grid import LABELS, esc, q
 from accelmatrix.ui.model import cell_kind, run_finished, run_time
@@ -116,7 +125,7 @@ class ChangeEntry:
     state_at: datetime | None
     note: str | None
     # The group's re-test (results.schema.confirmations), if one was started.
-    retest: dict[str, Any] | None = None
+    retest: Confirmation | None = None
 
     @property
     def anchor(self) -> str:
@@ -132,20 +141,20 @@ class RetestRun:
     """One follow-up run (a confirm, bisect or compare re-test of named builds): a row of
     the page's re-tests section, never a column of the grid."""
 
-    run: dict[str, Any]
+    run: RunRecord
     kind: str  # confirm | bisect | compare | re-test (a kind this page does not know)
     round: int | None
     builds: list[str]  # the first is the reference (last good build, a compare's base)
     cells: list[str]  # the suspect cells it re-tests
     samples: int  # its cells (one session per suspect cell; one per sample before)
     cost: float | None
-    confirmation: dict[str, Any] | None  # results.schema.confirmations row, if any
+    confirmation: Confirmation | None
     group: ChangeEntry | None = None  # the change it re-tests, when listed
 
     @property
     def group_id(self) -> int | None:
         c = self.confirmation
-        return int(c["group_id"]) if c and c.get("group_id") is not None else None
+        return int(c.group_id) if c and c.group_id is not None else None
 
 
 @dataclass
@@ -158,8 +167,8 @@ class BoundsEntry:
     upper: float | None
     file_lower: float | None  # the file's own
     file_upper: float | None
-    row: dict[str, Any] | None  # the stored row in force; None: the file's values hold
-    rows: list[dict[str, Any]]  # every stored row read, newest first
+    row: BoundsRecord | None  # the stored row in force; None: the file's values hold
+    rows: list[BoundsRecord]  # every stored row read, newest first
 
     @property
     def superseded(self) -> bool:
@@ -170,7 +179,7 @@ class BoundsEntry:
 @dataclass
 class HistoryView:
     dag_id: str
-    runs: list[dict[str, Any]]  # oldest first
+    runs: list[RunRecord]  # oldest first
     rows: list[Row]
     changes: list[ChangeEntry] = field(default_factory=list)  # open regressions first
     changes_hidden: int = 0  # older closed groups not listed
@@ -191,7 +200,7 @@ def load_history(
     retests, retests_hidden = load_retests(store, dag_id)
     if not runs and not retests:
         return None
-    pos = {r["run_id"]: i for i, r in enumerate(runs)}
+    pos = {r.run_id: i for i, r in enumerate(runs)}
     finished = [run_finished(r) for r in runs]
     c = schema.cells.c
     stmt = select(c.run_id, c.cell_id, c.cell_index, c.state, c.quarantined).where(
@@ -210,9 +219,7 @@ def load_history(
             if index is not None and i >= row.order_run:  # the latest plan's order wins
                 row.order, row.order_run = (index, cid), i
     # As triage left them: accepting a change clears its cells' regression mark at once.
-    regressions = {
-        r["cell_id"] for r in stored_verdicts(store, dag_id) if r["status"] == "regression"
-    }
+    regressions = {r.cell_id for r in stored_verdicts(store, dag_id) if r.status == "regression"}
     for row in rows.values():
         _mark(row, runs, row.cell_id in regressions)
     rank = {m: i for i, m in enumerate(MARKS)}
@@ -251,9 +258,9 @@ def load_bounds_entries(store: ResultsStore, dag_id: str) -> tuple[list[BoundsEn
             log.warning("history: stored bounds of %s not readable", path, exc_info=True)
             continue
         keys.append(key)
-        by_bench: dict[str, list[dict[str, Any]]] = {}
+        by_bench: dict[str, list[BoundsRecord]] = {}
         for r in rows:
-            by_bench.setdefault(r["benchmark"], []).append(r)
+            by_bench.setdefault(r.benchmark, []).append(r)
         for name, bench in file_bounds.benchmarks.items():
             stored = by_bench.get(name)
             if not stored:
@@ -262,16 +269,8 @@ def load_bounds_entries(store: ResultsStore, dag_id: str) -> tuple[list[BoundsEn
             held = newest if row_in_force(bench, newest) else None
             lo, hi = bench.step_time_lower_bound, bench.step_time_upper_bound
             if held is not None:
-                lo = (
-                    held["step_time_lower_bound"]
-                    if held["step_time_lower_bound"] is not None
-                    else lo
-                )
-                hi = (
-                    held["step_time_upper_bound"]
-                    if held["step_time_upper_bound"] is not None
-                    else hi
-                )
+                lo = held.step_time_lower_bound if held.step_time_lower_bound is not None else lo
+                hi = held.step_time_upper_bound if held.step_time_upper_bound is not None else hi
             out.append(
                 BoundsEntry(
                     key,
@@ -287,7 +286,7 @@ def load_bounds_entries(store: ResultsStore, dag_id: str) -> tuple[list[BoundsEn
     return out, keys
 
 
-def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[dict[str, Any]]:
+def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[RunRecord]:
     """The suite's latest ``n_runs`` runs, oldest first, placed by logical date (a run
     without one by its start), then build (``runtime_version``), then start: the order of
     the builds tested, whenever the runs happened to execute. Follow-up runs (re-tests,
@@ -301,15 +300,15 @@ def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[dict[st
         .limit(n_runs)
     )
     with store._reading() as conn:  # noqa: SLF001 - one read-only query, no store API for it
-        runs = [dict(row._mapping) for row in conn.execute(stmt)]
+        runs = [run_record(row) for row in conn.execute(stmt)]
     epoch = datetime.min.replace(tzinfo=UTC)
     return sorted(
         runs,
         key=lambda x: (
             run_time(x) or epoch,
-            x.get("runtime_version") or "",
-            x.get("started_at") or epoch,
-            x["run_id"],
+            x.runtime_version or "",
+            x.started_at or epoch,
+            x.run_id,
         ),
     )
 
@@ -327,30 +326,30 @@ def load_retests(store: ResultsStore, dag_id: str) -> tuple[list[RetestRun], int
         confirmations = store.get_confirmations(dag_id)
     except Exception:  # noqa: BLE001 - an older store without the table: runs alone
         confirmations = []
-    by_id = {int(c["id"]): c for c in confirmations}
-    by_run: dict[str, dict[str, Any]] = {}
+    by_id = {int(c.id): c for c in confirmations}
+    by_run: dict[str, Confirmation] = {}
     for conf in confirmations:
-        for run_id in [*(conf.get("run_ids") or []), conf.get("run_id")]:
+        for run_id in [*(conf.run_ids or []), conf.run_id]:
             if run_id:
                 by_run[str(run_id)] = conf
     c = schema.cells.c
     stmt = (
         select(c.run_id, func.count(), func.sum(c.cost))
-        .where(c.dag_id == dag_id, c.run_id.in_([r["run_id"] for r in rows]))
+        .where(c.dag_id == dag_id, c.run_id.in_([r.run_id for r in rows]))
         .group_by(c.run_id)
     )
     with store._reading() as conn:  # noqa: SLF001 - one read-only query, no store API for it
         counts = {run_id: (int(n), cost) for run_id, n, cost in conn.execute(stmt)}
     out = []
     for r in rows:
-        block = (r.get("params") or {}).get(FOLLOWUP_PARAM)
+        block = (r.params or {}).get(FOLLOWUP_PARAM)
         block = block if isinstance(block, dict) else {}
-        conf = by_run.get(r["run_id"])
+        conf = by_run.get(r.run_id)
         if conf is None and isinstance(block.get("confirmation"), int):
             conf = by_id.get(block["confirmation"])
-        kind = r.get("run_type") if r.get("run_type") in schema.FOLLOWUP_RUN_TYPES else None
-        kind = kind or block.get("kind") or _kind_of_run_id(r["run_id"]) or "re-test"
-        n, cost = counts.get(r["run_id"], (0, None))
+        kind = r.run_type if r.run_type in schema.FOLLOWUP_RUN_TYPES else None
+        kind = kind or block.get("kind") or _kind_of_run_id(r.run_id) or "re-test"
+        n, cost = counts.get(r.run_id, (0, None))
         out.append(
             RetestRun(
                 run=r,
@@ -379,15 +378,15 @@ def load_changes(store: ResultsStore, dag_id: str) -> tuple[list[ChangeEntry], i
     more there are). A change point no group holds is listed as its own entry."""
     try:
         groups = store.get_change_groups(dag_id)
-        loose = [p for p in store.get_change_points(dag_id) if p.get("group_id") is None]
+        loose = [p for p in store.get_change_points(dag_id) if p.group_id is None]
     except Exception:  # noqa: BLE001 - an older store without the tables: no list
         log.warning("history: change groups of %s not readable", dag_id, exc_info=True)
         return [], 0
     try:
-        retests = {c["group_id"]: c for c in store.get_confirmations(dag_id)}
+        retests = {c.group_id: c for c in store.get_confirmations(dag_id)}
     except Exception:  # noqa: BLE001 - an older store without the table: no re-tests shown
         retests = {}
-    entries = [_group_entry(g, retests.get(g["id"])) for g in groups]
+    entries = [_group_entry(g, retests.get(g.id)) for g in groups]
     entries += [_point_entry(p) for p in loose]
     epoch = datetime.min.replace(tzinfo=UTC)
     entries.sort(key=lambda e: (e.logical_date or epoch, e.id), reverse=True)
@@ -396,56 +395,56 @@ def load_changes(store: ResultsStore, dag_id: str) -> tuple[list[ChangeEntry], i
     return first + rest[:MAX_OTHER_GROUPS], max(0, len(rest) - MAX_OTHER_GROUPS)
 
 
-def _group_entry(g: dict[str, Any], retest: dict[str, Any] | None = None) -> ChangeEntry:
+def _group_entry(g: ChangeGroup, retest: Confirmation | None = None) -> ChangeEntry:
     return ChangeEntry(
         retest=retest,
         what="group",
-        id=int(g["id"]),
-        kind=g.get("kind") or "series",
-        direction=g.get("direction") or "regression",
-        summary=g.get("summary") or "",
-        cells=[str(c) for c in g.get("cells") or []],
-        metrics=[str(m) for m in g.get("metrics") or []],
-        machines=[str(m) for m in g.get("machines") or []],
-        series_count=int(g.get("series_count") or 0),
-        change=g.get("change_median"),
-        change_min=g.get("change_min"),
-        change_max=g.get("change_max"),
-        logical_date=g.get("logical_date"),
-        build=g.get("runtime_version"),
-        prev_logical_date=g.get("prev_logical_date"),
-        prev_build=g.get("prev_runtime_version"),
-        run_id=g.get("run_id"),
-        state=g.get("state") or "untriaged",
-        state_by=g.get("state_by"),
-        state_at=g.get("state_at"),
-        note=g.get("note"),
+        id=int(g.id),
+        kind=g.kind or "series",
+        direction=g.direction or "regression",
+        summary=g.summary or "",
+        cells=[str(c) for c in g.cells or []],
+        metrics=[str(m) for m in g.metrics or []],
+        machines=[str(m) for m in g.machines or []],
+        series_count=int(g.series_count or 0),
+        change=g.change_median,
+        change_min=g.change_min,
+        change_max=g.change_max,
+        logical_date=g.logical_date,
+        build=g.runtime_version,
+        prev_logical_date=g.prev_logical_date,
+        prev_build=g.prev_runtime_version,
+        run_id=g.run_id,
+        state=g.state or "untriaged",
+        state_by=g.state_by,
+        state_at=g.state_at,
+        note=g.note,
     )
 
 
-def _point_entry(p: dict[str, Any]) -> ChangeEntry:
+def _point_entry(p: ChangePoint) -> ChangeEntry:
     return ChangeEntry(
         what="change",
-        id=int(p["id"]),
+        id=int(p.id),
         kind="series",
-        direction=p.get("direction") or "regression",
-        summary=f"{p['metric']} of {p['cell_id']}: {_pct(p.get('change'))}",
-        cells=[p["cell_id"]],
-        metrics=[p["metric"]],
-        machines=[p["machine"]] if p.get("machine") else [],
+        direction=p.direction or "regression",
+        summary=f"{p.metric} of {p.cell_id}: {_pct(p.change)}",
+        cells=[p.cell_id],
+        metrics=[p.metric],
+        machines=[p.machine] if p.machine else [],
         series_count=1,
-        change=p.get("change"),
+        change=p.change,
         change_min=None,
         change_max=None,
-        logical_date=p.get("logical_date"),
-        build=p.get("runtime_version"),
-        prev_logical_date=p.get("prev_logical_date"),
-        prev_build=p.get("prev_runtime_version"),
-        run_id=p.get("run_id"),
-        state=p.get("state") or "untriaged",
-        state_by=p.get("state_by"),
-        state_at=p.get("state_at"),
-        note=p.get("note"),
+        logical_date=p.logical_date,
+        build=p.runtime_version,
+        prev_logical_date=p.prev_logical_date,
+        prev_build=p.prev_runtime_version,
+        run_id=p.run_id,
+        state=p.state or "untriaged",
+        state_by=p.state_by,
+        state_at=p.state_at,
+        note=p.note,
     )
 
 
@@ -453,7 +452,7 @@ def _pct(v: float | None) -> str:
     return "?" if v is None or not math.isfinite(v) else f"{v * 100:+.1f} %"
 
 
-def _mark(row: Row, runs: list[dict[str, Any]], perf_regression: bool) -> None:
+def _mark(row: Row, runs: list[RunRecord], perf_regression: bool) -> None:
     seq = [(i, VERDICT.get(s[0])) for i, s in enumerate(row.squares) if s is not None]
     seq = [(i, v) for i, v in seq if v is not None]
     verdicts = [v for _, v in seq]
@@ -467,7 +466,7 @@ def _mark(row: Row, runs: list[dict[str, Any]], perf_regression: bool) -> None:
             row.marks.append("new")
         elif streak >= 2 and passed_before:
             row.marks.append("broken")
-            row.since = runs[seq[-streak][0]]["run_id"]
+            row.since = runs[seq[-streak][0]].run_id
     if perf_regression:
         row.marks.append("regression")
     if flips >= 2:
@@ -490,7 +489,7 @@ def render_history(
     view cannot take a POST); ``can_edit``: the user may edit the suite's DAG, so the
     change list carries triage forms."""
     suite = f"{page_base}/suites/{q(view.dag_id)}"
-    run_links = [f"{suite}?run_id={quote(r['run_id'], safe=':')}" for r in view.runs]
+    run_links = [f"{suite}?run_id={quote(r.run_id, safe=':')}" for r in view.runs]
     heads = "".join(
         f'<a class="run" href="{esc(link)}" title="{esc(_run_title(r))}">{esc(label)}</a>'
         for r, link, label in zip(view.runs, run_links, run_labels(view.runs), strict=True)
@@ -547,7 +546,7 @@ def render_history(
 def render_compare_form(view: HistoryView, form_base: str) -> str:
     """ "Compare two builds" (edit access): base and head default to the two newest builds
     of the suite's runs; the form starts a compare run (``history.build_compare``)."""
-    builds = [r.get("runtime_version") for r in view.runs if r.get("runtime_version")]
+    builds = [r.runtime_version for r in view.runs if r.runtime_version]
     head = builds[-1] if builds else ""
     base = builds[-2] if len(builds) > 1 else ""
     action = f"{form_base}/suites/{q(view.dag_id)}/compare"
@@ -564,39 +563,37 @@ def render_compare_form(view: HistoryView, form_base: str) -> str:
     )
 
 
-def _short(run: dict[str, Any]) -> str:
+def _short(run: RunRecord) -> str:
     when = run_time(run)
-    return f"{when:%m-%d}" if when else run["run_id"][:8]
+    return f"{when:%m-%d}" if when else run.run_id[:8]
 
 
-def run_labels(runs: list[dict[str, Any]]) -> list[str]:
+def run_labels(runs: list[RunRecord]) -> list[str]:
     """Column headers, one per run, all distinct: the logical date and the build; where
     those repeat (a date tested twice, or runs without a build), the start time too, and
     the run id as the last resort."""
     labels = []
     for r in runs:
-        build = r.get("runtime_version")
+        build = r.runtime_version
         labels.append(f"{_short(r)} {build}" if build else _short(r))
     seen = Counter(labels)
     for i, r in enumerate(runs):
         if seen[labels[i]] > 1:
-            started = r.get("started_at") or r.get("created_at")
+            started = r.started_at or r.created_at
             if started:
                 labels[i] += f" {started.astimezone(UTC):%H:%M}"
     seen = Counter(labels)
-    return [
-        f"{lb} {r['run_id']}" if seen[lb] > 1 else lb for lb, r in zip(labels, runs, strict=True)
-    ]
+    return [f"{lb} {r.run_id}" if seen[lb] > 1 else lb for lb, r in zip(labels, runs, strict=True)]
 
 
-def _run_title(r: dict[str, Any]) -> str:
-    parts = [r["run_id"], f"state {r.get('state') or '-'}"]
-    if r.get("logical_date"):
-        parts.append(f"logical date {r['logical_date'].astimezone(UTC):%Y-%m-%d %H:%M} UTC")
-    if r.get("runtime_version"):
-        parts.append(f"build {r['runtime_version']}")
-    if r.get("started_at"):
-        parts.append(f"started {r['started_at'].astimezone(UTC):%Y-%m-%d %H:%M} UTC")
+def _run_title(r: RunRecord) -> str:
+    parts = [r.run_id, f"state {r.state or '-'}"]
+    if r.logical_date:
+        parts.append(f"logical date {r.logical_date.astimezone(UTC):%Y-%m-%d %H:%M} UTC")
+    if r.runtime_version:
+        parts.append(f"build {r.runtime_version}")
+    if r.started_at:
+        parts.append(f"started {r.started_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC")
     return "; ".join(parts)
 
 
@@ -631,8 +628,8 @@ def _retest_text(e: ChangeEntry, suite: str, listed: bool = False) -> str:
     c = e.retest
     if c is None:
         return '<span class="meta">-</span>'
-    out = f'<b class="rt-{esc(c["state"])}">{esc(c["state"].replace("_", " "))}</b>'
-    decision = c.get("decision") or {}
+    out = f'<b class="rt-{esc(c.state)}">{esc(c.state.replace("_", " "))}</b>'
+    decision = c.decision or {}
     if decision:
         d = max(decision.values(), key=lambda d: abs(d.get("change") or 0))
         med = f"{_num(d.get('median_good'))} &rarr; {_num(d.get('median_suspect'))}"
@@ -641,12 +638,12 @@ def _retest_text(e: ChangeEntry, suite: str, listed: bool = False) -> str:
             f'<span class="sub">median {med} ({esc(_pct(d.get("change")))}, '
             f"p={esc(p_text)}, {d['n_good']}+{d['n_suspect']} runs)</span>"
         )
-    if c.get("culprit"):
+    if c.culprit:
         out += (
-            f'<span class="sub culprit">first bad build <b>{esc(c["culprit"])}</b> '
-            f"(last good {esc(c.get('last_good') or '-')})</span>"
+            f'<span class="sub culprit">first bad build <b>{esc(c.culprit)}</b> '
+            f"(last good {esc(c.last_good or '-')})</span>"
         )
-    steps = c.get("steps") or []
+    steps = c.steps or []
     if steps:
         rows = "".join(
             f"<tr><td>{esc(st['build'])}</td><td>{int(st.get('n') or 0)}</td>"
@@ -657,10 +654,10 @@ def _retest_text(e: ChangeEntry, suite: str, listed: bool = False) -> str:
             '<table class="steps"><thead><tr><th>build</th><th>runs</th><th>median</th>'
             f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>"
         )
-    if c.get("reason"):
-        out += f'<span class="note">{esc(c["reason"])}</span>'
+    if c.reason:
+        out += f'<span class="note">{esc(c.reason)}</span>'
     links = []
-    for i, r in enumerate(c.get("run_ids") or []):
+    for i, r in enumerate(c.run_ids or []):
         href = f"{suite}?run_id={quote(r, safe=':')}"
         links.append(f'<a href="{esc(href)}">{esc(r.split("__")[0])} {i + 1}</a>')
     if links:
@@ -771,18 +768,18 @@ def _bounds_pair(lo: Any, hi: Any) -> str:
     return f"[{_num(lo) if lo is not None else '-'}, {_num(hi) if hi is not None else '-'}]"
 
 
-def _bounds_why(row: dict[str, Any], view: HistoryView) -> str:
+def _bounds_why(row: BoundsRecord, view: HistoryView) -> str:
     from accelmatrix.history.bounds_job import reason_line
 
-    d = row.get("detail") or {}
+    d = row.detail or {}
     text = esc(reason_line(row))
     gid = d.get("group_id")
     cid = d.get("change_id")
     if d.get("dag_id") == view.dag_id and (gid is not None or cid is not None):
         anchor = f"group-{int(gid)}" if gid is not None else f"change-{int(cid)}"
         text = f'<a class="change-link" href="#{anchor}">{text}</a>'
-    who = f"{esc(row.get('by') or '?')}, {esc(_when(row.get('at'), '%Y-%m-%d %H:%M'))} UTC"
-    note = f'<span class="note">{esc(row["note"])}</span>' if row.get("note") else ""
+    who = f"{esc(row.by or '?')}, {esc(_when(row.at, '%Y-%m-%d %H:%M'))} UTC"
+    note = f'<span class="note">{esc(row.note)}</span>' if row.note else ""
     return f'{text}<span class="sub">by {who}</span>{note}'
 
 
@@ -813,7 +810,7 @@ def render_bounds(view: HistoryView) -> str:
             )
             earlier = e.rows[:MAX_EARLIER_BOUNDS]
         older = "".join(
-            f"<li>{esc(_bounds_pair(r['step_time_lower_bound'], r['step_time_upper_bound']))} "
+            f"<li>{esc(_bounds_pair(r.step_time_lower_bound, r.step_time_upper_bound))} "
             f"{_bounds_why(r, view)}</li>"
             for r in earlier
         )
@@ -853,7 +850,7 @@ def render_retests(view: HistoryView, *, page_base: str) -> str:
     rows, anchored = [], set()
     for rt in view.retests:
         r = rt.run
-        href = f"{suite}?run_id={quote(r['run_id'], safe=':')}"
+        href = f"{suite}?run_id={quote(r.run_id, safe=':')}"
         kind = rt.kind + (f" {rt.round}" if rt.round else "")
         gid = rt.group_id
         anchor = ""
@@ -871,14 +868,14 @@ def render_retests(view: HistoryView, *, page_base: str) -> str:
             change = '<span class="meta">on demand</span>'
         conf = rt.confirmation
         verdict = (
-            f'<b class="rt-{esc(conf["state"])}">{esc(str(conf["state"]).replace("_", " "))}</b>'
-            if conf and conf.get("state")
+            f'<b class="rt-{esc(conf.state)}">{esc(str(conf.state).replace("_", " "))}</b>'
+            if conf and conf.state
             else "-"
         )
         builds = esc(rt.builds[0]) if rt.builds else ""
         if len(rt.builds) > 1:
             builds += " vs " + esc(", ".join(rt.builds[1:]))
-        builds = builds or esc(r.get("runtime_version") or "-")
+        builds = builds or esc(r.runtime_version or "-")
         cells = rt.cells[:MAX_CELLS_SHOWN]
         more = len(rt.cells) - len(cells)
         cell_text = ", ".join(cells) + (f" +{more} more" if more > 0 else "")
@@ -886,12 +883,12 @@ def render_retests(view: HistoryView, *, page_base: str) -> str:
             f"{rt.cost:.4g}" if isinstance(rt.cost, int | float) and math.isfinite(rt.cost) else "-"
         )
         rows.append(
-            f'<tr class="retest-run"{anchor} data-run-id="{esc(r["run_id"])}" '
+            f'<tr class="retest-run"{anchor} data-run-id="{esc(r.run_id)}" '
             f'data-kind="{esc(rt.kind)}" data-group-id="{"" if gid is None else gid}">'
             f'<td><a class="run" href="{esc(href)}" title="{esc(_run_title(r))}">'
-            f'{esc(kind)}</a><span class="sub">{esc(r["run_id"])}</span></td>'
-            f"<td>{esc(_when(r.get('started_at') or r.get('created_at'), '%Y-%m-%d %H:%M'))}</td>"
-            f"<td>{esc(r.get('state') or '-')}</td>"
+            f'{esc(kind)}</a><span class="sub">{esc(r.run_id)}</span></td>'
+            f"<td>{esc(_when(r.started_at or r.created_at, '%Y-%m-%d %H:%M'))}</td>"
+            f"<td>{esc(r.state or '-')}</td>"
             f"<td>{builds}</td>"
             f'<td class="cells" title="{esc(", ".join(rt.cells))}">{esc(cell_text or "-")}'
             f'<span class="sub">{rt.samples} cell(s) in the run</span></td>'

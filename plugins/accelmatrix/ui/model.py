@@ -14,10 +14,11 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelmatrix import cell_state, settings
 from accelmatrix.cell_state import CellState, RunState
+from accelmatrix.contracts.run_records import CellRecord, RunRecord
 from accelmatrix.ui import files
 from accelmatrix.ui.cause import (
     WORKLOAD_STATES,
@@ -66,8 +67,8 @@ FINISHED_RUN_STATES = frozenset(
 )
 
 
-def run_finished(run: dict[str, Any]) -> bool:
-    return run.get("finished_at") is not None or (run.get("state") in FINISHED_RUN_STATES)
+def run_finished(run: RunRecord) -> bool:
+    return run.finished_at is not None or (run.state in FINISHED_RUN_STATES)
 
 
 def cell_kind(state: str, quarantined: bool, flaky: bool, *, finished: bool = False) -> str:
@@ -126,14 +127,14 @@ class CellView:
 class SuiteSummary:
     dag_id: str
     runs: int
-    latest: dict[str, Any] | None
+    latest: RunRecord | None
 
 
 @dataclass
 class RunView:
     dag_id: str
-    run: dict[str, Any]
-    runs: list[dict[str, Any]]  # the run picker, newest first
+    run: RunRecord
+    runs: list[RunRecord]  # the run picker, newest first
     is_latest: bool
     axes: list[str]
     cells: list[CellView]
@@ -161,16 +162,16 @@ def list_suites(store: ResultsStore) -> list[SuiteSummary]:
     return out
 
 
-def suite_runs(store: ResultsStore, dag_id: str, limit: int = RUN_PICKER_LIMIT) -> list[dict]:
+def suite_runs(store: ResultsStore, dag_id: str, limit: int = RUN_PICKER_LIMIT) -> list[RunRecord]:
     """The suite's runs, newest build first: scheduled, manual and backfill runs, never a
     follow-up run (a confirm, bisect or compare re-test of older builds, listed on the
     history page); all runs when the suite has only follow-ups."""
     return store.get_runs(dag_id, limit=limit, which="suite") or store.get_runs(dag_id, limit=limit)
 
 
-def run_time(run: dict[str, Any]) -> datetime:
+def run_time(run: RunRecord) -> datetime | None:
     """Where a run sits in history: its logical date, else its start (a manual run)."""
-    return run.get("logical_date") or run.get("started_at") or run.get("created_at")
+    return run.logical_date or run.started_at or run.created_at
 
 
 def load_run_view(
@@ -196,18 +197,16 @@ def load_run_view(
     runs = suite_runs(store, dag_id)
     if not runs:
         return None
-    latest = runs[0]["run_id"]
+    latest = runs[0].run_id
     if run_id is None:
         run = runs[0]
     else:
-        run = next((r for r in runs if r["run_id"] == run_id), None) or store.get_run(
-            dag_id, run_id
-        )
+        run = next((r for r in runs if r.run_id == run_id), None) or store.get_run(dag_id, run_id)
         if run is None:
             return None
-        if all(r["run_id"] != run_id for r in runs):
+        if all(r.run_id != run_id for r in runs):
             runs = [run, *runs]
-    is_latest = run["run_id"] == latest
+    is_latest = run.run_id == latest
 
     until = run_time(run) or datetime.now(UTC)
     hist = _history(store, dag_id, until - timedelta(days=window_days), until)
@@ -216,14 +215,14 @@ def load_run_view(
     for (bench, cell_id, metric), status in verdicts.items():
         by_cell.setdefault(cell_id, []).append((bench, metric, status))
 
-    rows = store.get_cells(dag_id, run["run_id"])
-    failed = check_rows(store.get_checks(dag_id, run["run_id"]))
+    rows = store.get_cells(dag_id, run.run_id)
+    failed = check_rows(store.get_checks(dag_id, run.run_id))
     cells = _cell_views(
         dag_id,
         rows,
         failed,
         by_cell,
-        run_id=run["run_id"],
+        run_id=run.run_id,
         finished=run_finished(run),
         log_tails=log_tails,
         tries=tries,
@@ -243,14 +242,14 @@ def load_run_view(
         trends=trends,
         verdict_source=source,
         window_days=window_days,
-        run_docs=files.run_docs(dag_id, run["run_id"]),
+        run_docs=files.run_docs(dag_id, run.run_id),
     )
 
 
 # -- cells ---------------------------------------------------------------------------------
 def _cell_views(
     dag_id: str,
-    rows: list[dict[str, Any]],
+    rows: list[CellRecord],
     failed: dict[str, list[FailedCheck]],
     series: dict[str, list[tuple[str, str, str]]],
     *,
@@ -264,36 +263,36 @@ def _cell_views(
     # order (dag_factory): its map index is the cell's rank among them.
     rank: dict[str, int] = {}
     next_index: dict[str, int] = {}
-    planned = [r for r in rows if r.get("cell_index") is not None]
-    for r in sorted(planned, key=lambda r: r["cell_index"]):
-        m = r.get("machine") or ""
-        rank[r["cell_id"]] = next_index.get(m, 0)
-        next_index[m] = rank[r["cell_id"]] + 1
+    planned = [r for r in rows if r.cell_index is not None]
+    for r in sorted(planned, key=lambda r: r.cell_index):
+        m = r.machine or ""
+        rank[r.cell_id] = next_index.get(m, 0)
+        next_index[m] = rank[r.cell_id] + 1
     docs_root = os.path.normpath(settings.artifacts_dir() / settings.safe_name(dag_id))
     out = []
     for r in rows:
-        cid = r["cell_id"]
-        state = r.get("state") or CellState.PLANNED
+        cid = r.cell_id
+        state = r.state or CellState.PLANNED
         cell_series = series.get(cid, [])
         flaky = any(s == "flaky" for _, _, s in cell_series)
-        kind = cell_kind(state, bool(r.get("quarantined")), flaky, finished=finished)
-        message = r.get("message") or r.get("excluded_reason") or ""
+        kind = cell_kind(state, bool(r.quarantined), flaky, finished=finished)
+        message = r.message or r.excluded_reason or ""
         checks = failed.get(cid, [])
         view = CellView(
             cell_id=cid,
-            axes={str(k): str(v) for k, v in (r.get("axes") or {}).items()},
+            axes={str(k): str(v) for k, v in (r.axes or {}).items()},
             state=state,
             kind=kind,
-            quarantined=bool(r.get("quarantined")),
+            quarantined=bool(r.quarantined),
             message=message,
-            machine=r.get("machine"),
+            machine=r.machine,
             map_index=rank.get(cid) if state != CellState.EXCLUDED else None,
-            cell_index=r.get("cell_index"),
-            data_docs=_relative_to(r.get("data_docs"), docs_root),
+            cell_index=r.cell_index,
+            data_docs=_relative_to(r.data_docs, docs_root),
             failed_checks=[c.name for c in checks],
             series=sorted(cell_series),
-            attempt=max(1, int(r.get("attempt") or 1)),
-            attempt_at=r.get("run_started_at") or r.get("updated_at"),
+            attempt=max(1, int(r.attempt or 1)),
+            attempt_at=r.run_started_at or r.updated_at,
         )
         if state not in (CellState.PASSED, CellState.EXCLUDED) and (kind != "pending"):
             if state in PENDING_STATES:  # a finished run: it never got a verdict
@@ -304,7 +303,7 @@ def _cell_views(
                 if log_tails and state in WORKLOAD_STATES:
                     log = settings.cell_artifacts_dir(dag_id, run_id, cid) / "output.log"
                     line = last_log_line(log)
-                view.cause = cause_lines(state, message, checks, r.get("exit_code"), line)
+                view.cause = cause_lines(state, message, checks, r.exit_code, line)
                 view.step = failing_step(state, message)
             if kind == "cancelled" and stopped_by:
                 view.cause = [stopped_by, *view.cause][:2]

@@ -14,11 +14,12 @@ page's CSP forbids them):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from accelmatrix.cell_state import PENDING, CellState
+from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix.ui.cause import RUN_LEVEL_STEPS, failing_step
 from accelmatrix.ui.grid import esc, q
 from accelmatrix.ui.model import CellView
@@ -123,16 +124,16 @@ def targets(cells: Iterable[CellView]) -> tuple[list[Target], list[CellView]]:
     return out, skipped
 
 
-def run_cost(rows: Iterable[Mapping[str, Any]]) -> tuple[float | None, int, int]:
+def run_cost(rows: Iterable[CellRecord]) -> tuple[float | None, int, int]:
     """(summed cost in USD or None, cells priced, cells that held a machine)."""
     total = 0.0
     priced = held = 0
     for r in rows:
-        if r.get("resource_held_seconds") is not None or r.get("cost") is not None:
+        if r.resource_held_seconds is not None or r.cost is not None:
             held += 1
-        if r.get("cost") is not None:
+        if r.cost is not None:
             priced += 1
-            total += float(r["cost"])
+            total += float(r.cost)
     return (total if priced else None), priced, held
 
 

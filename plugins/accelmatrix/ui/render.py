@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.results.runs import is_followup
 from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
 from accelmatrix.ui import history, oncall, theme, trend
@@ -82,13 +83,13 @@ def _when(value: Any) -> str:
 def suites_page(suites: list[SuiteSummary], app_base: str) -> str:
     rows = []
     for s in suites:
-        latest = s.latest or {}
+        latest = s.latest
         rows.append(
             f'<tr data-dag-id="{esc(s.dag_id)}"><td><a href="{esc(app_base)}/suites/'
             f'{esc(q(s.dag_id))}">{esc(s.dag_id)}</a></td>'
-            f"<td>{esc(latest.get('state') or '-')}</td>"
-            f"<td>{esc(_when(latest.get('started_at')))}</td>"
-            f"<td>{esc(_when(latest.get('logical_date')))}</td><td>{s.runs}</td>"
+            f"<td>{esc((latest.state if latest else None) or '-')}</td>"
+            f"<td>{esc(_when(latest.started_at if latest else None))}</td>"
+            f"<td>{esc(_when(latest.logical_date if latest else None))}</td><td>{s.runs}</td>"
             f'<td><a class="history" href="{esc(app_base)}/suites/{esc(q(s.dag_id))}/history">'
             "history</a></td></tr>"
         )
@@ -104,9 +105,9 @@ def suites_page(suites: list[SuiteSummary], app_base: str) -> str:
 def _picker(view: RunView, page_base: str) -> str:
     options = []
     for r in view.runs:
-        sel = " selected" if r["run_id"] == view.run["run_id"] else ""
-        label = f"{r['run_id']} ({r.get('state') or '-'}, {_when(run_time(r))})"
-        options.append(f'<option value="{esc(r["run_id"])}"{sel}>{esc(label)}</option>')
+        sel = " selected" if r.run_id == view.run.run_id else ""
+        label = f"{r.run_id} ({r.state or '-'}, {_when(run_time(r))})"
+        options.append(f'<option value="{esc(r.run_id)}"{sel}>{esc(label)}</option>')
     return (
         f'<form class="picker" method="get" action="{esc(page_base)}/suites/{esc(q(view.dag_id))}">'
         f'<label>run <select name="run_id">{"".join(options)}</select></label> '
@@ -125,11 +126,11 @@ HIDDEN_PARAMS = frozenset({"accelmatrix_followup", "accelmatrix_compare"})
 PARAMS_SHOWN = 300  # characters
 
 
-def _params(run: dict[str, Any]) -> str:
+def _params(run: RunRecord) -> str:
     """The params the run ran with (its conf over the suite's defaults, as its plan
     recorded them): a backfill whose conf Airflow's form did not send shows its defaults
     here, so on-call can tell it from what was intended."""
-    params = {k: v for k, v in (run.get("params") or {}).items() if k not in HIDDEN_PARAMS}
+    params = {k: v for k, v in (run.params or {}).items() if k not in HIDDEN_PARAMS}
     text = ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())) or "none"
     if len(text) > PARAMS_SHOWN:
         text = text[: PARAMS_SHOWN - 3] + "..."
@@ -162,20 +163,20 @@ def run_page(
     all of the run's when None (the legend counts the whole run either way)."""
     page_base = app_base if page_base is None else page_base
     run = view.run
-    run_link = f"{ui_base}/dags/{q(view.dag_id)}/runs/{q(run['run_id'])}"
+    run_link = f"{ui_base}/dags/{q(view.dag_id)}/runs/{q(run.run_id)}"
     meta = [
-        f"state <b>{esc(run.get('state') or '-')}</b>",
-        f"started {esc(_when(run.get('started_at')))}",
-        f"logical date {esc(_when(run.get('logical_date')))}",
+        f"state <b>{esc(run.state or '-')}</b>",
+        f"started {esc(_when(run.started_at))}",
+        f"logical date {esc(_when(run.logical_date))}",
     ]
-    for key in ("runtime_version", "git_ref"):
-        if run.get(key):
-            meta.append(f"{key.replace('_', ' ')} {esc(run[key])}")
+    for key, value in (("runtime_version", run.runtime_version), ("git_ref", run.git_ref)):
+        if value:
+            meta.append(f"{key.replace('_', ' ')} {esc(value)}")
     meta.append(_params(run))
     meta.append(f'<a class="run-link" href="{esc(run_link)}">run in Airflow</a>')
     if is_followup(run):
         # A re-test of named builds: its cells are samples, not the suite's cells.
-        kind = run.get("run_type") if run.get("run_type") in FOLLOWUP_RUN_TYPES else "re-test"
+        kind = run.run_type if run.run_type in FOLLOWUP_RUN_TYPES else "re-test"
         meta.append(
             f'<span class="retest-note">a {esc(kind)} run re-testing builds, not a run of the '
             f'suite (<a href="{esc(page_base)}/suites/{esc(q(view.dag_id))}/history#retests">'
@@ -193,7 +194,7 @@ def run_page(
         ui_base=ui_base,
         app_base=app_base,
         dag_id=view.dag_id,
-        run_id=run["run_id"],
+        run_id=run.run_id,
     )
     suite_url = f"{page_base}/suites/{q(view.dag_id)}"
     charts = "".join(
@@ -220,10 +221,10 @@ def run_page(
         f'(<a class="history" href="{esc(page_base)}/suites/{esc(q(view.dag_id))}/history">'
         "history of the last runs</a>)</nav>"
         f"<h1>{esc(view.dag_id)}</h1>{_picker(view, page_base)}"
-        f'<p class="meta" id="run-meta">run {esc(run["run_id"])}: {" &middot; ".join(meta)}</p>'
+        f'<p class="meta" id="run-meta">run {esc(run.run_id)}: {" &middot; ".join(meta)}</p>'
         f"{_lead(view)}{render_legend(view.counts)}{panel}{grid}{trends}"
     )
-    return page(f"{view.dag_id} {run['run_id']}", body)
+    return page(f"{view.dag_id} {run.run_id}", body)
 
 
 def message_page(title: str, text: str, link: tuple[str, str] | None = None) -> str:

@@ -17,8 +17,9 @@ import math
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from accelmatrix.contracts.change_records import ChangePoint
 from accelmatrix.ui.grid import esc
-from accelmatrix.ui.trend_model import ChangeMark, Point, Series, Trend
+from accelmatrix.ui.trend_model import Point, Series, Trend
 
 W, H = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 14, 34
@@ -219,15 +220,15 @@ def render_trend(trend: Trend, chart_id: str, *, suite_url: str | None = None) -
     n_changes = 0
     for s in trend.series:
         for c in s.changes:
-            if not t0 <= c.time.timestamp() <= t1:
+            if not t0 <= c.logical_date.timestamp() <= t1:
                 continue  # outside the window drawn
-            at = _point_at(s, c.time)
+            at = _point_at(s, c.logical_date)
             parts.append(
                 _change_mark(
                     c,
                     s.cell_id,
                     trend.metric,
-                    x(c.time),
+                    x(c.logical_date),
                     None if at is None else y(at.value),
                     suite_url,
                     TOP,
@@ -344,7 +345,7 @@ def _day(t: datetime | None) -> str:
     return f"{t.astimezone(UTC):%Y-%m-%d}" if t else "?"
 
 
-def change_tooltip(c: ChangeMark, cell_id: str, metric: str) -> str:
+def change_tooltip(c: ChangePoint, cell_id: str, metric: str) -> str:
     """Before -> after, % change, significance, the builds and the triage state."""
     lines = [f"{c.direction} of {metric} on {cell_id}: {_pct(c.change)}"]
     if c.mean_before is not None and c.mean_after is not None:
@@ -354,8 +355,8 @@ def change_tooltip(c: ChangeMark, cell_id: str, metric: str) -> str:
     if c.p_value is not None:
         lines.append(f"p-value {c.p_value:.2g}")
     lines.append(
-        f"builds {c.prev_build or '?'} ({_day(c.prev_time)}) -> {c.build or '?'} "
-        f"({_day(c.time)}): the first run at the new level"
+        f"builds {c.prev_runtime_version or '?'} ({_day(c.prev_logical_date)}) -> {c.runtime_version or '?'} "
+        f"({_day(c.logical_date)}): the first run at the new level"
     )
     state = f"state {c.state}"
     if c.state_by:
@@ -366,7 +367,7 @@ def change_tooltip(c: ChangeMark, cell_id: str, metric: str) -> str:
     return "\n".join(lines)
 
 
-def change_links(c: ChangeMark, suite_url: str) -> tuple[str, str]:
+def change_links(c: ChangePoint, suite_url: str) -> tuple[str, str]:
     """(its group's entry on the history page, the matrix page of its first run)."""
     anchor = f"group-{c.group_id}" if c.group_id is not None else f"change-{c.id}"
     return (
@@ -376,7 +377,7 @@ def change_links(c: ChangeMark, suite_url: str) -> tuple[str, str]:
 
 
 def _change_mark(
-    c: ChangeMark,
+    c: ChangePoint,
     cell_id: str,
     metric: str,
     xx: float,
@@ -406,8 +407,8 @@ def _change_mark(
     out = [
         f'<g class="change c-{esc(c.direction)} t-{esc(c.state)}" data-change-id="{c.id}" '
         f'data-group-id="{"" if c.group_id is None else c.group_id}" '
-        f'data-cell-id="{esc(cell_id)}" data-time="{c.time.astimezone(UTC).isoformat()}" '
-        f'data-build="{esc(c.build or "")}" data-state="{esc(c.state)}">',
+        f'data-cell-id="{esc(cell_id)}" data-time="{c.logical_date.astimezone(UTC).isoformat()}" '
+        f'data-build="{esc(c.runtime_version or "")}" data-state="{esc(c.state)}">',
         link("cp-group", group_href, line),
     ]
     if yy is not None:

@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from msgspec.structs import replace
+
 from accelmatrix import settings
+from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
+from accelmatrix.contracts.series_records import SeriesStatus
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -46,59 +50,11 @@ class Point:
 
 
 @dataclass
-class ChangeMark:
-    """A stored change point of a drawn series (``change_points`` row): where the level
-    moved, from which build on, by how much, and what people decided about it."""
-
-    id: int
-    group_id: int | None
-    time: datetime  # logical date of the first run at the new level
-    run_id: str
-    build: str | None
-    prev_time: datetime | None
-    prev_run_id: str | None
-    prev_build: str | None
-    mean_before: float | None
-    mean_after: float | None
-    median_before: float | None
-    median_after: float | None
-    change: float | None  # mean_after / mean_before - 1
-    p_value: float | None
-    direction: str  # regression | improvement
-    state: str
-    state_by: str | None
-    state_at: datetime | None
-
-    @classmethod
-    def from_row(cls, r: dict[str, Any]) -> ChangeMark:
-        return cls(
-            id=int(r["id"]),
-            group_id=r.get("group_id"),
-            time=r["logical_date"],
-            run_id=r["run_id"],
-            build=r.get("runtime_version"),
-            prev_time=r.get("prev_logical_date"),
-            prev_run_id=r.get("prev_run_id"),
-            prev_build=r.get("prev_runtime_version"),
-            mean_before=r.get("mean_before"),
-            mean_after=r.get("mean_after"),
-            median_before=r.get("median_before"),
-            median_after=r.get("median_after"),
-            change=r.get("change"),
-            p_value=r.get("p_value"),
-            direction=r.get("direction") or "regression",
-            state=r.get("state") or "untriaged",
-            state_by=r.get("state_by"),
-            state_at=r.get("state_at"),
-        )
-
-
-@dataclass
 class Series:
     cell_id: str
     status: str
     points: list[Point]
-    changes: list[ChangeMark] = field(default_factory=list)  # oldest first
+    changes: list[ChangePoint] = field(default_factory=list)  # oldest first
 
 
 @dataclass
@@ -129,27 +85,27 @@ def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime)
     rows = store.perf_points(dag_id, since=since, until=until)
     latest: dict[datetime, tuple[Any, ...]] = {}
     for r in rows:
-        if r["logical_date"] is not None:
-            rank = (r["started_at"] or r["created_at"], r["created_at"], r["run_id"])
-            if r["logical_date"] not in latest or latest[r["logical_date"]] < rank:
-                latest[r["logical_date"]] = rank
+        if r.logical_date is not None:
+            rank = (r.started_at or r.created_at, r.created_at, r.run_id)
+            if r.logical_date not in latest or latest[r.logical_date] < rank:
+                latest[r.logical_date] = rank
     out: History = {}
-    builds = _builds(store, dag_id, {r["run_id"] for r in rows})
+    builds = _builds(store, dag_id, {r.run_id for r in rows})
     for r in rows:
-        when = r["logical_date"]
-        if when is not None and latest[when][2] != r["run_id"]:
+        when = r.logical_date
+        if when is not None and latest[when][2] != r.run_id:
             continue
-        when = when or r["started_at"] or r["created_at"]
+        when = when or r.started_at or r.created_at
         nan = math.nan
         point = Point(
             when,
-            nan if r["value"] is None else float(r["value"]),
-            nan if r["lower_bound"] is None else float(r["lower_bound"]),
-            nan if r["upper_bound"] is None else float(r["upper_bound"]),
-            run_id=r["run_id"],
-            build=builds.get(r["run_id"]),
+            nan if r.value is None else float(r.value),
+            nan if r.lower_bound is None else float(r.lower_bound),
+            nan if r.upper_bound is None else float(r.upper_bound),
+            run_id=r.run_id,
+            build=builds.get(r.run_id),
         )
-        out.setdefault((r["benchmark"], r["metric"], r["cell_id"]), []).append(point)
+        out.setdefault((r.benchmark, r.metric, r.cell_id), []).append(point)
     for pts in out.values():
         pts.sort(key=lambda p: p.time)
     return out
@@ -185,15 +141,15 @@ def attach_changes(
     except Exception:  # noqa: BLE001 - an older store without the table: no marks
         log.warning("matrix page: change points of %s not readable", dag_id, exc_info=True)
         return
-    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_key: dict[tuple[str, str], list[ChangePoint]] = {}
     for r in rows:
-        by_key.setdefault((r["metric"], r["cell_id"]), []).append(r)
+        by_key.setdefault((r.metric, r.cell_id), []).append(r)
     for t in trends:
         for s in t.series:
             s.changes = [
-                ChangeMark.from_row(r)
+                r
                 for r in by_key.get((t.metric, s.cell_id), [])
-                if not r.get("benchmark") or r.get("benchmark") == t.benchmark
+                if not r.benchmark or r.benchmark == t.benchmark
             ]
 
 
@@ -266,7 +222,7 @@ def tracked_trends(
     return out
 
 
-def stored_verdicts(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
+def stored_verdicts(store: ResultsStore, dag_id: str) -> list[SeriesStatus]:
     """The gate's stored series verdicts (``series_status``) as they stand now.
 
     The gate calls a series ``regression`` when it has an open regression change point
@@ -276,31 +232,29 @@ def stored_verdicts(store: ResultsStore, dag_id: str) -> list[dict[str, Any]]:
     more, as the next gate will say. It reads ``ok`` once accepted (the bounds re-center
     onto the new level), else ``suspicious`` while its last points lie out of bounds."""
     rows = store.get_series_status(dag_id)
-    if not any(r["status"] == "regression" for r in rows):
+    if not any(r.status == "regression" for r in rows):
         return rows
     try:
         points = store.get_change_points(dag_id)
     except Exception:  # noqa: BLE001 - an older store without the table: as stored
         log.warning("change points of %s not readable", dag_id, exc_info=True)
         return rows
-    from accelmatrix.results.change_points import OPEN_STATES
-
     open_, settled = set(), {}
     epoch = datetime.min.replace(tzinfo=UTC)
-    for p in sorted(points, key=lambda p: (p.get("logical_date") or epoch, p["id"])):
-        if p.get("direction") != "regression":
+    for p in sorted(points, key=lambda p: (p.logical_date or epoch, p.id)):
+        if p.direction != "regression":
             continue
-        key = (p["cell_id"], p["metric"])
-        if p.get("state") in OPEN_STATES:
+        key = (p.cell_id, p.metric)
+        if p.state in OPEN_STATES:
             open_.add(key)
         else:
-            settled[key] = p.get("state")  # the newest wins
+            settled[key] = p.state  # the newest wins
     out = []
     for r in rows:
-        key = (r["cell_id"], r["metric"])
-        if r["status"] == "regression" and key in settled and key not in open_:
-            out_of_bounds = settled[key] != "accepted" and (r.get("trailing") or 0) > 0
-            r = {**r, "status": "suspicious" if out_of_bounds else "ok"}
+        key = (r.cell_id, r.metric)
+        if r.status == "regression" and key in settled and key not in open_:
+            out_of_bounds = settled[key] != "accepted" and (r.trailing or 0) > 0
+            r = replace(r, status="suspicious" if out_of_bounds else "ok")
         out.append(r)
     return out
 
@@ -314,9 +268,7 @@ def _verdicts(
     if use_stored:
         stored = stored_verdicts(store, dag_id)
         if stored:
-            return {(r["benchmark"], r["cell_id"], r["metric"]): r["status"] for r in stored}, (
-                "series_status"
-            )
+            return {(r.benchmark, r.cell_id, r.metric): r.status for r in stored}, ("series_status")
     if not hist:
         return {}, "computed"
     import pandas as pd

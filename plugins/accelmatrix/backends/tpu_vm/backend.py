@@ -3,7 +3,7 @@
 Provisioning is get-or-create on a deterministic name (``tpu_names.node_name``), so a retried
 task finds the node its previous attempt created instead of making a second one. It comes in
 three steps so that the long wait for capacity holds no worker slot (see
-``operators/provision.py``, which defers between them to ``ProvisionTrigger``):
+``steps/provision/operator.py``, which defers between them to ``ProvisionTrigger``):
 
 1. ``begin_provision``: ``describe`` the node; reuse it if it exists (a node found PREEMPTED
    or TERMINATED is deleted and the attempt fails as infrastructure, for the retry to start

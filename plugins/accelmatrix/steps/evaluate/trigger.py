@@ -50,7 +50,8 @@ class EvaluationTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The steps write to the results store: kept out of DAG parse time (the evaluate
         # operator, which the DAG file imports, imports this module).
-        from accelmatrix.lifecycle import CellFailed, RunRef, record_evaluation, run_checks
+        from accelmatrix.steps.common import RunRef
+        from accelmatrix.steps.evaluate.work import run_checks
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         cell_id = self.cell.id
@@ -71,6 +72,9 @@ class EvaluationTrigger(BaseTrigger):
         self.log.info("evaluation took %.2f s", result.seconds)
         # Recorded here, not only by a resumed task: the verdict must not depend on a worker.
         # The store's writes are idempotent, so a resumed task recording again is harmless.
+        from accelmatrix.steps.common import CellFailed
+        from accelmatrix.steps.evaluate.work import record_evaluation
+
         try:
             await asyncio.to_thread(record_evaluation, self.cell, ref, result)
         except CellFailed as e:
@@ -94,7 +98,7 @@ class EvaluationTrigger(BaseTrigger):
 
     async def _record_error(self, ref: Any, error: str) -> None:
         # The results store: kept out of DAG parse time, as in run.
-        from accelmatrix.lifecycle import record_evaluation_error
+        from accelmatrix.steps.evaluate.work import record_evaluation_error
 
         try:
             await asyncio.to_thread(record_evaluation_error, self.cell, ref, error)

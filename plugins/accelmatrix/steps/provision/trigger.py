@@ -9,9 +9,9 @@ the trigger records the failure in the results store itself (``owner``: the cell
 run and cell id): a resumed task that never runs must not leave the cell "provisioning".
 
 With ``end_task`` (the provision step's usual case) the trigger also finishes a ready
-machine (``lifecycle.finish_provision``) and ends the task with the resource as its XCom; a
+machine (``finish_provision``) and ends the task with the resource as its XCom; a
 failure ends it failed, retried when the task has retries (an infrastructure failure). See
-accelmatrix.triggers.ending.
+accelmatrix.steps.task_ending.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from accelmatrix.backends.machine_kinds import get_backend, machine_of
 from accelmatrix.contracts.machine_records import PendingProvision
 from accelmatrix.contracts.step_events import ProvisionEvent
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.triggers.ending import warm_great_expectations
-from accelmatrix.triggers.workload import RESUME_SETTLE_SECONDS
+from accelmatrix.steps.task_ending import settle_before_resume, warm_great_expectations
 
 
 class ProvisionTrigger(BaseTrigger):
@@ -131,7 +130,7 @@ class ProvisionTrigger(BaseTrigger):
                     if self.end_task:
                         yield TaskFailedEvent()  # cleaned up and recorded above
                     else:
-                        await self._settle_before_resume()
+                        await settle_before_resume(self.deferred_at)
                         failed = ProvisionEvent(
                             status="failed", detail=check.failed, pending=self.pending
                         )
@@ -143,29 +142,18 @@ class ProvisionTrigger(BaseTrigger):
                     if self.end_task:
                         yield await self._finish()
                     else:
-                        await self._settle_before_resume()
+                        await settle_before_resume(self.deferred_at)
                         ready = ProvisionEvent(status="ready", waited=waited, pending=self.pending)
                         yield TriggerEvent(ready.to_json())
                     return
             await asyncio.sleep(self.poll_interval)
 
-    async def _settle_before_resume(self) -> None:
-        """Resume the task no sooner than RESUME_SETTLE_SECONDS after it deferred: a machine
-        ready within seconds (a replacement TPU in the emulator) otherwise resumes the task
-        before the scheduler has processed the deferring worker's exit, and Airflow 3.3.2
-        fails that resumed try (see WorkloadTrigger._settle_before_resume; the fault matrix
-        lost its preempted TPU cell to it on a loaded machine)."""
-        if self.deferred_at is None:
-            return
-        wait = self.deferred_at + RESUME_SETTLE_SECONDS - time.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-
     async def _finish(self) -> TriggerEvent:
         """Finish the ready machine and end the provision task with its resource record."""
         # The steps write to the results store: kept out of DAG parse time (operators and
         # the DAG file import this module).
-        from accelmatrix.lifecycle import RunRef, finish_provision
+        from accelmatrix.steps.common import RunRef
+        from accelmatrix.steps.provision.work import finish_provision
 
         assert self.cell is not None and self.owner is not None  # end_task needs both
         ref = RunRef(dag_id=self.owner["dag_id"], run_id=self.owner["run_id"])
@@ -180,7 +168,7 @@ class ProvisionTrigger(BaseTrigger):
         if not self.owner:
             return
         # The results store: kept out of DAG parse time, as in _finish.
-        from accelmatrix.lifecycle import record_provision_failure
+        from accelmatrix.steps.provision.work import record_provision_failure
 
         try:
             await asyncio.to_thread(record_provision_failure, **self.owner, reason=reason)

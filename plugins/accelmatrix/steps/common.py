@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -75,11 +75,11 @@ class CellFailed(AirflowFailException):
 def _record_step_failure(cell: CellSpec, ref: RunRef, state: str, message: str) -> None:
     log.error("cell %s: %s", cell.id, message)
     store = results_store()
-    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    if prior.get("state") in EARLIER_FAILURES and prior.get("state") != state:
-        state = prior["state"]
-        if prior.get("message"):
-            message = f"{prior['message']}; {message}"
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id)
+    if prior is not None and prior.state in EARLIER_FAILURES and prior.state != state:
+        state = prior.state
+        if prior.message:
+            message = f"{prior.message}; {message}"
     store.upsert_cell(
         ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=state, message=message[:4000]
     )
@@ -90,3 +90,41 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+class CellRef(TypedDict):
+    """What the DAG maps over for one cell (the JSON Airflow stores as the mapped value): its
+    name in the grid (id), its place in the plan (index) and what a multi-machine suite's
+    per-machine selector filters on (machine)."""
+
+    id: str
+    index: int
+    machine: str
+
+
+def cell_refs(cells: list[CellSpec]) -> list[CellRef]:
+    """What the DAG maps over: a small reference per planned cell (see the module doc)."""
+    return [CellRef(id=c.id, index=c.index, machine=c.machine) for c in cells]
+
+
+def cell_spec(ref: RunRef, cell: CellRef | CellSpec) -> CellSpec:
+    """The planned cell that ``cell`` (a reference, or already a cell) stands for."""
+    return planned_cells(ref, [cell])[0]
+
+
+def planned_cells(ref: RunRef, cells: list[CellRef] | list[CellSpec]) -> list[CellSpec]:
+    """The planned cells that ``cells`` (references, or cells) stand for, in their order.
+
+    A full cell (a ``CellSpec``, or its JSON form: a run planned before cell_specs existed
+    mapped over full cells) needs no lookup. A reference whose spec is missing is an error
+    that names the run and the cell: the run was reset (cleared whole, re-planned) under
+    this task.
+    """
+    refs = {c["id"] for c in cells if isinstance(c, dict) and "workload" not in c}
+    specs = results_store().get_cell_specs(ref.dag_id, ref.run_id, list(refs)) if refs else {}
+    if missing := sorted(refs - specs.keys()):
+        raise RuntimeError(
+            f"no planned spec for cell {missing[0]!r} of {ref.dag_id} / {ref.run_id} in the "
+            "results store (cell_specs); was the run re-planned meanwhile?"
+        )
+    return [CellSpec.from_json(specs.get(c["id"], c) if isinstance(c, dict) else c) for c in cells]

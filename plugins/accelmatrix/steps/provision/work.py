@@ -10,11 +10,11 @@ from accelmatrix.backends.base import CellContext
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.contracts.machine_records import MachineResource, PendingProvision
-from accelmatrix.lifecycle.common import RunRef, utcnow
-from accelmatrix.lifecycle.release import forget_earlier_machine
 from accelmatrix.results import results_store
 from accelmatrix.results.fence import StepTry
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import RunRef, utcnow
+from accelmatrix.steps.release import forget_earlier_machine
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

@@ -2,14 +2,14 @@
 
 Submitting is quick; the wait can take hours, so the task defers to WorkloadTrigger and
 frees its worker slot. The trigger streams the workload's log into this task's log while it
-runs, records the outcome and ends the task itself (triggers/ending.py): exit as expected ->
+runs, records the outcome and ends the task itself (steps/task_ending.py): exit as expected ->
 success, without going back to a worker; a vanished machine -> an infrastructure failure
 (retried if the task has retries); non-zero exit, timeout (the workload is killed) or hang
 -> a test failure, never retried. ``execute_complete`` handles the cases the trigger hands
 back to a worker.
 
 Once the outcome is final (passed, or a test failure), the artifacts are copied and the
-machine is released right here (lifecycle.finish_run), in the trigger or in the task, so an
+machine is released right here (finish_run), in the trigger or in the task, so an
 accelerator is not held while Airflow starts collect and teardown; teardown then only
 checks that it is gone.
 """
@@ -17,12 +17,10 @@ checks that it is gone.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from accelmatrix.backends.base import Backend
-from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.contracts.machine_records import (
     JobHandle,
@@ -32,12 +30,12 @@ from accelmatrix.contracts.machine_records import (
     resource_from_json,
 )
 from accelmatrix.contracts.step_events import ProvisionEvent, WorkloadEvent
-from accelmatrix.operators.base import CellOperator, resource_record
-from accelmatrix.spec.cell import CellSpec
-from accelmatrix.spec.templating import render_tree
 from accelmatrix.spec.timeouts import provision_deferral
-from accelmatrix.triggers.provision import ProvisionTrigger
-from accelmatrix.triggers.workload import WorkloadTrigger
+from accelmatrix.steps.cell_operator import CellOperator, InfrastructureFailure, resource_record
+
+if TYPE_CHECKING:  # the operator is imported at DAG parse: its work's modules are not
+    from accelmatrix.backends.base import Backend
+    from accelmatrix.spec.cell import CellSpec
 
 # How long the run task watches a fresh workload itself before deferring (see _wait_briefly).
 INLINE_WAIT_SECONDS = 2.0
@@ -48,10 +46,6 @@ TEST_FAILURE_STATES = (CellState.RUN_FAILED, CellState.TIMED_OUT, CellState.HUNG
 class WorkloadFailed(AirflowFailException):
     """The workload ran and failed (non-zero exit, timeout, hang): a test failure, never
     retried (retries are for infrastructure failures)."""
-
-
-class InfrastructureFailure(Exception):
-    """The machine failed, not the workload: retried when the suite sets retries."""
 
 
 class RunWorkloadOperator(CellOperator):
@@ -74,8 +68,11 @@ class RunWorkloadOperator(CellOperator):
         self.inline_wait = inline_wait
 
     def execute(self, context: Any) -> Any:
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # Inside the task: the steps load the backends, the suite models and the results
+        # store, which DAG parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.backends.machine_kinds import get_backend
+        from accelmatrix.steps.provision.work import begin_provision
+        from accelmatrix.steps.setup.work import setup
 
         cell, resource = self.cell, resource_record(self.resource)
         ref = self.ref(context)
@@ -89,12 +86,12 @@ class RunWorkloadOperator(CellOperator):
             if problem:
                 self.log.warning("%s: replacing the machine before this retry", problem)
                 backend.teardown(resource)
-                record = lifecycle.begin_provision(cell, ref)
+                record = begin_provision(cell, ref)
                 if isinstance(record, PendingProvision):
                     self._defer_provision(cell, record, ref)
                     return None  # defer raises: the step goes on in execute_after_provision
                 resource = record
-                lifecycle.setup(cell, resource, ref)
+                setup(cell, resource, ref)
         return self._start(context, resource)
 
     def _refuse_to_rerun_a_test_failure(self, ref: Any) -> None:
@@ -105,17 +102,21 @@ class RunWorkloadOperator(CellOperator):
         that resumed try as if its worker died, and then retries it. The verdict recorded
         by the trigger stands: the workload does not run twice.
         """
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix.lifecycle import results_store
+        # Inside the task: the steps load the backends, the suite models and the results
+        # store, which DAG parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.results import results_store
 
-        row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id) or {}
-        if row.get("state") in TEST_FAILURE_STATES:
+        row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id)
+        if row is not None and row.state in TEST_FAILURE_STATES:
             raise WorkloadFailed(
                 f"not re-running the workload of {self.cell.id}: it already failed "
-                f"({row['state']}: {row.get('message')}); test failures are never retried"
+                f"({row.state}: {row.message}); test failures are never retried"
             )
 
     def _defer_provision(self, cell: CellSpec, pending: PendingProvision, ref: Any) -> None:
+        # The trigger's module loads the suite models: not at DAG parse.
+        from accelmatrix.steps.provision.trigger import ProvisionTrigger
+
         trigger, wait = ProvisionTrigger.for_cell(cell, pending, ref)
         self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending.name)
         self.defer(
@@ -126,8 +127,10 @@ class RunWorkloadOperator(CellOperator):
 
     def execute_after_provision(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """The replacement machine is ready (or never will be): set it up and run."""
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # Inside the task: the steps load the backends, the suite models and the results
+        # store, which DAG parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.steps.provision.work import finish_provision, provision_failed
+        from accelmatrix.steps.setup.work import setup
 
         cell = self.cell
         ref = self.ref(context)
@@ -135,17 +138,23 @@ class RunWorkloadOperator(CellOperator):
         pending = provisioned.pending
         if provisioned.status != "ready" or pending is None:
             reason = provisioned.detail or "provisioning the replacement machine failed"
-            lifecycle.provision_failed(cell, ref, pending, reason)
+            provision_failed(cell, ref, pending, reason)
             raise InfrastructureFailure(reason)
-        resource = lifecycle.finish_provision(cell, ref, pending)
-        lifecycle.setup(cell, resource, ref)
+        resource = finish_provision(cell, ref, pending)
+        setup(cell, resource, ref)
         return self._start(context, resource)
 
     def _start(self, context: Any, resource: MachineResource) -> Any:
         """Submit the workload (or reattach to it); defer to WorkloadTrigger unless it ends
         within a brief wait."""
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix.lifecycle import results_store, utcnow, workload_env
+        # Inside the task: the steps load the backends, the suite models and the results
+        # store, which DAG parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.backends.machine_kinds import get_backend
+        from accelmatrix.results import results_store
+        from accelmatrix.spec.templating import render_tree
+        from accelmatrix.steps.common import utcnow
+        from accelmatrix.steps.run.trigger import WorkloadTrigger
+        from accelmatrix.steps.setup.work import workload_env
 
         cell = self.cell
         ref = self.ref(context)
@@ -236,7 +245,7 @@ class RunWorkloadOperator(CellOperator):
         """The workload ended (``event``: a WorkloadEvent, or its JSON form when the trigger
         resumed this task; ``handle`` and ``resource`` as the deferral's kwargs)."""
         # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix.lifecycle import finish_run, record_run_outcome
+        from accelmatrix.steps.run.work import finish_run, record_run_outcome
 
         cell = self.cell
         ref = self.ref(context)

@@ -6,7 +6,7 @@ the operator starts the request and defers to ProvisionTrigger, so the wait hold
 slot. The trigger gives up at the machine's own deadline (valid-until, provision timeout)
 and deletes what was requested before firing; Airflow's deferral timeout is only a backstop.
 When the machine is ready the trigger finishes provisioning and ends this task itself, the
-resource record as its XCom (triggers/ending.py): the cell's setup starts without another
+resource record as its XCom (steps/task_ending.py): the cell's setup starts without another
 task start in between, and nothing is lost to Airflow 3.3.2's defer/resume race.
 
 Every failure here is an infrastructure failure (retried when the suite sets retries),
@@ -23,10 +23,8 @@ from airflow.sdk.exceptions import AirflowSkipException
 from accelmatrix.cleanup import clearing
 from accelmatrix.contracts.machine_records import MachineResource, PendingProvision
 from accelmatrix.contracts.step_events import ProvisionEvent
-from accelmatrix.operators.base import CellOperator
-from accelmatrix.operators.run import InfrastructureFailure
 from accelmatrix.spec.timeouts import provision_deferral
-from accelmatrix.triggers.provision import ProvisionTrigger
+from accelmatrix.steps.cell_operator import CellOperator, InfrastructureFailure
 
 
 class ProvisionOperator(CellOperator):
@@ -37,14 +35,16 @@ class ProvisionOperator(CellOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """The resource record, as its JSON form (this step's XCom)."""
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # Inside the task: the step loads the backends, the suite models and the results
+        # store, which DAG parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.steps.provision.trigger import ProvisionTrigger
+        from accelmatrix.steps.provision.work import begin_provision
 
         cell = self.cell
         ref = self.ref(context)
         decision = self._reprovision(context, ref)
         setup_again = decision is not None and decision.setup_again
-        record = lifecycle.begin_provision(cell, ref)
+        record = begin_provision(cell, ref)
         if not isinstance(record, PendingProvision):
             return self._ready(ref, record, setup_again).to_json()
         if setup_again:  # carried over the deferral
@@ -84,16 +84,18 @@ class ProvisionOperator(CellOperator):
         A failure here tears the machine down before failing: Airflow skips the teardown
         of a failed setup task.
         """
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # Inside the task: the step loads the backends, the suite models and the results
+        # store, which DAG parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.steps.setup.work import setup
+        from accelmatrix.steps.teardown.work import teardown
 
         if not setup_again:
             return resource
         self.log.info("the setup step was not cleared: setting up the new machine here")
         try:
-            lifecycle.setup(self.cell, resource, ref)
+            setup(self.cell, resource, ref)
         except BaseException:
-            lifecycle.teardown(self.cell, resource, ref)
+            teardown(self.cell, resource, ref)
             raise
         return resource
 
@@ -105,8 +107,12 @@ class ProvisionOperator(CellOperator):
     ) -> dict[str, Any]:
         """The machine is ready, or never will be (``event``: a ProvisionEvent's JSON form,
         ``pending`` the deferral's kwarg); the resource record's JSON form (this step's XCom)."""
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # Inside the task: the step loads the backends, the suite models and the results
+        # store, which DAG parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.steps.provision.work import (
+            finish_provision,
+            provision_failed,
+        )
 
         cell = self.cell
         ref = self.ref(context)
@@ -116,8 +122,8 @@ class ProvisionOperator(CellOperator):
         request = PendingProvision.from_json(pending) if pending else provisioned.pending
         if provisioned.status != "ready" or request is None:
             reason = provisioned.detail or "provisioning failed"
-            lifecycle.provision_failed(cell, ref, request, reason)
+            provision_failed(cell, ref, request, reason)
             raise InfrastructureFailure(reason)
         self.log.info("%s is ready after %.0f s", request.name, provisioned.waited)
-        resource = lifecycle.finish_provision(cell, ref, request)
+        resource = finish_provision(cell, ref, request)
         return self._ready(ref, resource, request.reprovision_setup).to_json()

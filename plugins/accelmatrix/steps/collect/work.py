@@ -14,12 +14,12 @@ from airflow.sdk.exceptions import AirflowFailException
 from accelmatrix.cell_state import CellState
 from accelmatrix.contracts.machine_records import MachineResource
 from accelmatrix.evidence import evidence_url
-from accelmatrix.lifecycle.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
-from accelmatrix.lifecycle.common import RunRef, _record_step_failure
 from accelmatrix.metrics.resource_samples import FILE, resource_rows
 from accelmatrix.metrics.sources import collect_metrics, write_train_metrics
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.artifacts import ArtifactsDiskFull, fetch_artifacts, fetched_artifacts
+from accelmatrix.steps.common import RunRef, _record_step_failure
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -48,9 +48,9 @@ def collect(cell: CellSpec, resource: MachineResource, ref: RunRef) -> dict[str,
         message = "; ".join(errors)
         record_collect_failure(cell, ref, message)
         raise CollectFailed(f"cell {cell.id}: collect failed: {message}"[:4000])
-    prior = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
+    prior = results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
     if (
-        prior.get("state") == CellState.COLLECT_FAILED
+        prior is not None and prior.state == CellState.COLLECT_FAILED
     ):  # an earlier attempt crashed, this one worked
         results_store().upsert_cell(
             ref.dag_id, ref.run_id, cell.id, fence=ref.fence, state=CellState.COLLECTED, message=""

@@ -6,7 +6,7 @@ log line through its logger (Airflow routes trigger logs into the task's log), a
 once the workload exits or its deadline passes.
 
 With ``end_task`` (what RunWorkloadOperator asks for) the trigger records the outcome and
-ends the ``run`` task itself (accelmatrix.triggers.ending): a passing workload never goes
+ends the ``run`` task itself (accelmatrix.steps.task_ending): a passing workload never goes
 back to a worker, which saves a task start per cell and keeps the cell out of Airflow
 3.3.2's defer/resume race. Before it ends the task it copies the artifacts and releases the
 machine when the outcome is final, so no accelerator waits for collect and teardown.
@@ -34,10 +34,7 @@ from accelmatrix.contracts.machine_records import (
 )
 from accelmatrix.contracts.step_events import WorkloadEvent
 from accelmatrix.spec.cell import CellSpec
-from accelmatrix.triggers.ending import end_event, warm_great_expectations
-
-# See WorkloadTrigger._settle_before_resume.
-RESUME_SETTLE_SECONDS = 10.0
+from accelmatrix.steps.task_ending import end_event, settle_before_resume, warm_great_expectations
 
 
 class WorkloadTrigger(BaseTrigger):
@@ -165,7 +162,7 @@ class WorkloadTrigger(BaseTrigger):
                     await self._finish(outcome[0])
                 ending = self._event(event, outcome)
                 if not isinstance(ending, BaseTaskEndEvent):
-                    await self._settle_before_resume()
+                    await settle_before_resume(self.deferred_at)
                 yield ending
                 return
             await asyncio.sleep(self.poll_interval)
@@ -204,18 +201,6 @@ class WorkloadTrigger(BaseTrigger):
         except Exception:
             self.log.exception("could not stop the workload of %s", self.cell.id)
 
-    async def _settle_before_resume(self) -> None:
-        """Resume the task no sooner than RESUME_SETTLE_SECONDS after it deferred.
-
-        Airflow 3.3.2 fails a resumed try when the scheduler learns of the deferring
-        worker's exit only after the resume was queued (the defer/resume race). Only a cell
-        that failed its workload resumes (ending.py); giving the scheduler time to process
-        that exit first costs such a cell a few seconds and keeps its task at one try.
-        """
-        wait = self.deferred_at + RESUME_SETTLE_SECONDS - time.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-
     def _event(self, event: WorkloadEvent, outcome: tuple[str, str] | None) -> TriggerEvent:
         """What ends the wait: the task's end (see ending.py), or a resume of the task."""
         if not self.end_task or outcome is None:
@@ -234,12 +219,13 @@ class WorkloadTrigger(BaseTrigger):
     async def _finish(self, state: str) -> None:
         """Fetch the artifacts and release the machine once the outcome is final, before the
         task ends: the accelerator is free seconds earlier than after collect and teardown
-        tasks (see lifecycle.finish_run; never raises)."""
+        tasks (see finish_run; never raises)."""
         if not (self.resource and self.cell and self.dag_id and self.run_id):
             return
         # The steps write to the results store: kept out of DAG parse time (the run operator,
         # which the DAG file imports, imports this module).
-        from accelmatrix.lifecycle import RunRef, finish_run
+        from accelmatrix.steps.common import RunRef
+        from accelmatrix.steps.run.work import finish_run
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         # The context carries the trigger id, which routes the lines into the task's log.
@@ -257,7 +243,8 @@ class WorkloadTrigger(BaseTrigger):
         if not (self.cell and self.dag_id and self.run_id):
             return None
         # The results store: kept out of DAG parse time, as in _finish.
-        from accelmatrix.lifecycle import RunRef, record_run_outcome
+        from accelmatrix.steps.common import RunRef
+        from accelmatrix.steps.run.work import record_run_outcome
 
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         try:

@@ -23,9 +23,8 @@ from typing import Any
 
 from accelmatrix.contracts.step_events import EvaluationEvent, EvaluationResult
 from accelmatrix.evidence import evidence_url
-from accelmatrix.operators.base import CellOperator
 from accelmatrix.spec.timeouts import EVALUATION_DEFERRAL
-from accelmatrix.triggers.evaluation import EvaluationTrigger
+from accelmatrix.steps.cell_operator import CellOperator
 
 
 class ChecksFailed(SystemExit):
@@ -39,9 +38,10 @@ class ChecksFailed(SystemExit):
 
 
 def _final(record: Any) -> Any:
-    """Run ``record`` (lifecycle.record_evaluation); a failed verdict becomes ChecksFailed."""
-    # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-    from accelmatrix.lifecycle import CellFailed
+    """Run ``record`` (record_evaluation); a failed verdict becomes ChecksFailed."""
+    # Inside the task: the step loads the suite models and the results store, which DAG
+    # parsing must not pay for (bench/bench_parse.py).
+    from accelmatrix.steps.common import CellFailed
 
     try:
         return record()
@@ -57,11 +57,18 @@ class EvaluateCellOperator(CellOperator):
         self.deferrable = deferrable
 
     def execute(self, context: Any) -> Any:
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # Inside the task: the step loads the suite models and the results store, which DAG
+        # parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.steps.evaluate.trigger import EvaluationTrigger
+        from accelmatrix.steps.evaluate.work import (
+            checks_are_warm,
+            record_evaluation,
+            record_evaluation_error,
+            run_checks,
+        )
 
         ref = self.ref(context)
-        if self.deferrable and not lifecycle.checks_are_warm():
+        if self.deferrable and not checks_are_warm():
             self.defer(
                 trigger=EvaluationTrigger(
                     cell=self.cell,
@@ -75,33 +82,37 @@ class EvaluateCellOperator(CellOperator):
         self.log.info(
             "evaluating in this task process (%s)",
             "Great Expectations is loaded here already"
-            if lifecycle.checks_are_warm()
+            if checks_are_warm()
             else "deferrable=False",
         )
         try:
-            result = lifecycle.run_checks(self.cell, ref)
+            result = run_checks(self.cell, ref)
         except Exception as e:
-            lifecycle.record_evaluation_error(self.cell, ref, f"{type(e).__name__}: {e}")
+            record_evaluation_error(self.cell, ref, f"{type(e).__name__}: {e}")
             raise
         self._log_result(result)
-        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, result))
+        return _final(lambda: record_evaluation(self.cell, ref, result))
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Only for events that hand the evaluation back to a worker (older triggers);
         ``event``: an EvaluationEvent's JSON form."""
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # Inside the task: the step loads the suite models and the results store, which DAG
+        # parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.steps.evaluate.work import (
+            record_evaluation,
+            record_evaluation_error,
+        )
 
         ref = self.ref(context)
         evaluated = EvaluationEvent.from_json(event or {"status": "error", "error": "no event"})
         result = evaluated.result
         if evaluated.status != "done" or result is None:
             error = evaluated.error or str(event)
-            lifecycle.record_evaluation_error(self.cell, ref, error)
+            record_evaluation_error(self.cell, ref, error)
             raise RuntimeError(f"evaluation failed to run: {error}")
         if not evaluated.logged:
             self._log_result(result)
-        return _final(lambda: lifecycle.record_evaluation(self.cell, ref, result))
+        return _final(lambda: record_evaluation(self.cell, ref, result))
 
     def _log_result(self, result: EvaluationResult) -> None:
         self.log.info("checks for %s:\n%s", self.cell.id, result.table)

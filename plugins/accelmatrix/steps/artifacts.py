@@ -1,11 +1,11 @@
 """Copying a cell's artifacts off its machine, once, by whichever step gets there first.
 
 ``run`` fetches them as soon as a workload's outcome is final, so that it can release the
-machine at once (lifecycle.release); ``collect`` fetches them itself only when ``run`` did
+machine at once (steps/release.py); ``collect`` fetches them itself only when ``run`` did
 not (an infrastructure failure, a cut-short cell, an earlier try). A marker in the cell's
 artifacts dir (``fetched.json``) says they are here. Provisioning a machine for the cell
 (a cleared cell, a machine replaced before a retry) removes the markers
-(lifecycle.release.forget_earlier_machine), so a marker always speaks of the cell's
+(release.forget_earlier_machine), so a marker always speaks of the cell's
 current machine, whatever resource record a later task was handed.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.contracts.machine_records import MachineResource
 from accelmatrix.errors import InfrastructureError
-from accelmatrix.lifecycle.common import RunRef, _read_json
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.templating import render_tree
+from accelmatrix.steps.common import RunRef, _read_json
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

@@ -28,7 +28,7 @@ value containing ``{{ ... }}`` stays text.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
@@ -37,12 +37,19 @@ from accelmatrix.contracts.machine_records import (
     ResourceBase,
     resource_from_json,
 )
-from accelmatrix.spec.cell import CellSpec
+
+if TYPE_CHECKING:  # imported by the steps at run time: DAG parsing never loads the models
+    from accelmatrix.spec.cell import CellSpec
 
 # Airflow's grid, REST ``rendered_map_index`` and the logs name a mapped task by this. It
 # renders the mapped reference (a dict: Jinja falls back from the attribute to the key) and
 # the CellSpec the reference is replaced by alike.
 CELL_NAME = "{{ task.cell.id }}"
+
+
+class InfrastructureFailure(Exception):
+    """The machine failed, not the workload: the task fails and is retried when the suite
+    sets retries (a test failure never is)."""
 
 
 class CellOperator(BaseOperator):
@@ -61,11 +68,11 @@ class CellOperator(BaseOperator):
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render as usual, then swap the mapped cell reference for the planned cell."""
-        # The steps read the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix import lifecycle
+        # The planned cell is read from the results store: not at DAG parse.
+        from accelmatrix.steps.common import cell_spec
 
         super().render_template_fields(context, jinja_env)
-        self.cell = lifecycle.cell_spec(self.ref(context), self.cell)
+        self.cell = cell_spec(self.ref(context), self.cell)
         self._hold_back_early_name(context)
 
     def _hold_back_early_name(self, context: Any) -> None:
@@ -84,6 +91,9 @@ class CellOperator(BaseOperator):
         ``execute`` Airflow renders the template again, finds the same name and sends
         nothing; the name still travels with the task's final state (or its deferral).
         """
+        # Here, not at the top: the suite models load in the task, never at DAG parse.
+        from accelmatrix.spec.cell import CellSpec
+
         if context.get("map_index_template") != CELL_NAME or not isinstance(self.cell, CellSpec):
             return
         name = self.render_template(CELL_NAME, context)
@@ -103,8 +113,8 @@ class CellOperator(BaseOperator):
     @staticmethod
     def ref(context: Any):
         """The run (and mapped task group, map index) this step belongs to."""
-        # The steps' package loads the results store: kept out of DAG parse time.
-        from accelmatrix.lifecycle import RunRef
+        # steps.common loads the suite models and the results store: not at DAG parse.
+        from accelmatrix.steps.common import RunRef
 
         return RunRef.from_context(context)
 

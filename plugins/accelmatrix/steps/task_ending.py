@@ -20,8 +20,10 @@ task start; a passing cell never goes back to a worker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import time
 from typing import Any
 
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEvent
@@ -31,6 +33,27 @@ from accelmatrix.cleanup.stopped import STOPPED
 log = logging.getLogger(__name__)
 
 # Cell states that are the machine's fault, not the code under test's.
+# How long after deferring a trigger waits before it resumes its task (settle_before_resume).
+RESUME_SETTLE_SECONDS = 10.0
+
+
+async def settle_before_resume(deferred_at: float | None) -> None:
+    """Resume a task no sooner than RESUME_SETTLE_SECONDS after it deferred.
+
+    Airflow 3.3.2 fails a resumed try when the scheduler learns of the deferring worker's
+    exit only after the resume was queued (the defer/resume race). A workload that failed,
+    or a machine ready within seconds (a replacement TPU in the emulator), would otherwise
+    resume its task before the scheduler has processed that exit; the fault matrix lost its
+    preempted TPU cell to it on a loaded machine. Waiting costs such a cell a few seconds
+    and keeps its task at one try.
+    """
+    if deferred_at is None:
+        return
+    wait = deferred_at + RESUME_SETTLE_SECONDS - time.time()
+    if wait > 0:
+        await asyncio.sleep(wait)
+
+
 INFRASTRUCTURE_STATES = frozenset({"infra_failed"})
 
 
@@ -48,7 +71,7 @@ def end_event(
     """The event that ends ``step`` for a cell whose outcome is ``state``.
 
     ``passed_state``: the state that means the step succeeded (``xcom``, when given, becomes
-    its return value; only provision's resource record is one, see operators/base.py). ``resume``: the event that hands a test failure back to the worker when the task
+    its return value; only provision's resource record is one, see steps/cell_operator.py). ``resume``: the event that hands a test failure back to the worker when the task
     has retries (``test_failure_ends_task`` False), see the module docstring.
     """
     if state == passed_state:

@@ -7,10 +7,10 @@ import logging
 
 from accelmatrix.cleanup import stopped
 from accelmatrix.contracts.machine_records import MachineResource
-from accelmatrix.lifecycle.common import RunRef
-from accelmatrix.lifecycle.release import release_machine
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import RunRef
+from accelmatrix.steps.release import release_machine
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -27,14 +27,14 @@ def teardown(cell: CellSpec, resource: MachineResource, ref: RunRef) -> dict[str
 def _settle_cut_short(cell: CellSpec, ref: RunRef, resource: MachineResource) -> None:
     """A cell whose work ended without an outcome (its run marked failed from outside, its
     worker killed) gets a verdict here, before its machine goes: see accelmatrix.cleanup.stopped."""
-    row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    if row.get("state") not in stopped.IN_FLIGHT:
+    row = results_store().get_cell(ref.dag_id, ref.run_id, cell.id)
+    if row is None or row.state not in stopped.IN_FLIGHT:
         return
     states = {}
     if ref.task_group is not None and ref.map_index is not None:
         states = stopped.owner_states(ref.dag_id, ref.run_id, ref.task_group, ref.map_index)
     message = (
-        f"stopped before it finished ({stopped.describe(states)}; was {row['state']}); "
+        f"stopped before it finished ({stopped.describe(states)}; was {row.state}); "
         f"machine {resource.name} and its workload torn down by the cell's teardown"
     )
     if stopped.settle_cell(results_store(), ref.dag_id, ref.run_id, cell.id, message):

@@ -1,6 +1,6 @@
 """run: turn what WorkloadTrigger saw (exit, timeout, hang, infrastructure) into the cell's
 run state, and release the machine once that state is final. The watching itself is in
-operators/run.py and triggers/workload.py."""
+steps/run/operator.py and steps/run/trigger.py."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from accelmatrix.cell_state import CellState
 from accelmatrix.cleanup.stopped import STOPPED
 from accelmatrix.contracts.machine_records import JobHandle, MachineResource
 from accelmatrix.contracts.step_events import WorkloadEvent
-from accelmatrix.lifecycle.artifacts import fetch_artifacts, fetched_artifacts
-from accelmatrix.lifecycle.common import RunRef, utcnow
-from accelmatrix.lifecycle.release import release_machine, released_by
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.artifacts import fetch_artifacts, fetched_artifacts
+from accelmatrix.steps.common import RunRef, utcnow
+from accelmatrix.steps.release import release_machine, released_by
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -45,14 +45,12 @@ def record_run_outcome(
     else:
         state, msg = CellState.RAN, f"workload exited {exit_code} as expected"
     store = results_store()
-    row = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
-    if row.get("state") == STOPPED:
+    row = store.get_cell(ref.dag_id, ref.run_id, cell.id)
+    if row is not None and row.state == STOPPED:
         # The run was stopped from outside and the teardown killed the workload before the
         # trigger heard of it: the exit it saw is the kill's, not the workload's verdict.
-        log.warning(
-            "%s: stays cancelled (%s); the exit seen was %s", cell.id, row.get("message"), msg
-        )
-        return STOPPED, row.get("message") or msg
+        log.warning("%s: stays cancelled (%s); the exit seen was %s", cell.id, row.message, msg)
+        return STOPPED, row.message or msg
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,

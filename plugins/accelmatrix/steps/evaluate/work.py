@@ -12,9 +12,9 @@ from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState
 from accelmatrix.contracts.step_events import EvaluationResult
 from accelmatrix.evaluation import CellOutputs, evaluate_cell
 from accelmatrix.evaluation.gx_suite import gx_loaded
-from accelmatrix.lifecycle.common import CellFailed, RunRef, _read_json, _record_step_failure
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import CellFailed, RunRef, _read_json, _record_step_failure
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 
@@ -81,18 +81,20 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: EvaluationResult) -> 
     store = results_store()
     store.replace_checks(ref.dag_id, ref.run_id, cell.id, result.verdicts)
     failed = [v for v in result.verdicts if not v["passed"]]
-    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id) or {}
+    prior = store.get_cell(ref.dag_id, ref.run_id, cell.id)
+    prior_state = prior.state if prior is not None else None
+    prior_message = prior.message if prior is not None else ""
     # A specific earlier failure (setup, timeout, infrastructure) says more than "failed".
-    earlier = prior.get("state") if prior.get("state") in EARLIER_FAILURES else None
-    if prior.get("state") in NEVER_RAN:
+    earlier = prior_state if prior_state in EARLIER_FAILURES else None
+    if prior_state in NEVER_RAN:
         # Its machine never got to run the workload (Airflow failed or skipped the provision
         # or setup task without a word to the store): an infrastructure failure, not checks
         # failing on outputs that never existed.
         earlier = CellState.INFRA_FAILED
-        prior = {
-            "message": f"the workload never ran: the cell stopped at {prior['state']!r} "
+        prior_message = (
+            f"the workload never ran: the cell stopped at {prior_state!r} "
             "(its provision or setup task did not finish)"
-        }
+        )
     if result.passed and earlier is None:
         state = CellState.PASSED
     else:
@@ -102,8 +104,8 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: EvaluationResult) -> 
         log.warning("cell %s: %s", cell.id, w)
     if state == CellState.PASSED and result.warnings:
         message = "; ".join(result.warnings)[:2000]  # passed, with warnings
-    if earlier and prior.get("message"):
-        message = f"{prior['message']}; {message}"
+    if earlier and prior_message:
+        message = f"{prior_message}; {message}"
     store.upsert_cell(
         ref.dag_id,
         ref.run_id,

@@ -18,12 +18,12 @@ import tenacity
 from accelmatrix.backends.base import Backend
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.contracts.machine_records import MachineResource
-from accelmatrix.lifecycle.artifacts import FETCHED, machine_key, same_machine
-from accelmatrix.lifecycle.common import RunRef, _read_json, utcnow
 from accelmatrix.pricing import PricingError, hourly_price
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.timeouts import TEARDOWN_API_PATIENCE_SECONDS
+from accelmatrix.steps.artifacts import FETCHED, machine_key, same_machine
+from accelmatrix.steps.common import RunRef, _read_json, utcnow
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

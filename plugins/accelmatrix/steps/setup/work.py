@@ -10,10 +10,10 @@ from accelmatrix.backends.base import InfrastructureError, SetupFailed
 from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.contracts.machine_records import MachineResource, ServiceSpec
-from accelmatrix.lifecycle.common import RunRef
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.templating import render_tree
+from accelmatrix.steps.common import RunRef
 
 log = logging.getLogger("accelmatrix.lifecycle")  # one logger for every step
 

@@ -1,1 +1,0 @@
-"""Operators: the steps of a cell that need more than a TaskFlow function."""

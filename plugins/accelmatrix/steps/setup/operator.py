@@ -1,0 +1,26 @@
+"""SetupOperator: run the suite's setup commands (and start its services) on the cell's
+machine. It runs to completion on a worker: nothing to wait for in the triggerer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelmatrix.steps.cell_operator import CellOperator, resource_record
+
+
+class SetupOperator(CellOperator):
+    """Run the suite's setup commands (and start its services) on the cell's machine."""
+
+    template_fields = ("cell", "resource")
+    ui_color = "#e6f0fa"
+
+    def __init__(self, *, resource: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.resource = resource
+
+    def execute(self, context: Any) -> None:
+        # Inside the task: the step loads the backends and the results store, which DAG
+        # parsing must not pay for (bench/bench_parse.py).
+        from accelmatrix.steps.setup.work import setup
+
+        setup(self.cell, resource_record(self.resource), self.ref(context))

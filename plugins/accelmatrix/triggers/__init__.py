@@ -1,1 +1,0 @@
-"""Triggers: asynchronous waits that run in the Airflow triggerer."""
