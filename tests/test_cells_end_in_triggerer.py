@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix_testkit import AirflowStack, by_step_and_cell
 
 pytestmark = pytest.mark.integration
@@ -101,7 +102,7 @@ def stack(tmp_path_factory):
         yield s
 
 
-def _cells(stack: AirflowStack, dag_id: str, run_id: str) -> dict[str, dict]:
+def _cells(stack: AirflowStack, dag_id: str, run_id: str) -> dict[str, CellRecord]:
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore(f"sqlite:///{stack.accel_home / 'results.db'}")
@@ -221,14 +222,14 @@ def test_passing_run_all_green_and_named_from_the_first_second(stack):
     assert [sorted(c) for c in plan] == [["id", "index", "machine"]] * 8, plan
 
     cells = _cells(stack, "pass8", run_id)
-    assert len(cells) == 8 and {c["state"] for c in cells.values()} == {"passed"}, cells
+    assert len(cells) == 8 and {c.state for c in cells.values()} == {"passed"}, cells
     # No machine waited for collect or teardown: each was gone before its collect started,
     # and the teardown task only checked that.
     for ti in mapped:
         if ti["task_id"].endswith(".collect"):
             cell = cells[ti["rendered_map_index"]]
             collect_start = datetime.fromisoformat(ti["start_date"])
-            assert cell["teardown_at"] <= collect_start, (cell, ti)
+            assert cell.teardown_at <= collect_start, (cell, ti)
         if ti["task_id"].endswith(".teardown"):
             log = stack.task_log("pass8", run_id, ti["task_id"], map_index=ti["map_index"])
             assert "was released by run" in log, log[-3000:]
@@ -254,7 +255,7 @@ def test_retry_rule_and_verdicts_in_the_triggerer(stack):
     assert "an infrastructure failure, not a test failure" in first, first[-3000:]
     # Not final: the machine stays for the retry.
     assert "tore down " not in first, first[-3000:]
-    assert cells["mode=infra"]["state"] == "passed", cells["mode=infra"]
+    assert cells["mode=infra"].state == "passed", cells["mode=infra"]
 
     # Workload failure: never retried, although the suite sets retries: 1. The trigger hands
     # it to the worker to fail without retry, after letting the scheduler settle. Should
@@ -275,7 +276,7 @@ def test_retry_rule_and_verdicts_in_the_triggerer(stack):
         assert "injected failure" not in again, again[-3000:]
     else:
         assert failed["try_number"] == 1, summary
-    assert cells["mode=exit"]["state"] == "run_failed", cells["mode=exit"]
+    assert cells["mode=exit"].state == "run_failed", cells["mode=exit"]
 
     # Check failure: run green, evaluate red with the verdict table in its log, ended in
     # the triggerer (one worker start).
@@ -286,10 +287,10 @@ def test_retry_rule_and_verdicts_in_the_triggerer(stack):
     assert _worker_starts(log) == 1, log[-3000:]
     assert "log_contains" in log and FINISHED in log, log[-3000:]
     assert "evaluate failed" in log, log[-3000:]
-    assert cells["mode=check"]["state"] == "failed", cells["mode=check"]
+    assert cells["mode=check"].state == "failed", cells["mode=check"]
 
     assert by[("evaluate", "mode=pass")]["state"] == "success", summary
-    assert cells["mode=pass"]["state"] == "passed"
+    assert cells["mode=pass"].state == "passed"
     for cell in ("mode=pass", "mode=infra", "mode=exit", "mode=check"):
         assert by[("teardown", cell)]["state"] == "success", summary
     assert _machines_left(stack, "outcomes") == []

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.cleanup.clearing import pending_machine_steps
+from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix_testkit import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def test_clearing_one_failed_cell_reruns_only_that_cell(tmp_path):
         assert first[("run", "x=b")]["state"] == "failed", first
         b_index = first[("run", "x=b")]["map_index"]
         store_before = _cells(home, run_id)
-        assert store_before["x=b"]["state"] == "run_failed", store_before["x=b"]
+        assert store_before["x=b"].state == "run_failed", store_before["x=b"]
 
         clear = {
             "dag_run_id": run_id,
@@ -125,7 +126,7 @@ def test_clearing_one_failed_cell_reruns_only_that_cell(tmp_path):
         marker.write_text("fixed\n")
         stack.api("POST", path, json={**clear, "dry_run": False})
         deadline = time.monotonic() + 30
-        while stack.get_run(DAG_ID, run_id).state == "failed":
+        while stack.get_run(DAG_ID, run_id)["state"] == "failed":
             assert time.monotonic() < deadline, "the cleared run never left 'failed'"
             time.sleep(0.5)
         state = stack.wait_for_run(DAG_ID, run_id, timeout=240)
@@ -173,19 +174,19 @@ def test_clearing_one_failed_cell_reruns_only_that_cell(tmp_path):
     # One results row per cell; the untouched cells' rows are what they were.
     store_after = _cells(home, run_id)
     assert sorted(store_after) == ["x=a", "x=b", "x=c"]
-    assert store_after["x=b"]["state"] == "passed", store_after["x=b"]
-    assert store_after["x=b"]["provisioned_at"] > store_before["x=b"]["provisioned_at"]
+    assert store_after["x=b"].state == "passed", store_after["x=b"]
+    assert store_after["x=b"].provisioned_at > store_before["x=b"].provisioned_at
     for cell in ("x=a", "x=c"):
-        assert store_after[cell]["state"] == "passed"
-        assert store_after[cell]["provisioned_at"] == store_before[cell]["provisioned_at"]
-        assert store_after[cell]["teardown_at"] == store_before[cell]["teardown_at"]
+        assert store_after[cell].state == "passed"
+        assert store_after[cell].provisioned_at == store_before[cell].provisioned_at
+        assert store_after[cell].teardown_at == store_before[cell].teardown_at
 
     # Nothing left on the machine: every work dir of the run is gone.
     work = home / "accelmatrix" / "work" / DAG_ID
     assert not any(p.is_dir() for p in work.glob("*/*")), list(work.glob("*/*"))
 
 
-def _cells(home: Path, run_id: str) -> dict[str, dict]:
+def _cells(home: Path, run_id: str) -> dict[str, CellRecord]:
     from accelmatrix.results.store import ResultsStore
 
     store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")

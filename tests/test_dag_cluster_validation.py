@@ -55,12 +55,12 @@ def test_healthy_job_passes_and_a_hang_is_killed_early(airflow_db, tmp_path, mon
     monkeypatch.setenv(CONN, json.dumps({"conn_type": "generic", "host": "localhost"}))
     write_suite(tmp_path, monkeypatch, {"ok": "none", "hang": "hang"})
     state, run_id, tis = run_dag("cluster_validation")
-    cells = {c["cell_id"]: c for c in store().get_cells("cluster_validation", run_id)}
+    cells = {c.cell_id: c for c in store().get_cells("cluster_validation", run_id)}
     assert state == "failed"
     assert tis[("preflight", "-1")] == "success"
 
     ok = cells["job=ok"]
-    assert ok["state"] == "passed", ok
+    assert ok.state == "passed", ok
     checks = store().checks_frame("cluster_validation", run_id)
     passed = set(checks[(checks.cell_id == "job=ok") & checks.passed].check_name)
     assert {
@@ -86,8 +86,8 @@ def test_healthy_job_passes_and_a_hang_is_killed_early(airflow_db, tmp_path, mon
     # The hang: worker 1 stops at ~2 s; the step line stops recurring; killed after 4 s of
     # silence, long before the 240 s timeout.
     hang = cells["job=hang"]
-    assert hang["state"] == "hung"
-    assert "no log line matched /^step \\d+ loss:/ for" in hang["message"]
+    assert hang.state == "hung"
+    assert "no log line matched /^step \\d+ loss:/ for" in hang.message
     assert tis[("local-node.run", "job=hang")] == "failed"
     assert tis[("local-node.teardown", "job=hang")] == "success"
     hang_status = json.loads(
@@ -110,15 +110,15 @@ def test_rising_loss_and_collective_timeout_fail_their_checks(airflow_db, tmp_pa
         recur_within=20,
     )
     state, run_id, _ = run_dag("cluster_validation")
-    cells = {c["cell_id"]: c for c in store().get_cells("cluster_validation", run_id)}
+    cells = {c.cell_id: c for c in store().get_cells("cluster_validation", run_id)}
     assert state == "failed"
 
-    assert cells["job=diverge"]["state"] == "failed"
+    assert cells["job=diverge"].state == "failed"
     diverge = failed_checks(run_id, "job=diverge")
     assert set(diverge) == {"loss decreasing"}
     assert "loss did not decrease: mean of the last 3 point(s)" in diverge["loss decreasing"]
 
-    assert cells["job=late"]["state"] == "run_failed"
+    assert cells["job=late"].state == "run_failed"
     late = failed_checks(run_id, "job=late")
     assert (
         "Timed out waiting 3000ms for recv operation" in late["no collective-communication timeout"]
@@ -161,11 +161,10 @@ def test_failed_preflight_provisions_nothing(airflow_db, tmp_path, monkeypatch):
     assert tis[("gate", "-1")] == "failed"
     assert not (settings.work_root() / "cluster_validation" / settings.safe_name(run_id)).exists()
     cell = store().get_cell("cluster_validation", run_id, "job=ok")
-    assert cell["state"] == "preflight_failed" and cell["provisioned_at"] is None
-    assert "storage available: expected >= 1e+09 GB free" in cell["message"]
-    assert (
-        "service account: expected Airflow connection 'accelmatrix_local_cluster' defined"
-        in (cell["message"])
+    assert cell.state == "preflight_failed" and cell.provisioned_at is None
+    assert "storage available: expected >= 1e+09 GB free" in cell.message
+    assert "service account: expected Airflow connection 'accelmatrix_local_cluster' defined" in (
+        cell.message
     )
     report = json.loads(
         (

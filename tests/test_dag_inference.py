@@ -77,15 +77,15 @@ def test_inference_suite_end_to_end(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(suites))
 
     state, run_id, tis = run_dag("inference_it")
-    cells = {c["cell_id"]: c for c in store().get_cells("inference_it", run_id)}
+    cells = {c.cell_id: c for c in store().get_cells("inference_it", run_id)}
     assert state == "failed"  # the broken cell turns the run red
 
     base, sharded = "model=good,config=base", "model=good,config=sharded2"
     bad = "model=broken,config=base"
-    assert cells[base]["state"] == "passed" and cells[sharded]["state"] == "passed"
-    assert cells["model=broken,config=sharded2"]["state"] == "excluded"
-    assert cells[bad]["state"] == "failed"
-    msg = cells[bad]["message"]
+    assert cells[base].state == "passed" and cells[sharded].state == "passed"
+    assert cells["model=broken,config=sharded2"].state == "excluded"
+    assert cells[bad].state == "failed"
+    msg = cells[bad].message
     assert "golden responses match: 4 of 8 golden case(s) failed" in msg
     assert "greedy-basic: responses[0].text: expected 'a different golden text', got" in msg
     assert "greedy-basic[stream]: responses[0].text" in msg

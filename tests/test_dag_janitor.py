@@ -75,5 +75,5 @@ def test_janitor_dag_dry_run_then_reaps(airflow_db, accel_home, tmp_path, monkey
     assert (stranger / "resource.json").is_file()
     rows = {r.name: r for r in store.get_reaped(backend="local") if not r.dry_run}
     assert set(rows) == {orphan["name"], finished["name"]}
-    assert "does not exist" in rows[orphan["name"]]["reason"]
-    assert f"{first.run_id} is success" in rows[finished["name"]]["reason"]
+    assert "does not exist" in rows[orphan["name"]].reason
+    assert f"{first.run_id} is success" in rows[finished["name"]].reason

@@ -84,11 +84,11 @@ def test_two_pod_ddp_cell_end_to_end(airflow_db, tmp_path, monkeypatch):
             k8s_hook.forget()
         left = c.emulator.state()
         jobsets = dict(c.jobsets.jobsets)
-    cells = {x["cell_id"]: x for x in store().get_cells("jobset_ddp", run_id)}
+    cells = {x.cell_id: x for x in store().get_cells("jobset_ddp", run_id)}
     ok, crash = "mode=ok", "mode=crash"
     assert state == "failed" and tis[("gate", "-1")] == "failed"
 
-    assert cells[ok]["state"] == "passed", cells[ok]
+    assert cells[ok].state == "passed", cells[ok]
     checks = store().checks_frame("jobset_ddp", run_id)
     assert checks[checks.cell_id == ok].passed.all()
     art = settings.cell_artifacts_dir("jobset_ddp", run_id, ok)
@@ -104,9 +104,9 @@ def test_two_pod_ddp_cell_end_to_end(airflow_db, tmp_path, monkeypatch):
 
     # Rank 1 crashed: a test failure named by that pod; its peer did not hang on.
     assert tis[("ddp2.run", crash)] == "failed"
-    assert cells[crash]["state"] == "run_failed", cells[crash]
-    assert "workers-0-1-" in cells[crash]["message"] and "exited with 1" in cells[crash]["message"]
-    assert "injected failure" in cells[crash]["message"]
+    assert cells[crash].state == "run_failed", cells[crash]
+    assert "workers-0-1-" in cells[crash].message and "exited with 1" in cells[crash].message
+    assert "injected failure" in cells[crash].message
     assert tis[("ddp2.teardown", crash)] == "success"
 
     assert left["jobs"] == {} and left["pods"] == {} and left["services"] == {}
@@ -177,8 +177,8 @@ def test_a_kueue_eviction_mid_run_is_retried_as_infrastructure(airflow_db, tmp_p
         jobsets = dict(c.jobsets.jobsets)
     cell = store().get_cells("jobset_kueue", run_id)[0]
     assert evicted, "the eviction never happened"
-    assert state == "success" and cell["state"] == "passed", cell
-    art = settings.cell_artifacts_dir("jobset_kueue", run_id, cell["cell_id"])
+    assert state == "success" and cell.state == "passed", cell
+    art = settings.cell_artifacts_dir("jobset_kueue", run_id, cell.cell_id)
     assert "Finished training run" in (art / "output.log").read_text()
     assert list(art.glob("status.json.*")), "the evicted attempt's status was kept"
     assert left["pods"] == {} and left["services"] == {} and jobsets == {}

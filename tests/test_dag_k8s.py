@@ -73,11 +73,11 @@ def test_k8s_suite_end_to_end(airflow_db, tmp_path, monkeypatch):
         finally:
             k8s_hook.forget()
         left = c.emulator.state()
-    cells = {x["cell_id"]: x for x in store().get_cells("k8s_cells", run_id)}
+    cells = {x.cell_id: x for x in store().get_cells("k8s_cells", run_id)}
     ok, crash, broken = "machine=l4,mode=ok", "machine=l4,mode=crash", "machine=broken,mode=ok"
     assert state == "failed" and tis[("gate", "-1")] == "failed"
 
-    assert cells[ok]["state"] == "passed", cells[ok]
+    assert cells[ok].state == "passed", cells[ok]
     for step in ("provision", "setup", "run", "collect", "evaluate", "teardown"):
         assert tis[(f"l4.{step}", ok)] == "success", step
     art = settings.cell_artifacts_dir("k8s_cells", run_id, ok)
@@ -89,13 +89,13 @@ def test_k8s_suite_end_to_end(airflow_db, tmp_path, monkeypatch):
     # A failing workload is a test failure: run fails, teardown still runs.
     assert tis[("l4.run", crash)] == "failed"
     assert tis[("l4.teardown", crash)] == "success"
-    assert cells[crash]["state"] == "run_failed" and cells[crash]["exit_code"] == 3
+    assert cells[crash].state == "run_failed" and cells[crash].exit_code == 3
     crash_art = settings.cell_artifacts_dir("k8s_cells", run_id, crash)
     assert "about to fail" in (crash_art / "output.log").read_text()
 
     # The image cannot be pulled: an infrastructure failure, named as such.
-    assert cells[broken]["state"] == "infra_failed", cells[broken]
-    assert "fault/bad-image" in cells[broken]["message"]
+    assert cells[broken].state == "infra_failed", cells[broken]
+    assert "fault/bad-image" in cells[broken].message
     # (run_dag names mapped tasks by the global cell index; this group maps one cell.)
     assert [st for (t, _), st in tis.items() if t == "broken.teardown"] == ["success"]
     assert [st for (t, _), st in tis.items() if t == "broken.setup"] == ["failed"]
@@ -103,4 +103,4 @@ def test_k8s_suite_end_to_end(airflow_db, tmp_path, monkeypatch):
     # Teardown left nothing behind on the cluster.
     assert left["jobs"] == {} and left["pods"] == {}
     for cid in (ok, crash, broken):
-        assert cells[cid]["teardown_at"] is not None, cid
+        assert cells[cid].teardown_at is not None, cid

@@ -48,9 +48,9 @@ def run_dag(dag_id: str, conf: dict | None = None):
         }
     # Name mapped task instances by cell id (a task that never ran has no rendered name).
     index_to_cell = {
-        c["cell_index"]: c["cell_id"]
+        c.cell_index: c.cell_id
         for c in store().get_cells(dag_id, dr.run_id)
-        if c["cell_index"] is not None
+        if c.cell_index is not None
     }
     tis = {(t, index_to_cell.get(i, str(i))): st for (t, i), st in raw.items()}
     return str(dr.state), dr.run_id, tis
@@ -66,7 +66,7 @@ def store():
 def test_local_smoke_end_to_end(airflow_db):
     state, run_id, tis = run_dag("local_smoke")
     s = store()
-    cells = {c["cell_id"]: c for c in s.get_cells("local_smoke", run_id)}
+    cells = {c.cell_id: c for c in s.get_cells("local_smoke", run_id)}
 
     good = ["model=tiny-mlp,config=baseline", "model=tiny-wide,config=baseline"]
     bad = "model=tiny-mlp,config=diverge"
@@ -78,14 +78,14 @@ def test_local_smoke_end_to_end(airflow_db):
     assert tis[("plan", "-1")] == "success"
 
     for cid in good:
-        assert cells[cid]["state"] == "passed", cells[cid]
+        assert cells[cid].state == "passed", cells[cid]
         for step in ("provision", "setup", "run", "collect", "evaluate", "teardown"):
             assert tis[(f"cpu-small.{step}", cid)] == "success", (step, cid)
-    assert cells[bad]["state"] == "failed"
+    assert cells[bad].state == "failed"
     assert tis[("cpu-small.evaluate", bad)] == "failed"
     assert tis[("cpu-small.teardown", bad)] == "success"
-    assert cells[excluded]["state"] == "excluded"
-    assert "one diverging cell" in cells[excluded]["excluded_reason"]
+    assert cells[excluded].state == "excluded"
+    assert "one diverging cell" in cells[excluded].excluded_reason
 
     checks = s.checks_frame("local_smoke", run_id)
     failed = set(checks[(checks.cell_id == bad) & (~checks.passed)].check_name)
@@ -109,8 +109,8 @@ def test_local_smoke_end_to_end(airflow_db):
 
     for cid in [*good, bad]:
         row = cells[cid]
-        assert row["teardown_at"] is not None  # teardown ran for every provisioned cell
-        assert row["resource_held_seconds"] >= row["workload_seconds"] > 0
+        assert row.teardown_at is not None  # teardown ran for every provisioned cell
+        assert row.resource_held_seconds >= row.workload_seconds > 0
         art = settings.cell_artifacts_dir("local_smoke", run_id, cid)
         status = json.loads((art / "status.json").read_text())
         assert status["exit_code"] == 0 and not _alive(status["pid"])
@@ -157,22 +157,22 @@ def test_failing_workloads_timeouts_and_setup(airflow_db, tmp_path, monkeypatch)
     monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(suites))
 
     state, run_id, tis = run_dag("failing_cells")
-    cells = {c["cell_id"]: c for c in store().get_cells("failing_cells", run_id)}
+    cells = {c.cell_id: c for c in store().get_cells("failing_cells", run_id)}
     assert state == "failed"
 
     # Non-zero exit: the run task fails with the exit code; checks still evaluated.
     assert tis[("cpu.run", "mode=crash")] == "failed"
-    assert cells["mode=crash"]["state"] == "run_failed"
-    assert cells["mode=crash"]["exit_code"] == 3
-    assert "exited with 3" in cells["mode=crash"]["message"]
+    assert cells["mode=crash"].state == "run_failed"
+    assert cells["mode=crash"].exit_code == 3
+    assert "exited with 3" in cells["mode=crash"].message
 
     # Silent past the hang-detection window: killed early, teardown ran, nothing left.
     assert tis[("cpu.run", "mode=hang")] == "failed"
-    assert cells["mode=hang"]["state"] == "hung"
-    assert "no log line matched /^tick$/" in cells["mode=hang"]["message"]
+    assert cells["mode=hang"].state == "hung"
+    assert "no log line matched /^tick$/" in cells["mode=hang"].message
 
     # Alive (ticking) but past the timeout: killed at the timeout.
-    assert cells["mode=forever"]["state"] == "timed_out"
+    assert cells["mode=forever"].state == "timed_out"
     forever = settings.cell_artifacts_dir("failing_cells", run_id, "mode=forever")
     assert not _alive(json.loads((forever / "status.json").read_text())["pid"])
     assert tis[("cpu.teardown", "mode=forever")] == "success"
@@ -186,10 +186,10 @@ def test_failing_workloads_timeouts_and_setup(airflow_db, tmp_path, monkeypatch)
     assert tis[("cpu.setup", "mode=badsetup")] == "failed"
     assert tis[("cpu.run", "mode=badsetup")] == "upstream_failed"
     assert tis[("cpu.teardown", "mode=badsetup")] == "success"
-    assert cells["mode=badsetup"]["state"] == "setup_failed"
+    assert cells["mode=badsetup"].state == "setup_failed"
 
     # The quarantined cell passed here; a quarantined failure would not fail the gate.
-    assert cells["mode=ok"]["state"] == "passed"
+    assert cells["mode=ok"].state == "passed"
     for cid in cells:
-        assert cells[cid]["teardown_at"] is not None, cid
+        assert cells[cid].teardown_at is not None, cid
     assert sys.executable  # keep the interpreter import used above honest

@@ -33,7 +33,7 @@ def test_ssh_example_suite_end_to_end(airflow_db, server, tmp_path, monkeypatch)
     monkeypatch.setenv("AIRFLOW_CONN_ACCELMATRIX_LOCALHOST", json.dumps(server.connection()))
 
     state, run_id, tis = run_dag("ssh_localhost")
-    cells = {c["cell_id"]: c for c in store().get_cells("ssh_localhost", run_id)}
+    cells = {c.cell_id: c for c in store().get_cells("ssh_localhost", run_id)}
     assert state == "success", cells
     assert set(cells) == {"optimizer=sgd,batch=b64", "optimizer=slow-sgd,batch=b64"}
     for cid, row in cells.items():
@@ -91,16 +91,16 @@ def test_tpu_cells_end_to_end_and_an_infrastructure_failure(
     monkeypatch.setenv("ACCELMATRIX_SUITES_DIR", str(suites))
 
     state, run_id, tis = run_dag("tpu_cells")
-    cells = {c["cell_id"]: c for c in store().get_cells("tpu_cells", run_id)}
+    cells = {c.cell_id: c for c in store().get_cells("tpu_cells", run_id)}
     assert state == "failed"  # the crash cell is a test failure: the gate fails the run
     ok, crash = cells["mode=ok"], cells["mode=crash"]
-    assert ok["state"] == "passed" and ok["backend"] == "tpu-vm"
-    assert crash["state"] == "run_failed" and crash["exit_code"] == 3
+    assert ok.state == "passed" and ok.backend == "tpu-vm"
+    assert crash.state == "run_failed" and crash.exit_code == 3
     assert tis[("v4.run", "mode=crash")] == "failed"
     for cid in cells:
         assert tis[("v4.provision", cid)] == "success"
         assert tis[("v4.teardown", cid)] == "success"
-        assert cells[cid]["cost"] > 0  # resource-held seconds x the machine's hourly cost
+        assert cells[cid].cost > 0  # resource-held seconds x the machine's hourly cost
         art = settings.cell_artifacts_dir("tpu_cells", run_id, cid)
         assert "setup on 2 worker(s)" in (art / "setup.log").read_text()
         assert (art / "workers" / "1" / "output.log").exists()
@@ -114,7 +114,7 @@ def test_tpu_cells_end_to_end_and_an_infrastructure_failure(
     emu.reset()
     emu.set_faults(quota_exceeded=True)
     state, run_id, tis = run_dag("tpu_cells")
-    cells = {c["cell_id"]: c for c in store().get_cells("tpu_cells", run_id)}
+    cells = {c.cell_id: c for c in store().get_cells("tpu_cells", run_id)}
     assert state == "failed"
     for cid, row in cells.items():
         assert row["state"] == "infra_failed" and "quota" in row["message"].lower(), row
@@ -185,7 +185,7 @@ def test_preempted_tpu_is_replaced_and_the_run_retried(
     watcher.join(timeout=5)
     assert preempted, "the workload never started on a READY node"
     (cell,) = store().get_cells("tpu_preempt", run_id)
-    assert state == "success" and cell["state"] == "passed", cell
+    assert state == "success" and cell.state == "passed", cell
     assert tis[("v4.run", "mode=ok")] == "success"
     created = [r for r in emu.requests("POST") if r["path"].endswith("/nodes")]
     assert len(created) == 2  # the preempted node, then its replacement (same name)

@@ -36,17 +36,17 @@ def test_runtime_matrix_end_to_end(airflow_db, tmp_path, monkeypatch):
 
     state, run_id, tis = run_dag("runtime_matrix")
     s = store()
-    cells = {c["cell_id"]: c for c in s.get_cells("runtime_matrix", run_id)}
+    cells = {c.cell_id: c for c in s.get_cells("runtime_matrix", run_id)}
     assert state == "failed"  # the raising notebook turns the run red
 
     # Unsupported pairs never run; the plan says why.
-    assert cells["runtime=torch-venv,machine=cpu-2"]["excluded_reason"] == (
+    assert cells["runtime=torch-venv,machine=cpu-2"].excluded_reason == (
         "runtime torch-venv does not support machine cpu-2 (supported: cpu-1)"
     )
-    assert cells["runtime=system-python,machine=cpu-2"]["state"] == "excluded"
+    assert cells["runtime=system-python,machine=cpu-2"].state == "excluded"
 
     # The distribution's python: environment as declared, no notebooks, passed.
-    assert cells[GOOD]["state"] == "passed", cells[GOOD]
+    assert cells[GOOD].state == "passed", cells[GOOD]
     checks = s.checks_frame("runtime_matrix", run_id)
     good = checks[checks.cell_id == GOOD].set_index("check_name")
     assert good.loc["environment", "observed"] == "8 of 8 item(s) passed"
@@ -57,9 +57,9 @@ def test_runtime_matrix_end_to_end(airflow_db, tmp_path, monkeypatch):
     # The torch runtime: one notebook passed, one raised. The cell fails, the run task's
     # log (output.log, streamed into it) names the cell with its source and traceback.
     bad = cells[BAD]
-    assert bad["state"] == "run_failed" and bad["exit_code"] == 1
+    assert bad.state == "run_failed" and bad.exit_code == 1
     assert tis[("cpu-1.run", BAD)] == "failed"
-    assert "notebooks ran without error: broken_division.ipynb cell 3" in bad["message"]
+    assert "notebooks ran without error: broken_division.ipynb cell 3" in bad.message
     art = settings.cell_artifacts_dir("runtime_matrix", run_id, BAD)
     log = (art / "output.log").read_text()
     assert "NOTEBOOK FAILED: broken_division.ipynb cell 3" in log

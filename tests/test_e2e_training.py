@@ -31,9 +31,9 @@ INCLUDE = ROOT / "include"
 def test_e2e_training_end_to_end(airflow_db, accel_home):
     state, run_id, tis = run_dag("e2e_training")
     s = store()
-    cells = {c["cell_id"]: c for c in s.get_cells("e2e_training", run_id)}
+    cells = {c.cell_id: c for c in s.get_cells("e2e_training", run_id)}
     assert state == "success", cells
-    assert len(cells) == 4 and all(c["state"] == "passed" for c in cells.values())
+    assert len(cells) == 4 and all(c.state == "passed" for c in cells.values())
 
     checks = s.checks_frame("e2e_training", run_id)
     # One verdict per check per cell, each named on its own.
@@ -128,18 +128,18 @@ def test_broken_e2e_cell_through_dag_test(airflow_db, accel_home, tmp_path, monk
     assert state == "failed"
     cid = "model=tiny-mlp"
     assert tis[("cpu.evaluate", cid)] == "failed"
-    checks = {c["check_name"]: c for c in store().get_checks("e2e_broken", run_id, cid)}
+    checks = {c.check_name: c for c in store().get_checks("e2e_broken", run_id, cid)}
     # Each check reported on its own: the healthy ones pass beside the broken ones.
-    assert checks["exit_status[0]"]["passed"] and checks["one profiler trace"]["passed"]
-    assert not checks["log marker"]["passed"]
-    assert "found 0 line(s) containing 'Marker never printed'" in checks["log marker"]["message"]
-    assert not checks["loss_decreasing[loss]"]["passed"]
-    assert "loss did not decrease" in checks["loss_decreasing[loss]"]["message"]
-    assert not checks["final loss"]["passed"]
-    assert "away from the target 0.15" in checks["final loss"]["message"]
+    assert checks["exit_status[0]"].passed and checks["one profiler trace"].passed
+    assert not checks["log marker"].passed
+    assert "found 0 line(s) containing 'Marker never printed'" in checks["log marker"].message
+    assert not checks["loss_decreasing[loss]"].passed
+    assert "loss did not decrease" in checks["loss_decreasing[loss]"].message
+    assert not checks["final loss"].passed
+    assert "away from the target 0.15" in checks["final loss"].message
     step = checks["step time"]
-    assert not step["passed"] and "below the lower bound" in step["message"]
-    assert RUNBOOK_BELOW in step["message"]
+    assert not step.passed and "below the lower bound" in step.message
+    assert RUNBOOK_BELOW in step.message
     assert store().get_cell("e2e_broken", run_id, cid).state == "failed"
 
 

@@ -937,7 +937,7 @@ def fault_matrix(env: Env, phases: list[str]) -> tuple[list[Outcome], list[str],
         try:
             run_state = stack.wait_for_run(DAG_ID, failed_run, timeout=60)
         except TimeoutError:
-            run_state = stack.get_run(DAG_ID, failed_run).state
+            run_state = stack.get_run(DAG_ID, failed_run)["state"]
         notes.append(
             f"run marked failed: {run_state}, gate {gate['state']}, checked "
             f"{time.monotonic() - t1:.0f} s after its trigger"

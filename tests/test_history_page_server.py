@@ -110,7 +110,7 @@ def test_triage_permissions_who_and_when_and_origin(site: Site) -> None:
     gid = site.planted.group
     route = f"/accelmatrix/suites/{DAG}/changes/group/{gid}/triage"
     before = site.group(gid)
-    assert before["state"] == "untriaged" and before["state_by"] is None
+    assert before.state == "untriaged" and before.state_by is None
     with httpx.Client(base_url=site.base, timeout=30, follow_redirects=False) as c:
         # The page: the viewer sees the list and no form; the editor a form per entry.
         viewer = c.get(
@@ -152,7 +152,7 @@ def test_triage_permissions_who_and_when_and_origin(site: Site) -> None:
                 referer,
                 r.text[:200],
             )
-        assert site.group(gid)["state"] == "untriaged"
+        assert site.group(gid).state == "untriaged"
 
         # The editor, same origin: stored with who and when, back to the entry (303).
         t0 = datetime.now(UTC) - timedelta(seconds=5)
@@ -160,8 +160,8 @@ def test_triage_permissions_who_and_when_and_origin(site: Site) -> None:
         assert r.status_code == 303, r.text[:300]
         assert r.headers["location"] == f"/accelmatrix/suites/{DAG}/history?runs=10#group-{gid}"
         g = site.group(gid)
-        assert (g["state"], g["state_by"], g["note"]) == ("acknowledged", "editor", "bisecting")
-        assert t0 <= g["state_at"] <= datetime.now(UTC) + timedelta(seconds=5)
+        assert (g.state, g.state_by, g.note) == ("acknowledged", "editor", "bisecting")
+        assert t0 <= g.state_at <= datetime.now(UTC) + timedelta(seconds=5)
         s = site.store()
         try:
             (cp,) = s.get_change_points(DAG, group_id=gid)
@@ -190,13 +190,13 @@ def test_triage_permissions_who_and_when_and_origin(site: Site) -> None:
         assert (
             r.headers["location"] == f"/plugin/accelmatrix/suites/{DAG}/history?runs=30#group-{gid}"
         )
-        assert (site.group(gid)["state"], site.group(gid)["state_by"]) == ("accepted", "admin")
+        assert (site.group(gid).state, site.group(gid).state_by) == ("accepted", "admin")
         # A script with its own bearer token needs no Origin (no cookie to ride on).
         r = _post(c, site, route, {"state": "fixed"}, origin=None, bearer=True)
-        assert r.status_code == 303 and site.group(gid)["state"] == "fixed"
+        assert r.status_code == 303 and site.group(gid).state == "fixed"
         # A viewer's bearer token is still read-only.
         r = _post(c, site, route, {"state": "invalid"}, user="viewer", origin=None, bearer=True)
-        assert r.status_code == 403 and site.group(gid)["state"] == "fixed"
+        assert r.status_code == 403 and site.group(gid).state == "fixed"
 
         # Bad input: an unknown state, a group of another suite, an unknown id or kind.
         r = _post(c, site, route, {"state": "wontfix"})
@@ -204,14 +204,14 @@ def test_triage_permissions_who_and_when_and_origin(site: Site) -> None:
         other = f"/accelmatrix/suites/{DAG}/changes/group/{site.other_suite_group}/triage"
         r = _post(c, site, other, {"state": "invalid"})
         assert r.status_code == 404
-        assert site.group(site.other_suite_group)["state"] == "untriaged"
+        assert site.group(site.other_suite_group).state == "untriaged"
         for path in (
             f"/accelmatrix/suites/{DAG}/changes/group/99999/triage",
             f"/accelmatrix/suites/{DAG}/changes/bogus/{gid}/triage",
         ):
             assert _post(c, site, path, {"state": "invalid"}).status_code == 404
         r = _post(c, site, route, {"state": "invalid", "note": "x" * 501})
-        assert r.status_code == 400 and site.group(gid)["state"] == "fixed"
+        assert r.status_code == 400 and site.group(gid).state == "fixed"
         # A single change point, triaged on its own.
         cid = site.planted.change
         r = _post(
@@ -286,7 +286,7 @@ def test_chromium_editor_triages_from_the_navigation_view(site: Site, tmp_path) 
         assert "by editor" in row.text and "cpu pool drained" in row.text
         driver.save_screenshot(str(tmp_path / "history-triaged.png"))
         g = site.group(gid)
-        assert (g["state"], g["state_by"]) == ("infrastructure", "editor")
+        assert (g.state, g.state_by) == ("infrastructure", "editor")
 
         # The page on its own (not in the view): the same form, back to the app's page.
         driver.get(f"{site.base}/accelmatrix/suites/{DAG}/history")

@@ -142,7 +142,7 @@ def test_metadata_db_restart_mid_run_loses_nothing(tmp_path, postgres, redis, mo
         while time.monotonic() < deadline:
             revived += stack.revive_exited()
             try:
-                state = stack.get_run(DAG_ID, run_id).state
+                state = stack.get_run(DAG_ID, run_id)["state"]
             except Exception:  # noqa: BLE001 - the api-server may still be reconnecting
                 state = None
             if state in ("success", "failed"):

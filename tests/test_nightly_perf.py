@@ -82,7 +82,7 @@ def test_over_budget_run_fails_in_plan_before_provisioning(airflow_db):
     provision = {k: v for k, v in tis.items() if k[0].endswith(".provision")}
     assert all(v in (None, "upstream_failed") for v in provision.values()), provision
     run = store().get_run("nightly_perf", run_id)
-    assert run["state"] == "over_budget" and run["runtime_version"].startswith("nightly-")
+    assert run.state == "over_budget" and run.runtime_version.startswith("nightly-")
     assert store().get_cells("nightly_perf", run_id) == []
 
 
@@ -307,8 +307,8 @@ def test_a_run_told_to_test_a_build_tests_and_records_it(airflow_db):
     assert state == "success"
     assert store().get_run("nightly_perf", run_id).runtime_version == "nightly-2026-01-02"
     (cell,) = store().get_cells("nightly_perf", run_id)
-    steps = [m for m in store().get_metrics("nightly_perf", run_id) if m["name"] == "step_time"]
-    assert cell["state"] == "passed" and len(steps) == 5
+    steps = [m for m in store().get_metrics("nightly_perf", run_id) if m.name == "step_time"]
+    assert cell.state == "passed" and len(steps) == 5
     state, run_id, tis = run_dag("nightly_perf", conf={"build": "x; rm -rf /"})
     assert state == "failed" and tis[("plan", "-1")] == "failed"
     assert store().get_cells("nightly_perf", run_id) == []

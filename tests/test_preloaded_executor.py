@@ -88,11 +88,11 @@ def test_checks_are_warm_only_after_the_preload(tmp_path):
         "if pid == 0:\n"
         "    store = results_store()\n"
         "    store.upsert_cell('d', 'r', 'c', state='passed')\n"
-        "    ok = lifecycle.checks_are_warm() and store.get_cell('d', 'r', 'c')['state'] == 'passed'\n"
+        "    ok = lifecycle.checks_are_warm() and store.get_cell('d', 'r', 'c').state == 'passed'\n"
         "    os._exit(0 if ok else 7)\n"
         "_, status = os.waitpid(pid, 0)\n"
         "assert os.waitstatus_to_exitcode(status) == 0, status\n"
-        "assert results_store().get_cell('d', 'r', 'c')['state'] == 'passed'\n"
+        "assert results_store().get_cell('d', 'r', 'c').state == 'passed'\n"
         "print('ok')\n"
     )
     _run_fresh(code, tmp_path, timeout=120)

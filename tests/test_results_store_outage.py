@@ -54,7 +54,7 @@ def test_a_write_during_an_outage_waits_and_lands_once(results_postgres, store, 
     back.join()
     assert waited >= 3, f"wrote after {waited:.1f} s while the server was down 4 s"
     got = store.get_metrics(DAG, RUN, CELL)
-    assert sorted(r["step"] for r in got) == list(range(5))  # every row, none twice
+    assert sorted(r.step for r in got) == list(range(5))  # every row, none twice
     assert store.get_cell(DAG, RUN, CELL).state == "collected"
 
 

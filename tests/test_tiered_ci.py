@@ -317,23 +317,22 @@ def test_tiered_ci_broken_ref_end_to_end(airflow_db, accel_home, tmp_path, monke
     s = store()
     assert state == "failed"
     assert tis[("cpu-small.run", cid)] == "success"  # the tools ran: the tests failed
-    checks = {c["check_name"]: c for c in s.get_checks("tiered_ci", run_id, cid)}
+    checks = {c.check_name: c for c in s.get_checks("tiered_ci", run_id, cid)}
     junit = checks["lint and tests"]
-    assert not junit["passed"]
-    assert (
-        "tests.test_stats::test_median_odd_and_even (failure: assert 1.0 == 2)"
-        in (junit["message"])
+    assert not junit.passed
+    assert "tests.test_stats::test_median_odd_and_even (failure: assert 1.0 == 2)" in (
+        junit.message
     )
-    assert "ci_sample/stats::org.ruff.F401" in junit["message"]  # the lint finding
+    assert "ci_sample/stats::org.ruff.F401" in junit.message  # the lint finding
     elapsed = checks["elapsed vs baseline"]
-    assert elapsed["passed"] and elapsed["message"].startswith("WARNING: elapsed-time regression")
+    assert elapsed.passed and elapsed.message.startswith("WARNING: elapsed-time regression")
 
-    metrics = {m["name"]: m["value"] for m in s.get_metrics("tiered_ci", run_id, cid)}
+    metrics = {m.name: m.value for m in s.get_metrics("tiered_ci", run_id, cid)}
     assert metrics["tests_failed"] == 1 and metrics["tests_passed"] == 4
     assert metrics["lint_tests_failed"] == 1 and metrics["elapsed_seconds"] > 0
 
     cell = s.get_cell("tiered_ci", run_id, cid)
-    assert cell["cost"] > 0  # resource-held time x the local-cpu price
+    assert cell.cost > 0  # resource-held time x the local-cpu price
     assert s.get_run("tiered_ci", run_id).git_ref == "v2-broken"
     assert re.search(r"; cost [0-9.]+ USD", run_table(s, "tiered_ci", run_id))
 

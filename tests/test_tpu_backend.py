@@ -325,7 +325,7 @@ def test_provision_trigger_defers_the_capacity_wait(
     from accelmatrix.lifecycle import results_store
 
     cell = results_store().get_cell("tpu_t", "r1", "model=b")
-    assert cell["state"] == "infra_failed" and "provision failed" in cell["message"], cell
+    assert cell.state == "infra_failed" and "provision failed" in cell.message, cell
     # ... and says so in the task's log (the trigger's lines are part of it).
     said = [r.getMessage() for r in caplog.records]
     assert any("provision failed for cell model=b (an infrastructure failure" in m for m in said), (

@@ -39,7 +39,7 @@ def _settled(stack, store, timeout: float) -> dict:
         runs = _runs(stack)
         retests = store.get_confirmations(DAG)
         done = all(r["state"] in ("success", "failed") for r in runs)
-        final = [r for r in retests if r["state"] not in ACTIVE_STATES]
+        final = [r for r in retests if r.state not in ACTIVE_STATES]
         if done and len(runs) >= 10 and retests and len(final) == len(retests):
             return {"runs": runs, "retests": retests}
         if time.monotonic() > deadline:
@@ -47,7 +47,7 @@ def _settled(stack, store, timeout: float) -> dict:
                 json.dumps(
                     {
                         "runs": [(r["dag_run_id"], r["state"]) for r in runs],
-                        "retests": [(r["id"], r["state"], r["run_id"]) for r in retests],
+                        "retests": [(r.id, r.state, r.run_id) for r in retests],
                     }
                 )
             )
@@ -110,8 +110,8 @@ def test_weekly_backfill_confirms_and_bisects_to_the_first_slow_build(tmp_path):
                 t_loop = time.monotonic() - started
                 # A re-run of the gate that started the re-test, then a scheduler restart:
                 # neither starts a second one.
-                retest = next(r for r in state["retests"] if r["state"] == "found")
-                first = retest["run_ids"][0]
+                retest = next(r for r in state["retests"] if r.state == "found")
+                first = retest.run_ids[0]
                 origin = [
                     r
                     for r in state["runs"]
@@ -134,26 +134,26 @@ def test_weekly_backfill_confirms_and_bisects_to_the_first_slow_build(tmp_path):
                 runs_after = _runs(stack)
                 retests_after = store.get_confirmations(DAG)
                 page = stack.client.get(f"/accelmatrix/suites/{DAG}/history")
-                points = store.get_change_points(DAG, group_id=retest["group_id"])
+                points = store.get_change_points(DAG, group_id=retest.group_id)
             finally:
                 store.close()
     assert stack.leftovers == []
 
-    assert retest["culprit"] == f"nightly-{slow.isoformat()}", retest
-    assert retest["last_good"] == f"nightly-{(slow - timedelta(days=1)).isoformat()}"
+    assert retest.culprit == f"nightly-{slow.isoformat()}", retest
+    assert retest.last_good == f"nightly-{(slow - timedelta(days=1)).isoformat()}"
     # Re-tested the night the 9th Monday's point stood out (its own newest point: the week
     # before it is the last good build); the detector's later report would widen it a week.
-    assert retest["good_build"] in (f"nightly-{m.isoformat()}" for m in mondays[6:8])
-    assert retest["suspect_build"] in (f"nightly-{m.isoformat()}" for m in mondays[8:])
-    n = len(retest["builds"]) - 1
+    assert retest.good_build in (f"nightly-{m.isoformat()}" for m in mondays[6:8])
+    assert retest.suspect_build in (f"nightly-{m.isoformat()}" for m in mondays[8:])
+    n = len(retest.builds) - 1
     # Each session ran the builds of the range on one machine per suspect cell: every build
     # tested got a level (good / bad), no build was a cell of its own.
-    assert n in (7, 14) and 1 <= len(retest["steps"]) <= n
-    assert {s["verdict"] for s in retest["steps"]} <= {"good", "bad", "unknown"}
+    assert n in (7, 14) and 1 <= len(retest.steps) <= n
+    assert {s["verdict"] for s in retest.steps} <= {"good", "bad", "unknown"}
     assert first.startswith("accelmatrix_confirm__")
     followups = [r for r in state["runs"] if r["dag_run_id"].startswith("accelmatrix_")]
     assert sorted(r["dag_run_id"] for r in followups) == sorted(
-        rid for r in state["retests"] for rid in r["run_ids"]
+        rid for r in state["retests"] for rid in r.run_ids
     )
     # Every follow-up run is an ordinary run of the suite that passed.
     assert {r["state"] for r in state["runs"]} == {"success"}, [
@@ -170,5 +170,5 @@ def test_weekly_backfill_confirms_and_bisects_to_the_first_slow_build(tmp_path):
     assert page.status_code == 200
     print(
         f"weekly loop: {t_loop:.0f} s from backfill to culprit, {len(followups)} follow-up "
-        f"run(s), {len(retest['steps'])} bisect step(s)"
+        f"run(s), {len(retest.steps)} bisect step(s)"
     )
