@@ -139,7 +139,7 @@ def test_local_orphans_reaped_fresh_and_unmanaged_kept(airflow_db, accel_home):
     assert Path(fresh.work_dir, "resource.json").is_file()
     assert all((s / "resource.json").is_file() for s in strangers)
     rows = _store().get_reaped(backend="local")
-    assert [(r["name"], r["dry_run"]) for r in rows] == [
+    assert [(r.name, r.dry_run) for r in rows] == [
         (orphan.name, True),
         (orphan.name, False),
     ]
@@ -205,7 +205,7 @@ def test_ssh_orphans_reaped_over_ssh(airflow_db, accel_home, sshd_server, tmp_pa
         assert not _pid_alive(h.pid)
         assert Path(fresh.work_dir, "resource.json").is_file()
         assert all((s / "resource.json").is_file() for s in strangers)
-        assert [r["name"] for r in _store().get_reaped(backend="ssh")] == [orphan.name]
+        assert [r.name for r in _store().get_reaped(backend="ssh")] == [orphan.name]
     finally:
         ssh_hook.close_all()
 
@@ -318,7 +318,7 @@ def test_k8s_orphans_reaped_through_the_api(airflow_db, accel_home, cluster):
         assert f"{K8S_NS}/{orphan.job_name}" not in jobs
         assert {f"{K8S_NS}/{fresh.job_name}", f"{K8S_NS}/someone-elses-job"} <= jobs
         (row,) = _store().get_reaped(backend="k8s-job")
-        assert row["cell_id"] == "model=old" and row["name"] == orphan.name
+        assert row.cell_id == "model=old" and row.name == orphan.name
     finally:
         b.teardown(fresh)
         clients.batch.delete_namespaced_job(

@@ -488,11 +488,11 @@ def test_janitor_reaps_an_orphaned_jobset_by_exact_ids(airflow_db, accel_home, c
         assert left(cluster, orphan.job_name) == {}
         assert left(cluster, fresh.job_name)  # within its TTL: kept
         (row,) = store.get_reaped(backend="k8s-jobset")
-        assert row["cell_id"] == "model=old"
+        assert row.cell_id == "model=old"
         for pod in entry.detail.pods:
-            assert f"Pod {NS}/{pod}" in row["reason"]
-        assert f"Service {NS}/{orphan.job_name}" in row["reason"]
-        assert f"JobSet {NS}/{orphan.job_name} uid=" in row["reason"]
+            assert f"Pod {NS}/{pod}" in row.reason
+        assert f"Service {NS}/{orphan.job_name}" in row.reason
+        assert f"JobSet {NS}/{orphan.job_name} uid=" in row.reason
     finally:
         b.teardown(fresh)
         single.teardown(job_cell)

@@ -62,11 +62,11 @@ def test_an_infrastructure_failure_keeps_the_machine_for_the_retry(accel_home, t
     resource = _run(cell, ref)
     assert lifecycle.finish_run(cell, resource, ref, CellState.INFRA_FAILED) is None
     assert Path(resource.work_dir).is_dir()
-    assert _row(cell, ref)["teardown_at"] is None
+    assert _row(cell, ref).teardown_at is None
     lifecycle.collect(cell, resource, ref)  # collect copies from the machine itself
     lifecycle.teardown(cell, resource, ref)  # and teardown releases it
     assert not Path(resource.work_dir).exists()
-    assert _row(cell, ref)["resource_held_seconds"] > 0
+    assert _row(cell, ref).resource_held_seconds > 0
 
 
 def test_a_failed_copy_keeps_the_machine_for_collect(accel_home, tmp_path):

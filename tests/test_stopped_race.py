@@ -76,7 +76,7 @@ def test_teardown_before_the_trigger_hears_of_it_leaves_the_cell_cancelled(accel
     # The resumed task (if 3.3.2 ever runs it) agrees, and records nothing over it.
     outcome = WorkloadEvent.from_json(event)
     assert lifecycle.record_run_outcome(cell, ref, outcome, handle)[0] == "cancelled"
-    assert store.get_cell(ref.dag_id, ref.run_id, cell.id)["state"] == "cancelled"
+    assert store.get_cell(ref.dag_id, ref.run_id, cell.id).state == "cancelled"
 
 
 def test_a_workload_that_fails_on_its_own_is_still_run_failed(accel_home, tmp_path):
