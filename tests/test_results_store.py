@@ -617,3 +617,10 @@ def test_records_are_their_tables_columns() -> None:
     ]
     for record, table in pairs:
         assert record.__struct_fields__ == tuple(c.name for c in table.columns), table.name
+    # What a writer hands the store: a row less what the call names once (the cell's key;
+    # the file and the who/when/why of a re-centering).
+    metric = set(run_records.MetricValue.__struct_fields__)
+    assert metric == {c.name for c in schema.metrics.columns} - {"dag_id", "run_id", "cell_id"}
+    bounds = set(series_records.BoundsValues.__struct_fields__)
+    per_call = {"id", "file", "reason", "detail", "by", "at", "note"}
+    assert bounds == {c.name for c in schema.bounds.columns} - per_call
