@@ -15,13 +15,14 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.results.store import ResultsStore
 from accelmatrix_testkit.services import PostgresServer
 
 pytest_plugins = ["celery_services"]
 
 DAG, RUN, CELL = "outage_dag", "run_1", "machine=a"
-ROWS = [{"name": "loss", "step": i, "value": 1.0 / (i + 1)} for i in range(5)]
+ROWS = [MetricValue(name="loss", step=i, value=1.0 / (i + 1)) for i in range(5)]
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_a_write_during_an_outage_waits_and_lands_once(results_postgres, store, 
     back.join()
     assert waited >= 3, f"wrote after {waited:.1f} s while the server was down 4 s"
     got = store.get_metrics(DAG, RUN, CELL)
-    assert sorted(r["step"] for r in got) == list(range(5))  # every row, none twice
+    assert sorted(r.step for r in got) == list(range(5))  # every row, none twice
     assert store.get_cell(DAG, RUN, CELL).state == "collected"
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState
+from accelmatrix.contracts.check_verdicts import CheckVerdict
 from accelmatrix.evaluation.gx_suite import gx_loaded
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
@@ -79,7 +80,7 @@ def run_checks(cell: CellSpec, ref: RunRef) -> dict[str, Any]:
 def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> dict[str, Any]:
     """Store the verdicts and the cell's final state; raise CellFailed unless it passed."""
     store = results_store()
-    store.replace_checks(ref.dag_id, ref.run_id, cell.id, result["verdicts"])
+    store.replace_checks(ref.dag_id, ref.run_id, cell.id, [_verdict(v) for v in result["verdicts"]])
     failed = [v for v in result["verdicts"] if not v["passed"]]
     prior = store.get_cell(ref.dag_id, ref.run_id, cell.id)
     prior_state = prior.state if prior is not None else None
@@ -118,6 +119,22 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: dict[str, Any]) -> di
     if state != CellState.PASSED:
         raise CellFailed(failure_line(cell.id, state, failed, len(result["verdicts"]), message))
     return {"cell": cell.id, "state": state}
+
+
+def _verdict(row: dict[str, Any]) -> CheckVerdict:
+    """A verdict of ``run_checks``' JSON-able result (it may have come from the triggerer) as
+    the record the store takes; the keys besides the verdict's own are its perf fields."""
+    own = ("check_name", "check_type", "passed", "expected", "observed", "message")
+    perf = {k: v for k, v in row.items() if k not in own}
+    return CheckVerdict(
+        name=row["check_name"],
+        type=row.get("check_type") or "",
+        passed=row["passed"],
+        expected=row.get("expected"),
+        observed=row.get("observed"),
+        message=row.get("message"),
+        perf=perf or None,
+    )
 
 
 # How much of each failed check's "why" the failure line carries (the verdict table above
