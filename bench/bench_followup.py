@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test kit: accelmatrix_testkit
 
 from accelmatrix import settings  # noqa: E402
 from accelmatrix.backends.interleave import MARK  # noqa: E402
+from accelmatrix.contracts.run_records import MetricValue  # noqa: E402
 from accelmatrix_testkit import AirflowStack  # noqa: E402
 
 DAG = "weekly_perf"
@@ -97,7 +98,7 @@ def plant_history(store, mondays: list[date], slow_from: str, step_ms: float) ->
             DAG,
             run_id,
             "model=small",
-            [{"name": "step_time", "value": v, "step": i} for i, v in enumerate(steps)],
+            [MetricValue(name="step_time", value=v, step=i) for i, v in enumerate(steps)],
         )
 
 

@@ -364,6 +364,8 @@ def plant_bulk(store, dag_id: str, cells, kinds, values, nights) -> None:
 
 def plant_night_public(store, dag_id: str, cells, kinds, values, n: int) -> None:
     """The last night as the run's steps write it, through the public store calls."""
+    from accelmatrix.contracts.run_records import MetricValue
+
     ld = DAY0 + timedelta(days=n)
     run_id = f"scheduled__{ld.isoformat()}"
     store.upsert_run(
@@ -391,7 +393,7 @@ def plant_night_public(store, dag_id: str, cells, kinds, values, n: int) -> None
             run_id,
             c,
             [
-                {"name": m, "value": float(values[i, j, n]), "step": None}
+                MetricValue(name=m, value=float(values[i, j, n]), step=None)
                 for j, m in enumerate(GATE_METRICS)
             ],
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelmatrix.contracts.series_records import BoundsRecord
+from accelmatrix.contracts.series_records import BoundsRecord, BoundsValues
 from accelmatrix.evaluation.bounds import (
     BenchmarkBounds,
     apply_stored,
@@ -103,8 +103,8 @@ def test_rows_are_appended_and_the_newest_of_each_benchmark_is_in_force(store):
     store.add_bounds(
         KEY,
         [
-            {"benchmark": "m0", "step_time_lower_bound": 1.0, "step_time_upper_bound": 1.2},
-            {"benchmark": "m1", "step_time_lower_bound": 2.0, "step_time_upper_bound": 2.4},
+            BoundsValues(benchmark="m0", step_time_lower_bound=1.0, step_time_upper_bound=1.2),
+            BoundsValues(benchmark="m1", step_time_lower_bound=2.0, step_time_upper_bound=2.4),
         ],
         reason="maintenance",
         by="accelmatrix-maintenance",
@@ -112,7 +112,7 @@ def test_rows_are_appended_and_the_newest_of_each_benchmark_is_in_force(store):
     )
     store.add_bounds(
         KEY,
-        [{"benchmark": "m0", "step_time_lower_bound": 1.1, "step_time_upper_bound": 1.3}],
+        [BoundsValues(benchmark="m0", step_time_lower_bound=1.1, step_time_upper_bound=1.3)],
         reason="accepted change",
         by="ann",
         detail={"group_id": 7},
@@ -120,7 +120,7 @@ def test_rows_are_appended_and_the_newest_of_each_benchmark_is_in_force(store):
     )
     store.add_bounds(
         "bounds/other.yaml",
-        [{"benchmark": "m0", "step_time_lower_bound": 5.0, "step_time_upper_bound": 6.0}],
+        [BoundsValues(benchmark="m0", step_time_lower_bound=5.0, step_time_upper_bound=6.0)],
         reason="maintenance",
         by="accelmatrix-maintenance",
     )
@@ -137,11 +137,15 @@ def test_rows_are_appended_and_the_newest_of_each_benchmark_is_in_force(store):
     assert [r.by for r in rows] == ["ann", "accelmatrix-maintenance"]  # newest first
     assert store.bounds_in_force("bounds/none.yaml") == {}
     with pytest.raises(ValueError, match="reason"):
-        store.add_bounds(KEY, [{"benchmark": "m0"}], reason="because", by="ann")
+        store.add_bounds(KEY, [BoundsValues(benchmark="m0")], reason="because", by="ann")
     with pytest.raises(ValueError, match="by"):
-        store.add_bounds(KEY, [{"benchmark": "m0"}], reason="maintenance", by="")
-    with pytest.raises(ValueError, match="unknown bounds field"):
-        store.add_bounds(KEY, [{"benchmark": "m0", "lower": 1}], reason="maintenance", by="x")
+        store.add_bounds(KEY, [BoundsValues(benchmark="m0")], reason="maintenance", by="")
+    with pytest.raises(TypeError, match="row 0 must be a BoundsValues"):
+        store.add_bounds(KEY, [{"benchmark": "m0"}], reason="maintenance", by="x")
+    with pytest.raises(ValueError, match="benchmark must be a non-empty string"):
+        store.add_bounds(KEY, [BoundsValues(benchmark="")], reason="maintenance", by="x")
+    with pytest.raises(ValueError, match="benchmark is 1000 characters long"):
+        store.add_bounds(KEY, [BoundsValues(benchmark="m" * 1000)], reason="maintenance", by="x")
 
 
 def test_a_file_changed_since_the_row_was_stored_wins(tmp_path):
@@ -272,14 +276,14 @@ def test_pages_show_the_bounds_in_force_with_who_when_why_and_the_earlier_rows(i
     store.add_bounds(
         KEY,
         [
-            {
-                "benchmark": "m0",
-                "step_time_lower_bound": 0.95,
-                "step_time_upper_bound": 1.15,
-                "sample_size": 30,
-                "file_lower_bound": 0.9,
-                "file_upper_bound": 1.1,
-            }
+            BoundsValues(
+                benchmark="m0",
+                step_time_lower_bound=0.95,
+                step_time_upper_bound=1.15,
+                sample_size=30,
+                file_lower_bound=0.9,
+                file_upper_bound=1.1,
+            )
         ],
         reason="maintenance",
         by="accelmatrix-maintenance",

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from accelmatrix.contracts.change_records import ChangeGroup, Confirmation
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.history.bisect import AMBIGUOUS, FOUND, RUNNING, Search, spread
 from accelmatrix.history.builds import BuildsError, builds_between, date_template
 from accelmatrix.history.change_report import changes_json, changes_table
@@ -486,7 +487,7 @@ def test_a_lone_outlier_night_is_not_reproduced_and_never_notifies(tmp_path: Pat
     run = f"scheduled__{pm.date(30).isoformat()}"
     cid = pm.cell("m0", "k0")
     loop.store.replace_metrics(
-        pm.dag_id, run, cid, [{"name": "step_time", "value": 1.2, "step": None}]
+        pm.dag_id, run, cid, [MetricValue(name="step_time", value=1.2, step=None)]
     )
     update_changes(loop.store, pm.dag_id, loop.suite.history, TRACKED)
     start_confirmations(loop.store, loop.suite, pm.dag_id, {}, loop.trigger)

@@ -23,6 +23,7 @@ from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.suite_error import SuiteError
 from accelmatrix.ui.github_delivery import MAX_BODY, SuiteTrigger, decide, run_id_for, signature_ok
+from accelmatrix_testkit.records import verdict
 
 SECRET = "s3cret-webhook"
 REPO = "acme/trainer"
@@ -308,8 +309,8 @@ def test_a_failed_check_is_reported_with_expected_and_observed(
     store.add_pull_request_run(run)
     _plant_run(store, run.run_id, "failed", {"model=small": "failed", "model=large": "passed"})
     store.replace_checks("pr_smoke", run.run_id, "model=small", [
-        {"check_name": "loss_below", "check_type": "metric_threshold", "passed": False,
-         "expected": "loss <= 0.5", "observed": "loss = 3.2 | nan"},
+        verdict("loss_below", False, type="metric_threshold",
+                expected="loss <= 0.5", observed="loss = 3.2 | nan"),
     ])  # fmt: skip
     r = _report(store, run.run_id)
     assert r.state == "failure" and "Not safe to merge" in r.body

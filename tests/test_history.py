@@ -15,6 +15,7 @@ import pytest
 import yaml
 from test_tiered_ci import Receiver, _conn
 
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.evaluation.bounds import compute_bounds, load_bounds_in_force
 from accelmatrix.history.bounds_job import bounds_table, recenter
 from accelmatrix.history.frame import HISTORY_COLUMNS, history
@@ -24,6 +25,7 @@ from accelmatrix.notifications import dedup as alerts
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.notify import AlertSink
 from accelmatrix_testkit import records
+from accelmatrix_testkit.records import verdict
 
 DAG = "nightly_perf"
 DAY0 = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
@@ -80,25 +82,27 @@ def record(
             DAG,
             run_id,
             cid,
-            [{"name": "step_time", "value": v, "step": i} for i, v in enumerate(values)]
-            + [{"name": "loss", "value": 0.1, "step": 0}],
+            [MetricValue(name="step_time", value=v, step=i) for i, v in enumerate(values)]
+            + [MetricValue(name="loss", value=0.1, step=0)],
         )
         store.replace_checks(
             DAG,
             run_id,
             cid,
             [
-                {"check_name": "exit_status[0]", "check_type": "exit_status", "passed": True},
-                {
-                    "check_name": f"step_time_within_bounds[{bench}]",
-                    "check_type": "step_time_within_bounds",
-                    "passed": ok,
-                    "benchmark": bench,
-                    "metric": "step_time",
-                    "value": median,
-                    "lower_bound": bounds[0],
-                    "upper_bound": bounds[1],
-                },
+                verdict("exit_status[0]", True, type="exit_status"),
+                verdict(
+                    f"step_time_within_bounds[{bench}]",
+                    ok,
+                    type="step_time_within_bounds",
+                    perf={
+                        "benchmark": bench,
+                        "metric": "step_time",
+                        "value": median,
+                        "lower_bound": bounds[0],
+                        "upper_bound": bounds[1],
+                    },
+                ),
             ],
         )
     return run_id

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from accelmatrix.contracts.change_records import ChangePoint
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import history, model, render
 from accelmatrix.ui.trend import H, x_ticks
@@ -540,7 +541,7 @@ def test_tracked_metric_without_bounds_is_drawn_with_its_change(
     for i, run_id in enumerate(planted.run_ids):
         level = 100.0 if i < FIRST_BAD else 90.0
         steps = [
-            {"name": "tokens_per_s", "step": s, "value": level + d}
+            MetricValue(name="tokens_per_s", step=s, value=level + d)
             for s, d in enumerate((-1, 0, 4))
         ]
         store.replace_metrics(DAG, run_id, "c=b", steps)

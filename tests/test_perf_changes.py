@@ -15,12 +15,14 @@ import pytest
 import yaml
 
 from accelmatrix.contracts.change_records import ChangeGroup
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.history.bounds_job import recenter
 from accelmatrix.history.changes import update_changes
 from accelmatrix.history.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.suite_parts import HistorySpec
 from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
+from accelmatrix_testkit.records import verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACKED = {"step_time": "median"}
@@ -86,7 +88,10 @@ def test_a_two_night_excursion_at_the_end_is_retracted_when_it_returns(store: Re
         pm.plant(store, range(n, n + 1))
         rid = f"scheduled__{pm.date(n).isoformat()}"
         store.replace_metrics(
-            pm.dag_id, rid, pm.cell("m0", "k0"), [{"name": "step_time", "value": 1.2, "step": None}]
+            pm.dag_id,
+            rid,
+            pm.cell("m0", "k0"),
+            [MetricValue(name="step_time", value=1.2, step=None)],
         )
         update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)
     (cp,) = store.get_change_points(pm.dag_id)
@@ -169,16 +174,18 @@ def test_bounds_never_recenter_across_an_open_regression(
                 rid,
                 cid,
                 [
-                    {
-                        "check_name": "step_time_within_bounds",
-                        "check_type": "step_time_within_bounds",
-                        "passed": True,
-                        "benchmark": "m0",
-                        "metric": "step_time",
-                        "value": m.value,
-                        "lower_bound": 0.9,
-                        "upper_bound": 1.1,
-                    }
+                    verdict(
+                        "step_time_within_bounds",
+                        True,
+                        type="step_time_within_bounds",
+                        perf={
+                            "benchmark": "m0",
+                            "metric": "step_time",
+                            "value": m.value,
+                            "lower_bound": 0.9,
+                            "upper_bound": 1.1,
+                        },
+                    )
                 ],
             )
     update_changes(store, pm.dag_id, NIGHTLY_ONLY, TRACKED)  # the points learn their benchmark

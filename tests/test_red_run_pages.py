@@ -117,9 +117,13 @@ def test_a_failed_evaluate_ends_with_one_line_naming_the_cell_and_why(accel_home
 
 
 def test_the_failure_line_is_bounded() -> None:
+    from accelmatrix.contracts.check_verdicts import CheckVerdict
     from accelmatrix.steps.evaluate.work import WHY_WIDTH, failure_line
 
-    failed = [{"check_name": f"c{i}", "expected": "x" * 500, "observed": "y"} for i in range(5)]
+    failed = [
+        CheckVerdict(f"c{i}", "t", False, expected="x" * 500, observed="y", message="")
+        for i in range(5)
+    ]
     line = failure_line("m=a", "failed", failed, 9)
     assert line.startswith("cell m=a failed: 5 of 9 check(s) failed: c0 (expected xxx")
     assert line.endswith(", and 2 more") and len(line) < 4 * (WHY_WIDTH + 10) + 60

@@ -17,6 +17,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
+from accelmatrix.contracts.series_records import BoundsValues
 from accelmatrix.results import migrate, schema
 from accelmatrix.results.store import ResultsStore
 
@@ -168,7 +169,7 @@ def test_database_at_0006_is_upgraded_to_0007_with_the_bounds_table(tmp_path: Pa
     assert store.get_run(DAG, RUN).runtime_version == "nightly-2026-03-01"
     (rid,) = store.add_bounds(
         "bounds/nightly_perf_bounds.yaml",
-        [{"benchmark": "nightly-small", "step_time_lower_bound": 0.0038}],
+        [BoundsValues(benchmark="nightly-small", step_time_lower_bound=0.0038)],
         reason="accepted change",
         by="ann",
         detail={"group_id": 1},

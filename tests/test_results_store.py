@@ -21,8 +21,11 @@ from typing import Any
 
 import pytest
 
+from accelmatrix.contracts.check_verdicts import CheckVerdict
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.reports.text_table import run_table
 from accelmatrix.results.store import SCALAR_STEP, ResultsStore
+from accelmatrix_testkit.records import verdict
 
 DAG = "accelmatrix__demo"
 RUN = "manual__2026-01-01T00:00:00+00:00"
@@ -286,15 +289,15 @@ def test_cell_specs_replace_read_and_reset(store: ResultsStore, db_path: Path) -
 
 def test_replace_metrics_retry_second_set_wins(store: ResultsStore, db_path: Path) -> None:
     first = [
-        {"name": "loss", "value": 2.0, "step": 0},
-        {"name": "loss", "value": 1.0, "step": 1},
-        {"name": "stale", "value": 9.0},
+        MetricValue(name="loss", value=2.0, step=0),
+        MetricValue(name="loss", value=1.0, step=1),
+        MetricValue(name="stale", value=9.0),
     ]
     second = [
-        {"name": "loss", "value": 1.5, "step": 0},
-        {"name": "loss", "value": 0.5, "step": 1},
-        {"name": "loss", "value": 0.25, "step": 2},
-        {"name": "throughput", "value": 123.4, "step": None, "unit": "samples/s", "source": "log"},
+        MetricValue(name="loss", value=1.5, step=0),
+        MetricValue(name="loss", value=0.5, step=1),
+        MetricValue(name="loss", value=0.25, step=2),
+        MetricValue(name="throughput", value=123.4, step=None, unit="samples/s", source="log"),
     ]
     assert store.replace_metrics(DAG, RUN, "c", first) == 3
     assert store.replace_metrics(DAG, RUN, "c", second) == 4
@@ -311,8 +314,8 @@ def test_replace_metrics_retry_second_set_wins(store: ResultsStore, db_path: Pat
 
 
 def test_metrics_of_other_cells_untouched(store: ResultsStore) -> None:
-    store.replace_metrics(DAG, RUN, "a", [{"name": "m", "value": 1}])
-    store.replace_metrics(DAG, RUN, "b", [{"name": "m", "value": 2}])
+    store.replace_metrics(DAG, RUN, "a", [MetricValue(name="m", value=1)])
+    store.replace_metrics(DAG, RUN, "b", [MetricValue(name="m", value=2)])
     store.replace_metrics(DAG, RUN, "a", [])
     assert store.get_metrics(DAG, RUN, "a") == []
     assert [m.value for m in store.get_metrics(DAG, RUN, "b")] == [2.0]
@@ -324,11 +327,11 @@ def test_nan_and_inf_round_trip(store: ResultsStore) -> None:
         RUN,
         "c",
         [
-            {"name": "nan", "value": float("nan")},
-            {"name": "none", "value": None},
-            {"name": "pinf", "value": math.inf},
-            {"name": "ninf", "value": -math.inf, "step": 3},
-            {"name": "tiny", "value": 5e-324},
+            MetricValue(name="nan", value=float("nan")),
+            MetricValue(name="none", value=None),
+            MetricValue(name="pinf", value=math.inf),
+            MetricValue(name="ninf", value=-math.inf, step=3),
+            MetricValue(name="tiny", value=5e-324),
         ],
     )
     vals = {(m.name, m.step): m.value for m in store.get_metrics(DAG, RUN, "c")}
@@ -346,24 +349,33 @@ def test_nan_and_inf_round_trip(store: ResultsStore) -> None:
 
 
 def test_metric_row_validation(store: ResultsStore) -> None:
-    with pytest.raises(ValueError, match=r"unknown metric.*val\b.*allowed: name, value, step"):
-        store.replace_metrics(DAG, RUN, "c", [{"name": "m", "val": 1}])
-    with pytest.raises(ValueError, match="needs 'name' and 'value'"):
-        store.replace_metrics(DAG, RUN, "c", [{"name": "m"}])
+    with pytest.raises(TypeError, match="value"):
+        MetricValue(name="m")  # a value is required
+    with pytest.raises(TypeError, match="row 0 must be a MetricValue"):
+        store.replace_metrics(DAG, RUN, "c", [{"name": "m", "value": 1}])
+    with pytest.raises(ValueError, match="name must be a non-empty string"):
+        store.replace_metrics(DAG, RUN, "c", [MetricValue(name="", value=1)])
+    with pytest.raises(ValueError, match="step must be an int"):
+        store.replace_metrics(DAG, RUN, "c", [MetricValue(name="m", value=1, step=1.5)])
     with pytest.raises(ValueError, match="step must be >= 0"):
-        store.replace_metrics(DAG, RUN, "c", [{"name": "m", "value": 1, "step": -1}])
+        store.replace_metrics(DAG, RUN, "c", [MetricValue(name="m", value=1, step=-1)])
     with pytest.raises(ValueError, match="appears twice"):
         store.replace_metrics(
-            DAG, RUN, "c", [{"name": "m", "value": 1}, {"name": "m", "value": 2, "step": None}]
+            DAG,
+            RUN,
+            "c",
+            [MetricValue(name="m", value=1), MetricValue(name="m", value=2, step=None)],
         )
     with pytest.raises(ValueError, match="is not a number"):
-        store.replace_metrics(DAG, RUN, "c", [{"name": "m", "value": "fast"}])
+        store.replace_metrics(DAG, RUN, "c", [MetricValue(name="m", value="fast")])
 
 
 def test_failed_replace_keeps_previous_rows(store: ResultsStore) -> None:
-    store.replace_metrics(DAG, RUN, "c", [{"name": "m", "value": 1}])
+    store.replace_metrics(DAG, RUN, "c", [MetricValue(name="m", value=1)])
     with pytest.raises(ValueError):
-        store.replace_metrics(DAG, RUN, "c", [{"name": "m", "value": 2}, {"bad": 1}])
+        store.replace_metrics(
+            DAG, RUN, "c", [MetricValue(name="m", value=2), MetricValue(name="", value=3)]
+        )
     assert [m.value for m in store.get_metrics(DAG, RUN, "c")] == [1.0]
 
 
@@ -380,9 +392,9 @@ def test_metrics_frame_filters_and_empty(store: ResultsStore) -> None:
         "source",
     ]
     assert len(empty) == 0
-    store.replace_metrics(DAG, RUN, "a", [{"name": "m", "value": 1}])
-    store.replace_metrics(DAG, "r2", "a", [{"name": "m", "value": 2}])
-    store.replace_metrics("other_dag", RUN, "a", [{"name": "m", "value": 3}])
+    store.replace_metrics(DAG, RUN, "a", [MetricValue(name="m", value=1)])
+    store.replace_metrics(DAG, "r2", "a", [MetricValue(name="m", value=2)])
+    store.replace_metrics("other_dag", RUN, "a", [MetricValue(name="m", value=3)])
     assert len(store.metrics_frame()) == 3
     assert store.metrics_frame(dag_id=DAG)["value"].tolist() == [1.0, 2.0]
     assert store.metrics_frame(run_id="r2")["value"].tolist() == [2.0]
@@ -391,24 +403,17 @@ def test_metrics_frame_filters_and_empty(store: ResultsStore) -> None:
 # ------------------------------------------------------------------------------------ checks
 
 
-def _verdicts(loss_passed: bool) -> list[dict[str, Any]]:
+def _verdicts(loss_passed: bool) -> list[CheckVerdict]:
     return [
-        {
-            "check_name": "loss_below",
-            "check_type": "threshold",
-            "passed": loss_passed,
-            "expected": {"max": 1.0},
-            "observed": 1.5,
-            "message": "loss 1.5 > 1.0",
-        },
-        {
-            "check_name": "exit_zero",
-            "check_type": "exit_code",
-            "passed": True,
-            "expected": "0",
-            "observed": "0",
-            "message": "",
-        },
+        verdict(
+            "loss_below",
+            loss_passed,
+            type="threshold",
+            expected={"max": 1.0},
+            observed=1.5,
+            message="loss 1.5 > 1.0",
+        ),
+        verdict("exit_zero", True, type="exit_code", expected="0", observed="0", message=""),
     ]
 
 
@@ -427,14 +432,16 @@ def test_replace_checks_idempotent(store: ResultsStore, db_path: Path) -> None:
 
 
 def test_check_validation(store: ResultsStore) -> None:
-    with pytest.raises(ValueError, match=r"unknown check.*severity.*allowed: check_name"):
-        store.replace_checks(DAG, RUN, "c", [{"check_name": "a", "passed": True, "severity": 1}])
-    with pytest.raises(ValueError, match="needs 'check_name' and 'passed'"):
-        store.replace_checks(DAG, RUN, "c", [{"check_name": "a"}])
+    with pytest.raises(ValueError, match=r"unknown check perf.*severity.*allowed: benchmark"):
+        store.replace_checks(DAG, RUN, "c", [verdict("a", True, perf={"severity": 1})])
+    with pytest.raises(TypeError, match="row 0 must be a CheckVerdict"):
+        store.replace_checks(DAG, RUN, "c", [{"check_name": "a", "passed": True}])
+    with pytest.raises(ValueError, match="check_name must be a non-empty string"):
+        store.replace_checks(DAG, RUN, "c", [verdict("", True)])
+    with pytest.raises(ValueError, match="checks.passed cannot be None"):
+        store.replace_checks(DAG, RUN, "c", [verdict("a", None)])
     with pytest.raises(ValueError, match="appears twice"):
-        store.replace_checks(
-            DAG, RUN, "c", [{"check_name": "a", "passed": True}, {"check_name": "a", "passed": 0}]
-        )
+        store.replace_checks(DAG, RUN, "c", [verdict("a", True), verdict("a", 0)])
 
 
 # --------------------------------------------------------------------------------- run_table
@@ -457,9 +464,7 @@ def test_run_table(store: ResultsStore) -> None:
     store.replace_checks(DAG, RUN, "model=a,cfg=x", _verdicts(False))
     store.replace_checks(DAG, RUN, "model=b,cfg=x", _verdicts(True))
     # A cell with verdicts but no cell row still shows up.
-    store.replace_checks(
-        DAG, RUN, "model=d,cfg=x", [{"check_name": "orphan_check", "passed": False}]
-    )
+    store.replace_checks(DAG, RUN, "model=d,cfg=x", [verdict("orphan_check", False)])
 
     out = run_table(store, DAG, RUN)
     for cid in ("model=a,cfg=x", "model=b,cfg=x", "model=c,cfg=x", "model=d,cfg=x"):
@@ -489,7 +494,7 @@ def test_run_table(store: ResultsStore) -> None:
 def test_run_table_truncates_many_failed_checks(store: ResultsStore) -> None:
     store.upsert_cell(DAG, RUN, "c", state="failed")
     names = [f"check_number_{i:02d}" for i in range(20)]
-    store.replace_checks(DAG, RUN, "c", [{"check_name": n, "passed": False} for n in names])
+    store.replace_checks(DAG, RUN, "c", [verdict(n, False) for n in names])
     out = run_table(store, DAG, RUN)
     assert "check_number_00" in out and "more)" in out
 
@@ -528,12 +533,10 @@ def _hammer(url: str, worker: int, barrier: Any, results: Any) -> None:
                 DAG,
                 RUN,
                 cell,
-                [{"name": "loss", "value": n + s / 10, "step": s} for s in range(5)]
-                + [{"name": "wall", "value": float(n), "step": None}],
+                [MetricValue(name="loss", value=n + s / 10, step=s) for s in range(5)]
+                + [MetricValue(name="wall", value=float(n), step=None)],
             )
-            store.replace_checks(
-                DAG, RUN, cell, [{"check_name": "ok", "check_type": "t", "passed": n % 2 == 0}]
-            )
+            store.replace_checks(DAG, RUN, cell, [verdict("ok", n % 2 == 0, type="t")])
         store.close()
         results.put((worker, "ok"))
     except BaseException:  # noqa: BLE001 - report everything to the parent
@@ -617,3 +620,10 @@ def test_records_are_their_tables_columns() -> None:
     ]
     for record, table in pairs:
         assert record.__struct_fields__ == tuple(c.name for c in table.columns), table.name
+    # What a writer hands the store: a row less what the call names once (the cell's key;
+    # the file and the who/when/why of a re-centering).
+    metric = set(run_records.MetricValue.__struct_fields__)
+    assert metric == {c.name for c in schema.metrics.columns} - {"dag_id", "run_id", "cell_id"}
+    bounds = set(series_records.BoundsValues.__struct_fields__)
+    per_call = {"id", "file", "reason", "detail", "by", "at", "note"}
+    assert bounds == {c.name for c in schema.bounds.columns} - per_call

@@ -15,13 +15,14 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.results.store import ResultsStore
 from accelmatrix_testkit.services import PostgresServer
 
 pytest_plugins = ["celery_services"]
 
 DAG, RUN, CELL = "outage_dag", "run_1", "machine=a"
-ROWS = [{"name": "loss", "step": i, "value": 1.0 / (i + 1)} for i in range(5)]
+ROWS = [MetricValue(name="loss", step=i, value=1.0 / (i + 1)) for i in range(5)]
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from accelmatrix.contracts.run_records import MetricValue
+
 DAY0 = datetime(2026, 9, 1, tzinfo=UTC)
 
 # A suite file for a planted matrix (models x machine kinds, builds named by date): what a
@@ -130,7 +132,7 @@ class PerfMatrix:
                         run_id,
                         cid,
                         [
-                            {"name": me, "value": values[(n, mo, ma, me)], "step": None}
+                            MetricValue(name=me, value=values[(n, mo, ma, me)], step=None)
                             for me in self.metrics
                         ],
                     )

@@ -1,5 +1,6 @@
 """The records of a suite run as the results store returns them: the run, its cells, their
-metrics and check verdicts, a perf point of a trend, and a janitor decision.
+metrics and check verdicts, a perf point of a trend, and a janitor decision; and the metric
+value a cell's collect step hands the store (``MetricValue``).
 
 Each is a frozen ``msgspec.Struct`` whose fields are the columns of its table in
 ``accelmatrix.results.schema`` (same names, same order; a test keeps them in step), built
@@ -23,6 +24,7 @@ __all__ = [
     "CheckRecord",
     "HistoryRows",
     "MetricRecord",
+    "MetricValue",
     "PerfPoint",
     "ReapedRecord",
     "RunRecord",
@@ -85,6 +87,18 @@ class MetricRecord(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     step: int | None = None
     value: float | None = None
+    unit: str | None = None
+    source: str | None = None
+
+
+class MetricValue(msgspec.Struct, frozen=True, kw_only=True):
+    """One metric value a cell's collect step measured, as ``replace_metrics`` takes it: a
+    ``MetricRecord`` without the cell's key. ``step`` None for a scalar; ``value`` None is
+    stored as NaN (NaN and inf are kept: a loss that became NaN is a finding)."""
+
+    name: str
+    value: float | None
+    step: int | None = None
     unit: str | None = None
     source: str | None = None
 

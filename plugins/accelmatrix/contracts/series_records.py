@@ -1,5 +1,6 @@
 """The records of a suite's standing as the results store returns them: a series' perf
-verdict, a cell's alert, and a re-centering of a benchmark's bounds.
+verdict, a cell's alert, and a re-centering of a benchmark's bounds; and the new bounds of
+one benchmark as a re-centering hands them to the store (``BoundsValues``).
 
 Frozen ``msgspec.Struct``s whose fields are the columns of ``series_status``, ``alerts``
 and ``bounds`` (accelmatrix.results.schema; a test keeps them in step), built from rows in
@@ -14,7 +15,7 @@ import msgspec
 
 from accelmatrix.contracts.json_types import JsonObject
 
-__all__ = ["AlertRecord", "BoundsRecord", "SeriesStatus"]
+__all__ = ["AlertRecord", "BoundsRecord", "BoundsValues", "SeriesStatus"]
 
 
 class SeriesStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,3 +78,19 @@ class BoundsRecord(msgspec.Struct, frozen=True, kw_only=True):
     by: str
     at: datetime
     note: str | None = None
+
+
+class BoundsValues(msgspec.Struct, frozen=True, kw_only=True):
+    """The new step-time bounds of one benchmark, as ``add_bounds`` takes them: the
+    per-benchmark fields of a ``BoundsRecord`` (file, reason, detail, by, at and note are the
+    same for every benchmark of one re-centering and passed once). ``file_*_bound``: the
+    bounds file's own values they were made over."""
+
+    benchmark: str
+    step_time_lower_bound: float | None = None
+    step_time_upper_bound: float | None = None
+    average: float | None = None
+    confidence_interval: float | None = None
+    sample_size: int | None = None
+    file_lower_bound: float | None = None
+    file_upper_bound: float | None = None

@@ -10,8 +10,9 @@ version is still understood.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
+from accelmatrix.contracts.check_verdicts import CheckVerdict
 from accelmatrix.contracts.machine_records import JobHandle, PendingProvision, Record
 
 __all__ = [
@@ -51,16 +52,14 @@ class WorkloadEvent(Record):
 
 
 class EvaluationResult(Record):
-    """A cell's checks, evaluated (lifecycle.run_checks): the verdict, its table for the
-    log, and the verdict rows the results store takes as they are."""
+    """A cell's checks, evaluated (steps.evaluate.work.run_checks): the verdict, its table
+    for the log, and the check verdicts the results store takes as they are."""
 
     passed: bool
     table: str
     seconds: float
     data_docs: str | None = None
-    # The store's check rows (check_name, check_type, passed, expected, observed, message
-    # and a performance check's bounds): the results store's contract, typed there.
-    verdicts: list[dict[str, Any]] = []
+    verdicts: list[CheckVerdict] = []
     warnings: list[str] = []
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
-from accelmatrix.contracts.series_records import BoundsRecord
+from accelmatrix.contracts.series_records import BoundsRecord, BoundsValues
 from accelmatrix.evaluation.bounds import (
     MIN_RELATIVE_HALF_WIDTH,
     PERF_FIELDS,
@@ -145,7 +145,7 @@ def recenter(
     h = h[keep]
     samples = {b: g["value"].tolist() for b, g in h.groupby("benchmark")}
 
-    rows: list[dict[str, Any]] = []
+    rows: list[BoundsValues] = []
     for name, bench in bounds.benchmarks.items():
         values = samples.get(name, [])
         old = (bench.step_time_lower_bound, bench.step_time_upper_bound)
@@ -162,7 +162,7 @@ def recenter(
             change = Change(name, len(values), old, None, reason)
         else:
             new = compute_bounds(values, confidence_level)
-            rows.append({"benchmark": name, **new, **_file_values(file_bounds, name)})
+            rows.append(BoundsValues(benchmark=name, **new, **_file_values(file_bounds, name)))
             change = Change(
                 name,
                 len(values),
@@ -185,7 +185,7 @@ def recenter(
                 "confidence_level": confidence_level,
                 "min_samples": min_samples,
                 "metric": metric,
-                "samples": {r["benchmark"]: r["sample_size"] for r in rows},
+                "samples": {r.benchmark: r.sample_size for r in rows},
             },
         )
         report.stored = True
@@ -446,20 +446,20 @@ def recenter_accepted(
                 touched = True
                 continue
             half = (hi - lo) / 2
-            new = {
-                "benchmark": bench,
-                "step_time_lower_bound": max(0.0, center - half),
-                "step_time_upper_bound": center + half,
-                "average": center,
-                "confidence_interval": b.confidence_interval,
-                "sample_size": b.sample_size,
+            new = BoundsValues(
+                benchmark=bench,
+                step_time_lower_bound=max(0.0, center - half),
+                step_time_upper_bound=center + half,
+                average=center,
+                confidence_interval=b.confidence_interval,
+                sample_size=b.sample_size,
                 **_file_values(file_bounds, bench),
-            }
+            )
             detail = {**(change or {}), "dag_id": dag_id, "level": center, "points": len(levels)}
             store.add_bounds(key, [new], reason="accepted change", by=by, detail=detail, note=note)
             line = (
                 f"{bench} in {path.name}: [{lo:.6g}, {hi:.6g}] -> "
-                f"[{new['step_time_lower_bound']:.6g}, {new['step_time_upper_bound']:.6g}] "
+                f"[{new.step_time_lower_bound:.6g}, {new.step_time_upper_bound:.6g}] "
                 f"(accepted level {center:.6g}, width kept; stored, {path.name} unchanged)"
             )
             log.info("bounds %s", line)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.metrics.junit import JunitXmlSource
 from accelmatrix.metrics.profiler import TraceError, step_events, step_time_from_trace
 from accelmatrix.metrics.source_models import (
@@ -79,10 +80,19 @@ class CollectedMetrics:
         """How many logged rows were folded into the kept ones."""
         return sum(r.get("repeats", 1) - 1 for r in self.rows)
 
-    def store_rows(self) -> list[dict[str, Any]]:
+    def store_rows(self) -> list[MetricValue]:
         """The rows as the results store keeps them: one value per (metric, step). How often
         a step was logged (``repeats``) stays in metrics.json, where steps_complete reads it."""
-        return [{k: v for k, v in r.items() if k != "repeats"} for r in self.rows]
+        return [
+            MetricValue(
+                name=r["name"],
+                value=r["value"],
+                step=r.get("step"),
+                unit=r.get("unit"),
+                source=r.get("source"),
+            )
+            for r in self.rows
+        ]
 
     def values(self, name: str) -> list[float]:
         """All values of one metric in collection order (convenience for callers/tests)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -17,12 +17,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from accelmatrix.contracts.run_records import CheckRecord, MetricRecord
+from accelmatrix.contracts.check_verdicts import CheckVerdict
+from accelmatrix.contracts.run_records import CheckRecord, MetricRecord, MetricValue
 from accelmatrix.results.core import StoreCore
 from accelmatrix.results.row_records import check_record, metric_record, records_frame
 from accelmatrix.results.schema import (
-    CHECK_ROW_FIELDS,
-    METRIC_ROW_FIELDS,
+    CHECK_PERF_FIELDS,
     SCALAR_STEP,
     checks,
     metrics,
@@ -52,23 +52,22 @@ class MeasurementStore(StoreCore):
         return self._write(tx)
 
     def replace_metrics(
-        self, dag_id: str, run_id: str, cell_id: str, rows: Sequence[Mapping[str, Any]]
+        self, dag_id: str, run_id: str, cell_id: str, rows: Sequence[MetricValue]
     ) -> int:
         """Make ``rows`` the cell's complete set of metrics, atomically; returns their count.
 
-        Row keys: ``name``, ``value`` (float; NaN/inf kept; None stored as NaN), ``step``
-        (int >= 0, or None/absent for a scalar), ``unit`` and ``source`` (optional).
-        Replacing rather than merging means a retry that measured fewer metrics leaves no
-        stale values from the failed attempt behind.
+        ``value``: a number (NaN/inf kept; None stored as NaN); ``step``: an int >= 0, or
+        None for a scalar; one value per (name, step). Replacing rather than merging means
+        a retry that measured fewer metrics leaves no stale values from the failed attempt
+        behind.
         """
         key = self._key(dag_id, run_id, cell_id)
         prepared: list[dict[str, Any]] = []
         seen: dict[tuple[str, int], int] = {}
         for i, row in enumerate(rows):
-            self._reject_unknown(f"metric (row {i})", row, METRIC_ROW_FIELDS)
-            if "name" not in row or "value" not in row:
-                raise ValueError(f"metric row {i} needs 'name' and 'value': {dict(row)!r}")
-            step = row.get("step")
+            if not isinstance(row, MetricValue):
+                raise TypeError(f"metric row {i} must be a MetricValue, got {row!r}")
+            step = row.step
             if step is None:
                 step = SCALAR_STEP
             else:
@@ -81,23 +80,22 @@ class MeasurementStore(StoreCore):
                         f"metric row {i}: step must be >= 0 ({SCALAR_STEP} is reserved for "
                         "scalars; pass step=None)"
                     )
-            value = row["value"]
+            value = row.value
             try:
                 value = math.nan if value is None else float(value)
             except (TypeError, ValueError):
                 raise ValueError(
-                    f"metric {row['name']!r} (row {i}): value {value!r} is not a number"
+                    f"metric {row.name!r} (row {i}): value {value!r} is not a number"
                 ) from None
             fields = self._coerce(
-                metrics,
-                {"name": row["name"], "unit": row.get("unit"), "source": row.get("source")},
+                metrics, {"name": row.name, "unit": row.unit, "source": row.source}
             )
             if not fields["name"]:
                 raise ValueError(f"metric row {i}: name must be a non-empty string")
             ident = (fields["name"], step)
             if ident in seen:
                 raise ValueError(
-                    f"metric {ident[0]!r} step {row.get('step')!r} appears twice "
+                    f"metric {ident[0]!r} step {row.step!r} appears twice "
                     f"(rows {seen[ident]} and {i})"
                 )
             seen[ident] = i
@@ -105,13 +103,15 @@ class MeasurementStore(StoreCore):
         return self._replace(metrics, key, prepared, "metrics")
 
     def replace_checks(
-        self, dag_id: str, run_id: str, cell_id: str, verdicts: Sequence[Mapping[str, Any]]
+        self, dag_id: str, run_id: str, cell_id: str, verdicts: Sequence[CheckVerdict]
     ) -> int:
         """Make ``verdicts`` the cell's complete set of check results, atomically.
 
-        Keys: ``check_name``, ``passed`` (required), ``check_type``, ``expected``,
-        ``observed``, ``message``. Non-string expected/observed values are stored as JSON
-        text so a threshold like 0.5 or a dict of bounds stays readable and parseable.
+        A verdict's ``name``/``type`` are stored as ``check_name``/``check_type`` (here, and
+        nowhere else), its ``perf`` fields (a bounded perf check: benchmark, metric, value,
+        lower_bound, upper_bound) as their columns; ``warning`` is not stored (the message
+        says it). Non-string expected/observed values are stored as JSON text so a
+        threshold like 0.5 or a dict of bounds stays readable and parseable.
         """
         import json
 
@@ -119,12 +119,19 @@ class MeasurementStore(StoreCore):
         prepared: list[dict[str, Any]] = []
         seen: dict[str, int] = {}
         for i, v in enumerate(verdicts):
-            self._reject_unknown(f"check (row {i})", v, CHECK_ROW_FIELDS)
-            if "check_name" not in v or "passed" not in v:
-                raise ValueError(f"check row {i} needs 'check_name' and 'passed': {dict(v)!r}")
-            row = {c: v.get(c) for c in CHECK_ROW_FIELDS}
-            if row["check_type"] is None:
-                row["check_type"] = ""
+            if not isinstance(v, CheckVerdict):
+                raise TypeError(f"check row {i} must be a CheckVerdict, got {v!r}")
+            perf = v.perf or {}
+            self._reject_unknown(f"check perf (row {i})", perf, CHECK_PERF_FIELDS)
+            row: dict[str, Any] = {
+                "check_name": v.name,
+                "check_type": v.type or "",
+                "passed": v.passed,
+                "expected": v.expected,
+                "observed": v.observed,
+                "message": v.message,
+                **{c: perf.get(c) for c in CHECK_PERF_FIELDS},
+            }
             for c in ("expected", "observed", "message"):
                 if row[c] is not None and not isinstance(row[c], str):
                     row[c] = json.dumps(row[c], sort_keys=True, default=str)

@@ -440,20 +440,8 @@ confirmations = Table(
 _MANAGED = {"dag_id", "run_id", "cell_id", "created_at", "updated_at"}
 RUN_FIELDS: tuple[str, ...] = tuple(c.name for c in runs.columns if c.name not in _MANAGED)
 CELL_FIELDS: tuple[str, ...] = tuple(c.name for c in cells.columns if c.name not in _MANAGED)
-METRIC_ROW_FIELDS: tuple[str, ...] = ("name", "value", "step", "unit", "source")
-CHECK_ROW_FIELDS: tuple[str, ...] = (
-    "check_name",
-    "check_type",
-    "passed",
-    "expected",
-    "observed",
-    "message",
-    "benchmark",
-    "metric",
-    "value",
-    "lower_bound",
-    "upper_bound",
-)
+# The columns of ``checks`` a bounded perf check's verdict fills (``CheckVerdict.perf``).
+CHECK_PERF_FIELDS: tuple[str, ...] = ("benchmark", "metric", "value", "lower_bound", "upper_bound")
 
 # What the janitor deleted (or, in a dry run, would have deleted) and why. Append-only: one
 # row per resource per janitor decision, so an on-call can tell who removed a machine.

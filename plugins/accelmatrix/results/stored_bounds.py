@@ -9,34 +9,23 @@ the newest row of each (file, benchmark) on the file (``evaluation.bounds.apply_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
+import msgspec
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 
 from accelmatrix.contracts.json_types import JsonObject
-from accelmatrix.contracts.series_records import BoundsRecord
+from accelmatrix.contracts.series_records import BoundsRecord, BoundsValues
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
 from accelmatrix.results.row_records import bounds_record
 from accelmatrix.results.schema import bounds, utcnow
 
-__all__ = ["BOUNDS_REASONS", "BOUNDS_ROW_FIELDS", "BoundsStore"]
+__all__ = ["BOUNDS_REASONS", "BoundsStore"]
 
 BOUNDS_REASONS = ("accepted change", "maintenance")
-# What a caller gives per benchmark; file, reason, detail, by, at and note are per call.
-BOUNDS_ROW_FIELDS = (
-    "benchmark",
-    "step_time_lower_bound",
-    "step_time_upper_bound",
-    "average",
-    "confidence_interval",
-    "sample_size",
-    "file_lower_bound",
-    "file_upper_bound",
-)
 
 
 class BoundsStore(StoreCore):
@@ -45,7 +34,7 @@ class BoundsStore(StoreCore):
     def add_bounds(
         self,
         file: str,
-        rows: Iterable[Mapping[str, Any]],
+        rows: Iterable[BoundsValues],
         *,
         reason: str,
         by: str,
@@ -54,7 +43,8 @@ class BoundsStore(StoreCore):
         at: datetime | None = None,
     ) -> list[int]:
         """Append one row per benchmark of ``file`` (relative to the include dir), all in
-        one transaction; their ids. The newest row of a (file, benchmark) is in force."""
+        one transaction; their ids. The newest row of a (file, benchmark) is in force.
+        ``reason``, ``by``, ``detail``, ``note`` and ``at`` are the same for every row."""
         self._check_id("file", file, schema.NAME_LEN)
         if reason not in BOUNDS_REASONS:
             raise ValueError(f"reason {reason!r}: allowed {', '.join(BOUNDS_REASONS)}")
@@ -65,10 +55,12 @@ class BoundsStore(StoreCore):
             {"file": file, "reason": reason, "by": by, "at": at or utcnow(), "note": note},
         )
         values = []
-        for row in rows:
-            self._reject_unknown("bounds", row, BOUNDS_ROW_FIELDS)
-            self._check_id("benchmark", row.get("benchmark"), schema.NAME_LEN)
-            values.append({**common, **self._coerce(bounds, row), "detail": dict(detail or {})})
+        for i, row in enumerate(rows):
+            if not isinstance(row, BoundsValues):
+                raise TypeError(f"bounds row {i} must be a BoundsValues, got {row!r}")
+            self._check_id("benchmark", row.benchmark, schema.NAME_LEN)
+            fields = self._coerce(bounds, msgspec.structs.asdict(row))
+            values.append({**common, **fields, "detail": dict(detail or {})})
         if not values:
             return []
 

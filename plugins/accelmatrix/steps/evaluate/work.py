@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import EARLIER_FAILURES, NEVER_RAN, CellState
+from accelmatrix.contracts.check_verdicts import CheckVerdict
 from accelmatrix.contracts.step_events import EvaluationResult
 from accelmatrix.evaluation import CellOutputs, evaluate_cell
 from accelmatrix.evaluation.gx_suite import gx_loaded
@@ -60,18 +60,7 @@ def run_checks(cell: CellSpec, ref: RunRef) -> EvaluationResult:
         table=report.format_table(),
         seconds=report.seconds,
         data_docs=str(report.data_docs_index) if report.data_docs_index else None,
-        verdicts=[
-            {
-                "check_name": v.name,
-                "check_type": v.type,
-                "passed": v.passed,
-                "expected": v.expected,
-                "observed": v.observed,
-                "message": v.message,
-                **(v.perf or {}),
-            }
-            for v in report.verdicts
-        ],
+        verdicts=list(report.verdicts),
         warnings=[f"{v.name}: {v.message}" for v in report.verdicts if v.warning],
     )
 
@@ -80,7 +69,7 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: EvaluationResult) -> 
     """Store the verdicts and the cell's final state; raise CellFailed unless it passed."""
     store = results_store()
     store.replace_checks(ref.dag_id, ref.run_id, cell.id, result.verdicts)
-    failed = [v for v in result.verdicts if not v["passed"]]
+    failed = [v for v in result.verdicts if not v.passed]
     prior = store.get_cell(ref.dag_id, ref.run_id, cell.id)
     prior_state = prior.state if prior is not None else None
     prior_message = prior.message if prior is not None else ""
@@ -99,7 +88,7 @@ def record_evaluation(cell: CellSpec, ref: RunRef, result: EvaluationResult) -> 
         state = CellState.PASSED
     else:
         state = earlier or CellState.FAILED
-    message = "; ".join(f"{v['check_name']}: {v['message']}" for v in failed)[:2000]
+    message = "; ".join(f"{v.name}: {v.message}" for v in failed)[:2000]
     for w in result.warnings:
         log.warning("cell %s: %s", cell.id, w)
     if state == CellState.PASSED and result.warnings:
@@ -127,7 +116,7 @@ WHY_CHECKS = 3
 
 
 def failure_line(
-    cell_id: str, state: str, failed: list[dict[str, Any]], total: int, message: str = ""
+    cell_id: str, state: str, failed: list[CheckVerdict], total: int, message: str = ""
 ) -> str:
     """The one line a failed evaluate ends with (its task's last log line): which cell, and
     why: each failed check with expected against observed (the first few), or the earlier
@@ -135,12 +124,12 @@ def failure_line(
     head = f"cell {cell_id} {state}: {len(failed)} of {total} check(s) failed"
     whys = []
     for v in failed[:WHY_CHECKS]:
-        said = [f"expected {v['expected']}"] if v.get("expected") else []
-        said += [f"observed {v['observed']}"] if v.get("observed") else []
-        why = ", ".join(said) or (v.get("message") or "")
+        said = [f"expected {v.expected}"] if v.expected else []
+        said += [f"observed {v.observed}"] if v.observed else []
+        why = ", ".join(said) or (v.message or "")
         why = " ".join(str(why).split())
         why = why if len(why) <= WHY_WIDTH else why[: WHY_WIDTH - 3] + "..."
-        whys.append(f"{v['check_name']} ({why})" if why else str(v["check_name"]))
+        whys.append(f"{v.name} ({why})" if why else v.name)
     if len(failed) > WHY_CHECKS:
         whys.append(f"and {len(failed) - WHY_CHECKS} more")
     if whys:
