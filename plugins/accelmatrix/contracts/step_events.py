@@ -49,6 +49,11 @@ class WorkloadEvent(Record):
     detail: str = ""
     log_offset: int = 0
     handle: JobHandle | None = None
+    # The cell state and message the trigger recorded before it fired (and released the
+    # machine for); None: nothing recorded, so the task that resumes records it. One
+    # outcome is recorded once.
+    state: str | None = None
+    message: str = ""
 
 
 class EvaluationResult(Record):
@@ -65,9 +70,13 @@ class EvaluationResult(Record):
 
 class EvaluationEvent(Record):
     """The evaluation ran (``done``, its result; ``logged``: the trigger logged the table)
-    or could not run (``error``)."""
+    or could not run (``error``). ``recorded``: the trigger recorded the verdicts, so the
+    task that resumes only ends as they say (``failure``: why the cell failed, if it did);
+    one outcome is recorded once."""
 
     status: Literal["done", "error"]
     result: EvaluationResult | None = None
     logged: bool = False
     error: str = ""
+    recorded: bool = False
+    failure: str | None = None

@@ -112,6 +112,10 @@ class EvaluateCellOperator(CellOperator):
             raise RuntimeError(f"evaluation failed to run: {error}")
         if not evaluated.logged:
             self._log_result(result)
+        if evaluated.recorded:  # the trigger recorded the verdicts: end as they say
+            if evaluated.failure:
+                raise ChecksFailed(evaluated.failure)
+            return {"cell": self.cell.id, "state": "passed"}
         return _final(lambda: record_evaluation(self.cell, ref, result))
 
     def _log_result(self, result: EvaluationResult) -> None:

@@ -70,15 +70,17 @@ class EvaluationTrigger(BaseTrigger):
         if result.data_docs:
             self.log.info("Data Docs: %s", evidence_url(self.dag_id, result.data_docs))
         self.log.info("evaluation took %.2f s", result.seconds)
-        # Recorded here, not only by a resumed task: the verdict must not depend on a worker.
-        # The store's writes are idempotent, so a resumed task recording again is harmless.
+        # Recorded here, not by a resumed task: the verdict must not depend on a worker. The
+        # event says so, and what the cell's failure was, so the task does not record again.
         from accelmatrix.steps.common import CellFailed
         from accelmatrix.steps.evaluate.work import record_evaluation
 
+        done = EvaluationEvent(status="done", result=result, logged=True)
         try:
             await asyncio.to_thread(record_evaluation, self.cell, ref, result)
         except CellFailed as e:
             self.log.error("evaluate failed: %s", e)
+            done.recorded, done.failure = True, str(e)
             if self.end_task:
                 yield TaskFailedEvent()  # evaluate has no retries: a check failure is final
                 return
@@ -89,11 +91,11 @@ class EvaluationTrigger(BaseTrigger):
                 yield TaskFailedEvent()
                 return
         else:
+            done.recorded = True
             if self.end_task:
                 self.log.info("cell %s passed", cell_id)
                 yield TaskSuccessEvent()  # no XCom: the verdicts are in the store
                 return
-        done = EvaluationEvent(status="done", result=result, logged=True)
         yield TriggerEvent(done.to_json())
 
     async def _record_error(self, ref: Any, error: str) -> None:

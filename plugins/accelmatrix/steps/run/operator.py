@@ -251,12 +251,16 @@ class RunWorkloadOperator(CellOperator):
         ref = self.ref(context)
         ended = WorkloadEvent.from_json(event or {"status": "infra_failed"})
         job = ended.handle or (handle_from_json(handle) if handle else None)
-        # The trigger already recorded this (and killed a timed-out or hung workload); doing
-        # it again is idempotent and covers events from older triggers.
-        state, msg = record_run_outcome(cell, ref, ended, job)
-        machine = resource_from_json(resource) if resource else resource_record(self.resource)
-        # The machine goes now, not two task starts later (a no-op if the trigger did it).
-        finish_run(cell, machine, ref, state)
+        if ended.state is not None:
+            # The trigger recorded the outcome (killed a timed-out or hung workload, released
+            # the machine): the task only ends as it says.
+            state, msg = ended.state, ended.message
+        else:
+            # Ended within the inline wait, or the trigger could not record it: here, once.
+            state, msg = record_run_outcome(cell, ref, ended, job)
+            machine = resource_from_json(resource) if resource else resource_record(self.resource)
+            # The machine goes now, not two task starts later.
+            finish_run(cell, machine, ref, state)
         if state == CellState.INFRA_FAILED:
             raise InfrastructureFailure(msg)
         if state != CellState.RAN:

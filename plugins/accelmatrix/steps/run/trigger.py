@@ -159,6 +159,7 @@ class WorkloadTrigger(BaseTrigger):
                 event.handle = self.handle
                 outcome = await self._record(event)
                 if outcome is not None:
+                    event.state, event.message = outcome
                     await self._finish(outcome[0])
                 ending = self._event(event, outcome)
                 if not isinstance(ending, BaseTaskEndEvent):
@@ -235,10 +236,9 @@ class WorkloadTrigger(BaseTrigger):
         )
 
     async def _record(self, event: WorkloadEvent) -> tuple[str, str] | None:
-        """Record the outcome (and kill a timed-out or hung workload) before firing.
-
-        Idempotent: a resumed task records again. None when it could not be recorded (the
-        resumed task then tries).
+        """Record the outcome (and kill a timed-out or hung workload) before firing; the
+        event then carries it, so a resumed task does not record it again. None when it
+        could not be recorded (the resumed task then records it).
         """
         if not (self.cell and self.dag_id and self.run_id):
             return None

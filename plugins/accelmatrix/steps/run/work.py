@@ -25,7 +25,9 @@ def record_run_outcome(
 ) -> tuple[str, str]:
     """Turn a WorkloadTrigger event into the cell's run state; kill what must be killed.
 
-    Idempotent: called by the trigger before it fires and again by the resumed task.
+    Called once per outcome: by the trigger before it fires, or by the run task when the
+    workload ended within its inline wait or the trigger could not record it. Idempotent
+    all the same: a retried task may record the same outcome again.
     """
     status = event.status
     exit_code = event.exit_code
