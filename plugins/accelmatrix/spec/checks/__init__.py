@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from pydantic import ConfigDict, TypeAdapter
 
-from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.check_fields import CheckBase
 from accelmatrix.spec.checks.registry import check_union, import_modules, registered
 
 __all__ = ["CHECK_TYPES", "Check", "CheckBase", "parse_checks"]

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
-from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.check_fields import CheckBase
 from accelmatrix.spec.checks.registry import register
 
 __all__ = ["WorkersStartedCheck"]

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.check_fields import CheckBase
 from accelmatrix.spec.checks.registry import register
 from accelmatrix.spec.include_paths import relative_path
 

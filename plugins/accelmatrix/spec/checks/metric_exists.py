@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.check_fields import CheckBase
 from accelmatrix.spec.checks.registry import register
 
 __all__ = ["MetricExistsCheck"]

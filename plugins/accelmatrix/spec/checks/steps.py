@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from accelmatrix.spec.checks.base import CheckBase
+from accelmatrix.spec.checks.check_fields import CheckBase
 from accelmatrix.spec.checks.registry import register
 
 __all__ = ["StepsCompleteCheck"]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from accelmatrix.spec.checks.base import CheckBase, Reduce, RowsSelection, check_min_max
+from accelmatrix.spec.checks.check_fields import CheckBase, Reduce, RowsSelection, check_min_max
 from accelmatrix.spec.checks.registry import register
 from accelmatrix.spec.include_paths import relative_path
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from accelmatrix.spec.checks.base import CheckBase, check_min_max
+from accelmatrix.spec.checks.check_fields import CheckBase, check_min_max
 from accelmatrix.spec.checks.registry import register
 from accelmatrix.spec.include_paths import relative_path
 
