@@ -23,7 +23,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accelmatrix.history.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.ui import files, history, model, oncall, render
+from accelmatrix.ui import (
+    cell_page,
+    compare_trigger,
+    files,
+    github_webhook,
+    history,
+    model,
+    oncall,
+    render,
+    rerun,
+    tabs,
+)
+from accelmatrix.ui.airflow_facts import run_facts
+from accelmatrix.ui.github_delivery import MAX_BODY
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +170,6 @@ def create_app() -> FastAPI:
         from fastapi.concurrency import run_in_threadpool
         from fastapi.responses import JSONResponse
 
-        from accelmatrix.ui import github_webhook
-        from accelmatrix.ui.github_delivery import MAX_BODY
-
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_BODY:
             return JSONResponse(
@@ -224,7 +234,6 @@ def create_app() -> FastAPI:
     ) -> HTMLResponse:
         require(user, dag_id)
         ui_base, app_base = _bases(request)
-        from accelmatrix.ui.airflow_facts import run_facts
 
         store = results_store()
         shown = run_id or next((r.run_id for r in model.suite_runs(store, dag_id, 1)), None)
@@ -261,7 +270,6 @@ def create_app() -> FastAPI:
         request: Request, user: Any, view: model.RunView, store: ResultsStore
     ) -> tuple[str, list[model.CellView]]:
         """Filters, the re-run form, cost and owners (ui/oncall.py, ui/rerun.py)."""
-        from accelmatrix.ui import rerun
 
         run_id = view.run.run_id
         reruns = rerun.reruns(view.dag_id, run_id)
@@ -299,8 +307,6 @@ def create_app() -> FastAPI:
         (ui/rerun.check_same_origin); an HTTPException otherwise."""
         from airflow.configuration import conf
 
-        from accelmatrix.ui import rerun
-
         require(user, dag_id)
         if not may_edit(user, dag_id):
             raise HTTPException(status_code=403, detail=f"{what} needs edit access")
@@ -316,8 +322,6 @@ def create_app() -> FastAPI:
         """Re-run the failed cells the form names (ui/rerun.py): edit access to the DAG,
         same-origin only, through Airflow's clear API; then back to the run's page."""
         from starlette.concurrency import run_in_threadpool
-
-        from accelmatrix.ui import rerun
 
         edit_form_from_this_site(request, user, dag_id, "re-running cells")
         form = await request.form()
@@ -389,8 +393,6 @@ def create_app() -> FastAPI:
         the conf block ``accelmatrix_compare`` (the trigger guard checks it); then the new
         run's page."""
         from starlette.concurrency import run_in_threadpool
-
-        from accelmatrix.ui import compare_trigger, rerun
 
         edit_form_from_this_site(request, user, dag_id, "comparing builds")
         try:
@@ -487,7 +489,6 @@ def create_app() -> FastAPI:
         """A tab of Airflow's DAG, DAG run or task instance page (ui/tabs.py): the page it
         shows for these ids. A task that is not one cell's (plan, gate: no map index) shows
         its run's matrix. The page itself checks access again."""
-        from accelmatrix.ui import tabs
 
         require(user, dag_id)
         shown = tabs.by_route(url_route)
@@ -505,8 +506,6 @@ def create_app() -> FastAPI:
         request: Request, dag_id: str, user: User, run_id: str, task_id: str, map_index: int
     ) -> HTMLResponse:
         """One cell's evidence (ui/cell_page.py), named by one of its task instances."""
-        from accelmatrix.ui import cell_page, rerun
-        from accelmatrix.ui.airflow_facts import run_facts
 
         require(user, dag_id)
         tries, _ = run_facts(dag_id, run_id)

@@ -55,6 +55,8 @@ from accelmatrix.contracts.change_records import (
 )
 from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.contracts.series_records import BoundsRecord
+from accelmatrix.evaluation.bounds import bounds_key, load_bounds, row_in_force
+from accelmatrix.history.bounds_job import reason_line, suite_bounds_files
 from accelmatrix.results import schema
 from accelmatrix.results.row_records import run_record
 from accelmatrix.results.runs import FOLLOWUP_PARAM, suite_runs
@@ -240,8 +242,6 @@ def load_bounds_entries(store: ResultsStore, dag_id: str) -> tuple[list[BoundsEn
     """The re-centered benchmarks of the suite's bounds files (file order), and the files.
 
     A broken suite, an unreadable file or an older store only leaves the section out."""
-    from accelmatrix.evaluation.bounds import bounds_key, load_bounds, row_in_force
-    from accelmatrix.history.bounds_job import suite_bounds_files
 
     out: list[BoundsEntry] = []
     keys: list[str] = []
@@ -769,7 +769,6 @@ def _bounds_pair(lo: Any, hi: Any) -> str:
 
 
 def _bounds_why(row: BoundsRecord, view: HistoryView) -> str:
-    from accelmatrix.history.bounds_job import reason_line
 
     d = row.detail or {}
     text = esc(reason_line(row))

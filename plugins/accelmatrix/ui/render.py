@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from accelmatrix.contracts.run_records import RunRecord
+from accelmatrix.reports.verdicts import CellVerdicts, lead_html
 from accelmatrix.results.runs import is_followup
 from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
 from accelmatrix.ui import history, oncall, theme, trend
@@ -143,7 +144,6 @@ def _lead(view: RunView) -> str:
     is in progress or a cell re-runs: a cell without a verdict yet has not failed."""
     if not run_finished(view.run) or any(c.kind == "pending" for c in view.cells):
         return ""
-    from accelmatrix.reports.verdicts import CellVerdicts, lead_html
 
     return lead_html(CellVerdicts.of((c.cell_id, c.state, c.quarantined) for c in view.cells))
 

@@ -24,6 +24,13 @@ from msgspec.structs import replace
 from accelmatrix import settings
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
 from accelmatrix.contracts.series_records import SeriesStatus
+from accelmatrix.evaluation.bounds import BoundsError, load_bounds_in_force
+from accelmatrix.history.frame import history
+from accelmatrix.history.regression import classify
+from accelmatrix.results import schema
+from accelmatrix.spec.checks.training import StepTimeWithinBoundsCheck
+from accelmatrix.spec.include_paths import include_file
+from accelmatrix.spec.loader import load_suite, resolve_suite
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -118,8 +125,6 @@ def _builds(store: ResultsStore, dag_id: str, run_ids: set[str]) -> dict[str, st
         return {}
     from sqlalchemy import select
 
-    from accelmatrix.results import schema
-
     r = schema.runs.c
     stmt = select(r.run_id, r.runtime_version).where(
         r.dag_id == dag_id, r.run_id.in_(sorted(run_ids)), r.runtime_version.is_not(None)
@@ -176,7 +181,6 @@ def tracked_trends(
         return []
     if not stats:
         return []
-    from accelmatrix.history.frame import history
 
     try:
         h = history(store, metric=None, dag_id=dag_id, since=since, until=until, stats=stats)
@@ -273,8 +277,6 @@ def _verdicts(
         return {}, "computed"
     import pandas as pd
 
-    from accelmatrix.history.regression import classify
-
     frame = pd.DataFrame.from_records(
         [
             (bench, cid, metric, p.time, p.value, p.lower, p.upper)
@@ -346,10 +348,6 @@ def current_bounds(
     ``StepTimeWithinBoundsCheck``s in it. A suite that has since broken (or a file outside
     the include dir) only leaves the lines out: the history is still drawn.
     """
-    from accelmatrix.evaluation.bounds import BoundsError, load_bounds_in_force
-    from accelmatrix.spec.checks.training import StepTimeWithinBoundsCheck
-    from accelmatrix.spec.include_paths import include_file
-    from accelmatrix.spec.loader import load_suite, resolve_suite
 
     out: dict[str, tuple[float | None, float | None]] = {}
     try:

@@ -24,6 +24,8 @@ from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent
 from accelmatrix.contracts.step_events import EvaluationEvent
 from accelmatrix.evidence import evidence_url
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import CellFailed, RunRef
+from accelmatrix.steps.evaluate.work import record_evaluation, record_evaluation_error, run_checks
 
 
 class EvaluationTrigger(BaseTrigger):
@@ -48,11 +50,6 @@ class EvaluationTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # The steps write to the results store: kept out of DAG parse time (the evaluate
-        # operator, which the DAG file imports, imports this module).
-        from accelmatrix.steps.common import RunRef
-        from accelmatrix.steps.evaluate.work import run_checks
-
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         cell_id = self.cell.id
         try:
@@ -72,8 +69,6 @@ class EvaluationTrigger(BaseTrigger):
         self.log.info("evaluation took %.2f s", result.seconds)
         # Recorded here, not by a resumed task: the verdict must not depend on a worker. The
         # event says so, and what the cell's failure was, so the task does not record again.
-        from accelmatrix.steps.common import CellFailed
-        from accelmatrix.steps.evaluate.work import record_evaluation
 
         done = EvaluationEvent(status="done", result=result, logged=True)
         try:
@@ -99,9 +94,6 @@ class EvaluationTrigger(BaseTrigger):
         yield TriggerEvent(done.to_json())
 
     async def _record_error(self, ref: Any, error: str) -> None:
-        # The results store: kept out of DAG parse time, as in run.
-        from accelmatrix.steps.evaluate.work import record_evaluation_error
-
         try:
             await asyncio.to_thread(record_evaluation_error, self.cell, ref, error)
         except Exception:

@@ -28,6 +28,8 @@ from accelmatrix.backends.machine_kinds import get_backend, machine_of
 from accelmatrix.contracts.machine_records import PendingProvision
 from accelmatrix.contracts.step_events import ProvisionEvent
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import RunRef
+from accelmatrix.steps.provision.work import finish_provision, record_provision_failure
 from accelmatrix.steps.task_ending import settle_before_resume, warm_great_expectations
 
 
@@ -150,11 +152,6 @@ class ProvisionTrigger(BaseTrigger):
 
     async def _finish(self) -> TriggerEvent:
         """Finish the ready machine and end the provision task with its resource record."""
-        # The steps write to the results store: kept out of DAG parse time (operators and
-        # the DAG file import this module).
-        from accelmatrix.steps.common import RunRef
-        from accelmatrix.steps.provision.work import finish_provision
-
         assert self.cell is not None and self.owner is not None  # end_task needs both
         ref = RunRef(dag_id=self.owner["dag_id"], run_id=self.owner["run_id"])
         try:
@@ -167,9 +164,6 @@ class ProvisionTrigger(BaseTrigger):
     async def _record_failure(self, reason: str) -> None:
         if not self.owner:
             return
-        # The results store: kept out of DAG parse time, as in _finish.
-        from accelmatrix.steps.provision.work import record_provision_failure
-
         try:
             await asyncio.to_thread(record_provision_failure, **self.owner, reason=reason)
         except Exception:  # the resumed task records it too

@@ -34,6 +34,8 @@ from accelmatrix.contracts.machine_records import (
 )
 from accelmatrix.contracts.step_events import WorkloadEvent
 from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import RunRef
+from accelmatrix.steps.run.work import finish_run, record_run_outcome
 from accelmatrix.steps.task_ending import end_event, settle_before_resume, warm_great_expectations
 
 
@@ -223,11 +225,6 @@ class WorkloadTrigger(BaseTrigger):
         tasks (see finish_run; never raises)."""
         if not (self.resource and self.cell and self.dag_id and self.run_id):
             return
-        # The steps write to the results store: kept out of DAG parse time (the run operator,
-        # which the DAG file imports, imports this module).
-        from accelmatrix.steps.common import RunRef
-        from accelmatrix.steps.run.work import finish_run
-
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         # The context carries the trigger id, which routes the lines into the task's log.
         ctx = contextvars.copy_context()
@@ -242,10 +239,6 @@ class WorkloadTrigger(BaseTrigger):
         """
         if not (self.cell and self.dag_id and self.run_id):
             return None
-        # The results store: kept out of DAG parse time, as in _finish.
-        from accelmatrix.steps.common import RunRef
-        from accelmatrix.steps.run.work import record_run_outcome
-
         ref = RunRef(dag_id=self.dag_id, run_id=self.run_id)
         try:
             state, msg = await asyncio.to_thread(
