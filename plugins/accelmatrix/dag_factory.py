@@ -22,9 +22,11 @@ Graph of every suite DAG:
   after every cell's teardown, so it also runs when a person marks the run failed.
 
 Parse-time cost: a suite is validated (pydantic + PyYAML) when its file or our code changed;
-otherwise its DAG is built from the cached DagShape with no spec model imported, and a task
-process builds only its own DAG (dag_shape.py).
-Everything heavy (pandas, Great Expectations, SQLAlchemy, torch) is imported inside tasks.
+otherwise its DAG is built from the cached DagShape, and a task process builds only its own
+DAG (dag_shape.py). The operators import their steps at the top (the suite models, the
+results store's light package, the machine models: about 0.1 s once per process; Airflow's
+``parsing_pre_import_modules`` pays it once in the DAG processor). Everything heavy
+(pandas, NumPy, Great Expectations, SQLAlchemy, torch) is imported inside tasks.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ from airflow.task.trigger_rule import TriggerRule
 
 from accelmatrix import settings
 from accelmatrix.dag_shape import LISTED_CELLS, CellGroup, DagShape, load_shape
+from accelmatrix.preflight import preflight_step
 from accelmatrix.spec.suite_error import SuiteError
 from accelmatrix.spec.suite_files import suite_files, suite_id
 from accelmatrix.spec.timeouts import CellTimeouts
 from accelmatrix.steps.collect.operator import CollectOperator
+from accelmatrix.steps.common import RunRef, cell_refs, planned_cells
 from accelmatrix.steps.evaluate.operator import EvaluateCellOperator
 from accelmatrix.steps.provision.operator import ProvisionOperator
 from accelmatrix.steps.run.operator import RunWorkloadOperator
@@ -59,24 +63,20 @@ START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 INVALID_SUITE_DAG_ID = "accelmatrix_invalid_suite"
 
 
-def _ref():
-    # Inside the task: the steps load the store, the history and the backends, which DAG
-    # parsing must not pay for (bench/bench_parse.py).
-    from accelmatrix.lifecycle import RunRef
-
+def _ref() -> RunRef:
     return RunRef.from_context(get_current_context())
 
 
 # -- run-level tasks (thin wrappers over accelmatrix.lifecycle) ---------------------------
 @task(task_id="plan", retries=0)
 def plan_task(suite_path: str) -> list[dict[str, Any]]:
-    # Inside the task: the steps load the store, the history and the backends, which DAG
+    # Inside the task: the run's plan and gate load the perf history (NumPy), which DAG
     # parsing must not pay for (bench/bench_parse.py).
-    from accelmatrix import lifecycle
+    from accelmatrix.lifecycle.plan_step import plan_run
 
     ctx = get_current_context()
     dr = ctx["dag_run"]
-    cells = lifecycle.plan_run(
+    cells = plan_run(
         suite_path,
         _ref(),
         dict(ctx["params"]),
@@ -89,7 +89,7 @@ def plan_task(suite_path: str) -> list[dict[str, Any]]:
     )
     # The cells themselves are in the results store; Airflow maps over references to them
     # (lifecycle/plan_step.py says why).
-    return lifecycle.cell_refs(cells)
+    return cell_refs(cells)
 
 
 @task(retries=0)
@@ -101,24 +101,19 @@ def select_task(cells: list[dict[str, Any]], machine: str) -> list[dict[str, Any
 @task(task_id="preflight", retries=0)
 def preflight_task(suite_path: str, planned: list[dict[str, Any]]) -> dict[str, Any]:
     """The suite's preflight checks; when one fails no cell is provisioned."""
-    # Inside the task: the steps load the store, the history and the backends, which DAG
-    # parsing must not pay for (bench/bench_parse.py).
-    from accelmatrix import lifecycle
-    from accelmatrix.preflight import preflight_step
-
     ref = _ref()
-    cells = lifecycle.planned_cells(ref, planned)
+    cells = planned_cells(ref, planned)
     return preflight_step(suite_path, cells, ref, dict(get_current_context()["params"]))
 
 
 @task(task_id="gate", trigger_rule=TriggerRule.ALL_DONE, retries=0)
 def gate_task(planned: list[dict[str, Any]], suite_path: str | None = None) -> dict[str, Any]:
-    # Inside the task: the steps load the store, the history and the backends, which DAG
+    # Inside the task: the run's plan and gate load the perf history (NumPy), which DAG
     # parsing must not pay for (bench/bench_parse.py).
-    from accelmatrix import lifecycle
+    from accelmatrix.lifecycle.gate import gate
 
     ref = _ref()
-    return lifecycle.gate(lifecycle.planned_cells(ref, planned), ref, suite_path)
+    return gate(planned_cells(ref, planned), ref, suite_path)
 
 
 @task(task_id="suite_invalid", retries=0)

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from accelmatrix import settings
+from accelmatrix.spec.loader import load_suite, suite_id
+from accelmatrix.spec.plan import expand
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,6 @@ class DagShape:
 
 def _default_cell_ids(suite: Any, dag_id: str) -> list[str]:
     """Cell ids of a run with the suite's default params; [] when that cannot be planned."""
-    from accelmatrix.spec.plan import expand
 
     try:
         return [c.id for c in expand(suite, dag_id, params={}).cells]
@@ -127,7 +128,6 @@ def load_shape(path: Path, *, use_cache: bool = True) -> DagShape:
             return DagShape.from_json(entry.read_text())
         except (OSError, ValueError, TypeError, KeyError):
             pass  # fall back to validating the file
-    from accelmatrix.spec.loader import load_suite, suite_id
 
     shape = DagShape.from_suite(load_suite(path), suite_id(path))
     _write(entry, shape)

@@ -22,7 +22,7 @@ from typing import Any
 
 from accelmatrix import settings
 from accelmatrix.cell_state import CellState
-from accelmatrix.lifecycle import CellFailed, results_store
+from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.preflight_checks import (
@@ -34,6 +34,7 @@ from accelmatrix.spec.preflight_checks import (
     PreflightCheck,
 )
 from accelmatrix.spec.templating import TemplateError, render_tree
+from accelmatrix.steps.common import CellFailed
 
 OUTPUT_CHARS = 300
 

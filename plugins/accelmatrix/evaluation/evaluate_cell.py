@@ -118,6 +118,8 @@ def warm_up(rehearse_with: Path | None = None) -> None:
     """
     import tempfile
 
+    # Here, not at the top: docs_views imports Great Expectations (~2.5 s of CPU), which
+    # only a process that evaluates should pay for.
     from accelmatrix.evaluation.docs_views import warm_templates
 
     import_gx()

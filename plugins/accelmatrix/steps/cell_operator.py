@@ -28,7 +28,7 @@ value containing ``{{ ... }}`` stays text.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
@@ -37,9 +37,8 @@ from accelmatrix.contracts.machine_records import (
     ResourceBase,
     resource_from_json,
 )
-
-if TYPE_CHECKING:  # imported by the steps at run time: DAG parsing never loads the models
-    from accelmatrix.spec.cell import CellSpec
+from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import RunRef, cell_spec
 
 # Airflow's grid, REST ``rendered_map_index`` and the logs name a mapped task by this. It
 # renders the mapped reference (a dict: Jinja falls back from the attribute to the key) and
@@ -68,9 +67,6 @@ class CellOperator(BaseOperator):
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render as usual, then swap the mapped cell reference for the planned cell."""
-        # The planned cell is read from the results store: not at DAG parse.
-        from accelmatrix.steps.common import cell_spec
-
         super().render_template_fields(context, jinja_env)
         self.cell = cell_spec(self.ref(context), self.cell)
         self._hold_back_early_name(context)
@@ -91,9 +87,6 @@ class CellOperator(BaseOperator):
         ``execute`` Airflow renders the template again, finds the same name and sends
         nothing; the name still travels with the task's final state (or its deferral).
         """
-        # Here, not at the top: the suite models load in the task, never at DAG parse.
-        from accelmatrix.spec.cell import CellSpec
-
         if context.get("map_index_template") != CELL_NAME or not isinstance(self.cell, CellSpec):
             return
         name = self.render_template(CELL_NAME, context)
@@ -113,9 +106,6 @@ class CellOperator(BaseOperator):
     @staticmethod
     def ref(context: Any):
         """The run (and mapped task group, map index) this step belongs to."""
-        # steps.common loads the suite models and the results store: not at DAG parse.
-        from accelmatrix.steps.common import RunRef
-
         return RunRef.from_context(context)
 
     @staticmethod

@@ -29,6 +29,7 @@ from typing import Any
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 from accelmatrix.cleanup.stopped import STOPPED
+from accelmatrix.evaluation.evaluate_cell import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,6 @@ def warm_great_expectations() -> None:
 
 def _warm() -> None:
     try:
-        from accelmatrix.evaluation.evaluate_cell import warm_up
-
         warm_up()
     except Exception:  # evaluation imports it again and reports a real problem there
         log.exception("warming Great Expectations failed")

@@ -25,6 +25,7 @@ from accelmatrix import settings
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
 from accelmatrix.contracts.series_records import SeriesStatus
 from accelmatrix.evaluation.bounds import BoundsError, load_bounds_in_force
+from accelmatrix.history.changes import tracked_metrics
 from accelmatrix.history.frame import history
 from accelmatrix.history.regression import classify
 from accelmatrix.results import schema
@@ -172,9 +173,6 @@ def tracked_trends(
     points drawn are the points analysed. Only when the suite file loads and tracks such
     a metric: pandas is imported then, never on the common path."""
     try:
-        from accelmatrix.history.changes import tracked_metrics
-        from accelmatrix.spec.loader import load_suite, resolve_suite
-
         suite = load_suite(resolve_suite(dag_id, settings.suites_dir()))
         stats = {m: st for m, st in tracked_metrics(suite).items() if m not in judged}
     except Exception:  # noqa: BLE001 - a missing or broken suite: no extra charts

@@ -73,6 +73,7 @@ def conf_refusal(dag_id: str, conf: dict[str, Any]) -> str | None:
     path = next((p for p in suite_files(settings.suites_dir()) if suite_id(p) == dag_id), None)
     if path is None:
         return None
+    # The suite models, for the same reason: only a trigger of a suite loads them.
     from accelmatrix.spec.loader import load_suite
     from accelmatrix.spec.params import ParamsError, check_run_conf
     from accelmatrix.spec.plan import PlanError

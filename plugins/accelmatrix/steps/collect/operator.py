@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelmatrix.steps.cell_operator import CellOperator
+from accelmatrix.steps.collect.work import collect
 
 
 class CollectOperator(CellOperator):
@@ -15,8 +16,4 @@ class CollectOperator(CellOperator):
     ui_color = "#f4f0e6"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        # Inside the task: the step loads the metric readers and the results store, which
-        # DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.collect.work import collect
-
         return collect(self.cell, self.provisioned_resource(context), self.ref(context))

@@ -25,6 +25,14 @@ from accelmatrix.contracts.step_events import EvaluationEvent, EvaluationResult
 from accelmatrix.evidence import evidence_url
 from accelmatrix.spec.timeouts import EVALUATION_DEFERRAL
 from accelmatrix.steps.cell_operator import CellOperator
+from accelmatrix.steps.common import CellFailed
+from accelmatrix.steps.evaluate.trigger import EvaluationTrigger
+from accelmatrix.steps.evaluate.work import (
+    checks_are_warm,
+    record_evaluation,
+    record_evaluation_error,
+    run_checks,
+)
 
 
 class ChecksFailed(SystemExit):
@@ -39,10 +47,6 @@ class ChecksFailed(SystemExit):
 
 def _final(record: Any) -> Any:
     """Run ``record`` (record_evaluation); a failed verdict becomes ChecksFailed."""
-    # Inside the task: the step loads the suite models and the results store, which DAG
-    # parsing must not pay for (bench/bench_parse.py).
-    from accelmatrix.steps.common import CellFailed
-
     try:
         return record()
     except CellFailed as e:
@@ -57,16 +61,6 @@ class EvaluateCellOperator(CellOperator):
         self.deferrable = deferrable
 
     def execute(self, context: Any) -> Any:
-        # Inside the task: the step loads the suite models and the results store, which DAG
-        # parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.evaluate.trigger import EvaluationTrigger
-        from accelmatrix.steps.evaluate.work import (
-            checks_are_warm,
-            record_evaluation,
-            record_evaluation_error,
-            run_checks,
-        )
-
         ref = self.ref(context)
         if self.deferrable and not checks_are_warm():
             self.defer(
@@ -96,13 +90,6 @@ class EvaluateCellOperator(CellOperator):
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Only for events that hand the evaluation back to a worker (older triggers);
         ``event``: an EvaluationEvent's JSON form."""
-        # Inside the task: the step loads the suite models and the results store, which DAG
-        # parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.evaluate.work import (
-            record_evaluation,
-            record_evaluation_error,
-        )
-
         ref = self.ref(context)
         evaluated = EvaluationEvent.from_json(event or {"status": "error", "error": "no event"})
         result = evaluated.result

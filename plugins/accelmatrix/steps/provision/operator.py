@@ -25,6 +25,10 @@ from accelmatrix.contracts.machine_records import MachineResource, PendingProvis
 from accelmatrix.contracts.step_events import ProvisionEvent
 from accelmatrix.spec.timeouts import provision_deferral
 from accelmatrix.steps.cell_operator import CellOperator, InfrastructureFailure
+from accelmatrix.steps.provision.trigger import ProvisionTrigger
+from accelmatrix.steps.provision.work import begin_provision, finish_provision, provision_failed
+from accelmatrix.steps.setup.work import setup
+from accelmatrix.steps.teardown.work import teardown
 
 
 class ProvisionOperator(CellOperator):
@@ -35,11 +39,6 @@ class ProvisionOperator(CellOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """The resource record, as its JSON form (this step's XCom)."""
-        # Inside the task: the step loads the backends, the suite models and the results
-        # store, which DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.provision.trigger import ProvisionTrigger
-        from accelmatrix.steps.provision.work import begin_provision
-
         cell = self.cell
         ref = self.ref(context)
         decision = self._reprovision(context, ref)
@@ -84,11 +83,6 @@ class ProvisionOperator(CellOperator):
         A failure here tears the machine down before failing: Airflow skips the teardown
         of a failed setup task.
         """
-        # Inside the task: the step loads the backends, the suite models and the results
-        # store, which DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.setup.work import setup
-        from accelmatrix.steps.teardown.work import teardown
-
         if not setup_again:
             return resource
         self.log.info("the setup step was not cleared: setting up the new machine here")
@@ -107,13 +101,6 @@ class ProvisionOperator(CellOperator):
     ) -> dict[str, Any]:
         """The machine is ready, or never will be (``event``: a ProvisionEvent's JSON form,
         ``pending`` the deferral's kwarg); the resource record's JSON form (this step's XCom)."""
-        # Inside the task: the step loads the backends, the suite models and the results
-        # store, which DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.provision.work import (
-            finish_provision,
-            provision_failed,
-        )
-
         cell = self.cell
         ref = self.ref(context)
         provisioned = ProvisionEvent.from_json(event or {"status": "failed"})

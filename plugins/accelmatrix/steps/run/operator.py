@@ -17,10 +17,12 @@ checks that it is gone.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from accelmatrix.backends.base import Backend
+from accelmatrix.backends.machine_kinds import get_backend
 from accelmatrix.cell_state import CellState
 from accelmatrix.contracts.machine_records import (
     JobHandle,
@@ -30,12 +32,17 @@ from accelmatrix.contracts.machine_records import (
     resource_from_json,
 )
 from accelmatrix.contracts.step_events import ProvisionEvent, WorkloadEvent
+from accelmatrix.results import results_store
+from accelmatrix.spec.cell import CellSpec
+from accelmatrix.spec.templating import render_tree
 from accelmatrix.spec.timeouts import provision_deferral
 from accelmatrix.steps.cell_operator import CellOperator, InfrastructureFailure, resource_record
-
-if TYPE_CHECKING:  # the operator is imported at DAG parse: its work's modules are not
-    from accelmatrix.backends.base import Backend
-    from accelmatrix.spec.cell import CellSpec
+from accelmatrix.steps.common import utcnow
+from accelmatrix.steps.provision.trigger import ProvisionTrigger
+from accelmatrix.steps.provision.work import begin_provision, finish_provision, provision_failed
+from accelmatrix.steps.run.trigger import WorkloadTrigger
+from accelmatrix.steps.run.work import finish_run, record_run_outcome
+from accelmatrix.steps.setup.work import setup, workload_env
 
 # How long the run task watches a fresh workload itself before deferring (see _wait_briefly).
 INLINE_WAIT_SECONDS = 2.0
@@ -68,12 +75,6 @@ class RunWorkloadOperator(CellOperator):
         self.inline_wait = inline_wait
 
     def execute(self, context: Any) -> Any:
-        # Inside the task: the steps load the backends, the suite models and the results
-        # store, which DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.backends.machine_kinds import get_backend
-        from accelmatrix.steps.provision.work import begin_provision
-        from accelmatrix.steps.setup.work import setup
-
         cell, resource = self.cell, resource_record(self.resource)
         ref = self.ref(context)
         backend = get_backend(cell.machine_spec)
@@ -102,10 +103,6 @@ class RunWorkloadOperator(CellOperator):
         that resumed try as if its worker died, and then retries it. The verdict recorded
         by the trigger stands: the workload does not run twice.
         """
-        # Inside the task: the steps load the backends, the suite models and the results
-        # store, which DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.results import results_store
-
         row = results_store().get_cell(ref.dag_id, ref.run_id, self.cell.id)
         if row is not None and row.state in TEST_FAILURE_STATES:
             raise WorkloadFailed(
@@ -114,9 +111,6 @@ class RunWorkloadOperator(CellOperator):
             )
 
     def _defer_provision(self, cell: CellSpec, pending: PendingProvision, ref: Any) -> None:
-        # The trigger's module loads the suite models: not at DAG parse.
-        from accelmatrix.steps.provision.trigger import ProvisionTrigger
-
         trigger, wait = ProvisionTrigger.for_cell(cell, pending, ref)
         self.log.info("waiting up to %.0f s for %s in the triggerer", wait, pending.name)
         self.defer(
@@ -127,11 +121,6 @@ class RunWorkloadOperator(CellOperator):
 
     def execute_after_provision(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """The replacement machine is ready (or never will be): set it up and run."""
-        # Inside the task: the steps load the backends, the suite models and the results
-        # store, which DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.provision.work import finish_provision, provision_failed
-        from accelmatrix.steps.setup.work import setup
-
         cell = self.cell
         ref = self.ref(context)
         provisioned = ProvisionEvent.from_json(event or {"status": "failed"})
@@ -147,15 +136,6 @@ class RunWorkloadOperator(CellOperator):
     def _start(self, context: Any, resource: MachineResource) -> Any:
         """Submit the workload (or reattach to it); defer to WorkloadTrigger unless it ends
         within a brief wait."""
-        # Inside the task: the steps load the backends, the suite models and the results
-        # store, which DAG parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.backends.machine_kinds import get_backend
-        from accelmatrix.results import results_store
-        from accelmatrix.spec.templating import render_tree
-        from accelmatrix.steps.common import utcnow
-        from accelmatrix.steps.run.trigger import WorkloadTrigger
-        from accelmatrix.steps.setup.work import workload_env
-
         cell = self.cell
         ref = self.ref(context)
         backend = get_backend(cell.machine_spec)
@@ -244,9 +224,6 @@ class RunWorkloadOperator(CellOperator):
     ) -> dict[str, int | None]:
         """The workload ended (``event``: a WorkloadEvent, or its JSON form when the trigger
         resumed this task; ``handle`` and ``resource`` as the deferral's kwargs)."""
-        # The steps write to the results store (SQLAlchemy): kept out of DAG parse time.
-        from accelmatrix.steps.run.work import finish_run, record_run_outcome
-
         cell = self.cell
         ref = self.ref(context)
         ended = WorkloadEvent.from_json(event or {"status": "infra_failed"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelmatrix.steps.cell_operator import CellOperator, resource_record
+from accelmatrix.steps.setup.work import setup
 
 
 class SetupOperator(CellOperator):
@@ -19,8 +20,4 @@ class SetupOperator(CellOperator):
         self.resource = resource
 
     def execute(self, context: Any) -> None:
-        # Inside the task: the step loads the backends and the results store, which DAG
-        # parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.setup.work import setup
-
         setup(self.cell, resource_record(self.resource), self.ref(context))

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from accelmatrix.steps.cell_operator import CellOperator, resource_record
+from accelmatrix.steps.teardown.work import teardown
 
 TEARDOWN_RETRIES = 3
 
@@ -25,8 +26,4 @@ class TeardownOperator(CellOperator):
         self.resource = resource
 
     def execute(self, context: Any) -> dict[str, Any]:
-        # Inside the task: the step loads the backends and the results store, which DAG
-        # parsing must not pay for (bench/bench_parse.py).
-        from accelmatrix.steps.teardown.work import teardown
-
         return teardown(self.cell, resource_record(self.resource), self.ref(context))
