@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -153,7 +154,7 @@ def test_a_change_with_a_stored_diff_shows_its_table_bars_class_and_traces(
     assert f">{build_dir(GOOD)}/{base_path.name}<" in page
     for t, path in zip(traces, (base_path, new_path), strict=True):
         rel = t["href"].removeprefix(f"{APP}/suites/{DAG}/files/")
-        served = files.evidence_file(DAG, rel.replace("%3D", "=").replace("%2C", ","))
+        served = files.evidence_file(DAG, unquote(rel))
         assert served is not None and served[0] == path.resolve()
 
 
