@@ -19,7 +19,7 @@ from accelmatrix import settings
 from accelmatrix.history import culprit_profile
 from accelmatrix.history.culprit_profile import attach, attach_attribution, build_dir
 from accelmatrix.results.store import ResultsStore
-from accelmatrix.spec.followup import PROFILES_DIR, session_cell_id
+from accelmatrix.spec.followup_plan import PROFILES_DIR, session_cell_id
 from accelmatrix.ui import files, history, op_diff_view, render
 from accelmatrix_testkit.chrome_traces import SynthOp, make_ops, synth_trace
 

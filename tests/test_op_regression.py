@@ -19,10 +19,13 @@ import pytest
 from test_nightly_perf import _runs, _wait_all
 from test_tiered_ci import Receiver, _conn
 
+from accelmatrix.history.followup import ACTIVE_STATES
 from accelmatrix.history.profile_diff import diff_traces
-from accelmatrix.spec.followup import PROFILES_DIR, Followup, expand_followup
+from accelmatrix.results.store import ResultsStore
+from accelmatrix.spec.followup_plan import PROFILES_DIR, Followup, expand_followup
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.plan import expand
+from accelmatrix_testkit import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "include" / "suites" / "op_regression.yaml"
@@ -91,10 +94,6 @@ def test_backfill_ends_with_the_alert_naming_the_build_the_op_and_the_code(tmp_p
     build); the re-test names the 5th build the first bad one, diffs its trace against the
     4th's and classifies the cause. The one alert names the build, aten::mm first and the
     code; the history page shows the report with its table, bars and both traces."""
-    from accelmatrix.history.followup import ACTIVE_STATES
-    from accelmatrix.results.store import ResultsStore
-    from accelmatrix_testkit import AirflowStack
-
     suites = tmp_path / "suites"
     suites.mkdir()
     shutil.copy(SUITE, suites / SUITE.name)
