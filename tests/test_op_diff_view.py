@@ -168,6 +168,13 @@ def test_a_change_without_a_diff_renders_without_the_section(store: ResultsStore
     assert dom.find("section", "culprit") and dom.find("p", "cause")  # the class alone ...
     assert not dom.find("tr", "op-row") and not dom.find("svg", "opdiff-bars")  # no diff
 
+    # A stored diff that does not decode (a row written by another version) is left out;
+    # the page still renders, with the class.
+    bad = {**confirmation["decision"][f"{CELL}|step_time"], "profile": {"rows": "?"}}
+    store.save_confirmation(DAG, {"decision": {f"{CELL}|step_time": bad}}, id=confirmation["id"])
+    dom = Svg(_page(store))
+    assert dom.find("p", "cause") and not dom.find("tr", "op-row")
+
     # Without a class or a diff (a re-test from before the culprit report): no section.
     store.save_confirmation(
         DAG, {"decision": {f"{CELL}|step_time": dict(VERDICT)}}, id=confirmation["id"]

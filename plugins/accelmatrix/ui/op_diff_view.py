@@ -25,12 +25,13 @@ never imports the history package's NumPy code to show what it stored.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -45,6 +46,9 @@ __all__ = [
     "report_anchor",
     "report_link",
 ]
+
+log = logging.getLogger(__name__)
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 # The keys history.culprit_profile stores each target's diff and class under (PROFILE_KEY,
 # ATTRIBUTION_KEY there; spelled out so the page never imports NumPy to read them:
@@ -163,36 +167,35 @@ def culprit_report(
 ) -> CulpritReport | None:
     """The report stored with a change's re-test (a ``confirmations`` row), or None when
     it stored neither a diff nor a class (a suite without traces, a re-test still running,
-    a row from before the culprit report). A part that does not decode is left out with a
-    warning in the page, never an error: it is evidence beside the verdict."""
+    a row from before the culprit report). A part that does not decode is left out and
+    logged, never an error: it is evidence beside the verdict."""
     decision = (retest or {}).get("decision") or {}
     if not isinstance(decision, Mapping):
         return None
-    by_cell: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, list[str]] = {}
+    classes: dict[str, list[StoredClass]] = {}
+    diffs: dict[str, StoredDiff | None] = {}
     for key, d in decision.items():
         if not isinstance(d, Mapping) or (PROFILE_KEY not in d and ATTRIBUTION_KEY not in d):
             continue
-        cell_id, _, metric = str(key).partition("|")
-        entry = by_cell.setdefault(
-            cell_id, {"metrics": [], "classes": [], "diff": None, "seen": set()}
-        )
-        entry["metrics"].append(metric)
-        if (a := _decode(d.get(ATTRIBUTION_KEY), StoredClass)) is not None:
-            if a.summary not in entry["seen"]:
-                entry["seen"].add(a.summary)
-                entry["classes"].append(a)
-        if entry["diff"] is None:
-            entry["diff"] = _decode(d.get(PROFILE_KEY), StoredDiff)
-    if not by_cell:
+        cell_id, _, metric = str(key).partition("|")  # history.followup's target key
+        metrics.setdefault(cell_id, []).append(metric)
+        known = classes.setdefault(cell_id, [])
+        a = _decode(d.get(ATTRIBUTION_KEY), StoredClass, key)
+        if a is not None and a.summary not in [k.summary for k in known]:
+            known.append(a)
+        if diffs.get(cell_id) is None:  # the cell's metrics share its traces' diff
+            diffs[cell_id] = _decode(d.get(PROFILE_KEY), StoredDiff, key)
+    if not metrics:
         return None
     cells = []
-    for cell_id, e in by_cell.items():
-        diff: StoredDiff | None = e["diff"]
+    for cell_id, names in metrics.items():
+        diff = diffs.get(cell_id)
         cells.append(
             CellReport(
                 cell_id=cell_id,
-                metrics=e["metrics"],
-                classes=e["classes"],
+                metrics=names,
+                classes=classes[cell_id],
                 diff=diff,
                 base_traces=_links(dag_id, diff.base_source, page_base) if diff else [],
                 new_traces=_links(dag_id, diff.new_source, page_base) if diff else [],
@@ -201,12 +204,13 @@ def culprit_report(
     return CulpritReport(cells)
 
 
-def _decode(raw: Any, kind: type[msgspec.Struct]) -> Any:
-    if not isinstance(raw, Mapping):
+def _decode(raw: Any, kind: type[_S], key: object) -> _S | None:
+    if raw is None:
         return None
     try:
         return msgspec.convert(raw, type=kind, strict=False)
-    except msgspec.ValidationError:
+    except msgspec.ValidationError as e:
+        log.warning("culprit report of %s: stored %s not readable: %s", key, kind.__name__, e)
         return None
 
 
