@@ -42,20 +42,33 @@ TRACE_NAME = "op_bench.pt.trace.json"
 # x: ROWS x DIM, w: DIM x DIM. One matmul is ~0.3-0.5 ms on one core: long against the
 # ReLU and the sum, short against a busy host's scheduler slice, so most steps run whole.
 ROWS, DIM = 256, 384
+SMALL = 64  # the small ops' tensor: SMALL x SMALL
 
 
-def step(x: torch.Tensor, w: torch.Tensor, *, slow: bool) -> float:
+def step(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, *, slow: bool) -> float:
+    # The step's other work: a dozen small ops on a 64 x 64 tensor (normalisation,
+    # activations), a few µs each, which the doubled matmul leaves alone. A real step has
+    # many ops besides its slow one; the op-level diff reads the re-test host's common
+    # drift from the median op (history.profile_diff), and with only the matmul's own
+    # neighbours (which a second matmul's cache traffic slows too) it read the doubled
+    # matmul as "every op slower" on a busy host, 4 times in 15.
+    a = torch.layer_norm(z, (SMALL,))
+    a = torch.softmax(torch.tanh(a), dim=-1)
+    a = torch.sigmoid(a * 0.5 + 1.0)
+    a = torch.sqrt(torch.exp(torch.abs(a)))
+    a = torch.clamp(torch.neg(a), -1.0, 1.0)
+    b = torch.maximum(a, torch.zeros_like(a)).mean()
     h = torch.mm(x, w)
     if slow:
         torch.mm(x, w)  # the regression: the matmul done twice, its result unused
-    return float(torch.relu(h).sum())
+    return float(torch.relu(h).sum() + b)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build", required=True)
     p.add_argument("--slow-from", default="", help="YYYY-MM-DD: first build with the slow op")
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=5, help="steps before the profiled ones")
     p.add_argument("--profile-steps", type=int, default=20)
     p.add_argument("--out-dir", type=Path, default=Path("out"))
@@ -67,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # several workloads share a few cores
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(ROWS, DIM, generator=g), torch.randn(DIM, DIM, generator=g)
+    z = torch.randn(SMALL, SMALL, generator=g)
     a.out_dir.mkdir(parents=True, exist_ok=True)
 
     prof = None
@@ -79,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if mark is not None:
             mark.__enter__()
         t0 = time.perf_counter()
-        step(x, w, slow=slow)
+        step(x, w, z, slow=slow)
         dt = time.perf_counter() - t0
         if mark is not None:
             mark.__exit__(None, None, None)
