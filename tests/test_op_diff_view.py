@@ -60,17 +60,16 @@ def _keep(build: str, data: bytes) -> Path:
 def _retest(store: ResultsStore, group: int, change: int) -> dict:
     """A found re-test of ``group`` whose decision carries what the gate stores: the diff
     of the kept traces (culprit_profile.attach) and the class (attach_attribution)."""
-    row = {
-        "dag_id": DAG, "run_ids": [RUN], "round": 1, "good_build": GOOD, "suspect_build": BAD,
-        "last_good": GOOD, "culprit": BAD,
-        "targets": [{"cell_id": CELL, "metric": "step_time", "change_id": change}],
-    }  # fmt: skip
+    row = store.start_confirmation(
+        DAG, group, state="found", run_ids=[RUN], round=1, good_build=GOOD,
+        suspect_build=BAD, last_good=GOOD, culprit=BAD,
+        targets=[{"cell_id": CELL, "metric": "step_time", "change_id": change}],
+    )  # fmt: skip
+    assert row is not None
     decision = {f"{CELL}|step_time": dict(VERDICT)}
     attach(row, decision)
     attach_attribution(store, row, decision, reproduced=True)
-    fields = {k: v for k, v in row.items() if k != "dag_id"}
-    saved = store.start_confirmation(DAG, group, {**fields, "state": "found", "decision": decision})
-    assert saved is not None
+    store.save_confirmation(DAG, id=row.id, decision=decision)
     return decision[f"{CELL}|step_time"]
 
 
@@ -163,22 +162,20 @@ def test_a_change_without_a_diff_renders_without_the_section(store: ResultsStore
     # Its re-test found the culprit but kept no trace (a suite without profiler traces).
     _retest(store, planted.group, planted.change)
     confirmation = store.get_confirmations(DAG)[0]
-    assert culprit_profile.PROFILE_KEY not in confirmation["decision"][f"{CELL}|step_time"]
+    assert culprit_profile.PROFILE_KEY not in confirmation.decision[f"{CELL}|step_time"]
     dom = Svg(_page(store))
     assert dom.find("section", "culprit") and dom.find("p", "cause")  # the class alone ...
     assert not dom.find("tr", "op-row") and not dom.find("svg", "opdiff-bars")  # no diff
 
     # A stored diff that does not decode (a row written by another version) is left out;
     # the page still renders, with the class.
-    bad = {**confirmation["decision"][f"{CELL}|step_time"], "profile": {"rows": "?"}}
-    store.save_confirmation(DAG, {"decision": {f"{CELL}|step_time": bad}}, id=confirmation["id"])
+    bad = {**confirmation.decision[f"{CELL}|step_time"], "profile": {"rows": "?"}}
+    store.save_confirmation(DAG, id=confirmation.id, decision={f"{CELL}|step_time": bad})
     dom = Svg(_page(store))
     assert dom.find("p", "cause") and not dom.find("tr", "op-row")
 
     # Without a class or a diff (a re-test from before the culprit report): no section.
-    store.save_confirmation(
-        DAG, {"decision": {f"{CELL}|step_time": dict(VERDICT)}}, id=confirmation["id"]
-    )
+    store.save_confirmation(DAG, id=confirmation.id, decision={f"{CELL}|step_time": dict(VERDICT)})
     dom = Svg(_page(store))
     assert not dom.find("section", "culprit") and not dom.find("a", "culprit-link")
     assert [a for t, a in dom.tags if a.get("id") == f"group-{planted.group}"]  # still listed

@@ -135,10 +135,10 @@ def test_backfill_ends_with_the_alert_naming_the_build_the_op_and_the_code(tmp_p
                     _wait_all(stack, "op_regression", n, timeout=600)
                     retests = store.get_confirmations("op_regression")
                     assert retests, [
-                        (p["runtime_version"], p["position"], p["n_after"], p["change"])
+                        (p.runtime_version, p.position, p.n_after, p.change)
                         for p in store.get_change_points("op_regression")
                     ]
-                    if all(r["state"] not in ACTIVE_STATES for r in retests) and all(
+                    if all(r.state not in ACTIVE_STATES for r in retests) and all(
                         r["state"] in ("success", "failed") for r in _runs(stack, "op_regression")
                     ):
                         break
@@ -149,11 +149,11 @@ def test_backfill_ends_with_the_alert_naming_the_build_the_op_and_the_code(tmp_p
                 assert {r["state"] for r in runs} == {"success"}, [
                     (r["dag_run_id"], r["state"]) for r in runs
                 ]
-                found = [r for r in retests if r["state"] in ("confirmed", "found")]
+                found = [r for r in retests if r.state in ("confirmed", "found")]
                 assert len(found) == 1, [
-                    (r["id"], r["state"], r["good_build"], r["suspect_build"], r["culprit"],
-                     r["builds"], r["reason"]) for r in retests
-                ] + [(p["runtime_version"], p["position"], p["n_after"], p["change"])
+                    (r.id, r.state, r.good_build, r.suspect_build, r.culprit, r.builds,
+                     r.reason) for r in retests
+                ] + [(p.runtime_version, p.position, p.n_after, p.change)
                      for p in store.get_change_points("op_regression")]  # fmt: skip
                 (retest,) = found
                 page = stack.client.get(
@@ -167,14 +167,14 @@ def test_backfill_ends_with_the_alert_naming_the_build_the_op_and_the_code(tmp_p
     elapsed = time.monotonic() - started
 
     # The first slow build, found by the re-test on one machine.
-    assert retest["culprit"] == f"nightly-{slow.isoformat()}", retest
-    assert retest["last_good"] == f"nightly-{last_good.isoformat()}", retest
+    assert retest.culprit == f"nightly-{slow.isoformat()}", retest
+    assert retest.last_good == f"nightly-{last_good.isoformat()}", retest
     # The op-level diff of the culprit's kept trace against the last good build's, and
     # the class: the suite's one cell, reproduced on one machine: the code.
-    ((key, decision),) = [(k, d) for k, d in retest["decision"].items() if "profile" in d]
+    ((key, decision),) = [(k, d) for k, d in (retest.decision or {}).items() if "profile" in d]
     assert key == f"{CELL}|step_time"
     prof = decision["profile"]
-    assert (prof["good"], prof["bad"]) == (retest["last_good"], retest["culprit"])
+    assert (prof["good"], prof["bad"]) == (retest.last_good, retest.culprit)
     first = prof["rows"][0]
     assert first["op"] == "aten::mm" and first["share"] > 0.5, prof["summary"]
     assert decision["attribution"]["cause"] == "code", decision["attribution"]
@@ -196,7 +196,7 @@ def test_backfill_ends_with_the_alert_naming_the_build_the_op_and_the_code(tmp_p
     print(
         f"op_regression backfill test: {elapsed:.0f} s ({t_done:.0f} s to the {n} runs and "
         f"the re-test, stack start {stack.startup_seconds:.0f} s); re-test: "
-        f"{len(retest['run_ids'])} session(s), cost {retest['cost']:.4f} USD; diff: "
+        f"{len(retest.run_ids)} session(s), cost {retest.cost:.4f} USD; diff: "
         f"{prof['summary']}"
     )
 

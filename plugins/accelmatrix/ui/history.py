@@ -697,7 +697,8 @@ def render_changes(
     rows, reports = [], []
     for e in view.changes:
         # The culprit report stored with its re-test (ui/op_diff_view.py), below the list.
-        report = op_diff_view.culprit_report(view.dag_id, e.retest, page_base=page_base)
+        decision = e.retest.decision if e.retest is not None else None
+        report = op_diff_view.culprit_report(view.dag_id, decision, page_base=page_base)
         if report is not None:
             reports.append(op_diff_view.render_report(report, e.anchor, e.summary or e.anchor))
         cells = e.cells[:MAX_CELLS_SHOWN]

@@ -163,13 +163,13 @@ class CulpritReport:
 
 
 def culprit_report(
-    dag_id: str, retest: Mapping[str, Any] | None, *, page_base: str
+    dag_id: str, decision: Mapping[str, Any] | None, *, page_base: str
 ) -> CulpritReport | None:
-    """The report stored with a change's re-test (a ``confirmations`` row), or None when
-    it stored neither a diff nor a class (a suite without traces, a re-test still running,
-    a row from before the culprit report). A part that does not decode is left out and
-    logged, never an error: it is evidence beside the verdict."""
-    decision = (retest or {}).get("decision") or {}
+    """The report stored with a change's re-test (its ``Confirmation.decision``: the
+    verdict per target, ``cell|metric``), or None when it stored neither a diff nor a
+    class (a suite without traces, a re-test still running, a row from before the culprit
+    report). A part that does not decode is left out and logged, never an error: it is
+    evidence beside the verdict."""
     if not isinstance(decision, Mapping):
         return None
     metrics: dict[str, list[str]] = {}
