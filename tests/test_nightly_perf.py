@@ -152,42 +152,10 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
         ) as stack:
             stack.create_pool("accelmatrix_cpu_small", 2, include_deferred=True)
             stack.wait_for_dag("nightly_perf")
-            conf = json.dumps({"slow_from": slow.isoformat()})
-            # `backfill create` inserts its 14 runs one savepoint at a time. On the SQLite
-            # metadata DB, a savepoint that reads and then writes while the scheduler holds the
-            # write lock gets "database is locked" at once (SQLite refuses to wait where waiting
-            # could deadlock). So the runs are created while the scheduler, the busiest
-            # writer, is down; it starts again right after and schedules them.
-            stack.stop_component("scheduler")
-            for _attempt in range(5):
-                created = stack.airflow(
-                    "backfill",
-                    "create",
-                    "--dag-id",
-                    "nightly_perf",
-                    "--from-date",
-                    days[0].isoformat(),
-                    "--to-date",
-                    days[-1].isoformat(),
-                    "--dag-run-conf",
-                    conf,
-                    # One at a time: with several backfill runs at once on the SQLite
-                    # metadata DB, Airflow 3.3.2's scheduler can die on a dag_run UPDATE
-                    # that matched no row (StaleDataError), which is not what this tests.
-                    "--max-active-runs",
-                    "1",
-                )
-                if created.returncode == 0 or "database is locked" not in created.stderr:
-                    break
-                # Airflow cleans up a half-made backfill after a lock error only on
-                # PostgreSQL and MySQL: cancel the orphan so the next attempt may start.
-                for bf in stack.api("GET", "backfills", params={"dag_id": "nightly_perf"})[
-                    "backfills"
-                ]:
-                    if bf["completed_at"] is None:
-                        stack.api("PUT", f"backfills/{bf['id']}/cancel")
-                time.sleep(2)
-            stack.start_component("scheduler")
+            created = stack.backfill(
+                "nightly_perf", days[0].isoformat(), days[-1].isoformat(),
+                {"slow_from": slow.isoformat()},
+            )  # fmt: skip
             assert created.returncode == 0, created.stderr[-3000:]
             store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
             try:

@@ -60,6 +60,7 @@ from accelmatrix.history.bounds_job import reason_line, suite_bounds_files
 from accelmatrix.results import schema
 from accelmatrix.results.row_records import run_record
 from accelmatrix.results.runs import FOLLOWUP_PARAM, suite_runs
+from accelmatrix.ui import op_diff_view
 from accelmatrix.ui.grid import LABELS, esc, q
 from accelmatrix.ui.model import cell_kind, run_finished, run_time
 from accelmatrix.ui.trend_model import stored_verdicts
@@ -693,8 +694,13 @@ def render_changes(
         )
     embedded = form_base is not None and form_base != page_base
     listed = {rt.group_id for rt in view.retests if rt.group is not None}
-    rows = []
+    rows, reports = [], []
     for e in view.changes:
+        # The culprit report stored with its re-test (ui/op_diff_view.py), below the list.
+        decision = e.retest.decision if e.retest is not None else None
+        report = op_diff_view.culprit_report(view.dag_id, decision, page_base=page_base)
+        if report is not None:
+            reports.append(op_diff_view.render_report(report, e.anchor, e.summary or e.anchor))
         cells = e.cells[:MAX_CELLS_SHOWN]
         more = len(e.cells) - len(cells)
         cell_text = ", ".join(cells) + (f" +{more} more" if more > 0 else "")
@@ -745,7 +751,8 @@ def render_changes(
             f'<td class="pct">{esc(_change_text(e))}</td>'
             f'<td class="builds">{builds}{first}</td>'
             f'<td class="retest">'
-            f"{_retest_text(e, suite, e.what == 'group' and e.id in listed)}</td>"
+            f"{_retest_text(e, suite, e.what == 'group' and e.id in listed)}"
+            f"{op_diff_view.report_link(report, e.anchor)}</td>"
             f'<td class="state">{state}</td>' + (f"<td>{form}</td>" if can_edit else "") + "</tr>"
         )
     more = (
@@ -760,7 +767,7 @@ def render_changes(
         f"first, then the rest, newest first.{esc(more)}"
         + ("" if can_edit else " Setting a state needs edit access to this suite's DAG.")
         + f'</p><table class="changes" id="changes"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<tbody>{''.join(rows)}</tbody></table>" + "".join(reports)
     )
 
 

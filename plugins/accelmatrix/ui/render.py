@@ -14,7 +14,7 @@ from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.reports.verdicts import CellVerdicts, lead_html
 from accelmatrix.results.runs import is_followup
 from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
-from accelmatrix.ui import history, oncall, theme, trend
+from accelmatrix.ui import history, oncall, op_diff_view, theme, trend
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_finished, run_time
 from accelmatrix.ui.trend import render_trend
@@ -61,6 +61,8 @@ ul.series-legend .s-flaky .status{color:#b7791f;font-weight:700}
     + history.CSS
     + "\n"
     + trend.CSS
+    + "\n"
+    + op_diff_view.CSS
     + "\n"
     + oncall.CSS
     + "\n"

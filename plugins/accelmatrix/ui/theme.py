@@ -45,6 +45,10 @@ DARK_RULES: tuple[tuple[str, str], ...] = (
     ("svg.trend .band", "fill:#276749"),
     ("svg.trend .current", "stroke:#68d391"),
     ("svg.trend .mark", "fill:#feb2b2"),
+    # the culprit report (ui/op_diff_view.py); its bar chart is a `trend` svg
+    ("section.culprit,table.siblings td,table.siblings th", "border-color:#4a5568"),
+    ("section.culprit .sub", "color:#a0aec0"),
+    ("svg.opdiff-bars .zero", "stroke:#a0aec0"),
     ("ul.series-legend .s-regression .status", "color:#feb2b2"),
     ("ul.series-legend .s-flaky .status", "color:#f6e05e"),
     (
