@@ -32,10 +32,11 @@ SUITE = ROOT / "include" / "suites" / "op_regression.yaml"
 WORKLOAD = ROOT / "include" / "workloads" / "op_bench.py"
 CELL = "model=matmul"
 # Builds before the slow one, and from it on: a step the gate finds in 100 % of generated
-# series at 5 % night-to-night noise (the workload's, on two busy cores: 3-6 %) and 88 %
-# at 10 % (bench/bench_example_nights.py). With fewer nights before it the detector's
-# noise scale, read from the series itself, is too uncertain to report the step.
-GOOD_NIGHTS, BAD_NIGHTS = 5, 3
+# series at 5 % night-to-night noise (the workload's, on two busy cores: 3-6 %) and about
+# 97 % at 10 % with six nights before it (88 % with five; bench/bench_example_nights.py):
+# the test runs beside others on a loaded CI machine. With fewer nights before it the
+# detector's noise scale, read from the series itself, is too uncertain to report the step.
+GOOD_NIGHTS, BAD_NIGHTS = 6, 3
 
 
 def test_the_suite_names_the_build_and_its_sessions_keep_the_traces() -> None:
