@@ -37,7 +37,7 @@ def test_ssh_example_suite_end_to_end(airflow_db, server, tmp_path, monkeypatch)
     assert state == "success", cells
     assert set(cells) == {"optimizer=sgd,batch=b64", "optimizer=slow-sgd,batch=b64"}
     for cid, row in cells.items():
-        assert row["state"] == "passed" and row["backend"] == "ssh", row
+        assert row.state == "passed" and row.backend == "ssh", row
         for step in ("provision", "setup", "run", "collect", "evaluate", "teardown"):
             assert tis[(f"localhost.{step}", cid)] == "success", (step, cid)
         art = settings.cell_artifacts_dir("ssh_localhost", run_id, cid)
@@ -117,7 +117,7 @@ def test_tpu_cells_end_to_end_and_an_infrastructure_failure(
     cells = {c.cell_id: c for c in store().get_cells("tpu_cells", run_id)}
     assert state == "failed"
     for cid, row in cells.items():
-        assert row["state"] == "infra_failed" and "quota" in row["message"].lower(), row
+        assert row.state == "infra_failed" and "quota" in row.message.lower(), row
         assert tis[("v4.provision", cid)] == "failed"
         assert tis[("v4.run", cid)] == "upstream_failed"
     assert emu.state["nodes"] == {}
