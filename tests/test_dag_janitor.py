@@ -17,6 +17,7 @@ from backend_of import backend_of
 
 from accelmatrix.backends.base import CellContext
 from accelmatrix.backends.local.backend import LocalBackend
+from accelmatrix.contracts.machine_records import LocalResource
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "accelmatrix_janitor"
 
 
-def _plant(home: Path, dag: str, run: str, cell: str, ttl: int) -> dict:
+def _plant(home: Path, dag: str, run: str, cell: str, ttl: int) -> LocalResource:
     ctx = CellContext(dag, run, cell, home / "artifacts" / cell, ttl_seconds=ttl)
     ctx.labels = {"task-group": "cpu", "map-index": "0"}
     return backend_of(LocalBackend, {"backend": "local"}).provision(ctx)
@@ -62,18 +63,18 @@ def test_janitor_dag_dry_run_then_reaps(airflow_db, accel_home, tmp_path, monkey
     assert str(first.state) == "success"
     store = ResultsStore.from_settings()
     rows = store.get_reaped(backend="local")
-    assert [(r.name, r.dry_run) for r in rows] == [(orphan["name"], True)]
-    assert Path(orphan["work_dir"]).is_dir()  # a dry run deletes nothing
+    assert [(r.name, r.dry_run) for r in rows] == [(orphan.name, True)]
+    assert Path(orphan.work_dir).is_dir()  # a dry run deletes nothing
 
     # An orphan of a run that exists and has finished: the first janitor run itself.
     finished = _plant(accel_home, DAG_ID, first.run_id, "b=1", -60)
     second = dag.test(run_conf={"dry_run": False})
     assert str(second.state) == "success"
-    assert not Path(orphan["work_dir"]).exists()
-    assert not Path(finished["work_dir"]).exists()
-    assert Path(fresh["work_dir"], "resource.json").is_file()
+    assert not Path(orphan.work_dir).exists()
+    assert not Path(finished.work_dir).exists()
+    assert Path(fresh.work_dir, "resource.json").is_file()
     assert (stranger / "resource.json").is_file()
     rows = {r.name: r for r in store.get_reaped(backend="local") if not r.dry_run}
-    assert set(rows) == {orphan["name"], finished["name"]}
-    assert "does not exist" in rows[orphan["name"]].reason
-    assert f"{first.run_id} is success" in rows[finished["name"]].reason
+    assert set(rows) == {orphan.name, finished.name}
+    assert "does not exist" in rows[orphan.name].reason
+    assert f"{first.run_id} is success" in rows[finished.name].reason

@@ -80,7 +80,7 @@ def test_node_create_operation_and_ready(emu):
     assert got["state"] == "READY" and got["name"] == f"{P[4:]}/nodes/n1"
     status, err = call(emu, "POST", f"{P}/nodes?nodeId=n1", NODE)
     assert status == 409 and err["error"]["status"] == "ALREADY_EXISTS"
-    assert [r.method for r in emu.requests(contains="/nodes")][:2] == ["POST", "GET"]
+    assert [r["method"] for r in emu.requests(contains="/nodes")][:2] == ["POST", "GET"]
 
 
 @pytest.mark.parametrize(
@@ -222,7 +222,7 @@ def test_state_endpoint_and_request_log(emu):
     call(emu, "GET", f"{P}/nodes")
     status, state = call(emu, "GET", "/_emulator/state")
     assert status == 200 and set(state) >= {"nodes", "queued_resources", "operations"}
-    assert [(r.method, r.path) for r in state["requests"]] == [("GET", f"{P}/nodes")]
+    assert [(r["method"], r["path"]) for r in state["requests"]] == [("GET", f"{P}/nodes")]
     status, planted = call(
         emu, "POST", "/_emulator/nodes", {"name": "x", "zone": "us-central2-b", "labels": {}}
     )
