@@ -60,17 +60,36 @@ __all__ = [
     "compare",
     "judge",
     "level",
+    "min_pairs",
 ]
 
 DIFFERENT, SAME, UNKNOWN = "different", "same", "unknown"
 NEW_LEVEL, OLD_LEVEL = "new_level", "old_level"
 
-# A comparison needs this many pairs before any verdict: the exact one-sided Wilcoxon
-# p-value of n pairs is at least 1 / 2**n, so 7 is the fewest that can reach 0.01.
-MIN_PAIRS = 7
 ALPHA = 0.01
 CONFIDENCE = 0.95
+# The critical z of the CONFIDENCE interval (each side 2.5 %): a caller that looks more
+# than once (history.sequential) widens it about the estimate to its own critical value.
+Z_INTERVAL = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000
+
+
+def min_pairs(alpha: float = ALPHA, *, two_sided: bool) -> int:
+    """The fewest pairs whose exact Wilcoxon p-value can reach ``alpha``: n pairs give at
+    least 1 / 2**n one-sided and 2 / 2**n two-sided, so below this a verdict that needs
+    significance can never be reached, whatever the data."""
+    floor = 2.0 if two_sided else 1.0
+    n = 1
+    while floor / 2**n > alpha:
+        n += 1
+    return n
+
+
+# A build's level needs this many pairs (one-sided p: 7 for 0.01); "compare any two
+# builds" (``judge``, two-sided p) needs one more: 7 pairs' smallest two-sided p is
+# 0.0156, so a 7-pair compare could never say DIFFERENT.
+MIN_PAIRS = min_pairs(ALPHA, two_sided=False)
+MIN_PAIRS_TWO_SIDED = min_pairs(ALPHA, two_sided=True)
 
 
 @dataclass(frozen=True)
@@ -94,11 +113,36 @@ class Comparison:
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
-    def oriented(self, higher_is_better: bool) -> tuple[float, float, float, float]:
-        """(change, ci_low, ci_high, p that head is worse), with worse = positive."""
+    def oriented(
+        self, higher_is_better: bool, z_lo: float | None = None, z_hi: float | None = None
+    ) -> tuple[float, float, float, float]:
+        """(change, ci_low, ci_high, p that head is worse), with worse = positive. ``z_lo``
+        / ``z_hi``: the critical value the oriented lower / upper bound is widened to
+        (``widened``; None: as it is)."""
         if higher_is_better:
-            return -self.change, -self.ci_high, -self.ci_low, self.p_less
-        return self.change, self.ci_low, self.ci_high, self.p_greater
+            lo, hi = self.widened(z_low=z_hi, z_high=z_lo)
+            return -self.change, -hi, -lo, self.p_less
+        lo, hi = self.widened(z_low=z_lo, z_high=z_hi)
+        return self.change, lo, hi, self.p_greater
+
+    def widened(
+        self, *, z_low: float | None = None, z_high: float | None = None
+    ) -> tuple[float, float]:
+        """(ci_low, ci_high) with each side's distance from the estimate scaled, in log
+        space, from the interval's own critical value (``Z_INTERVAL``) to ``z_low`` /
+        ``z_high`` (None: as it is). A sequential decision (history.sequential) judges a
+        look by a critical value above 1.96; the bootstrap's shape (its skew) is kept."""
+        if math.isnan(self.change):
+            return self.ci_low, self.ci_high
+        centre = math.log1p(self.change)
+
+        def side(bound: float, z: float | None) -> float:
+            if z is None or bound == self.change:
+                return bound
+            # expm1 of an infinite log distance: -1 below the estimate, inf above it.
+            return math.expm1(centre + (math.log1p(bound) - centre) * (z / Z_INTERVAL))
+
+        return side(self.ci_low, z_low), side(self.ci_high, z_high)
 
 
 def compare(
@@ -141,14 +185,16 @@ def compare(
     )
 
 
-def judge(c: Comparison, *, min_change: float, alpha: float = ALPHA) -> str:
+def judge(c: Comparison, *, min_change: float, alpha: float = ALPHA, z: float | None = None) -> str:
     """DIFFERENT, SAME or UNKNOWN for "is head different from base by at least
-    ``min_change`` (relative)?" (module docstring)."""
-    if c.pairs < MIN_PAIRS or math.isnan(c.change):
+    ``min_change`` (relative)?" (module docstring). ``z``: the interval's critical value
+    when the caller looks more than once or at several comparisons (None: 1.96)."""
+    if c.pairs < min_pairs(alpha, two_sided=True) or math.isnan(c.change):
         return UNKNOWN
-    if c.p_paired <= alpha and (c.ci_low > min_change or c.ci_high < -min_change):
+    lo, hi = c.widened(z_low=z, z_high=z)
+    if c.p_paired <= alpha and (lo > min_change or hi < -min_change):
         return DIFFERENT
-    if -min_change < c.ci_low and c.ci_high < min_change:
+    if -min_change < lo and hi < min_change:
         return SAME
     return UNKNOWN
 
@@ -160,15 +206,19 @@ def level(
     higher_is_better: bool = False,
     alpha: float = ALPHA,
     line: float | None = None,
+    z_new: float | None = None,
+    z_old: float | None = None,
 ) -> str:
     """NEW_LEVEL, OLD_LEVEL or UNKNOWN: does head (against the last good build as base) sit
     at the level a change of ``claimed`` (relative, taken by size, worse in the metric's
     direction) moved to, or at the old one? The line between them is half the claim, or
     ``line`` (oriented, relative to base) when the caller knows both levels better than
-    the base alone does (``history.bisect.split_line``)."""
-    if c.pairs < MIN_PAIRS or math.isnan(c.change):
+    the base alone does (``history.bisect.split_line``). ``z_new`` / ``z_old``: the
+    critical value each verdict's side of the interval is judged at (a re-test's look,
+    ``history.sequential``; None: the one-look 1.96)."""
+    if c.pairs < min_pairs(alpha, two_sided=False) or math.isnan(c.change):
         return UNKNOWN
-    _change, lo, hi, p_worse = c.oriented(higher_is_better)
+    _change, lo, hi, p_worse = c.oriented(higher_is_better, z_lo=z_new, z_hi=z_old)
     half = abs(claimed) / 2 if line is None else line
     if lo > half and p_worse <= alpha:
         return NEW_LEVEL

@@ -17,6 +17,11 @@ builds, and the builds between them, run on **one machine per suspect cell**
   machine of its own, pooled with the earlier pairs) up to ``max_pairs`` per build, and
   undecided at the cap is reported as such (no page).
 
+Each look at the pooled pairs is judged at the critical value that keeps the verdict's
+error rate over every look the re-test may take, and over every series of the group
+(``Policy.critical``, ``history.sequential``): a change on the line is called wrong no
+more often after four sessions than after one.
+
 ``Policy`` is the suite's ``history.confirm`` block in the controller's terms. Its
 thresholds are fixed, not fitted to any one series: bench/bench_confirm.py prints the
 confirmation rate of real changes, the false confirmations and the pairs they needed on
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accelmatrix.history.changepoints import noise_sigma
+from accelmatrix.history.sequential import ONE_SIDED_ALPHA, critical_z
 
 __all__ = [
     "CONFIRMED",
@@ -62,6 +68,17 @@ class Policy:
     def confirm_line(self, claimed: float) -> float:
         """Where the suspect build's change must lie beyond to be confirmed."""
         return min(abs(claimed) / 2, self.min_change)
+
+    def critical(self, looks: Sequence[int], targets: int = 1) -> tuple[float, float]:
+        """(z_new, z_old): the critical values a build's interval is judged at after looks
+        at ``looks`` pooled pairs (every session so far, oldest first), up to
+        ``max_pairs``, so that each verdict keeps its one-look error rate however many
+        sessions it took (``history.sequential``). ``targets``: the series judged together,
+        any of which confirms the group (the new level's side is shared among them); the
+        old level needs every one of them, so its side is not."""
+        z_new = critical_z(looks, self.max_pairs, ONE_SIDED_ALPHA / max(1, targets))
+        z_old = critical_z(looks, self.max_pairs, ONE_SIDED_ALPHA)
+        return z_new, z_old
 
 
 # The newest point is a suspect when it lies this many noise sigmas worse than the level of

@@ -512,10 +512,24 @@ def _compare(row: Confirmation, t: dict[str, Any], build: str) -> Comparison:
     )
 
 
-def _decision(c: Comparison, verdict: str) -> dict[str, Any]:
-    """A comparison as the re-test stores it (its names are those the page reads)."""
+def _looks(row: Confirmation, t: dict[str, Any], build: str) -> list[int]:
+    """The pooled pairs of ``build`` against the reference at each look so far: after
+    every session (round) that brought samples of it, oldest first (``Policy.critical``)."""
+    samples = [Sample.from_list(s) for s in row.samples.get(_key(t), [])]
+    rounds = sorted({s.round for s in samples if s.build == build})
+    ref, metric = row.good_build, t["metric"]
+    return [len(pairs_of([s for s in samples if s.round <= r], ref, build, metric)) for r in rounds]
+
+
+def _decision(
+    c: Comparison, verdict: str, critical: tuple[float, float] | None = None
+) -> dict[str, Any]:
+    """A comparison as the re-test stores it (its names are those the page reads), with
+    the critical values its look was judged at (``z_new``, ``z_old``)."""
+    extra = {"z_new": critical[0], "z_old": critical[1]} if critical else {}
     return {
         **c.as_dict(),
+        **extra,
         "verdict": verdict,
         "n_good": c.n_base,
         "n_suspect": c.n_head,
@@ -550,6 +564,12 @@ def _after_confirm(
                 f"series ({why}); not a verdict on the change"
             ),
         )
+    # Every look at every target keeps the verdicts' error rates (Policy.critical): any
+    # one target confirms the group, so the new level's side is shared among them.
+    criticals = {
+        k: policy.critical(_looks(row, t, suspect), targets=len(row.targets))
+        for k, (t, _c) in comparisons.items()
+    }
     verdicts = {
         k: _verdict(
             level(
@@ -557,11 +577,13 @@ def _after_confirm(
                 claimed=t["claimed"],
                 higher_is_better=t["higher_is_better"],
                 line=policy.confirm_line(t["claimed"]),
+                z_new=criticals[k][0],
+                z_old=criticals[k][1],
             )
         )
         for k, (t, c) in comparisons.items()
     }
-    decision = {k: _decision(c, verdicts[k]) for k, (_t, c) in comparisons.items()}
+    decision = {k: _decision(c, verdicts[k], criticals[k]) for k, (_t, c) in comparisons.items()}
     found = set(verdicts.values())
     verdict = (
         CONFIRMED
@@ -632,7 +654,10 @@ def _after_search(
     levels: dict[str, str] = {}
     steps = []
     for i, b, c in tested:
-        lv = level(c, claimed=primary["claimed"], higher_is_better=hib, line=line)
+        z_new, z_old = policy.critical(_looks(row, primary, b))
+        lv = level(
+            c, claimed=primary["claimed"], higher_is_better=hib, line=line, z_new=z_new, z_old=z_old
+        )
         levels[b] = lv
         steps.append(
             {

@@ -108,7 +108,9 @@ class CompareRequest(Model):
     base: Annotated[str, Field(min_length=1, max_length=250)]
     head: Annotated[str, Field(min_length=1, max_length=250)]
     cells: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] = ["*"]
-    pairs: Annotated[int, Field(ge=7, le=200)] = 10
+    # 8: the fewest pairs whose two-sided exact Wilcoxon p can reach the compare's 0.01
+    # (history.compare.MIN_PAIRS_TWO_SIDED); at 7 the answer could never be DIFFERENT.
+    pairs: Annotated[int, Field(ge=8, le=200)] = 10
 
 
 def compare_followup(
