@@ -386,7 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--base", required=True, help="the build to compare against")
     k.add_argument("--head", required=True, help="the build under question")
     k.add_argument("--cells", nargs="*", help="cell id globs (default: every cell)")
-    k.add_argument("--pairs", type=int, default=10, help="samples of each build a cell (8-200: the fewest whose two-sided p can reach 0.01)")
+    k.add_argument(
+        "--pairs",
+        type=int,
+        default=10,
+        help="samples of each build a cell (8-200: the fewest whose two-sided p can reach 0.01)",
+    )
     k.add_argument("--params", help="JSON object of param values for the runs")
     k.add_argument("--json", action="store_true", help="print the comparison as JSON")
     k.set_defaults(func=cmd_compare)
