@@ -32,6 +32,10 @@ TRIAGE_STATES = ("untriaged", "acknowledged", "accepted", "invalid", "infrastruc
 OPEN_STATES = ("untriaged", "acknowledged")
 
 
+# ``ChangePoint.placed_by`` of a change moved to the first bad build its re-test proved.
+PLACED_BY_RETEST = "retest"
+
+
 class ChangePoint(msgspec.Struct, frozen=True, kw_only=True):
     """Where one metric of one cell moved to a new level (``change_points``).
 
@@ -39,7 +43,9 @@ class ChangePoint(msgspec.Struct, frozen=True, kw_only=True):
     suspect build); ``prev_*``: the last run before it (the last good build). ``change`` is
     ``mean_after / mean_before - 1``; ``effect`` the shift in the series' noise sigmas.
     ``missing``: passes in a row that analysed the series without finding it again.
-    ``confirm_state``/``confirm``: its re-test's outcome and decision."""
+    ``confirm_state``/``confirm``: its re-test's outcome and decision. ``placed_by``
+    "retest": the re-test proved the first bad build and moved the change to it; the
+    detector's own placement is ``detected_*``."""
 
     id: int
     dag_id: str
@@ -75,6 +81,10 @@ class ChangePoint(msgspec.Struct, frozen=True, kw_only=True):
     missing: int = 0
     confirm_state: str | None = None
     confirm: JsonObject | None = None
+    placed_by: str | None = None  # None: the detector; "retest": its re-test's first bad build
+    detected_run_id: str | None = None  # the detector's placement, kept when a re-test moved it
+    detected_logical_date: datetime | None = None
+    detected_runtime_version: str | None = None
     detected_at: datetime | None = None
     updated_at: datetime | None = None
 

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup, ChangePoint, Confirmation
+from accelmatrix.contracts.change_records import (
+    OPEN_STATES,
+    PLACED_BY_RETEST,
+    ChangeGroup,
+    ChangePoint,
+    Confirmation,
+)
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -60,7 +66,12 @@ def changes_table(store: ResultsStore, dag_id: str, *, only_open: bool = True) -
                 f"{_num(p.median_before)} -> {_num(p.median_after)}",
                 _pct(p.change),
                 f"{p.p_value:.1e}" if _finite(p.p_value) else "-",
-                f"{p.prev_runtime_version or '-'} -> {p.runtime_version or '-'}",
+                f"{p.prev_runtime_version or '-'} -> {p.runtime_version or '-'}"
+                + (
+                    f" (placed by the re-test; detector: {p.detected_runtime_version or '-'})"
+                    if p.placed_by == PLACED_BY_RETEST
+                    else ""
+                ),
                 str(p.id),
             )
             for p in members

@@ -29,6 +29,7 @@ from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
 from accelmatrix.history.followup import NOTIFY_STATES
 from accelmatrix.history.frame import history
 from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
+from accelmatrix.history.placement import keep_placement
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -349,7 +350,7 @@ def match(
             s = here[0]
             if s.id not in used and s.direction == f["direction"]:
                 used.add(s.id)
-                out.update[s.id] = {**values, "missing": 0}
+                out.update[s.id] = {**keep_placement(s, values), "missing": 0}
             continue
         candidates = [
             s
@@ -367,7 +368,7 @@ def match(
                 key=lambda s: abs(as_utc(s.logical_date) - as_utc(f["logical_date"])),
             )
             used.add(best.id)
-            out.update[best.id] = {**values, "missing": 0}
+            out.update[best.id] = {**keep_placement(best, values), "missing": 0}
         else:
             out.insert.append({"cell_id": f["cell_id"], "metric": f["metric"], **values})
     analysed = (

@@ -54,6 +54,7 @@ from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compar
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
 from accelmatrix.history.culprit_profile import attach, attach_attribution, refresh_attributions
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
+from accelmatrix.history.placement import place
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.pricing import estimate_cost as estimate
@@ -795,6 +796,10 @@ def _finish(store: ResultsStore, row: Confirmation, state: str, **fields: Any) -
     if "samples" not in values:
         values["samples"] = row.samples or {}
     store.save_confirmation(row.dag_id, id=row.id, **values)
+    if state in (FOUND, CONFIRMED) and values.get("culprit"):
+        # One change, one first bad build: the change, its group and its summary move to
+        # the build the re-test proved (history.placement).
+        place(store, replace(row, **values), _nights(store, row.dag_id))
     for t in row.targets:
         p = store.get_change_points(ids=[t["change_id"]])
         if p and p[0].confirm_state is None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.contracts.change_records import ChangeGroup, ChangePoint
+from accelmatrix.contracts.change_records import PLACED_BY_RETEST, ChangeGroup, ChangePoint
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,11 +175,16 @@ def summary(kind: str, machine: str | None, members: list[ChangePoint]) -> str:
             f"{word} on machine kind {machine} from {date}: {what}; "
             "the other machine kinds stayed flat"
         )
+    placed = ""
+    if head.placed_by == PLACED_BY_RETEST:
+        detected = head.detected_runtime_version or "another night"
+        placed = f"; first bad build proved by the re-test (the detector placed it at {detected})"
     if kind == "build":
         return (
-            f"{word} from build {build} (after {prev}): {what} on {len(machines)} machine kind(s)"
+            f"{word} from build {build} (after {prev}): {what} on {len(machines)} "
+            f"machine kind(s){placed}"
         )
-    return f"{word} in {head.cell_id} from build {build} (after {prev}): {what}"
+    return f"{word} in {head.cell_id} from build {build} (after {prev}): {what}{placed}"
 
 
 def _fields(members: list[ChangePoint], series: pd.DataFrame) -> dict[str, Any]:

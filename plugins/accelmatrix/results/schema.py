@@ -358,6 +358,13 @@ change_points = Table(
     # undecided | failed | refused, and the decision (both samples' medians, spread, p).
     Column("confirm_state", String(LABEL_LEN), nullable=True),
     Column("confirm", JsonText, nullable=True),
+    # Who placed the change on its night: None, the detector; "retest", the re-test that
+    # proved its first bad build (history.placement), with the detector's own placement
+    # kept beside it for audit (detected_*; the detector's latest, as it re-finds it).
+    Column("placed_by", String(LABEL_LEN), nullable=True),
+    Column("detected_run_id", String(ID_LEN), nullable=True),
+    Column("detected_logical_date", UtcDateTime, nullable=True),
+    Column("detected_runtime_version", String(LABEL_LEN), nullable=True),
     Column("detected_at", UtcDateTime, nullable=False, default=utcnow),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     UniqueConstraint("dag_id", "cell_id", "metric", "logical_date", name="uq_change_points"),
