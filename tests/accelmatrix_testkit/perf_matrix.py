@@ -59,6 +59,9 @@ class PerfMatrix:
     causes: list[Cause] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=lambda: {"step_time": 1.0})
     seed: int = 0
+    # Builds that differ by themselves: each build of each model sits at its own level,
+    # uniform within +-build_sd, fixed (a re-test of that build sees it too).
+    build_sd: float = 0.0
 
     def cell(self, model: str, machine: str) -> str:
         return f"model={model},machine={machine}"
@@ -89,8 +92,16 @@ class PerfMatrix:
             base
             * (1 + 0.1 * self.models.index(model))
             * factor
+            * self.build_level(model, build_night)
             * (1 + self.cv * rng.standard_normal())
         )
+
+    def build_level(self, model: str, build_night: int) -> float:
+        """The fixed level of one build of one model (``build_sd``)."""
+        if not self.build_sd:
+            return 1.0
+        own = np.random.default_rng([self.seed, 1_000 + build_night, self.models.index(model)])
+        return 1.0 + float(own.uniform(-self.build_sd, self.build_sd))
 
     def plant(self, store, nights: range | None = None) -> None:
         """Write the runs of ``nights`` (default: all) to ``store``."""

@@ -26,7 +26,7 @@ from accelmatrix.contracts import change_records
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup
 from accelmatrix.history.changepoints import DEFAULT, ChangePoint, Detector, Segment, detect_many
 from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
-from accelmatrix.history.followup import NOTIFY_STATES
+from accelmatrix.history.followup import ACTIVE_STATES, NOTIFY_STATES
 from accelmatrix.history.frame import history
 from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
 from accelmatrix.history.placement import keep_placement
@@ -474,7 +474,10 @@ def _update(
     stored = store.get_change_points(dag_id)
     m = match(found_rows, stored, series, retract_after=None if full else RETRACT_AFTER)
     touched_groups: set[int] = set()
+    by_id = {s.id: s for s in stored}
+    retests = {c.group_id: c for c in store.get_confirmations(dag_id)}
     for cp_id, values in m.update.items():
+        values = {**values, **_leave_stale_retest(by_id[cp_id], values, retests)}
         store.save_change_point(dag_id, id=cp_id, **values)
     up.updated = len(m.update)
     new_ids = []
@@ -499,7 +502,7 @@ def _update(
     # Group every change point without a group (the new ones, and any whose group went).
     points = store.get_change_points(dag_id)
     groups = store.get_change_groups(dag_id)
-    plan = regroup(points, groups, series)
+    plan = regroup(points, groups, series, retested_builds(store, dag_id))
     before = {g.id: g for g in groups}
     for gid, fields in plan.updates.items():
         old = before[gid]
@@ -541,6 +544,48 @@ def _update(
     }
     log.info("%s", up.line())
     return up
+
+
+def _leave_stale_retest(
+    stored: change_records.ChangePoint,
+    values: dict[str, Any],
+    retests: dict[int, change_records.Confirmation],
+) -> dict[str, Any]:
+    """A change the detector now places on a build its group's finished re-test never ran,
+    when that re-test did not find it real: it leaves the group and the verdict (fields to
+    write), so the grouping gives it a group of its own and the next gate re-tests it there.
+
+    A candidate placed a night early is re-tested on the builds around that night; when the
+    nights after it move the change onto the step's real first build, outside that range,
+    the old "undecided" or "not reproduced" says nothing about it (one group, one re-test:
+    the unique key is per group)."""
+    if stored.group_id is None or "runtime_version" not in values:
+        return {}
+    rt = retests.get(stored.group_id)
+    if rt is None or rt.state in (*ACTIVE_STATES, *CONFIRMED_STATES):
+        return {}
+    covered = {b for b in (rt.builds or [rt.good_build, rt.suspect_build]) if b}
+    covered.discard(rt.good_build)
+    if values["runtime_version"] in covered:
+        return {}
+    log.info(
+        "change %s moved to %s, outside the builds its re-test %s ran: re-tested anew",
+        stored.id,
+        values["runtime_version"],
+        rt.id,
+    )
+    return {"group_id": None, "confirm_state": None, "confirm": None}
+
+
+def retested_builds(store: ResultsStore, dag_id: str) -> dict[int, frozenset[str]]:
+    """Group id -> the builds its re-test runs (``grouping.regroup``): the range's builds,
+    or its two ends."""
+    out: dict[int, frozenset[str]] = {}
+    for c in store.get_confirmations(dag_id):
+        builds = [b for b in (c.builds or [c.good_build, c.suspect_build]) if b]
+        builds = [b for b in builds if b != c.good_build]  # the last good is before it
+        out[c.group_id] = frozenset(builds)
+    return out
 
 
 def groups_to_notify(

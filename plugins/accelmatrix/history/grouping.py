@@ -53,7 +53,10 @@ class GroupPlan:
 
 
 def regroup(
-    points: list[ChangePoint], groups: list[ChangeGroup], series: pd.DataFrame
+    points: list[ChangePoint],
+    groups: list[ChangeGroup],
+    series: pd.DataFrame,
+    retested: dict[int, frozenset[str]] | None = None,
 ) -> GroupPlan:
     """Plan the suite's grouping for this pass, and refresh every group's fields.
 
@@ -63,14 +66,25 @@ def regroup(
     change whose position settled a night or two later still ends up with its siblings;
     a rebuilt cluster keeps the id of the group most of its members came from.
 
+    A group with a re-test is fixed too, and a new point joins it only when the re-test
+    covers the point's build (``retested``: group id -> the builds its re-test runs). The
+    re-test answers for the builds it ran and no other: a step found a night after the
+    range a noise candidate's re-test tested is a change of its own, with a re-test of its
+    own, not a member that the group's earlier verdict ("undecided") silences.
+
     ``points`` and ``groups`` are the suite's stored rows; ``series`` is the frame of the
     series analysed (``history.changes.find_changes``): their machines and point times,
     which say which cells ran on a night and where a point's neighbours are.
     """
     times = _times_by_series(series)
+    retested = retested or {}
     plan = GroupPlan()
     by_id = {g.id: g for g in groups}
-    fixed = {g.id: [] for g in groups if g.notified_at is not None or g.state != "untriaged"}
+    fixed = {
+        g.id: []
+        for g in groups
+        if g.notified_at is not None or g.state != "untriaged" or g.id in retested
+    }
     fluid = [gid for gid in by_id if gid not in fixed]
     loose = []
     for p in points:
@@ -88,6 +102,7 @@ def regroup(
                 for gid, ms in fixed.items()
                 if by_id[gid].direction == p.direction
                 and by_id[gid].state_by != NOT_REPRODUCED_BY
+                and (gid not in retested or p.runtime_version in retested[gid])
                 and ({by_id[gid].logical_date, *(m.logical_date for m in ms)} & near)
             ),
             None,

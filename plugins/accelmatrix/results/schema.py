@@ -369,6 +369,9 @@ change_points = Table(
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     UniqueConstraint("dag_id", "cell_id", "metric", "logical_date", name="uq_change_points"),
     Index("ix_change_points_group", "group_id"),
+    # SQLite would hand a deleted row's id to the next insert: a re-test keyed by a group
+    # id, or naming its change points by id, would then answer for a stranger's change.
+    sqlite_autoincrement=True,
 )
 
 # One cause behind the change points of one night (accelmatrix.history.grouping): a build
@@ -403,6 +406,9 @@ change_groups = Table(
     Column("created_at", UtcDateTime, nullable=False, default=utcnow),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     Index("ix_change_groups_dag", "dag_id", "logical_date"),
+    # SQLite would hand a deleted row's id to the next insert: a re-test keyed by a group
+    # id, or naming its change points by id, would then answer for a stranger's change.
+    sqlite_autoincrement=True,
 )
 
 # The run types (runs.run_type) of a suite's follow-up runs: re-tests of named builds for a
@@ -440,6 +446,9 @@ confirmations = Table(
     Column("created_at", UtcDateTime, nullable=False, default=utcnow),
     Column("updated_at", UtcDateTime, nullable=False, default=utcnow),
     UniqueConstraint("dag_id", "group_id", name="uq_confirmations_group"),
+    # SQLite would hand a deleted row's id to the next insert: a re-test keyed by a group
+    # id, or naming its change points by id, would then answer for a stranger's change.
+    sqlite_autoincrement=True,
 )
 
 # Columns callers may set through upsert_run / upsert_cell: everything but the key and the

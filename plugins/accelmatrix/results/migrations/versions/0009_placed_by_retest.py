@@ -1,5 +1,10 @@
 """change points placed by their re-test: the first bad build a bisect proved, with the
-detector's own placement kept for audit.
+detector's own placement kept for audit; and ids that SQLite never hands out twice.
+
+SQLite reuses the largest deleted rowid of a table without AUTOINCREMENT: a retracted change
+point's or an emptied group's id went to the next change, which then inherited the old
+one's re-test (keyed by group id, naming its targets by change point id). The three tables
+are rebuilt with AUTOINCREMENT on SQLite; other databases never reuse a sequence's ids.
 
 Revision ID: 0009
 Revises: 0008
@@ -28,12 +33,27 @@ COLUMNS = (
 )
 
 
+NEVER_REUSED = ("change_points", "change_groups", "confirmations")
+
+
 def upgrade() -> None:
-    have = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("change_points")}
+    bind = op.get_bind()
+    have = {c["name"] for c in sa.inspect(bind).get_columns("change_points")}
     with op.batch_alter_table("change_points") as batch:
         for name, type_ in COLUMNS:
             if name not in have:
                 batch.add_column(sa.Column(name, type_, nullable=True))
+    if bind.dialect.name == "sqlite":
+        for table in NEVER_REUSED:
+            sql = bind.execute(
+                sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :t"),
+                {"t": table},
+            ).scalar()
+            if sql and "AUTOINCREMENT" not in sql.upper():
+                with op.batch_alter_table(
+                    table, recreate="always", table_kwargs={"sqlite_autoincrement": True}
+                ):
+                    pass
 
 
 def downgrade() -> None:
