@@ -51,8 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from accelmatrix.history.changes import groups_to_notify  # noqa: E402
 from accelmatrix.history.changepoints import DEFAULT  # noqa: E402
+from accelmatrix.history.changes import groups_to_notify  # noqa: E402
 from accelmatrix.history.followup import advance  # noqa: E402
 from accelmatrix.history.grouping import as_utc  # noqa: E402
 from accelmatrix.history.history_pass import analyse_suite  # noqa: E402
