@@ -30,6 +30,14 @@ Printed:
    3-sigma steps confirmed by the night-by-night loop (the detector's reports, the
    permissive candidates and the newest-point rule, each re-tested) (goal >= 95 %); and
    with no step, pages per 1,000 points (goal <= 1).
+4. The decision line: a confirm whose true change is 0.5x, 1x and 1.5x its line, at one
+   look of ``max_pairs`` and at every look of ``pairs`` up to ``max_pairs``, judged at
+   1.96 each look (as before ``history.sequential``) and with the error spent over the
+   looks; and groups of 4 targets on the line. Goal: the wrong side no more often than
+   the one-look 2.5 % + 1 point at the most looks.
+
+Every verdict is judged as the controller judges it (``Policy.critical`` over the looks
+so far, ``history.sequential``).
 
 Seeds are fixed so two runs print the same figures; ``--seed`` changes them.
 
@@ -81,6 +89,26 @@ class Pool:
         p = self.pairs(ref, build)
         return compare(self.values.get(ref, []), self.values.get(build, []), p, seed=len(p))
 
+    def looks(self, ref: str, build: str) -> list[int]:
+        """The pooled pairs of ``build`` after each session that ran it (the controller's
+        ``followup._looks``)."""
+        out = []
+        for s in range(self.sessions):
+            n = sum(1 for (k, _h), h in self.halves.items() if k <= s and ref in h and build in h)
+            if n and (not out or n > out[-1]):
+                out.append(n)
+        return out
+
+    def level(self, ref, build, *, claimed, line, policy, targets=1, sequential=True):
+        """``build``'s level as the controller judges it at this look (``Policy.critical``
+        over the looks so far; ``sequential`` False: every look at the one-look 1.96, as
+        before the correction)."""
+        c = self.comparison(ref, build)
+        z_new = z_old = None
+        if sequential:
+            z_new, z_old = policy.critical(self.looks(ref, build), targets=targets)
+        return level(c, claimed=claimed, line=line, z_new=z_new, z_old=z_old), c
+
 
 def session(
     rng: np.random.Generator,
@@ -114,8 +142,9 @@ def confirm_trial(rng, change, claimed, fleet, policy, paired, build_noise=False
     n = 0
     while n + policy.pairs <= policy.max_pairs:
         session(rng, pool, ["g", "s"], levels, policy.pairs, fleet, paired)
-        c = pool.comparison("g", "s")
-        lv, n = level(c, claimed=claimed, line=policy.confirm_line(claimed)), c.pairs
+        lv, c = pool.level("g", "s", claimed=claimed, line=policy.confirm_line(claimed),
+                           policy=policy)  # fmt: skip
+        n = c.pairs
         if lv == NEW_LEVEL:
             return "confirmed", n
         if lv == OLD_LEVEL:
@@ -139,8 +168,8 @@ def bisect_trial(rng, change, fleet, policy, paired, n_builds=8):
     found: dict[str, str] = {}
     while True:
         session(rng, pool, session_builds, levels, policy.pairs, fleet, paired)
-        c = pool.comparison(ref, sus)
-        lv = level(c, claimed=change, line=policy.confirm_line(change))
+        lv, c = pool.level(ref, sus, claimed=change, line=policy.confirm_line(change),
+                           policy=policy)  # fmt: skip
         if lv != NEW_LEVEL:
             if lv == OLD_LEVEL or len(pool.pairs(ref, sus)) + policy.pairs > policy.max_pairs:
                 return None, culprit, pool.sessions, len(pool.pairs(ref, sus))
@@ -148,8 +177,8 @@ def bisect_trial(rng, change, fleet, policy, paired, n_builds=8):
             continue
         tested = [(b, pool.comparison(ref, b)) for b in builds[1:] if pool.pairs(ref, b)]
         line = split_line([0.0, *(c.change for _b, c in tested)])
-        for b, c in tested:
-            found[b] = level(c, claimed=change, line=line)
+        for b, _c in tested:
+            found[b] = pool.level(ref, b, claimed=change, line=line, policy=policy)[0]
         found[sus] = NEW_LEVEL
         s = Search(builds, found)
         most = max(len(pool.pairs(ref, b)) for b in builds[1:])
@@ -207,14 +236,68 @@ def history_trial(rng, step_sigmas, fleet, policy, before=8, after=7, sigma=0.02
             pool = Pool({}, {})
             while True:
                 session(rng, pool, builds, levels, policy.pairs, fleet, True)
-                c = pool.comparison(builds[0], builds[-1])
-                lv, k = level(c, claimed=claimed, line=policy.confirm_line(claimed)), c.pairs
+                lv, c = pool.level(builds[0], builds[-1], claimed=claimed,
+                                   line=policy.confirm_line(claimed), policy=policy)  # fmt: skip
+                k = c.pairs
                 if lv != "unknown" or k + policy.pairs > policy.max_pairs:
                     break
             if lv == NEW_LEVEL:
                 pages += 1
                 confirmed = confirmed or lo < step_at <= hi
     return confirmed, len(tested), pages
+
+
+def line_trial(rng, ratio, fleet, policy, *, looks_max, targets, sequential):
+    """The verdict of one confirm whose true change is ``ratio`` x its decision line:
+    sessions of ``policy.pairs`` on one machine per target, up to ``looks_max`` looks;
+    the group confirmed when any target is at the new level, not reproduced when every
+    one is at the old."""
+    claimed = 0.04
+    line = policy.confirm_line(claimed)
+    pools = [Pool({}, {}) for _ in range(targets)]
+    levels = {"g": 1.0, "s": 1 + ratio * line}
+    for _look in range(looks_max):
+        verdicts = []
+        for pool in pools:
+            session(rng, pool, ["g", "s"], levels, policy.pairs, fleet, True)
+            verdicts.append(pool.level("g", "s", claimed=claimed, line=line, policy=policy,
+                                       targets=targets, sequential=sequential)[0])  # fmt: skip
+        if NEW_LEVEL in verdicts:
+            return "new"
+        if all(v == OLD_LEVEL for v in verdicts):
+            return "old"
+    return "undecided"
+
+
+def line_part(a, fleet, policy) -> None:
+    looks = policy.max_pairs // policy.pairs
+    print(
+        f"\n4. on the decision line (claimed 4 %, line {policy.confirm_line(0.04):.0%}): the "
+        "verdict's wrong side (new level below the line, old level above it, either on it)"
+    )
+    print(
+        "   true change / line  looks  targets  judged at          new level  old level  undecided"
+    )
+    one = Policy(pairs=policy.max_pairs, max_pairs=policy.max_pairs)
+    rows = [
+        (ratio, 1, 1, one, True) for ratio in (0.5, 1.0, 1.5)
+    ] + [
+        (ratio, looks, 1, policy, seq) for ratio in (0.5, 1.0, 1.5) for seq in (False, True)
+    ] + [(1.0, looks, 4, policy, seq) for seq in (False, True)]  # fmt: skip
+    for ratio, n_looks, targets, pol, seq in rows:
+        rng = np.random.default_rng(a.seed + 4)
+        res = [
+            line_trial(rng, ratio, fleet, pol, looks_max=n_looks, targets=targets,
+                       sequential=seq)
+            for _ in range(a.line_trials)
+        ]  # fmt: skip
+        how = "alpha spent" if seq else "1.96 each look"
+        size = f"{n_looks} x {pol.pairs}"
+        print(
+            f"   {ratio:4.1f}x               {size:7s} {targets:4d}     {how:17s} "
+            f"{pct(res.count('new'), len(res))}  {pct(res.count('old'), len(res))}  "
+            f"{pct(res.count('undecided'), len(res))}"
+        )
 
 
 def pct(k: int, n: int) -> str:
@@ -229,7 +312,8 @@ def main() -> int:
     ap.add_argument("--machine-sd", type=float, default=0.03)
     ap.add_argument("--drift", type=float, default=0.01)
     ap.add_argument("--build-noise", type=float, default=0.015)
-    ap.add_argument("--only", type=int, choices=(1, 2, 3), help="print one part only")
+    ap.add_argument("--line-trials", type=int, default=400, help="trials per row of part 4")
+    ap.add_argument("--only", type=int, choices=(1, 2, 3, 4), help="print one part only")
     a = ap.parse_args()
     fleet = Fleet(a.cv, a.machine_sd, a.drift, a.build_noise)
     policy = Policy()
@@ -246,6 +330,8 @@ def main() -> int:
         bisect_part(a, fleet, policy)
     if a.only in (None, 3):
         history_part(a, fleet, policy)
+    if a.only in (None, 4):
+        line_part(a, fleet, policy)
     print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
 

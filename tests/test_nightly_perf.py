@@ -200,6 +200,7 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
                 (retest,) = found
                 group = store.get_change_group(retest.group_id)
                 points = store.get_change_points("nightly_perf", group_id=group.id)
+                all_points = store.get_change_points("nightly_perf")
                 # The history grid: the suite's one cell and its 14 nightlies, the session
                 # in the re-tests section, never a row or a column.
                 history_page = stack.client.get(
@@ -236,6 +237,14 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     assert verdicts[f"nightly-{slow.isoformat()}"] == "bad", retest.steps
     cp = max(points, key=lambda p: abs(p.effect or 0))
     assert cp.direction == "regression" and 0.02 < cp.change < 0.08, cp
+    # One change, one first bad build: the change, its group and its summary name the
+    # re-test's culprit (history.placement), whatever night the detector placed it on.
+    assert cp.runtime_version == retest.culprit, (cp, retest.culprit)
+    assert group.runtime_version == retest.culprit, group
+    assert f"from build {retest.culprit}" in group.summary, group.summary
+    real = [p for p in all_points if p.direction == "regression" and p.confirm_state in
+            ("confirmed", "found")]  # fmt: skip
+    assert [p.id for p in real] == [cp.id], all_points
     assert old.step_time_lower_bound < cp.median_after < old.step_time_upper_bound, (
         "the regression lies inside the bounds band: bounds alone never saw it"
     )

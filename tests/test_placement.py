@@ -101,3 +101,26 @@ def test_the_culprits_night_is_the_night_that_ran_it_or_the_first_after_the_last
     # Neither build ran a night: nothing to move to.
     assert night_of(nights, _build(pm, 5), _build(pm, 3)) is None
     store.close()
+
+
+def test_a_deleted_change_or_groups_id_is_never_handed_out_again(tmp_path: Path) -> None:
+    """SQLite reuses the largest deleted rowid unless the table says AUTOINCREMENT: a
+    retracted change's id went to the next change, which inherited its re-test."""
+    from datetime import UTC, datetime
+
+    store = ResultsStore(f"sqlite:///{tmp_path / 'results.db'}")
+    when = datetime(2026, 9, 1, tzinfo=UTC)
+    point = {"cell_id": "c", "metric": "m", "run_id": "r", "logical_date": when, "position": 1,
+             "n_before": 8, "n_after": 3, "direction": "regression"}  # fmt: skip
+    first = store.save_change_point("d", **point)
+    gid = store.save_change_group("d", kind="series", direction="regression", logical_date=when)
+    row = store.start_confirmation("d", gid, state="undecided")
+    store.delete_change_points([first])
+    store.delete_change_groups([gid])
+    assert store.save_change_point("d", **point) != first
+    new_gid = store.save_change_group("d", kind="series", direction="regression",
+                                      logical_date=when)  # fmt: skip
+    assert new_gid != gid
+    assert store.get_confirmations("d", group_id=new_gid) == []
+    assert row is not None
+    store.close()

@@ -29,7 +29,7 @@ from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
 from accelmatrix.history.followup import ACTIVE_STATES, NOTIFY_STATES
 from accelmatrix.history.frame import history
 from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
-from accelmatrix.history.placement import keep_placement
+from accelmatrix.history.placement import keep_placement, settle
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -536,6 +536,8 @@ def _update(
             )
     for gid in touched_groups | set(plan.emptied):
         _settle_empty_group(store, dag_id, gid)
+    # A culprit's night that ended after its re-test did: its change moves there now.
+    settle(store, dag_id, list(retests.values()))
     up.to_notify = groups_to_notify(store, dag_id, detector_for(spec), confirming=confirming)
     up.open_regressions = {
         (p.cell_id, p.metric)

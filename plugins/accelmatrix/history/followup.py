@@ -54,6 +54,7 @@ from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compar
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
 from accelmatrix.history.culprit_profile import attach, attach_attribution, refresh_attributions
 from accelmatrix.history.grouping import NOT_REPRODUCED_BY
+from accelmatrix.history.placement import nights as suite_nights
 from accelmatrix.history.placement import place
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
@@ -194,7 +195,7 @@ def start_confirmations(
                 started.append(row)
             continue
         if nights is None:
-            nights = _nights(store, dag_id)
+            nights = suite_nights(store, dag_id)
         good, suspect = _sandwich(nights, points[0])
         row = store.start_confirmation(
             dag_id,
@@ -274,11 +275,6 @@ def start_confirmations(
 # new level is found wherever in it the change landed.
 SANDWICH_BEFORE = 2
 SANDWICH_AFTER = 1
-
-
-def _nights(store: ResultsStore, dag_id: str) -> list[RunRecord]:
-    """The suite's runs that are points of its series, oldest first."""
-    return list(reversed(store.get_runs(dag_id, which="suite")))
 
 
 def _sandwich(nights: list[RunRecord], p: ChangePoint) -> tuple[str | None, str | None]:
@@ -799,7 +795,7 @@ def _finish(store: ResultsStore, row: Confirmation, state: str, **fields: Any) -
     if state in (FOUND, CONFIRMED) and values.get("culprit"):
         # One change, one first bad build: the change, its group and its summary move to
         # the build the re-test proved (history.placement).
-        place(store, replace(row, **values), _nights(store, row.dag_id))
+        place(store, replace(row, **values), suite_nights(store, row.dag_id))
     for t in row.targets:
         p = store.get_change_points(ids=[t["change_id"]])
         if p and p[0].confirm_state is None:

@@ -31,8 +31,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PLACED_BY_RETEST", "PLACEMENT_FIELDS", "keep_placement", "night_of", "place"]
+__all__ = [
+    "PLACED_BY_RETEST",
+    "PLACEMENT_FIELDS",
+    "PLACING_STATES",
+    "keep_placement",
+    "night_of",
+    "nights",
+    "place",
+    "settle",
+]
 
+# The re-test states whose culprit is proved (history.followup's FOUND and CONFIRMED).
+PLACING_STATES = ("found", "confirmed")
 # The fields that say where a change is: the re-test's, once it placed it.
 PLACEMENT_FIELDS = (
     "run_id",
@@ -63,13 +74,19 @@ def night_of(
     return nights[i], (nights[i - 1] if i > 0 else None)
 
 
-def place(store: ResultsStore, row: Confirmation, nights: list[RunRecord]) -> list[ChangePoint]:
+def place(
+    store: ResultsStore, row: Confirmation, runs: list[RunRecord], *, quiet: bool = False
+) -> list[ChangePoint]:
     """Move the change points of re-test ``row`` (finished with a culprit) to the culprit's
-    night, and refresh its group's fields and summary; the points moved."""
+    night among ``runs`` (the series' runs, oldest first), and refresh its group's fields
+    and summary; the points moved (none when they are there already). ``quiet``: say
+    nothing when the culprit ran no night yet."""
     if not row.culprit:
         return []
-    at = night_of(nights, row.culprit, row.last_good)
+    at = night_of(runs, row.culprit, row.last_good)
     if at is None:
+        if quiet:
+            return []
         log.info(
             "re-test %s: build %s ran no night of %s; its changes stay where the detector "
             "placed them",
@@ -89,6 +106,8 @@ def place(store: ResultsStore, row: Confirmation, nights: list[RunRecord]) -> li
     for p in points:
         if p.direction != "regression":
             continue
+        if p.placed_by == PLACED_BY_RETEST and p.run_id == first.run_id:
+            continue  # placed there already
         fields: dict[str, object] = {"placed_by": PLACED_BY_RETEST}
         if p.placed_by != PLACED_BY_RETEST:
             fields |= {
@@ -125,6 +144,23 @@ def place(store: ResultsStore, row: Confirmation, nights: list[RunRecord]) -> li
             first.run_id,
         )
     return moved
+
+
+def nights(store: ResultsStore, dag_id: str) -> list[RunRecord]:
+    """The suite's runs that are points of its series, oldest first."""
+    return list(reversed(store.get_runs(dag_id, which="suite")))
+
+
+def settle(store: ResultsStore, dag_id: str, retests: list[Confirmation]) -> int:
+    """Place again the changes of every re-test that proved a culprit (``place``), against
+    the nights there are now: in a backfill the culprit's own night may end after the
+    re-test did (two runs at a time, either finishing first), and the change then sat on
+    the night after the last good build's until it came. Idempotent; the points moved."""
+    done = [c for c in retests if c.culprit and c.state in PLACING_STATES]
+    if not done:
+        return 0
+    runs = nights(store, dag_id)
+    return sum(len(place(store, c, runs, quiet=True)) for c in done)
 
 
 def keep_placement(stored: ChangePoint, found: dict[str, object]) -> dict[str, object]:
