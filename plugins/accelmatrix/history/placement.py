@@ -10,8 +10,9 @@ detector's night next to the re-test's culprit: two first bad builds for one cha
 
 ``place`` settles it: every re-tested change point of the group moves to the first nightly
 run at or after the culprit (the run whose build is the culprit, else the run after the
-last good build's), and says so (``placed_by`` "retest"); the detector's own placement stays
-beside it (``detected_*``) for audit. The next passes keep the re-test's placement
+last good build's) and names the re-test's builds (the culprit and the last good build,
+also when the culprit ran no night of its own), and says so (``placed_by`` "retest"); the
+detector's own placement stays beside it (``detected_*``) for audit. The next passes keep the re-test's placement
 (``placement_fields``: the detector may re-find the change a night off; its statistics are
 refreshed, its night is not). The group's fields and summary follow its members.
 """
@@ -106,7 +107,11 @@ def place(
     for p in points:
         if p.direction != "regression":
             continue
-        if p.placed_by == PLACED_BY_RETEST and p.run_id == first.run_id:
+        if (
+            p.placed_by == PLACED_BY_RETEST
+            and p.run_id == first.run_id
+            and p.runtime_version == row.culprit
+        ):
             continue  # placed there already
         fields: dict[str, object] = {"placed_by": PLACED_BY_RETEST}
         if p.placed_by != PLACED_BY_RETEST:
@@ -115,6 +120,13 @@ def place(
                 "detected_logical_date": p.logical_date,
                 "detected_runtime_version": p.runtime_version,
             }
+        # The builds are the re-test's: the first bad one and the last good one, also
+        # when the culprit ran no night of its own (a build between two runs, or a night
+        # that never came): the first run that holds it is where the change shows.
+        fields |= {
+            "runtime_version": row.culprit,
+            "prev_runtime_version": row.last_good or (before.runtime_version if before else None),
+        }
         if p.run_id != first.run_id:
             if (p.cell_id, p.metric, as_utc(_when(first))) in taken:
                 # The series holds another change on the culprit's night: the same cause,
@@ -124,10 +136,8 @@ def place(
             fields |= {
                 "run_id": first.run_id,
                 "logical_date": _when(first),
-                "runtime_version": first.runtime_version,
                 "prev_run_id": before.run_id if before else None,
                 "prev_logical_date": _when(before) if before else None,
-                "prev_runtime_version": before.runtime_version if before else None,
             }
             taken.discard((p.cell_id, p.metric, as_utc(p.logical_date)))
             taken.add((p.cell_id, p.metric, as_utc(_when(first))))
