@@ -68,3 +68,19 @@ def test_no_page_on_the_noise_series(outcomes) -> None:
     pages = sum(o.noise_pages for _sc, o in outcomes.values())
     points = sum(o.noise_points for _sc, o in outcomes.values())
     assert pages == 0, (pages, points)
+
+
+@pytest.mark.parametrize("seed", [100_007, 100_008])
+def test_a_step_after_a_noise_candidates_undecided_retest_gets_its_own(seed: int) -> None:
+    """Two generated suites (the bench's fifth and sixth) where a noise candidate a night or
+    a few before the step was re-tested on its own builds and left undecided: the step,
+    found later on the next night or moved there by the detector, is not silenced by that
+    verdict (its group's re-test never ran its build; a deleted change's id is never
+    handed to it): it is re-tested, confirmed, and its first bad build named."""
+    logging.disable(logging.WARNING)
+    try:
+        o = trial(scenario(seed), "in_order")
+    finally:
+        logging.disable(logging.NOTSET)
+    assert o.retests >= 2, o
+    assert o.confirmed and o.named == "right", o
