@@ -85,25 +85,13 @@ def test_weekly_backfill_confirms_and_bisects_to_the_first_slow_build(tmp_path):
         ) as stack:
             stack.create_pool("accelmatrix_cpu_small", 4, include_deferred=True)
             stack.wait_for_dag(DAG)
-            # The runs are created while the scheduler is down (see test_nightly_perf.py:
-            # SQLite refuses a savepoint's write at once while the scheduler writes).
-            stack.stop_component("scheduler")
-            created = stack.airflow(
-                "backfill",
-                "create",
-                "--dag-id",
-                DAG,
-                "--from-date",
-                mondays[0].isoformat(),
-                "--to-date",
-                mondays[-1].isoformat(),
-                "--dag-run-conf",
-                json.dumps({"slow_from": slow.isoformat()}),
-                "--max-active-runs",
-                "1",
-            )
+            # The runs are created while the scheduler is down, with retries on SQLite's
+            # lock errors (AirflowStack.backfill).
+            created = stack.backfill(
+                DAG, mondays[0].isoformat(), mondays[-1].isoformat(),
+                {"slow_from": slow.isoformat()},
+            )  # fmt: skip
             assert created.returncode == 0, created.stderr[-3000:]
-            stack.start_component("scheduler")
             store = ResultsStore(f"sqlite:///{home / 'accelmatrix' / 'results.db'}")
             try:
                 state = _settled(stack, store, timeout=1500)
