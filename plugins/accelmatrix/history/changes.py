@@ -484,7 +484,12 @@ def _update(
     for values in m.insert:
         new_ids.append(store.save_change_point(dag_id, **values))
     up.inserted = len(new_ids)
-    for s in m.missed:
+    # A change whose re-test is still running is not taken back under it: the session's
+    # verdict is about to say whether it is real, and it records that on the change.
+    retesting = {gid for gid, c in retests.items() if c.state in ACTIVE_STATES}
+    held = [s for s in m.retract if s.group_id in retesting]
+    m.retract = [s for s in m.retract if s.group_id not in retesting]
+    for s in [*m.missed, *held]:
         store.save_change_point(dag_id, id=s.id, missing=s.missing + 1)
     if m.retract:
         for s in m.retract:
@@ -632,12 +637,17 @@ def _settle_empty_group(store: ResultsStore, dag_id: str, gid: int) -> None:
     group = store.get_change_group(gid)
     if group is None:
         return
-    if group.notified_at is None and group.state == "untriaged":
+    if group.notified_at is None and group.state == "untriaged" and not _retested(store, gid):
         store.delete_change_groups([gid])
     elif group.state == "untriaged":
         store.set_triage(
             "group", gid, "invalid", by=RETRACTED_BY, note="every change point was retracted"
         )
+
+
+def _retested(store: ResultsStore, gid: int) -> bool:
+    """Whether group ``gid`` has a re-test: the re-test names it, so it stays (invalid)."""
+    return bool(store.get_confirmations(group_id=gid))
 
 
 def _plain(v: Any) -> Any:

@@ -769,6 +769,11 @@ def _record_on_points(
         d = decision.get(_key(t))
         if d is None:
             continue
+        if not store.get_change_points(ids=[t["change_id"]]):
+            # Taken back by a pass before the re-test was (kept since: changes.py holds
+            # a re-tested change), or deleted by hand: the verdict stays on the re-test.
+            log.warning("re-test %s: change point %s is gone", row.id, t["change_id"])
+            continue
         store.save_change_point(
             row.dag_id, id=t["change_id"], confirm_state=d["verdict"], confirm=d
         )
