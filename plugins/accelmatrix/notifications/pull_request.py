@@ -414,7 +414,9 @@ def md_text(text: Any, limit: int) -> str:
     if len(s) > limit:
         s = s[: max(0, limit - 1)] + "…"
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _AUTOLINK.sub(lambda m: m.group(1) + _ZWSP, s)
+    s = _AUTOLINK.sub(
+        lambda m: ":" + _ZWSP + "//" if m.group(1) == "://" else m.group(1) + _ZWSP, s
+    )
     return _MD_PUNCT.sub(r"\\\1", s)
 
 
