@@ -21,12 +21,12 @@ The answer (``receive``, then ``handle``) reads no more than it must and calls n
 
 The work (``carry_out``), once per suite the delivery asks for:
 
+* the action key (event, action, pull request, head sha, label) is taken in the store:
+  the same action asked twice is done once, and a replay of it costs no GitHub call;
 * the pull request as GitHub has it now (``GET /pulls/<n>``): GitHub signs the body, not
   the delivery id, so a captured body sent again under a new id must still describe the
   pull request: a push or a label at another head sha, a label since removed, a
-  ``closed`` after a reopen do nothing (``github_delivery.stale``);
-* the action key (event, action, pull request, head sha, label) is taken in the store:
-  the same action asked twice is done once;
+  ``closed`` after a reopen do nothing (``github_delivery.stale``) and give the key back;
 * a fork's head runs only when the label was just added by someone with write access
   (GitHub's permission API); otherwise the pull request gets the bot's comment saying a
   maintainer must add the label;
@@ -100,7 +100,7 @@ SECRET_TTL_S = 30.0
 DRAIN_LIMIT = 32 << 20
 # Deliveries carried out at once, and waiting, after their answer. A full queue answers 503:
 # nothing is recorded, so GitHub's "Redeliver" may send it again.
-WORKERS = 8
+WORKERS = 16
 QUEUE_MAX = 2000
 
 
@@ -330,15 +330,19 @@ def _start(d: Decision, pr: PullRequest, store: ResultsStore, taken: list[str]) 
     out = Outcome(202, "accepted")
     for t in d.runs:
         hook = PullRequestHook(t.conn_id)
-        why = stale(pr, hook.pull_request(pr.repo, pr.number), t.label)
-        if why is not None:
-            out.refused.append(f"{t.dag_id}: not current: {why}")
-            continue
+        # The key first: a replay of what was done costs no GitHub call.
         key = action_key(d.event, pr, t.label)
         if not store.claim_action(key):
             out.refused.append(f"{t.dag_id}: done before ({pr.action} of {pr.head_sha[:12]})")
             continue
         taken.append(key)
+        why = stale(pr, hook.pull_request(pr.repo, pr.number), t.label)
+        if why is not None:
+            # Nothing done: the key goes back, for the delivery that is current.
+            store.release_action(key)
+            taken.remove(key)
+            out.refused.append(f"{t.dag_id}: not current: {why}")
+            continue
         if pr.action == "closed":  # closed now: its runs still going are cancelled
             out.cancelled += _cancel_older(store, t, pr, keep_sha=None)
             continue
