@@ -217,7 +217,7 @@ def main() -> int:
             while time.monotonic() < deadline and len(pending_at) < len(legit_ids):
                 for st in list(github.statuses):
                     if st["state"] == "pending" and st["sha"] not in pending_at:
-                        pending_at[st["sha"]] = time.monotonic()
+                        pending_at[st["sha"]] = st["at"]
                 time.sleep(0.2)
             time.sleep(2 + 4 * args.github_delay)  # the queue's last GitHub calls
             runs = stack.api("GET", f"dags/{DAG_ID}/dagRuns", params={"limit": 1000})

@@ -129,7 +129,8 @@ class FakeGithub:
             return 200, {"permission": perm, "user": {"login": m.group(1)}}
         if m := re.fullmatch(r"/repos/[^/]+/[^/]+/statuses/([0-9a-f]+)", path):
             if method == "POST":
-                self.statuses.append({"sha": m.group(1), **(body or {})})
+                # "at": when it was posted (time.monotonic), for the webhook bench.
+                self.statuses.append({"sha": m.group(1), "at": time.monotonic(), **(body or {})})
                 return 201, {"id": len(self.statuses), **(body or {})}
         if m := re.fullmatch(r"/repos/[^/]+/[^/]+/issues/(\d+)/comments", path):
             number = int(m.group(1))

@@ -259,25 +259,28 @@ def handle(headers: dict[str, str], body: bytes, store: ResultsStore) -> Outcome
 
 
 class Work:
-    """Deliveries carried out after their answer, ``WORKERS`` at a time, at most
-    ``QUEUE_MAX`` waiting (per api-server worker process)."""
+    """Deliveries carried out after their answer, at most ``QUEUE_MAX`` waiting (per
+    api-server worker process), in two lanes of ``WORKERS`` threads: a fork's deliveries
+    (a permission check and a comment each, strangers can send many) never hold up those
+    of the repository's own branches."""
 
     def __init__(self, workers: int = WORKERS, limit: int = QUEUE_MAX):
-        self._pool: ThreadPoolExecutor | None = None
+        self._pools: dict[bool, ThreadPoolExecutor] = {}
         self._workers, self._limit = workers, limit
         self._lock = threading.Lock()
         self._waiting = 0
         self._idle = threading.Condition(self._lock)
-        self.outcomes: list[tuple[str, Outcome]] = []  # the last ones, newest last
 
     def submit(self, d: Decision, store: ResultsStore) -> bool:
         with self._lock:
             if self._waiting >= self._limit:
                 return False
             self._waiting += 1
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="gh-delivery")
-            self._pool.submit(self._run, d, store)
+            lane = d.needs_vouch
+            if lane not in self._pools:
+                name = "gh-fork" if lane else "gh-delivery"
+                self._pools[lane] = ThreadPoolExecutor(self._workers, thread_name_prefix=name)
+            self._pools[lane].submit(self._run, d, store)
         return True
 
     def _run(self, d: Decision, store: ResultsStore) -> None:
@@ -287,8 +290,6 @@ class Work:
                 "delivery %s (%s #%s): %s", d.delivery_id, d.pull_request.action,
                 d.pull_request.number, out.body(),
             )  # fmt: skip
-            with self._lock:
-                self.outcomes = [*self.outcomes[-199:], (str(d.delivery_id), out)]
         except Exception:  # noqa: BLE001 - one delivery's failure is logged, never the pool's
             log.exception("delivery %s failed; redeliver it from GitHub", d.delivery_id)
         finally:
@@ -297,7 +298,7 @@ class Work:
                 self._idle.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Whether every queued delivery was carried out within ``timeout`` s (tests)."""
+        """Whether every queued delivery was carried out within ``timeout`` s."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._waiting:
