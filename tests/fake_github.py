@@ -42,6 +42,7 @@ class FakeGithub:
     pulls: dict[int, dict[str, Any]] = field(default_factory=dict)
     bot_login: str = "accelmatrix-bot"
     down: bool = False
+    failing: str | None = None  # a path pattern answered 503 (an outage of one endpoint)
     delay_s: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -79,7 +80,7 @@ class FakeGithub:
                     time.sleep(fake.delay_s)
                 with fake._lock:
                     fake.calls.append(Call(self.command, self.path, body))
-                    if fake.down:
+                    if fake.down or (fake.failing and re.fullmatch(fake.failing, path)):
                         return self._answer(503, {"message": "Service Unavailable"})
                     status, data = fake._route(self.command, path, self.path, body)
                 self._answer(status, data)

@@ -603,6 +603,26 @@ def test_fork_text_reaches_the_comment_as_text(store: ResultsStore, github: Fake
     assert "`" not in section[0].replace("\\`", "") and "](" not in section[0].replace("\\]\\(", "")
 
 
+def test_a_delivery_whose_work_failed_on_github_can_be_redelivered(
+    store: ResultsStore, github: FakeGithub
+) -> None:
+    """Measured on 1a86892: a fork refused because GitHub answered the permission check
+    with an error stayed recorded; GitHub's "Redeliver" got 409."""
+    from accelmatrix.hooks.github import GithubError
+
+    github.permissions["maintainer"] = "write"
+    github.set_pull(7, HEAD, labels=("run-tpu-tests",))
+    github.failing = r".*/collaborators/.*"
+    body = json.dumps(payload(head_repo="stranger/trainer")).encode()
+    d = judge(body, signed(body, delivery="d-9"))
+    assert d.needs_vouch and store.record_delivery("d-9", "pull_request")
+    with pytest.raises(GithubError):
+        github_webhook.carry_out(d, store)
+    assert store.record_delivery("d-9", "pull_request")  # forgotten: "Redeliver" acts
+    assert store.claim_action(action_key("pull_request", d.pull_request, "run-tpu-tests"))
+    assert github.comments_on(7) == []  # no refusal for what was not refused
+
+
 # -- the webhook's secret under a metadata database outage --------------------------------------
 
 
