@@ -257,7 +257,10 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
             # The old head's labeled body, replayed under a new id after the push: nothing,
             # and above all not the new head's run cancelled (1a86892 cancelled it).
             assert _deliver(stack, body, "d-4-replay").status_code == 202
-            assert "not the head" in _carried_out(stack, "d-4-replay")
+            assert "done before" in _carried_out(stack, "d-4-replay")  # no GitHub call
+            old_push = _payload("synchronize", 7, HEAD1, label=None)  # never acted on
+            assert _deliver(stack, old_push, "d-4-old").status_code == 202
+            assert "not the head" in _carried_out(stack, "d-4-old")
             assert _runs(stack)[run2] in ("queued", "running")
             # A stranger's comment with the report's marker: ignored by the report.
             github.add_comment(7, "<!-- accelmatrix:pr-report pr_smoke --> lgtm", user="stranger")
