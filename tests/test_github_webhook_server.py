@@ -172,7 +172,7 @@ def _wait_task_running(stack: AirflowStack, run_id: str, timeout: float = 120) -
     raise TimeoutError(f"no run task of {run_id} started in {timeout} s")
 
 
-@pytest.mark.slow(170)
+@pytest.mark.slow(150)
 def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(tmp_path):
     suites = tmp_path / "suites"
     suites.mkdir()
