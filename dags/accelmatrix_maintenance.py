@@ -11,6 +11,8 @@ still untriaged or acknowledged; a benchmark with an open regression keeps its b
 log says which change holds it), as does one with fewer than ``min_samples`` samples. The
 new bounds are stored in the results store (by ``accelmatrix-maintenance``, with the window
 and sample count); the bounds files under include/ (git's) are never written.
+``prune_deliveries`` forgets the GitHub webhook deliveries older than their retention
+(``accelmatrix.results.pull_requests.DELIVERY_RETENTION_DAYS``; docs/pull-requests.md).
 """
 
 from __future__ import annotations
@@ -71,4 +73,11 @@ with DAG(
 
         return maintenance_history(now=_end())
 
+    @task(retries=1)
+    def prune_deliveries() -> int:
+        from accelmatrix.results import results_store
+
+        return results_store().prune_deliveries(_end() or datetime.now(UTC))
+
     analyse_history() >> recenter_bounds()
+    prune_deliveries()

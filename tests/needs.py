@@ -45,6 +45,10 @@ GROUPS = {
         "artifacts-disk-full test (a 256 KiB tmpfs over the cell's artifacts dir)",
         "run the tests as root (mount -t tmpfs needs CAP_SYS_ADMIN)",
     ),
+    "node": (
+        "the matrix view's JS sanitiser judged by Node's WHATWG URL parser (a browser's)",
+        "apt-get install -y nodejs",
+    ),
     "venv": (
         "tests of what `make venv` installs (the wheel build, the system python beside it)",
         "make venv  (python3.11 -m venv brings setuptools; apt-get install -y python3)",

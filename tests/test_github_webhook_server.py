@@ -6,13 +6,16 @@ One stack, one suite (``pr_smoke``: two cells, a workload that takes a few secon
 fails on a head sha starting with ``dead``), the cases in the order a pull request lives
 them:
 
-* a bad signature gets 401 and starts nothing;
-* a signed ``labeled`` delivery starts the run under ``pr-7-<sha>`` and posts "pending"
-  with the matrix page's link before it answers;
-* a replay of that delivery gets 409; a new delivery of the same commit starts nothing;
-* a fork labelled by a read-only user starts nothing and gets the comment;
+* a bad signature gets 401 and starts nothing; an oversized body gets its 413, not a reset;
+* a signed ``labeled`` delivery is answered 202 at once; after the answer the run starts
+  under ``pr-7-<sha>`` and "pending" is posted with the matrix page's link;
+* a replay of that delivery gets 409; the same body under a new id starts nothing;
+* a fork labelled by a read-only user starts nothing and gets the bot's comment, even with
+  a stranger's comment holding the bot's marker on the pull request;
 * a push to the labelled pull request marks the older run failed (its teardowns still
-  run) and starts the new head; at the end: a final status and exactly one comment;
+  run) and starts the new head; the old head's body replayed after the push cancels
+  nothing; at the end: a final status and exactly one bot comment;
+* a ``closed`` replayed after the pull request was reopened cancels nothing;
 * a head whose cells fail: "failure", and the comment has expected against observed;
 * a suite with ``compare: true`` and a head 20 % slower than the base: the cells pass,
   the comparison (both builds on one machine) says slower, so not safe to merge;
@@ -42,7 +45,7 @@ DAG_ID = "pr_smoke"
 REPO = "acme/trainer"
 SECRET = "webhook-secret-for-tests"
 BASE = "b" * 40
-HEAD1, HEAD2, BAD, HEAD4 = "1" * 40, "2" * 40, "dead" + "0" * 36, "4" * 40
+HEAD1, HEAD2, HEAD3, BAD, HEAD4 = "1" * 40, "2" * 40, "3" * 40, "dead" + "0" * 36, "4" * 40
 
 SCRIPT = (
     "import sys, time\n"
@@ -137,8 +140,23 @@ def _deliver(stack: AirflowStack, body: bytes, delivery: str, *, secret: str = S
         )
 
 
-def _runs(stack: AirflowStack) -> dict[str, str]:
-    runs = stack.api("GET", f"dags/{DAG_ID}/dagRuns", params={"limit": 100})["dag_runs"]
+def _carried_out(stack: AirflowStack, delivery: str, timeout: float = 60) -> str:
+    """The api-server's log line of ``delivery``'s work, once done (it runs after the
+    answer)."""
+    deadline = time.monotonic() + timeout
+    log = stack.logs_dir / "api-server.log"
+    marks = (f"delivery {delivery} (", f"delivery {delivery} failed")
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        for line in text.splitlines():
+            if any(m in line for m in marks):
+                return line
+        time.sleep(0.2)
+    raise TimeoutError(f"delivery {delivery} not carried out in {timeout} s")
+
+
+def _runs(stack: AirflowStack, dag_id: str = DAG_ID) -> dict[str, str]:
+    runs = stack.api("GET", f"dags/{dag_id}/dagRuns", params={"limit": 100})["dag_runs"]
     return {r["dag_run_id"]: r["state"] for r in runs}
 
 
@@ -160,6 +178,7 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
     suites.mkdir()
     (suites / f"{DAG_ID}.yaml").write_text(json.dumps(SUITE))
     (suites / f"{PERF_DAG_ID}.yaml").write_text(json.dumps(PERF_SUITE))
+    label = ("run-tpu-tests",)
     with FakeGithub(permissions={"maintainer": "write", "stranger": "read"}) as github:
         with AirflowStack(
             home=tmp_path / "airflow",
@@ -180,44 +199,84 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
             body = _payload("labeled", 7, HEAD1)
             bad = _deliver(stack, body, "d-bad", secret="a guess")
             assert bad.status_code == 401, bad.text
+            # Oversized: drained, then answered (1a86892 answered from Content-Length
+            # unread, and the sender saw a reset).
+            with httpx.Client(base_url=stack.client.base_url, timeout=30) as anonymous:
+                big = anonymous.post(
+                    "/accelmatrix/github/webhook", content=b" " * (20 << 20),
+                    headers={"X-Hub-Signature-256": "sha256=" + "0" * 64},
+                )  # fmt: skip
+            assert big.status_code == 413, big.text
             assert _runs(stack) == {}
 
+            github.set_pull(7, HEAD1, labels=label)
             t0 = time.monotonic()
             first = _deliver(stack, body, "d-1")
-            to_pending = time.monotonic() - t0
+            answered = time.monotonic() - t0
             run1 = f"pr-7-{HEAD1}"
             assert first.status_code == 202, first.text
-            assert first.json()["started"] == [f"{DAG_ID}/{run1}"]
+            assert answered <= 1.0, answered  # GitHub's calls come after the answer
+            assert "started" in _carried_out(stack, "d-1")
+            to_pending = time.monotonic() - t0
             (pending,) = github.statuses_of(HEAD1)
             assert pending["state"] == "pending" and pending["context"] == f"accelmatrix/{DAG_ID}"
             assert f"/accelmatrix/suites/{DAG_ID}?run_id=" in pending["target_url"]
             assert to_pending <= 5.0, to_pending  # the issue's goal, delivery to pending
-
-            assert _deliver(stack, body, "d-1").status_code == 409  # replayed
-            again = _deliver(stack, body, "d-2")  # the label added again, same commit
-            assert again.status_code == 200 and "started" not in again.json(), again.text
             assert list(_runs(stack)) == [run1]
 
+            assert _deliver(stack, body, "d-1").status_code == 409  # replayed
+            again = _deliver(stack, body, "d-2")  # the same body, a new delivery id
+            assert again.status_code == 202, again.text
+            assert "done before" in _carried_out(stack, "d-2")
+            assert list(_runs(stack)) == [run1]
+
+            # A fork, and a stranger's comment holding the bot's refusal marker.
+            github.set_pull(8, HEAD4, labels=label)
+            planted = github.add_comment(
+                8, "<!-- accelmatrix:needs-maintainer pr_smoke --> fake", user="stranger"
+            )
             fork = _deliver(
                 stack, _payload("labeled", 8, HEAD4, sender="stranger", fork=True), "d-3"
             )
-            assert fork.status_code == 200 and "maintainer" in fork.text, fork.text
+            assert fork.status_code == 202, fork.text
+            assert "maintainer" in _carried_out(stack, "d-3")
             (refusal,) = github.comments_on(8)
             assert "@stranger" in refusal and "read access" in refusal
+            assert github.comments[planted]["body"].endswith("fake")  # never edited
             assert list(_runs(stack)) == [run1]
 
             # A push while the first head's cells run: that run is marked failed, its
             # teardowns still run, and the new head starts.
             _wait_task_running(stack, run1)
+            github.set_pull(7, HEAD2, labels=label)
             push = _deliver(stack, _payload("synchronize", 7, HEAD2, label=None), "d-4")
             run2 = f"pr-7-{HEAD2}"
             assert push.status_code == 202, push.text
-            assert push.json()["cancelled"] == [f"{DAG_ID}/{run1}"]
-            assert push.json()["started"] == [f"{DAG_ID}/{run2}"]
+            done = _carried_out(stack, "d-4")
+            assert f"{DAG_ID}/{run1}" in done and f"{DAG_ID}/{run2}" in done, done
+            # The old head's labeled body, replayed under a new id after the push: nothing,
+            # and above all not the new head's run cancelled (1a86892 cancelled it).
+            assert _deliver(stack, body, "d-4-replay").status_code == 202
+            assert "done before" in _carried_out(stack, "d-4-replay")  # no GitHub call
+            old_push = _payload("synchronize", 7, HEAD1, label=None)  # never acted on
+            assert _deliver(stack, old_push, "d-4-old").status_code == 202
+            assert "not the head" in _carried_out(stack, "d-4-old")
+            assert _runs(stack)[run2] in ("queued", "running")
+            # A stranger's comment with the report's marker: ignored by the report.
+            github.add_comment(7, "<!-- accelmatrix:pr-report pr_smoke --> lgtm", user="stranger")
 
+            github.set_pull(9, BAD, labels=label)
             failing = _deliver(stack, _payload("labeled", 9, BAD), "d-5")
             assert failing.status_code == 202, failing.text
             run_bad = f"pr-9-{BAD}"
+
+            # A pull request closed, then reopened: the closed body replayed cancels nothing.
+            github.set_pull(13, HEAD3, labels=label)
+            assert _deliver(stack, _payload("labeled", 13, HEAD3), "d-13").status_code == 202
+            _carried_out(stack, "d-13")
+            closed = _payload("closed", 13, HEAD3, label=None)
+            assert _deliver(stack, closed, "d-13-replay").status_code == 202
+            assert "open now" in _carried_out(stack, "d-13-replay")
 
             assert stack.wait_for_run(DAG_ID, run1, timeout=300) == "failed"
             teardowns = [
@@ -228,10 +287,12 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
             assert teardowns and all(ti["state"] == "success" for ti in teardowns), teardowns
             assert stack.wait_for_run(DAG_ID, run2, timeout=300) == "success"
             assert stack.wait_for_run(DAG_ID, run_bad, timeout=300) == "failed"
+            assert stack.wait_for_run(DAG_ID, f"pr-13-{HEAD3}", timeout=300) == "success"
 
-            # PR 7: one comment, about the newest head, safe to merge; its statuses.
+            # PR 7: one bot comment, about the newest head, safe to merge; its statuses.
             (comment,) = github.comments_on(7)
             assert HEAD2[:12] in comment and "Safe to merge" in comment, comment
+            assert len(github.comments_on(7, by_bot=False)) == 2
             assert [s["state"] for s in github.statuses_of(HEAD2)] == ["pending", "success"]
             # PR 9: the failing check, expected against observed.
             (comment9,) = github.comments_on(9)
@@ -240,13 +301,12 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
 
             # The perf label: the cells pass, but the head is 20 % slower than the base on
             # one machine, builds interleaved: not safe to merge.
+            github.set_pull(11, HEAD5, labels=("perf",))
             perf = _deliver(stack, _payload("labeled", 11, HEAD5, label="perf"), "d-7")
             assert perf.status_code == 202, perf.text
-            assert sorted(perf.json()["started"]) == [
-                f"{PERF_DAG_ID}/pr-11-{HEAD5}",
-                f"{PERF_DAG_ID}/pr-11-{HEAD5}-compare",
-            ]
+            done = _carried_out(stack, "d-7")
             for run_id in (f"pr-11-{HEAD5}", f"pr-11-{HEAD5}-compare"):
+                assert f"{PERF_DAG_ID}/{run_id}" in done, done
                 assert stack.wait_for_run(PERF_DAG_ID, run_id, timeout=300) == "success"
             (comment11,) = github.comments_on(11)
             assert "Not safe to merge" in comment11 and "**slower**" in comment11, comment11
@@ -254,8 +314,10 @@ def test_a_label_runs_the_suite_and_the_verdict_comes_back_to_the_pull_request(t
             assert github.statuses_of(HEAD5)[-1]["state"] == "failure"
 
             # GitHub down while a run ends: the verdict stands; the log says how to re-post.
+            github.set_pull(10, HEAD4, labels=label)
             ok = _deliver(stack, _payload("labeled", 10, HEAD4), "d-6")
             assert ok.status_code == 202, ok.text
+            _carried_out(stack, "d-6")
             run4 = f"pr-10-{HEAD4}"
             github.down = True
             assert stack.wait_for_run(DAG_ID, run4, timeout=300) == "success"

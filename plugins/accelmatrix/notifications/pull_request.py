@@ -9,18 +9,29 @@ last writes the whole story and an earlier commit's comment is replaced, never a
 * the head's perf against the base commit (Δ %, 95 % interval, verdict by size), measured
   on one machine per cell with the two builds interleaved (``history.build_compare``);
 * links: the matrix page, the run's report, the comparison;
-* "Safe to merge" only when every cell that is not quarantined passed and no metric was
-  found slower.
+* a verdict for every case (``verdict_of``): "Safe to merge" only when every cell that is
+  not quarantined passed and, when the suite asks for a comparison, every metric was
+  *measured* not slower. A comparison that failed, was cancelled, measured nothing or left
+  a metric undecided is "perf not decided", never a green.
 
-The status follows: ``pending`` while a run of the commit is going, then ``success`` or
-``failure``. A GitHub outage never changes a run's verdict: each call is retried, then
-the failure is logged once with the command that posts the report again.
+The status follows: ``pending`` while a run of the commit is going, then ``success``,
+``failure`` (a cell failed or a metric is slower) or ``error`` (perf not decided: GitHub's
+commit statuses have no neutral state; ``error`` blocks a required check as it must, and
+says "the check could not decide", not "the head is bad"; docs/pull-requests.md). A GitHub
+outage never changes a run's verdict: each call is retried, then the failure is logged once
+with the command that posts the report again.
+
+Everything in the comment that a workload could have printed (cell messages, checks'
+expected and observed values, the comparison's problems) and what a pull request names
+(its base branch) goes through ``md_text``: escaped for GitHub Markdown (no link, image,
+HTML, mention or reference can form) and capped in length.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,7 +74,7 @@ class PerfRow:
 class Report:
     """What goes back to the pull request for one commit of one suite."""
 
-    state: str  # pending | success | failure (the commit status)
+    state: str  # pending | success | failure | error (the commit status; error: not decided)
     description: str
     body: str
     target_url: str
@@ -93,7 +104,12 @@ def comment_marker(dag_id: str) -> str:
 
 
 def refusal_comment(dag_id: str, why: str) -> str:
-    return f"**accelmatrix `{dag_id}` did not run.** {why}."
+    return f"**accelmatrix `{dag_id}` did not run.** {why}.\n\n{refusal_marker(dag_id)}"
+
+
+def refusal_marker(dag_id: str) -> str:
+    """The hidden line of the bot's "a maintainer must add the label" comment."""
+    return f"<!-- accelmatrix:needs-maintainer {dag_id} -->"
 
 
 def repost_command(dag_id: str, run_id: str) -> str:
@@ -126,7 +142,10 @@ def report_run(
     if pr is None:
         return None
     runs = store.pull_request_runs(dag_id, pr.repo, pr.number)
-    report = build_report(store, pr, [r for r in runs if r.head_sha == pr.head_sha])
+    report = build_report(
+        store, pr, [r for r in runs if r.head_sha == pr.head_sha],
+        compare_asked=suite_asks_compare(dag_id),
+    )  # fmt: skip
     hook = hook or PullRequestHook(conn_id)
     comment_id = next((r.comment_id for r in runs if r.comment_id is not None), None)
     try:
@@ -156,14 +175,79 @@ def report_run(
     return report
 
 
-def build_report(store: ResultsStore, pr: PullRequestRun, runs: list[PullRequestRun]) -> Report:
+def suite_asks_compare(dag_id: str) -> bool:
+    """Whether the suite ``dag_id``'s github block asks for the perf comparison (False when
+    the suite is gone or invalid: then only a compare run recorded for the head counts)."""
+    from accelmatrix.spec.loader import load_suite
+    from accelmatrix.spec.suite_error import SuiteError
+    from accelmatrix.spec.suite_files import suite_files, suite_id
+
+    for path in suite_files(settings.suites_dir()):
+        if suite_id(path) == dag_id:
+            try:
+                gh = load_suite(path).github
+            except (SuiteError, OSError):
+                return False
+            return bool(gh and gh.compare)
+    return False
+
+
+@dataclass(frozen=True)
+class PerfVerdict:
+    """What the compare run decided: still running, the slower rows, or why it decided
+    nothing (``undecided``: empty when every metric was measured faster, same or slower)."""
+
+    running: bool
+    slower: tuple[PerfRow, ...] = ()
+    undecided: tuple[str, ...] = ()
+
+
+def perf_verdict(
+    run_state: str | None, rows: list[PerfRow], problems: list[str] | None
+) -> PerfVerdict:
+    """The comparison's verdict from the compare run's state (the store's ``runs.state``),
+    its rows and problems (``compare.json``; ``problems`` None: not written). Decided means
+    every metric has a verdict by size ("same", or "different" with a direction) and the
+    run measured every cell it was asked for (no problem)."""
+    if problems is None and not rows:
+        if run_state in (RunState.PASSED, RunState.FAILED, RunState.OVER_BUDGET):
+            why = {
+                RunState.FAILED: "the compare run failed before it compared anything",
+                RunState.OVER_BUDGET: "the compare run was refused over budget",
+            }.get(run_state, "the compare run wrote no comparison")
+            return PerfVerdict(False, undecided=(why,))
+        return PerfVerdict(True)
+    slower = tuple(r for r in rows if r.worse)
+    undecided = [
+        f"{r.cell_id} {r.metric} {r.change:+.1%} in [{r.ci_low:+.1%}, {r.ci_high:+.1%}]: "
+        f"{r.verdict}"
+        for r in rows
+        if r.worse is None and r.verdict != "same"
+    ]
+    undecided += list(problems or [])
+    if not rows and not undecided:
+        undecided.append("the comparison has no metric")
+    if run_state == RunState.FAILED and not undecided:
+        undecided.append("the compare run failed")
+    return PerfVerdict(False, slower, tuple(undecided))
+
+
+def build_report(
+    store: ResultsStore,
+    pr: PullRequestRun,
+    runs: list[PullRequestRun],
+    *,
+    compare_asked: bool = False,
+) -> Report:
     """The status and comment of ``pr``'s head commit from its ``runs`` (pure over the
-    store's rows and the compare run's ``compare.json``)."""
+    store's rows and the compare run's ``compare.json``). ``compare_asked``: the suite asks
+    for the comparison, so no comparison is not a green either."""
     dag_id = pr.dag_id
     verdict = next((r for r in runs if r.kind == "verdict"), None)
     compare = next((r for r in runs if r.kind == "compare"), None)
     lines = [f"### accelmatrix `{dag_id}` on {pr.head_sha[:12]}", ""]
-    pending, failed, slower = [], False, []
+    pending, failed = [], False
+    perf = PerfVerdict(False)
     target = matrix_url(dag_id, (verdict or pr).run_id)
     if verdict is not None:
         run = store.get_run(dag_id, verdict.run_id)
@@ -178,38 +262,51 @@ def build_report(store: ResultsStore, pr: PullRequestRun, runs: list[PullRequest
             "",
         ]
     if compare is not None:
-        rows, problem = _perf_rows(dag_id, compare.run_id)
+        rows, problems = _perf_rows(dag_id, compare.run_id)
         run = store.get_run(dag_id, compare.run_id)
-        if (
-            not rows
-            and problem is None
-            and (run.state if run else None) not in (RunState.PASSED, RunState.FAILED)
-        ):
+        perf = perf_verdict(run.state if run else None, rows, problems)
+        if perf.running:
             pending.append("the perf comparison")
             lines += ["**Perf against the base** (" + pr.base_sha[:12] + "): running", ""]
         else:
-            slower = [r for r in rows if r.worse]
-            lines += _perf_section(pr, rows, problem)
+            lines += _perf_section(pr, rows, perf)
             lines += [
                 f"[comparison]({_file_url(dag_id, compare.run_id, 'compare.html')}) · "
                 f"[compare run]({matrix_url(dag_id, compare.run_id)})",
                 "",
             ]
+    elif compare_asked:
+        perf = PerfVerdict(False, undecided=("no comparison was started for this commit",))
     if pending:
         state, desc = "pending", f"{dag_id}: waiting for " + " and ".join(pending)
         lines.insert(2, f"⏳ Running: {' and '.join(pending)}.\n")
-    elif failed or slower:
+    elif failed or perf.slower:
         why = []
         if failed:
             why.append("cells failed")
-        if slower:
-            why.append(f"{len(slower)} metric(s) slower than the base")
+        if perf.slower:
+            why.append(f"{len(perf.slower)} metric(s) slower than the base")
         state, desc = "failure", f"{dag_id}: " + ", ".join(why)
         lines.insert(2, f"❌ **Not safe to merge**: {', '.join(why)}.\n")
+    elif perf.undecided:
+        first = perf.undecided[0]
+        more = f" (+{len(perf.undecided) - 1} more)" if len(perf.undecided) > 1 else ""
+        state, desc = "error", f"{dag_id}: perf not decided: {first}{more}"
+        lines.insert(
+            2,
+            "⚠️ **Perf not decided**: every cell that is not quarantined passed, but the "
+            "comparison with the base decided nothing for: "
+            + "; ".join(md_text(u, 200) for u in perf.undecided[:5])
+            + (f"; and {len(perf.undecided) - 5} more" if len(perf.undecided) > 5 else "")
+            + ". Not a verdict on the head: run the comparison again with more pairs "
+            + f"(`python -m accelmatrix compare {dag_id} --base {pr.base_sha} "
+            + f"--head {pr.head_sha} --pairs 20`), or push again to re-run both.\n",
+        )
     else:
         state, desc = "success", f"{dag_id}: every cell passed, no perf regression"
         lines.insert(2, "✅ **Safe to merge**: every cell that is not quarantined passed"
-                     + (" and no metric is slower than the base." if compare else ".") + "\n")  # fmt: skip
+                     + (" and every metric was measured not slower than the base."
+                        if compare else ".") + "\n")  # fmt: skip
     lines.append(comment_marker(dag_id))
     return Report(state=state, description=desc, body="\n".join(lines), target_url=target)
 
@@ -217,12 +314,13 @@ def build_report(store: ResultsStore, pr: PullRequestRun, runs: list[PullRequest
 def _cells_section(
     store: ResultsStore, dag_id: str, run_id: str, cells: list[CellRecord], state: Any
 ) -> list[str]:
-    out = [f"**Cells** (run `{run_id}`, {state or 'running'}):", "", "| cell | state | why |",
+    out = [f"**Cells** (run {md_text(run_id, 250)}, {state or 'running'}):", "",
+           "| cell | state | why |",
            "|---|---|---|"]  # fmt: skip
     shown = sorted(cells, key=lambda c: (c.state == CellState.PASSED, c.cell_id))
     for c in shown[:MAX_CELL_ROWS]:
         why = "" if c.state == CellState.PASSED else (c.message or "")
-        out.append(f"| `{c.cell_id}` | {c.state} | {_cell(why, 200)} |")
+        out.append(f"| {md_text(c.cell_id, 120)} | {c.state} | {md_text(why, 200)} |")
     if len(shown) > MAX_CELL_ROWS:
         out.append(f"| … {len(shown) - MAX_CELL_ROWS} more on the matrix page | | |")
     failed_checks = [ch for ch in store.get_checks(dag_id, run_id) if not ch.passed]
@@ -231,8 +329,8 @@ def _cells_section(
                 "|---|---|---|---|"]  # fmt: skip
         for ch in failed_checks[:MAX_CHECK_ROWS]:
             out.append(
-                f"| `{ch.cell_id}` | {_cell(ch.check_name, 80)} | "
-                f"{_cell(ch.expected or '', 120)} | {_cell(ch.observed or '', 120)} |"
+                f"| {md_text(ch.cell_id, 120)} | {md_text(ch.check_name, 80)} | "
+                f"{md_text(ch.expected or '', 120)} | {md_text(ch.observed or '', 120)} |"
             )
         if len(failed_checks) > MAX_CHECK_ROWS:
             out.append(f"| … {len(failed_checks) - MAX_CHECK_ROWS} more | | | |")
@@ -240,8 +338,8 @@ def _cells_section(
     return out
 
 
-def _perf_rows(dag_id: str, run_id: str) -> tuple[list[PerfRow], str | None]:
-    """The compare run's rows, or why there are none (None: not written yet)."""
+def _perf_rows(dag_id: str, run_id: str) -> tuple[list[PerfRow], list[str] | None]:
+    """The compare run's rows and problems (problems None: ``compare.json`` not written)."""
     path = settings.artifacts_dir() / settings.safe_name(dag_id) / settings.safe_name(run_id)
     path = path / COMPARE_JSON
     if not path.is_file():
@@ -250,47 +348,76 @@ def _perf_rows(dag_id: str, run_id: str) -> tuple[list[PerfRow], str | None]:
         data = json.loads(path.read_text())
         rows = [
             PerfRow(
-                cell_id=r["cell_id"], metric=r["metric"],
+                cell_id=str(r["cell_id"]), metric=str(r["metric"]),
                 median_base=float(r["comparison"]["median_base"]),
                 median_head=float(r["comparison"]["median_head"]),
                 change=float(r["comparison"]["change"]),
                 ci_low=float(r["comparison"]["ci_low"]),
                 ci_high=float(r["comparison"]["ci_high"]),
                 pairs=int(r["comparison"]["pairs"]), verdict=str(r["verdict"]),
-                worse=r.get("worse"),
+                worse=r.get("worse") if isinstance(r.get("worse"), bool) else None,
             )
             for r in data.get("results") or []
         ]  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return [], f"the comparison could not be read: {e}"
-    problems = data.get("problems") or []
-    return rows, ("; ".join(problems)[:500] if problems and not rows else None)
+        problems = [str(p) for p in data.get("problems") or []]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return [], [f"the comparison could not be read: {e}"]
+    return rows, problems
 
 
-def _perf_section(pr: PullRequestRun, rows: list[PerfRow], problem: str | None) -> list[str]:
+def _perf_section(pr: PullRequestRun, rows: list[PerfRow], perf: PerfVerdict) -> list[str]:
     out = [
-        f"**Perf against the base** `{pr.base_ref}` ({pr.base_sha[:12]}), both builds "
-        "interleaved on one machine per cell:",
+        f"**Perf against the base** {md_text(pr.base_ref, 100)} ({pr.base_sha[:12]}), both "
+        "builds interleaved on one machine per cell:",
         "",
     ]
-    if problem:
-        return [*out, f"not measured: {_cell(problem, 400)}", ""]
-    out += ["| cell | metric | base | head | Δ | 95 % CI | pairs | verdict |",
-            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows[:MAX_CELL_ROWS]:
-        verdict = r.verdict if r.worse is None else ("**slower**" if r.worse else "faster")
-        out.append(
-            f"| `{r.cell_id}` | {r.metric} | {r.median_base:.4g} | {r.median_head:.4g} | "
-            f"{r.change:+.2%} | [{r.ci_low:+.2%}, {r.ci_high:+.2%}] | {r.pairs} | {verdict} |"
-        )
-    out.append("")
+    if rows:
+        out += ["| cell | metric | base | head | Δ | 95 % CI | pairs | verdict |",
+                "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in rows[:MAX_CELL_ROWS]:
+            verdict = r.verdict if r.worse is None else ("**slower**" if r.worse else "faster")
+            if r.worse is None and r.verdict != "same":
+                verdict = f"not decided ({md_text(r.verdict, 20)})"
+            out.append(
+                f"| {md_text(r.cell_id, 120)} | {md_text(r.metric, 80)} | {r.median_base:.4g} | "
+                f"{r.median_head:.4g} | {r.change:+.2%} | [{r.ci_low:+.2%}, {r.ci_high:+.2%}] | "
+                f"{r.pairs} | {verdict} |"
+            )
+        if len(rows) > MAX_CELL_ROWS:
+            out.append(
+                f"| … {len(rows) - MAX_CELL_ROWS} more on the comparison page | | | | | | | |"
+            )
+        out.append("")
+    if perf.undecided:
+        out += ["not decided: " + md_text("; ".join(perf.undecided), 600), ""]
     return out
 
 
-def _cell(text: Any, limit: int) -> str:
-    """Text safe inside a Markdown table cell: one line, pipes escaped, cut to ``limit``."""
-    s = " ".join(str(text).split()).replace("|", "\\|")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+# Characters GitHub Markdown gives a meaning to: backslash-escaped (CommonMark escapes every
+# ASCII punctuation character), so no emphasis, code span, link, image or table cell forms.
+_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+# What GitHub turns into links or notifications without any punctuation of ours: mentions
+# (@user, @org/team), references (#12, GH-12), and bare URLs (http://, www.). A zero-width
+# space after the trigger character breaks each; the text still reads the same.
+_ZWSP = "\u200b"
+_AUTOLINK = re.compile(r"(?i)(@|#|gh-|://|www\.)")
+
+
+def md_text(text: Any, limit: int) -> str:
+    """``text`` as GitHub Markdown that shows it literally: one line, cut to ``limit``
+    characters *before* escaping (so a cut never splits an escape), HTML and entities
+    neutralised (``&``, ``<``, ``>`` as entities), every Markdown punctuation
+    backslash-escaped, mentions, references and bare URLs broken by a zero-width space.
+    Why not a code span: a fork's text can hold backticks, and GitHub still links URLs
+    next to one; escaping each character holds whatever the text is."""
+    s = " ".join(str(text).split())
+    if len(s) > limit:
+        s = s[: max(0, limit - 1)] + "…"
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _AUTOLINK.sub(
+        lambda m: ":" + _ZWSP + "//" if m.group(1) == "://" else m.group(1) + _ZWSP, s
+    )
+    return _MD_PUNCT.sub(r"\\\1", s)
 
 
 def _retried(fn: Callable[[], Any]) -> Any:

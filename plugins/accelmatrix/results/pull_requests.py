@@ -2,13 +2,19 @@
 for a pull request's head commit (accelmatrix.ui.github_webhook writes, the gate reads).
 
 Replays are refused here rather than in the api-server's memory: a redelivery may reach
-another api-server worker, or arrive after a restart.
+another api-server worker, or arrive after a restart. Two kinds of row share
+``github_deliveries``: a delivery id (what GitHub's ``X-GitHub-Delivery`` names), and an
+action key (what a delivery does: ``ui.github_delivery.action_key``), stored under
+``action:<sha256 of the key>`` with the event ``action``. One table, so one primary key
+settles a race between api-server workers for both, and one retention prunes both
+(``prune_deliveries``: the maintenance DAG, ``DELIVERY_RETENTION_DAYS``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
@@ -18,7 +24,15 @@ from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
 from accelmatrix.results.schema import github_deliveries, pull_request_runs, utcnow
 
-__all__ = ["PR_RUN_KINDS", "PullRequestRun", "PullRequestStore"]
+__all__ = ["DELIVERY_RETENTION_DAYS", "PR_RUN_KINDS", "PullRequestRun", "PullRequestStore"]
+
+# Deliveries and action keys older than this are pruned by the maintenance DAG. GitHub lets a
+# maintainer redeliver a delivery of the last 3 days; 30 days keeps a replayed id refused
+# (409) long after that. An older replay is judged by what it does: its action key is gone
+# too, but the pull request as GitHub has it now (head sha, label, state) still decides,
+# and a run id fixed by (pull request, sha) still starts nothing twice.
+DELIVERY_RETENTION_DAYS = 30
+ACTION_EVENT = "action"
 
 # "verdict": the suite's cells on the head commit; "compare": the head's perf against the
 # base commit, builds interleaved on one machine per cell.
@@ -75,6 +89,28 @@ class PullRequestStore(StoreCore):
             conn.execute(delete(github_deliveries).where(c.delivery_id == delivery_id))
 
         self._write(tx)
+
+    def claim_action(self, key: str) -> bool:
+        """Take the action ``key`` (``ui.github_delivery.action_key``); False when it was
+        taken before: that action was done, whichever delivery asked for it."""
+        return self.record_delivery(_action_id(key), ACTION_EVENT)
+
+    def release_action(self, key: str) -> None:
+        """Give the action ``key`` back: it was not done (GitHub failed), may be asked again."""
+        self.forget_delivery(_action_id(key))
+
+    def prune_deliveries(self, now: datetime, days: int = DELIVERY_RETENTION_DAYS) -> int:
+        """Forget deliveries and action keys recorded more than ``days`` before ``now``; how
+        many rows went."""
+        if days < 1:
+            raise ValueError(f"delivery retention of {days} days: at least 1")
+        cutoff = now - timedelta(days=days)
+        c = github_deliveries.c
+
+        def tx(conn: Connection) -> int:
+            return int(conn.execute(delete(github_deliveries).where(c.at < cutoff)).rowcount or 0)
+
+        return self._write(tx)
 
     def add_pull_request_run(self, run: PullRequestRun) -> bool:
         """Record a run started for a pull request; False when that run is recorded already."""
@@ -147,6 +183,10 @@ class PullRequestStore(StoreCore):
             )
 
         self._write(tx)
+
+
+def _action_id(key: str) -> str:
+    return "action:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def _record(row: object) -> PullRequestRun:

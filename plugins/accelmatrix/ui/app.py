@@ -36,7 +36,6 @@ from accelmatrix.ui import (
     tabs,
 )
 from accelmatrix.ui.airflow_facts import run_facts
-from accelmatrix.ui.github_delivery import MAX_BODY
 
 log = logging.getLogger(__name__)
 
@@ -167,22 +166,7 @@ def create_app() -> FastAPI:
     async def github_webhook_delivery(request: Request) -> Response:
         """GitHub's deliveries: signed with the webhook secret, not an Airflow login
         (accelmatrix.ui.github_webhook)."""
-        from fastapi.concurrency import run_in_threadpool
-        from fastapi.responses import JSONResponse
-
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BODY:
-            return JSONResponse(
-                {"detail": f"delivery of {declared} bytes refused: at most {MAX_BODY}"}, 413
-            )
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BODY:
-                break  # refused by size below; the rest is never read
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        outcome = await run_in_threadpool(github_webhook.handle, headers, body, results_store())
-        return JSONResponse(outcome.body(), status_code=outcome.status)
+        return await github_webhook.receive(request, results_store)
 
     @app.get("/static/matrix-view.js")
     def view_script() -> FileResponse:

@@ -4,12 +4,15 @@ Pure functions over the raw request (headers, body bytes) and the suites' ``gith
 blocks: no Airflow, no network, so every refusal is tested without a server and the
 endpoint (``ui.github_webhook``) only carries out the ``Decision``.
 
-Rules, in the order they are applied (the first that refuses answers):
+Rules, in the order they are applied (the first that refuses answers). The cheap ones come
+first, so a flood of anonymous requests never costs a read of the secret:
 
-1. No webhook secret configured: every delivery is refused (403).
-2. A body over ``MAX_BODY`` (413), a missing or wrong ``X-Hub-Signature-256`` (401; an
-   HMAC-SHA256 of the raw bytes, compared in constant time), no ``X-GitHub-Delivery`` id,
-   or a body that is not a JSON object (400).
+1. A body over ``MAX_BODY`` (413), no well-formed ``X-Hub-Signature-256`` header (401), no
+   ``X-GitHub-Delivery`` id (400).
+2. No webhook secret configured: every delivery is refused (403). The secret is read only
+   now (``secret`` may be a function; what it raises, the endpoint answers 503).
+3. A wrong signature (401; an HMAC-SHA256 of the raw bytes, compared in constant time), or
+   a body that is not a JSON object (400).
 3. An event other than ``pull_request`` (``ping`` is answered), a repository or a label
    that no suite declares: 422, nothing started.
 4. A ``pull_request`` that adds a suite's label, or a push (``synchronize``, ``reopened``)
@@ -18,6 +21,10 @@ Rules, in the order they are applied (the first that refuses answers):
    with what was not done.
 5. Trust is the endpoint's to check (it needs GitHub's answer): a head in a fork runs only
    when the label was just added by someone with write access (``needs_vouch``).
+6. So is freshness (GitHub signs the body, not the delivery id, so a captured body can be
+   sent again under a new id): ``stale`` says whether a delivery still describes the pull
+   request as GitHub has it now, and ``action_key`` names what a delivery does, so the
+   same thing is done once whatever the number of deliveries that ask for it.
 """
 
 from __future__ import annotations
@@ -30,9 +37,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# A record: the hook module imports no client at its top level.
+from accelmatrix.hooks.github import PullRequestState
+
 __all__ = [
     "MAX_BODY",
     "Decision",
+    "action_key",
+    "stale",
     "PullRequest",
     "SuiteTrigger",
     "decide",
@@ -44,6 +56,7 @@ __all__ = [
 # room for long descriptions and refuses anything built to exhaust the api-server.
 MAX_BODY = 1 << 20
 SHA_RE = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")  # SHA-1, or SHA-256 repositories
+SIGNATURE_RE = re.compile(r"^sha256=[0-9a-fA-F]{64}$")
 # Pushes and re-openings run a pull request that already carries the label.
 PUSH_ACTIONS = ("synchronize", "reopened")
 
@@ -120,26 +133,31 @@ def run_id_for(number: int, head_sha: str, kind: str = "verdict") -> str:
 def decide(
     headers: Mapping[str, str],
     body: bytes,
-    secret: str | None,
+    secret: str | None | Callable[[], str | None],
     triggers: Sequence[SuiteTrigger] | Callable[[], Sequence[SuiteTrigger]],
 ) -> Decision:
     """The endpoint's answer to one delivery (module docstring); ``headers`` lower-cased.
-    ``triggers`` may be a function: it is called only for a signed ``pull_request``
-    delivery, so a flood of forged ones never costs a read of the suites."""
-    if not secret:
+    ``secret`` and ``triggers`` may be functions: the secret is read only for a delivery
+    that passed the cheap checks, the suites only for a signed ``pull_request`` one, so a
+    flood of forged deliveries costs neither."""
+    if len(body) > MAX_BODY:
+        return Decision(413, f"delivery of {len(body)} bytes refused: at most {MAX_BODY}")
+    signature = (headers.get("x-hub-signature-256") or "").strip()
+    if not SIGNATURE_RE.match(signature):
+        return Decision(401, "X-Hub-Signature-256 missing or wrong: not a delivery of this hook")
+    delivery = (headers.get("x-github-delivery") or "").strip()
+    if not delivery or len(delivery) > 200:
+        return Decision(400, "X-GitHub-Delivery missing or longer than 200 characters")
+    key = secret() if callable(secret) else secret
+    if not key:
         return Decision(
             403,
             "no webhook secret configured: set the password of the Airflow connection "
             "accelmatrix_github_webhook to the webhook's secret; every delivery is refused "
             "until then",
         )
-    if len(body) > MAX_BODY:
-        return Decision(413, f"delivery of {len(body)} bytes refused: at most {MAX_BODY}")
-    if not signature_ok(secret, body, headers.get("x-hub-signature-256")):
+    if not signature_ok(key, body, signature):
         return Decision(401, "X-Hub-Signature-256 missing or wrong: not a delivery of this hook")
-    delivery = (headers.get("x-github-delivery") or "").strip()
-    if not delivery or len(delivery) > 200:
-        return Decision(400, "X-GitHub-Delivery missing or longer than 200 characters")
     event = (headers.get("x-github-event") or "").strip()
     try:
         payload = json.loads(body)
@@ -207,6 +225,32 @@ def decide(
     return Decision(
         202, "accepted", pr, runs, needs_vouch=pr.fork, delivery_id=delivery, event=event
     )
+
+
+def action_key(event: str, pr: PullRequest, label: str) -> str:
+    """What a delivery does, for one suite's ``label``: (event, action, pull request, head
+    sha, label). Done once: a replay under a new delivery id, or GitHub sending the same
+    event twice, finds the key taken."""
+    return f"{event}|{pr.action}|{pr.repo.lower()}#{pr.number}|{pr.head_sha}|{label}"
+
+
+def stale(pr: PullRequest, now: PullRequestState, label: str) -> str | None:
+    """Why ``pr`` (what a delivery says) no longer describes the pull request as GitHub has
+    it ``now``, for the suite of ``label``; None when it does. A ``closed`` must find the
+    pull request closed (a replay after a reopen finds it open); anything else must find it
+    open, at the delivery's head sha (a replay after a push finds another head), and a
+    ``labeled`` one with the label still on (a replay after the label was removed)."""
+    if pr.action == "closed":
+        return None if now.state == "closed" else f"#{pr.number} is {now.state} now"
+    if now.state != "open":
+        return f"#{pr.number} is {now.state} now"
+    if now.head_sha != pr.head_sha:
+        return (
+            f"{pr.head_sha[:12]} is not the head of #{pr.number} any more ({now.head_sha[:12]} is)"
+        )
+    if label not in now.labels:
+        return f"#{pr.number} no longer carries the label {label!r}"
+    return None
 
 
 def _pull_request(payload: dict[str, Any]) -> PullRequest | None:

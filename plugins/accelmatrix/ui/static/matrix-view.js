@@ -24,14 +24,32 @@ function routerBase() {
   return new URL(document.baseURI).pathname.replace(/\/$/u, "");
 }
 
+// Schemes a link or a resource of the page may use. Judged on the URL as the browser
+// parses it (new URL: entities already decoded by the DOM parser, tabs and newlines removed,
+// leading spaces and control characters trimmed), so "java&#x09;script:" or " javascript:"
+// is seen as javascript: and dropped. Everything else (javascript:, vbscript:, data: but
+// images, blob:, file:) is dropped.
+const SAFE_SCHEMES = new Set(["http:", "https:", "mailto:"]);
+const URL_ATTRS = /^(href|src|action|formaction|xlink:href|poster|background|cite|ping)$/u;
+
+function safeUrl(value, tag, name) {
+  let url;
+  try {
+    url = new URL(value, document.baseURI);
+  } catch {
+    return false;
+  }
+  if (SAFE_SCHEMES.has(url.protocol)) return true;
+  return tag === "img" && name === "src" && /^data:image\/(png|gif|jpeg|webp);/u.test(url.href);
+}
+
 function sanitize(doc) {
   doc.querySelectorAll(DROP).forEach((el) => el.remove());
   doc.querySelectorAll("*").forEach((el) => {
     for (const attr of Array.from(el.attributes)) {
       const name = attr.name.toLowerCase();
-      const value = attr.value.trim().toLowerCase();
-      if (name.startsWith("on") || name === "srcdoc") el.removeAttribute(attr.name);
-      else if (/^(href|src|action|formaction|xlink:href)$/u.test(name) && value.startsWith("javascript:"))
+      if (name.startsWith("on") || name === "srcdoc" || name === "srcset") el.removeAttribute(attr.name);
+      else if (URL_ATTRS.test(name) && !safeUrl(attr.value, el.localName, name))
         el.removeAttribute(attr.name);
     }
   });
