@@ -65,7 +65,9 @@ class Retention(msgspec.Struct, frozen=True, kw_only=True):
             except ValueError:
                 n = 0
             if n < 1:
-                raise ConfigError(f"{setting}: {kind}={value.strip()!r}: days must be a whole number >= 1")
+                raise ConfigError(
+                    f"{setting}: {kind}={value.strip()!r}: days must be a whole number >= 1"
+                )
             days[kind] = n
         return cls(days=days)
 
@@ -79,7 +81,9 @@ class WarehouseConfig(msgspec.Struct, frozen=True, kw_only=True):
     location: str = "US"
     endpoint: str | None = None
     deadline_s: float = 120.0
-    retention: Retention = msgspec.field(default_factory=lambda: Retention(days=dict(DEFAULT_RETENTION)))
+    retention: Retention = msgspec.field(
+        default_factory=lambda: Retention(days=dict(DEFAULT_RETENTION))
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WarehouseConfig | None:
@@ -123,3 +127,11 @@ def retention_from_env(env: Mapping[str, str] | None = None) -> Retention:
     """The store's retention (the same setting as the warehouse's, also without a warehouse)."""
     env = os.environ if env is None else env
     return Retention.parse(env.get("ACCELMATRIX_RETENTION"))
+
+
+def export_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether suite DAGs get the export task: read while DAG files are parsed, so it only
+    looks whether the dataset is named; the task itself validates every setting (a bad one
+    fails the export task with the setting named, never the DAG file)."""
+    env = os.environ if env is None else env
+    return bool(env.get("ACCELMATRIX_WAREHOUSE_DATASET", "").strip())

@@ -124,7 +124,9 @@ def collect(
                 known[p.run_id] = run_kind(store, r)
         rows["change_points"] += change_point_rows(points, known)
         retests = store.get_confirmations(dag_id)
-        groups = {g.id: g for g in store.get_change_groups(dag_id, ids={r.group_id for r in retests})}
+        groups = {
+            g.id: g for g in store.get_change_groups(dag_id, ids={r.group_id for r in retests})
+        }
         rows["retest_verdicts"] += retest_rows(retests, groups)
     return ExportBatch(runs=done, suites=suites, rows=rows)
 
@@ -278,7 +280,9 @@ class Warehouse:
         self._ready = True
 
     # -- writing -----------------------------------------------------------------------
-    def write(self, batch: ExportBatch, sleep: Callable[[float], None] = time.sleep) -> ExportResult:
+    def write(
+        self, batch: ExportBatch, sleep: Callable[[float], None] = time.sleep
+    ) -> ExportResult:
         """Replace the batch's runs and suites in the warehouse; retried as a whole (it is
         idempotent) with exponential backoff while errors are transient, until the
         deadline. Raises the last error then."""
