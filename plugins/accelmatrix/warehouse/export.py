@@ -45,6 +45,7 @@ from accelmatrix.warehouse.rows import (
     run_date,
     run_row,
 )
+from accelmatrix.warehouse.views import create_views
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.cloud import bigquery
@@ -235,7 +236,8 @@ class Warehouse:
 
     def ensure_tables(self) -> None:
         """Create the dataset and the tables when missing; add columns a table lacks;
-        keep each table's partition expiration at the longest retention."""
+        keep each table's partition expiration at the longest retention; (re)create the
+        views of include/sql/cell_nights.sql."""
         from google.api_core.exceptions import NotFound
         from google.cloud import bigquery
 
@@ -277,6 +279,7 @@ class Warehouse:
                 fields.append("time_partitioning")
             if fields:
                 client.update_table(table, fields, retry=retry)
+        create_views(client, self.dataset_id)
         self._ready = True
 
     # -- writing -----------------------------------------------------------------------
