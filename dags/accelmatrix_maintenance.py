@@ -11,6 +11,8 @@ still untriaged or acknowledged; a benchmark with an open regression keeps its b
 log says which change holds it), as does one with fewer than ``min_samples`` samples. The
 new bounds are stored in the results store (by ``accelmatrix-maintenance``, with the window
 and sample count); the bounds files under include/ (git's) are never written.
+``retention``, beside them, deletes the runs older than their kind's retention from the
+results store and from the warehouse (``ACCELMATRIX_RETENTION``; unset, it deletes nothing).
 """
 
 from __future__ import annotations
@@ -72,3 +74,15 @@ with DAG(
         return maintenance_history(now=_end())
 
     analyse_history() >> recenter_bounds()
+
+    @task(retries=0)
+    def retention() -> dict:
+        """Runs past their kind's days deleted from the store and the warehouse
+        (ACCELMATRIX_RETENTION; unset: nothing deleted). accelmatrix.warehouse.retention."""
+        import msgspec
+
+        from accelmatrix.warehouse.retention import apply_retention
+
+        return msgspec.to_builtins(apply_retention(now=_end()))
+
+    retention()

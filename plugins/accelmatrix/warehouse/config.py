@@ -10,8 +10,9 @@ ACCELMATRIX_WAREHOUSE_ENDPOINT    an API endpoint other than Google's (a BigQuer
                                   a private endpoint): the client is pointed at it with
                                   ``client_options`` and sends no credentials
 ACCELMATRIX_WAREHOUSE_DEADLINE_S  how long one export retries a failing call (120)
-ACCELMATRIX_RETENTION             days to keep a run, by kind: ``default=365,pull_request=42``
-                                  (Perfherder's 365 days for main, 42 for try)
+ACCELMATRIX_RETENTION             days to keep a run, by kind, e.g. ``default=365,pull_request=42``
+                                  (Perfherder's 365 days for main, 42 for try); unset: runs
+                                  are kept for good, in the store and in the warehouse
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ __all__ = ["ConfigError", "Retention", "WarehouseConfig", "RUN_KINDS"]
 # What a run is, for retention: a run started for a pull request, a follow-up (a re-test
 # or a build comparison), or any other (scheduled, manual, backfill).
 RUN_KINDS = ("default", "pull_request", "followup")
-DEFAULT_RETENTION = {"default": 365, "pull_request": 42}
 _NAME = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
 _PROJECT = re.compile(r"^[a-z][a-z0-9.:-]{0,62}$")
 
@@ -37,22 +37,25 @@ class ConfigError(ValueError):
 
 
 class Retention(msgspec.Struct, frozen=True, kw_only=True):
-    """Days to keep a run of each kind; a kind not named keeps ``default``'s days."""
+    """Days to keep a run of each kind; a kind not named keeps ``default``'s days, and with
+    no ``default`` it is kept for good. Empty (the setting unset): nothing is ever deleted."""
 
     days: dict[str, int]
 
-    def for_kind(self, kind: str) -> int:
-        return self.days.get(kind, self.days["default"])
+    def for_kind(self, kind: str) -> int | None:
+        return self.days.get(kind, self.days.get("default"))
 
     @property
-    def longest(self) -> int:
-        """The partition expiration of every table: no partition outlives every kind."""
-        return max(self.days.values())
+    def longest(self) -> int | None:
+        """The partition expiration of every table (no partition outlives every kind);
+        None when some kind is kept for good."""
+        kept = [self.for_kind(k) for k in RUN_KINDS]
+        return None if None in kept else max(k for k in kept if k is not None)
 
     @classmethod
     def parse(cls, text: str | None, setting: str = "ACCELMATRIX_RETENTION") -> Retention:
         """``default=365,pull_request=42``: kinds from RUN_KINDS, whole days >= 1."""
-        days = dict(DEFAULT_RETENTION)
+        days: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in (text or "").split(","))):
             kind, sep, value = part.partition("=")
             kind = kind.strip()
@@ -81,9 +84,7 @@ class WarehouseConfig(msgspec.Struct, frozen=True, kw_only=True):
     location: str = "US"
     endpoint: str | None = None
     deadline_s: float = 120.0
-    retention: Retention = msgspec.field(
-        default_factory=lambda: Retention(days=dict(DEFAULT_RETENTION))
-    )
+    retention: Retention = msgspec.field(default_factory=lambda: Retention(days={}))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WarehouseConfig | None:

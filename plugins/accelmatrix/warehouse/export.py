@@ -236,7 +236,8 @@ class Warehouse:
 
     def ensure_tables(self) -> None:
         """Create the dataset and the tables when missing; add columns a table lacks;
-        keep each table's partition expiration at the longest retention; (re)create the
+        keep each table's partition expiration at the longest retention (none when some
+        kind of run is kept for good); (re)create the
         views of include/sql/cell_nights.sql."""
         from google.api_core.exceptions import NotFound
         from google.cloud import bigquery
@@ -245,7 +246,8 @@ class Warehouse:
         ds = bigquery.Dataset(self.dataset_id)
         ds.location = self.config.location
         client.create_dataset(ds, exists_ok=True, retry=retry)
-        expiration_ms = self.config.retention.longest * 86_400_000
+        longest = self.config.retention.longest
+        expiration_ms = longest * 86_400_000 if longest is not None else None
         for spec in TABLES:
             schema = self.schema(spec)
             try:
