@@ -1,0 +1,154 @@
+"""The warehouse export without a warehouse: settings refused with the setting named, the
+documented schema (docs/results-schema.md) against the row records the tables are made
+from, the rows a run gives, the replacing transaction, and the store's retention.
+The export against a real BigQuery emulator: tests/test_warehouse_emulator.py."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from accelmatrix.results.pull_requests import PullRequestRun
+from accelmatrix.results.store import ResultsStore
+from accelmatrix.warehouse.config import ConfigError, Retention, WarehouseConfig, export_enabled
+from accelmatrix.warehouse.export import ExportBatch, Warehouse, collect, finished_runs_since
+from accelmatrix.warehouse.retention import prune_store
+from accelmatrix.warehouse.rows import TABLES, bigquery_fields
+from accelmatrix.warehouse.views import view_statements
+from accelmatrix_testkit.warehouse_runs import expected_rows, fill_run
+
+ROOT = Path(__file__).resolve().parents[1]
+DAY = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(tmp_path) -> ResultsStore:
+    return ResultsStore(f"sqlite:///{tmp_path / 'results.db'}")
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"ACCELMATRIX_WAREHOUSE_DATASET": "p.bad-name"}, "ACCELMATRIX_WAREHOUSE_DATASET"),
+        ({"ACCELMATRIX_WAREHOUSE_DATASET": "d", "ACCELMATRIX_WAREHOUSE_DEADLINE_S": "0"},
+         "ACCELMATRIX_WAREHOUSE_DEADLINE_S"),
+        ({"ACCELMATRIX_WAREHOUSE_DATASET": "d", "ACCELMATRIX_WAREHOUSE_ENDPOINT": "127.0.0.1:9"},
+         "ACCELMATRIX_WAREHOUSE_ENDPOINT"),
+        ({"ACCELMATRIX_WAREHOUSE_DATASET": "d", "ACCELMATRIX_RETENTION": "nightly=3"},
+         "default, pull_request, followup"),
+        ({"ACCELMATRIX_WAREHOUSE_DATASET": "d", "ACCELMATRIX_RETENTION": "default=0"},
+         "whole number >= 1"),
+    ],
+)  # fmt: skip
+def test_bad_settings_are_refused_with_the_setting_named(env, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        WarehouseConfig.from_env(env)
+
+
+def test_settings():
+    assert WarehouseConfig.from_env({}) is None and not export_enabled({})
+    env = {
+        "ACCELMATRIX_WAREHOUSE_DATASET": "team-proj.accel_results",
+        "ACCELMATRIX_RETENTION": "default=365,pull_request=42",
+    }
+    cfg = WarehouseConfig.from_env(env)
+    assert export_enabled(env)
+    assert (cfg.project, cfg.dataset, cfg.conn_id) == (
+        "team-proj", "accel_results", "google_cloud_default",
+    )  # fmt: skip
+    r = cfg.retention
+    assert (r.for_kind("pull_request"), r.for_kind("followup"), r.longest) == (42, 365, 365)
+    # Unset: nothing expires; only pull requests named: the rest is kept for good.
+    assert Retention.parse("").longest is None
+    assert Retention.parse("pull_request=42").for_kind("default") is None
+
+
+def _documented_tables() -> dict[str, list[tuple[str, str, str]]]:
+    """The BigQuery tables section of docs/results-schema.md: (column, type, mode) rows."""
+    text = (ROOT / "docs" / "results-schema.md").read_text()
+    section = text.split("## BigQuery tables", 1)[1].split("\n## ", 1)[0]
+    tables: dict[str, list[tuple[str, str, str]]] = {}
+    for block in section.split("\n### ")[1:]:
+        name = block.split("`")[1]
+        rows = re.findall(r"^\| `(\w+)` \| (\w+) \| (\w+) \|", block, flags=re.M)
+        tables[name] = rows
+    return tables
+
+
+def test_docs_describe_every_table_and_column_as_created():
+    documented = _documented_tables()
+    assert set(documented) == {t.name for t in TABLES}
+    for spec in TABLES:
+        made = [(n, kind, mode) for n, kind, mode, _ in bigquery_fields(spec.row)]
+        assert documented[spec.name] == made, spec.name
+
+
+def test_rows_of_a_run(store):
+    fill_run(store, "suite_a", "r1", cells=10, logical_date=DAY, failed=frozenset({2, 7}))
+    batch = collect(store, [("suite_a", "r1"), ("suite_a", "r1")])  # a key twice: once
+    assert {k: len(v) for k, v in batch.rows.items() if k in expected_rows(10)} == expected_rows(10)
+    run = batch.rows["runs"][0]
+    assert (run.cells_total, run.cells_passed, run.cells_failed, run.state) == (10, 8, 2, "failed")
+    assert {c.run_date for c in batch.rows["cells"]} == {DAY.date()}
+    assert sorted(c.cell_index for c in batch.rows["cells"] if not c.passed) == [2, 7]
+    with pytest.raises(LookupError, match="no run 'nope' of 'suite_a'"):
+        collect(store, [("suite_a", "nope")])
+
+
+def test_backfill_selects_decided_runs_since_a_day(store):
+    for i in range(4):
+        fill_run(store, "suite_a", f"n{i}", cells=1, logical_date=DAY + timedelta(days=i))
+    store.upsert_run("suite_a", "running", logical_date=DAY + timedelta(days=3), state="running")
+    got = finished_runs_since(store, (DAY + timedelta(days=2)).date())
+    assert got == [("suite_a", "n2"), ("suite_a", "n3")]
+
+
+def test_the_transaction_replaces_what_it_loads():
+    wh = Warehouse(WarehouseConfig(dataset="d", project="p"), client=_NoClient())
+    batch = ExportBatch(runs=[("s", "it's"), ("s", "r2")], suites=["s"], rows={})
+    sql = wh._replace_script(batch, {"cells": "p.d._stage_cells_x"})
+    lines = sql.splitlines()
+    assert lines[0] == "BEGIN TRANSACTION;" and lines[-1] == "COMMIT TRANSACTION;"
+    assert sum(line.startswith("DELETE FROM") for line in lines) == len(TABLES)
+    # Only what was staged is inserted; a quote in a run id stays inside its literal.
+    assert [x for x in lines if x.startswith("INSERT")] == [
+        x for x in lines if x.startswith("INSERT INTO `p.d.cells`")
+    ]
+    assert "('s', 'it\\'s')" in sql
+
+
+class _NoClient:
+    project = "p"
+
+
+def test_view_file_names_the_dataset_everywhere():
+    stmts = view_statements("p.d")
+    assert [s.split("`")[1] for s in stmts] == ["p.d.cell_nights", "p.d.cell_night_metrics"]
+    assert all("{dataset}" not in s and "--" not in s for s in stmts)
+
+
+def test_store_retention_by_kind(store, monkeypatch):
+    now = DAY + timedelta(days=400)
+    fill_run(store, "s", "old", cells=2, logical_date=now - timedelta(days=366))
+    fill_run(store, "s", "kept", cells=2, logical_date=now - timedelta(days=300))
+    fill_run(store, "s", "pr_old", cells=2, logical_date=now - timedelta(days=43))
+    fill_run(store, "s", "pr_new", cells=2, logical_date=now - timedelta(days=41))
+    for rid in ("pr_old", "pr_new"):
+        store.add_pull_request_run(_pr_run(PullRequestRun, rid))
+    assert prune_store(store, Retention(days={}), now) == {}
+    deleted = prune_store(store, Retention.parse("default=365,pull_request=42"), now)
+    assert deleted == {"default": 1, "pull_request": 1}
+    left = {r.run_id for r in store.get_runs("s")}
+    assert left == {"kept", "pr_new"}
+    assert store.get_cells("s", "old") == [] and store.get_metrics("s", "old") == []
+    assert store.get_checks("s", "pr_old") == [] and len(store.get_checks("s", "kept")) == 4
+
+
+def _pr_run(cls, run_id):
+    return cls(
+        dag_id="s", run_id=run_id, kind="verdict", repo="o/r", number=1, head_sha="a" * 40,
+        base_ref="main", base_sha="b" * 40, sender="u", fork=False,
+    )  # fmt: skip
