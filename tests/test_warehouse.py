@@ -9,6 +9,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from accelmatrix.results.pull_requests import PullRequestRun
@@ -16,7 +17,7 @@ from accelmatrix.results.store import ResultsStore
 from accelmatrix.warehouse.config import ConfigError, Retention, WarehouseConfig, export_enabled
 from accelmatrix.warehouse.export import ExportBatch, Warehouse, collect, finished_runs_since
 from accelmatrix.warehouse.retention import prune_store
-from accelmatrix.warehouse.rows import TABLES, bigquery_fields
+from accelmatrix.warehouse.rows import TABLES, CellRow, bigquery_fields, staging_fields
 from accelmatrix.warehouse.views import view_statements
 from accelmatrix_testkit.warehouse_runs import expected_rows, fill_run
 
@@ -109,19 +110,35 @@ def test_backfill_selects_decided_runs_since_a_day(store):
 def test_the_transaction_replaces_what_it_loads():
     wh = Warehouse(WarehouseConfig(dataset="d", project="p"), client=_NoClient())
     batch = ExportBatch(runs=[("s", "it's"), ("s", "r2")], suites=["s"], rows={})
-    sql = wh._replace_script(batch, {"cells": "p.d._stage_cells_x"})
+    sql = wh._replace_script(batch, "p.d._stage_x", {"cells"})
     lines = sql.splitlines()
     assert lines[0] == "BEGIN TRANSACTION;" and lines[-1] == "COMMIT TRANSACTION;"
     assert sum(line.startswith("DELETE FROM") for line in lines) == len(TABLES)
     # Only what was staged is inserted; a quote in a run id stays inside its literal.
     assert [x for x in lines if x.startswith("INSERT")] == [
-        x for x in lines if x.startswith("INSERT INTO `p.d.cells`")
+        "INSERT INTO `p.d.cells` ("
+        + ", ".join(n for n, *_ in bigquery_fields(CellRow))
+        + ") SELECT "
+        + ", ".join(n for n, *_ in bigquery_fields(CellRow))
+        + " FROM `p.d._stage_x` WHERE _table = 'cells';"
     ]
     assert "('s', 'it\\'s')" in sql
 
 
 class _NoClient:
     project = "p"
+
+
+def test_one_staging_table_holds_every_tables_rows():
+    cols = {n: kind for n, kind, _m, _t in staging_fields()}
+    for spec in TABLES:
+        for n, kind, _m, _t in bigquery_fields(spec.row):
+            assert cols[n] == kind
+    line = msgspec.json.encode(CellRow(
+        suite="s", run_id="r", run_date=DAY.date(), run_kind="default", cell_id="c",
+        state="passed", passed=True,
+    ))  # fmt: skip
+    assert msgspec.json.decode(line)["_table"] == "cells"
 
 
 def test_view_file_names_the_dataset_everywhere():

@@ -110,7 +110,7 @@ def test_exported_twice_is_one_copy_and_a_rerun_cell_replaces_its_rows(store, co
     fill_run(store, "suite_a", "r2", cells=3, logical_date=NIGHT + timedelta(days=1))
     wh = Warehouse(config)
     first = export_runs(store, [("suite_a", "r1")], config, warehouse=wh)
-    assert first.load_jobs == 4  # one per table with rows: runs, cells, metrics, checks
+    assert first.load_jobs == 1  # every table's rows in one load job
     export_runs(store, [("suite_a", "r1"), ("suite_a", "r2")], config, warehouse=wh)
     export_runs(store, [("suite_a", "r1")], config, warehouse=wh)  # a retried gate
     assert counts(wh, "suite_a", "r1") == expected_rows(6)

@@ -4,11 +4,12 @@ How one export writes (``Warehouse.write``):
 
 1. the tables are created when missing (partitioned by ``run_date``, clustered, partition
    expiration = the longest retention), and a column a newer row record added is added;
-2. each table's rows go to a staging table of this export in ONE load job (newline-delimited
-   JSON through a resumable upload), however many cells the runs have;
+2. the rows of every table go to one staging table of this export in ONE load job
+   (newline-delimited JSON through a resumable upload; each row names its table), however
+   many cells the runs have;
 3. one multi-statement transaction deletes every row of the exported runs (per-run tables)
-   and of their suites (suite tables) and inserts the staged rows; the staging tables are
-   dropped (they also expire after a day on their own).
+   and of their suites (suite tables) and inserts the staged rows, table by table; the
+   staging table is dropped (it also expires after a day on its own).
 
 A run exported twice, a retried gate, a re-run cell or a backfill over runs already there
 therefore leaves one copy of each row: the transaction replaces, never appends. A failure
@@ -34,6 +35,7 @@ import msgspec
 from accelmatrix.results.runs import is_followup
 from accelmatrix.warehouse.config import WarehouseConfig
 from accelmatrix.warehouse.rows import (
+    TABLE_TAG,
     TABLES,
     TableSpec,
     bigquery_fields,
@@ -44,6 +46,7 @@ from accelmatrix.warehouse.rows import (
     retest_rows,
     run_date,
     run_row,
+    staging_fields,
 )
 from accelmatrix.warehouse.views import create_views
 
@@ -317,6 +320,8 @@ class Warehouse:
         )
 
     def _write_once(self, batch: ExportBatch) -> int:
+        """One try: every row into one staging table in ONE load job, then the replacing
+        transaction. Returns the load jobs run (0 or 1)."""
         from google.cloud import bigquery
 
         if not batch.runs:
@@ -324,53 +329,49 @@ class Warehouse:
         if not self._ready:
             self.ensure_tables()
         client, retry = self.client, self._api_retry()
-        token = f"{datetime.now(UTC):%Y%m%d%H%M%S}_{secrets.token_hex(4)}"
-        staged: dict[str, str] = {}
-        jobs = 0
+        rows = [r for spec in TABLES for r in batch.rows.get(spec.name) or ()]
+        staged: set[str] = {spec.name for spec in TABLES if batch.rows.get(spec.name)}
+        stage = self.table_id(f"_stage_{datetime.now(UTC):%Y%m%d%H%M%S}_{secrets.token_hex(4)}")
+        schema = [
+            bigquery.SchemaField(n, kind, mode=mode, description=text)
+            for n, kind, mode, text in staging_fields()
+        ]
+        table = bigquery.Table(stage, schema=schema)
+        table.expires = datetime.now(UTC) + timedelta(hours=STAGING_HOURS)
+        client.create_table(table, retry=retry)
         try:
-            for spec in TABLES:
-                rows = batch.rows.get(spec.name) or []
-                if not rows:
-                    continue
-                stage = self.table_id(f"_stage_{spec.name}_{token}")
-                table = bigquery.Table(stage, schema=self.schema(spec))
-                table.expires = datetime.now(UTC) + timedelta(hours=STAGING_HOURS)
-                client.create_table(table, retry=retry)
-                staged[spec.name] = stage
-                # A resumable upload (size=None): the client's multipart upload labels the
-                # data */*, which some endpoints (the emulator) refuse; both are one job.
-                data = io.BytesIO(msgspec.json.Encoder().encode_lines(rows))
-                job = client.load_table_from_file(
-                    data,
-                    stage,
-                    size=None,
-                    num_retries=2,
-                    job_config=bigquery.LoadJobConfig(
-                        schema=self.schema(spec),
-                        source_format=bigquery.SourceFormat.NEWLINE_DELIMITED_JSON,
-                        write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
-                    ),
+            # A resumable upload (size=None): the client's multipart upload labels the data
+            # */*, which some endpoints (the emulator) refuse; either way it is one job.
+            data = io.BytesIO(msgspec.json.Encoder().encode_lines(rows))
+            job = client.load_table_from_file(
+                data,
+                stage,
+                size=None,
+                num_retries=2,
+                job_config=bigquery.LoadJobConfig(
+                    schema=schema,
+                    source_format=bigquery.SourceFormat.NEWLINE_DELIMITED_JSON,
+                    write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
+                ),
+            )
+            job.result(retry=retry, timeout=self.config.deadline_s)
+            if job.output_rows != len(rows):
+                raise RuntimeError(
+                    f"warehouse: load job {job.job_id} wrote {job.output_rows} rows, "
+                    f"{len(rows)} were sent"
                 )
-                job.result(retry=retry, timeout=self.config.deadline_s)
-                jobs += 1
-                if job.output_rows != len(rows):
-                    raise RuntimeError(
-                        f"warehouse: load job {job.job_id} wrote {job.output_rows} rows of "
-                        f"{spec.name}, {len(rows)} were sent"
-                    )
-            script = self._replace_script(batch, staged)
+            script = self._replace_script(batch, stage, staged)
             client.query(script, retry=retry, job_retry=None).result(
                 retry=retry, timeout=self.config.deadline_s
             )
         finally:
-            for stage in staged.values():
-                try:
-                    client.delete_table(stage, not_found_ok=True, retry=None, timeout=10)
-                except Exception:  # noqa: BLE001 - it expires on its own
-                    log.debug("staging table %s left to expire", stage)
-        return jobs
+            try:
+                client.delete_table(stage, not_found_ok=True, retry=None, timeout=10)
+            except Exception:  # noqa: BLE001 - it expires on its own
+                log.debug("staging table %s left to expire", stage)
+        return 1
 
-    def _replace_script(self, batch: ExportBatch, staged: dict[str, str]) -> str:
+    def _replace_script(self, batch: ExportBatch, stage: str, staged: set[str]) -> str:
         """One transaction: the exported runs' and suites' rows out, the staged rows in.
 
         The runs and suites are given as literals (ids validated by the store: Airflow's
@@ -395,7 +396,8 @@ class Warehouse:
             if spec.name in staged:
                 cols = ", ".join(name for name, *_ in bigquery_fields(spec.row))
                 out.append(
-                    f"INSERT INTO {target} ({cols}) SELECT {cols} FROM `{staged[spec.name]}`;"
+                    f"INSERT INTO {target} ({cols}) SELECT {cols} FROM `{stage}` "
+                    f"WHERE {TABLE_TAG} = {lit(spec.name)};"
                 )
         out.append("COMMIT TRANSACTION;")
         return "\n".join(out)

@@ -52,12 +52,17 @@ __all__ = [
     "retest_rows",
     "run_date",
     "run_row",
+    "staging_fields",
+    "TABLE_TAG",
 ]
 
 RunKind = Literal["default", "pull_request", "followup"]
+# Each row, encoded, names its table in this field: an export loads the rows of every table
+# in one load job into one staging table, and the transaction sorts them out by it.
+TABLE_TAG = "_table"
 
 
-class RunRow(msgspec.Struct, frozen=True, kw_only=True):
+class RunRow(msgspec.Struct, frozen=True, kw_only=True, tag_field=TABLE_TAG, tag="runs"):
     suite: str
     run_id: str
     run_date: date
@@ -77,7 +82,7 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     exported_at: datetime
 
 
-class CellRow(msgspec.Struct, frozen=True, kw_only=True):
+class CellRow(msgspec.Struct, frozen=True, kw_only=True, tag_field=TABLE_TAG, tag="cells"):
     suite: str
     run_id: str
     run_date: date
@@ -102,7 +107,9 @@ class CellRow(msgspec.Struct, frozen=True, kw_only=True):
     cost: float | None = None
 
 
-class MetricPointRow(msgspec.Struct, frozen=True, kw_only=True):
+class MetricPointRow(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field=TABLE_TAG, tag="metric_points"
+):
     suite: str
     run_id: str
     run_date: date
@@ -115,7 +122,9 @@ class MetricPointRow(msgspec.Struct, frozen=True, kw_only=True):
     source: str | None = None
 
 
-class CheckVerdictRow(msgspec.Struct, frozen=True, kw_only=True):
+class CheckVerdictRow(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field=TABLE_TAG, tag="check_verdicts"
+):
     suite: str
     run_id: str
     run_date: date
@@ -134,7 +143,9 @@ class CheckVerdictRow(msgspec.Struct, frozen=True, kw_only=True):
     upper_bound: float | None = None
 
 
-class ChangePointRow(msgspec.Struct, frozen=True, kw_only=True):
+class ChangePointRow(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field=TABLE_TAG, tag="change_points"
+):
     suite: str
     run_id: str
     run_date: date
@@ -160,7 +171,9 @@ class ChangePointRow(msgspec.Struct, frozen=True, kw_only=True):
     detected_at: datetime | None = None
 
 
-class RetestVerdictRow(msgspec.Struct, frozen=True, kw_only=True):
+class RetestVerdictRow(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field=TABLE_TAG, tag="retest_verdicts"
+):
     suite: str
     run_id: str
     run_date: date
@@ -296,6 +309,20 @@ _BQ_TYPES: dict[type, str] = {
     datetime: "TIMESTAMP",
     date: "DATE",
 }
+
+
+def staging_fields() -> list[tuple[str, str, str, str]]:
+    """The staging table's columns: the table tag, then every table's columns (NULLABLE:
+    each row fills its own table's). A column two tables share has one type in both."""
+    out: dict[str, tuple[str, str, str, str]] = {
+        TABLE_TAG: (TABLE_TAG, "STRING", "REQUIRED", "the table the row belongs to")
+    }
+    for spec in TABLES:
+        for name, kind, _mode, text in bigquery_fields(spec.row):
+            if name in out and out[name][1] != kind:
+                raise TypeError(f"column {name} is {out[name][1]} and {kind} in {spec.name}")
+            out.setdefault(name, (name, kind, "NULLABLE", text))
+    return list(out.values())
 
 
 def bigquery_fields(row: type[msgspec.Struct]) -> list[tuple[str, str, str, str]]:
