@@ -169,3 +169,59 @@ def _pr_run(cls, run_id):
         dag_id="s", run_id=run_id, kind="verdict", repo="o/r", number=1, head_sha="a" * 40,
         base_ref="main", base_sha="b" * 40, sender="u", fork=False,
     )  # fmt: skip
+
+
+def test_which_errors_are_tried_again():
+    import requests
+    from google.api_core import exceptions as api
+
+    from accelmatrix.warehouse.export import _transient
+
+    assert _transient(requests.exceptions.ConnectionError("refused"))
+    assert _transient(api.ServiceUnavailable("503"))
+    assert _transient(
+        api.BadRequest("Could not serialize access to table t due to concurrent update")
+    )
+    assert not _transient(api.BadRequest("No such field: foo"))
+    assert not _transient(api.Forbidden("no bigquery.jobs.create"))
+    assert not _transient(ValueError("ours"))
+
+
+def test_the_client_comes_from_the_airflow_connection(monkeypatch):
+    """No endpoint: the Google provider's BigQueryHook builds the client from the
+    connection (its service account key and project); nothing is sent until it is used."""
+    import json
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    account = {
+        "type": "service_account",
+        "project_id": "team-proj",
+        "private_key_id": "1",
+        "private_key": pem,
+        "client_email": "accelmatrix-export@team-proj.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
+    conn = {
+        "conn_type": "google_cloud_platform",
+        "extra": {"keyfile_dict": json.dumps(account), "project": "team-proj"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_ACCEL_BQ", json.dumps(conn))
+    cfg = WarehouseConfig.from_env(
+        {
+            "ACCELMATRIX_WAREHOUSE_DATASET": "accel_results",
+            "ACCELMATRIX_WAREHOUSE_CONN_ID": "accel_bq",
+        }
+    )
+    wh = Warehouse(cfg)
+    assert wh.client.project == "team-proj"
+    assert wh.client._credentials.service_account_email == account["client_email"]
+    assert wh.dataset_id == "team-proj.accel_results"

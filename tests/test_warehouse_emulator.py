@@ -245,3 +245,42 @@ def test_the_view_has_one_row_per_cell_and_night_with_its_verdict(store, config)
     n = next(iter(wh.client.query(
         f"SELECT COUNT(*) AS n FROM `{wh.dataset_id}.cell_night_metrics`").result())).n  # fmt: skip
     assert n == 8
+
+
+def test_retention_in_the_store_and_the_warehouse(bq, store, monkeypatch):
+    """``default=365,pull_request=42``, as of 400 days after NIGHT: the store loses the
+    366-day-old run and the 43-day-old pull request's; the warehouse loses that pull
+    request's rows by DELETE, and BigQuery's partition expiration (365 days on every table)
+    is left the older night (it expires partitions by the wall clock, not by this test's)."""
+    from accelmatrix.results.pull_requests import PullRequestRun
+    from accelmatrix.warehouse.retention import apply_retention
+
+    now = NIGHT + timedelta(days=400)
+    ages = {"old": 366, "kept": 300, "pr_old": 43, "pr_new": 41}
+    for run_id, days in ages.items():
+        fill_run(store, "suite_f", run_id, cells=2, logical_date=now - timedelta(days=days))
+        if run_id.startswith("pr_"):
+            store.add_pull_request_run(PullRequestRun(
+                dag_id="suite_f", run_id=run_id, kind="verdict", repo="o/r", number=7,
+                head_sha="a" * 40, base_ref="main", base_sha="b" * 40, sender="u", fork=False,
+            ))  # fmt: skip
+    env = {
+        **_env(bq, f"t_{uuid.uuid4().hex[:10]}"),
+        "ACCELMATRIX_RETENTION": "default=365,pull_request=42",
+    }
+    for k, v in {**env, "ACCELMATRIX_RESULTS_URL": store.url}.items():
+        monkeypatch.setenv(k, v)
+    config = WarehouseConfig.from_env()
+    wh = Warehouse(config)
+    export_runs(store, [("suite_f", r) for r in ages], config, warehouse=wh)
+
+    report = apply_retention(now)
+    assert report.store_runs_deleted == {"default": 1, "pull_request": 1}
+    assert {r.run_id for r in store.get_runs("suite_f")} == {"kept", "pr_new"}
+    assert report.warehouse_error is None
+    assert report.warehouse_rows_deleted["cells"] == 2
+    assert counts(wh, "suite_f", "pr_old") == dict.fromkeys(PER_RUN, 0)
+    assert counts(wh, "suite_f", "pr_new") == expected_rows(2)
+    for spec in TABLES:
+        tp = wh.client.get_table(wh.table_id(spec.name)).time_partitioning
+        assert tp.expiration_ms == 365 * 86_400_000, spec.name

@@ -164,6 +164,11 @@ def _transient(exc: BaseException) -> bool:
         from google.resumable_media import common as media
     except ImportError:  # pragma: no cover - always there with google-cloud-bigquery
         media = None
+    if isinstance(exc, api.BadRequest) and "concurrent update" in str(exc):
+        # Two exports of one suite at once (two runs' gates): BigQuery aborts one
+        # transaction ("Could not serialize access to table ... due to concurrent update");
+        # it goes through on the next try.
+        return True
     if isinstance(exc, api.ClientError) and not isinstance(exc, api.TooManyRequests):
         return False
     transient: tuple[type[BaseException], ...] = (
