@@ -122,7 +122,7 @@ def test_the_transaction_replaces_what_it_loads():
         + ", ".join(n for n, *_ in bigquery_fields(CellRow))
         + " FROM `p.d._stage_x` WHERE _table = 'cells';"
     ]
-    assert "('s', 'it\\'s')" in sql
+    assert "STRUCT<suite STRING, run_id STRING>('s', 'it\\'s')" in sql
 
 
 class _NoClient:
