@@ -225,3 +225,24 @@ def test_the_client_comes_from_the_airflow_connection(monkeypatch):
     assert wh.client.project == "team-proj"
     assert wh.client._credentials.service_account_email == account["client_email"]
     assert wh.dataset_id == "team-proj.accel_results"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "said"),
+    [
+        (["--since", "2026-11-01", "--run-id", "r"], {}, "not both"),
+        (["--run-id", "r"], {}, "--run-id needs --dag-id"),
+        (["--since", "2026-11-01"], {}, "ACCELMATRIX_WAREHOUSE_DATASET is not set"),
+        (["--since", "2026-11-01"], {"ACCELMATRIX_WAREHOUSE_DATASET": "a b"},
+         "ACCELMATRIX_WAREHOUSE_DATASET='a b'"),
+    ],
+)  # fmt: skip
+def test_export_command_usage_errors(argv, env, said, monkeypatch, capsys):
+    from accelmatrix import cli
+
+    monkeypatch.delenv("ACCELMATRIX_WAREHOUSE_DATASET", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["export", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and said in err and "Traceback" not in err
