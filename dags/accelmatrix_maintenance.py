@@ -13,6 +13,8 @@ new bounds are stored in the results store (by ``accelmatrix-maintenance``, with
 and sample count); the bounds files under include/ (git's) are never written.
 ``prune_deliveries`` forgets the GitHub webhook deliveries older than their retention
 (``accelmatrix.results.pull_requests.DELIVERY_RETENTION_DAYS``; docs/pull-requests.md).
+``retention``, beside them, deletes the runs older than their kind's retention from the
+results store and from the warehouse (``ACCELMATRIX_RETENTION``; unset, it deletes nothing).
 """
 
 from __future__ import annotations
@@ -81,3 +83,15 @@ with DAG(
 
     analyse_history() >> recenter_bounds()
     prune_deliveries()
+
+    @task(retries=0)
+    def retention() -> dict:
+        """Runs past their kind's days deleted from the store and the warehouse
+        (ACCELMATRIX_RETENTION; unset: nothing deleted). accelmatrix.warehouse.retention."""
+        import msgspec
+
+        from accelmatrix.warehouse.retention import apply_retention
+
+        return msgspec.to_builtins(apply_retention(now=_end()))
+
+    retention()

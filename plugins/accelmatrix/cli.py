@@ -10,6 +10,7 @@ bounds        export FILE: print a bounds file with the bounds re-centered since
               the results store) applied, comments kept, for a PR; history FILE: the rows
 compare       SUITE --base BUILD --head BUILD: run both builds on one machine per cell,
               interleaved, and print their comparison (--json for the JSON)
+export        --dag-id D --run-id R, or --since DATE: runs to the warehouse (BigQuery)
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from accelmatrix.spec.loader import (
 )
 from accelmatrix.spec.params import ParamsError, check_run_conf, parse_params
 from accelmatrix.spec.plan import PlanError, expand
+from accelmatrix.warehouse.command import add_export_command
 
 
 def _paths(args: argparse.Namespace) -> list[Path]:
@@ -402,5 +404,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--dag-id", required=True, help="the suite's DAG id")
     r.add_argument("--run-id", required=True, help="the run started for the pull request")
     r.set_defaults(func=cmd_pr_report)
+    add_export_command(sub)
     args = ap.parse_args(argv)
     return args.func(args)

@@ -20,6 +20,8 @@ Graph of every suite DAG:
 * `gate` fails the run exactly when a non-quarantined cell did not pass: never a green run
   with red cells. It is a teardown task (without setup) with ``on_failure_fail_dagrun``,
   after every cell's teardown, so it also runs when a person marks the run failed.
+* `export` (only with ACCELMATRIX_WAREHOUSE_DATASET set) follows the gate: the run's rows to
+  BigQuery (accelmatrix.warehouse), a teardown too, so its outcome never changes the verdict.
 
 Parse-time cost: a suite is validated (pydantic + PyYAML) when its file or our code changed;
 otherwise its DAG is built from the cached DagShape, and a task process builds only its own
@@ -55,6 +57,7 @@ from accelmatrix.steps.provision.operator import ProvisionOperator
 from accelmatrix.steps.run.operator import RunWorkloadOperator
 from accelmatrix.steps.setup.operator import SetupOperator
 from accelmatrix.steps.teardown.operator import TeardownOperator
+from accelmatrix.warehouse.config import export_enabled
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,15 @@ def gate_task(planned: list[dict[str, Any]], suite_path: str | None = None) -> d
 
     ref = _ref()
     return gate(planned_cells(ref, planned), ref, suite_path)
+
+
+@task(task_id="export", retries=0)
+def export_task() -> dict[str, Any]:
+    # Retries inside (the export as a unit, with backoff): one log line if it still fails.
+    from accelmatrix.warehouse.task import export_step
+
+    ref = _ref()
+    return export_step(ref.dag_id, ref.run_id)
 
 
 @task(task_id="suite_invalid", retries=0)
@@ -330,6 +342,10 @@ def build_dag(path: Path | str, *, use_cache: bool = True) -> DAG:
         gate << groups
         for group in shape.groups:
             dag.get_task(f"{group.machine}.teardown") >> gate
+        if export_enabled():
+            # After the gate decided, never inside it; a teardown, so it runs whatever the
+            # verdict and its own outcome never changes it (accelmatrix.warehouse.task).
+            gate >> export_task().as_teardown()
     return dag
 
 
