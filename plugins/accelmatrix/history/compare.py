@@ -135,12 +135,13 @@ class Comparison:
         if math.isnan(self.change):
             return self.ci_low, self.ci_high
         centre = math.log1p(self.change)
+        df = max(1, self.pairs - 1)
 
         def side(bound: float, z: float | None) -> float:
             if z is None or bound == self.change:
                 return bound
             # expm1 of an infinite log distance: -1 below the estimate, inf above it.
-            return math.expm1(centre + (math.log1p(bound) - centre) * (z / Z_INTERVAL))
+            return math.expm1(centre + (math.log1p(bound) - centre) * _t_ratio(z, df))
 
         return side(self.ci_low, z_low), side(self.ci_high, z_high)
 
@@ -228,6 +229,20 @@ def level(
 
 
 # -- pieces ------------------------------------------------------------------------------
+
+
+def _t_ratio(z: float, df: int) -> float:
+    """How much wider than the CONFIDENCE interval the interval at critical value ``z`` is,
+    for a log-ratio estimate from ``df + 1`` pairs: the ratio of Student's t quantiles at
+    the same tail areas (``z``'s normal tail, against the interval's). A few pairs' estimate
+    has heavier tails than a normal one, so scaling by ``z / 1.96`` alone would make the
+    stricter looks of a sequential or multi-target decision cover less than they claim
+    (a group of four targets on the line confirmed 5 % of the time, against 2.5 %)."""
+    from scipy.stats import norm, t
+
+    if math.isinf(z):
+        return math.inf
+    return float(t.isf(norm.sf(z), df) / t.isf(norm.sf(Z_INTERVAL), df))
 
 
 def _ok(v: float | None) -> bool:

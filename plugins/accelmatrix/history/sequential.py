@@ -20,7 +20,7 @@ is Brownian: look i and j correlate by sqrt(t_i / t_j)). Why these choices:
   sample that failed), and the last look may come early (the cap is counted per build);
   the boundary follows the looks that happened.
 * Pocock-type rather than O'Brien-Fleming-type: a re-test exists to settle clear cases
-  in one session (a 6 % step against a 2 % line confirms on its first 10 pairs 88 % of
+  in one session (a 6 % step against a 2 % line confirms on its first 10 pairs 85 % of
   the time, against 98 % uncorrected: tests/test_sequential.py), and O'Brien-Fleming's
   first-look boundary (z ~ 4) would send most of them to a second session. The price is a wider interval at the last look (z 2.36 instead of
   1.96 for four equal looks), paid only by changes that sit near the line.
@@ -32,7 +32,10 @@ is Brownian: look i and j correlate by sqrt(t_i / t_j)). Why these choices:
   of one group correlate); the verdict that needs **every** target ("not reproduced") is
   an intersection and keeps ``alpha``.
 
-A single look at the full size gives the one-look critical value (1.96 for 2.5 %), so a
+A critical value becomes an interval through ``Comparison.widened``: the bootstrap 95 %
+interval's distance from the estimate, scaled by the ratio of Student's t quantiles (a few
+pairs' estimate has heavier tails than a normal one). A single look at the full size gives
+the one-look critical value (1.96 for 2.5 %), so a
 one-session decision at ``max_pairs`` is judged exactly as before. bench/bench_confirm.py
 prints the wrong-verdict rates with the true change at 0.5x, 1x and 1.5x the line, at one
 look and at every look.
