@@ -71,7 +71,7 @@ test: venv
 # --dist loadfile: few of them share a module fixture). `make test` runs these too.
 CHECK_WORKERS ?= 2
 check: lint
-	$(BIN)/pytest -q -n $(CHECK_WORKERS) -m "not server and not reliability"
+	$(BIN)/pytest -q -n $(CHECK_WORKERS) -m "not server and not reliability and not loop"
 
 # The fault-injection matrix on a real Airflow (every backend): writes the faults x backends
 # table (docs/reliability.md) to reliability-table.md and prints it. Two pytest-xdist

@@ -55,7 +55,7 @@ def _settled(stack, store, timeout: float) -> dict:
 
 
 @pytest.mark.integration
-@pytest.mark.slow(400)
+@pytest.mark.loop
 def test_weekly_backfill_confirms_and_bisects_to_the_first_slow_build(tmp_path):
     from accelmatrix.results.store import ResultsStore
     from accelmatrix_testkit import AirflowStack
