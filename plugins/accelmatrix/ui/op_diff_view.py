@@ -68,6 +68,7 @@ VERDICT_TEXT = {
     "op": "one op explains most of it",
     "spread": "spread over every op: no single op (a slower machine, clock or runtime)",
     "several": "several ops, none clears the others",
+    "intermittent": "an op is slow in some steps only (see its slow-step row)",
     "no_regression": "the traces show no regression beyond their noise",
 }
 
