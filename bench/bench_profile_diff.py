@@ -151,18 +151,24 @@ def one_op(trials: int, k: int) -> None:
         f"(trace x U(1, 1.10), op x N(1, 2-5 %), 10 % of steps interrupted), {trials} trials "
         f"({took:.0f} s)"
     )
-    print(f"   named 'one op': {named / trials:.1%}; of those, share interval covers the truth: "
-          f"{covered / max(named, 1):.1%} (goal >= 95 %)")
+    print(
+        f"   named 'one op': {named / trials:.1%}; of those, share interval covers the truth: "
+        f"{covered / max(named, 1):.1%} (goal >= 95 %)"
+    )
     for (lo, hi), (n, ok, cov, first) in per.items():
         if n:
             print(
                 f"     slowdown {lo:>5.1%}-{min(hi, 1):<6.1%} of the step: named {ok / n:6.1%}, "
                 f"covered {cov / max(ok, 1):6.1%} of named, ranked first {first / n:6.1%} ({n} trials)"
             )
-    print(f"   an unchanged op credited > 10 % (its share's lower bound): {credited / trials:.1%} "
-          "(goal <= 2 %)")
-    print(f"   [an unchanged op's point share > 10 % in a diff with a verdict: "
-          f"{credited_point / trials:.1%}]")
+    print(
+        f"   an unchanged op credited > 10 % (its share's lower bound): {credited / trials:.1%} "
+        "(goal <= 2 %)"
+    )
+    print(
+        f"   [an unchanged op's point share > 10 % in a diff with a verdict: "
+        f"{credited_point / trials:.1%}]"
+    )
 
 
 def intermittent(trials: int, k: int) -> None:
@@ -182,8 +188,10 @@ def intermittent(trials: int, k: int) -> None:
         same = diff_profiles(base, _samples(ops, rng, host, 100 * i + 70, k))
         false_found += bool(same.findings)
     print(f"3. One op 2x slower in 20-50 % of steps, {k}+{k} samples, same host, {trials} trials")
-    print(f"   found as a slow-step row: {found / trials:.1%} (goal >= 95 %); "
-          f"verdict 'intermittent' or that op named: {first / trials:.1%}")
+    print(
+        f"   found as a slow-step row: {found / trials:.1%} (goal >= 95 %); "
+        f"verdict 'intermittent' or that op named: {first / trials:.1%}"
+    )
     print(f"   nothing changed: a slow-step finding in {false_found / trials:.1%} of diffs")
 
 
@@ -210,8 +218,10 @@ def even(trials: int, k: int) -> None:
             d = diff_profiles(base, new)
             named += d.cause is not None
             spread += d.verdict == "spread"
-        print(f"4. Every op 2 % slower, {k}+{k} samples, {label}, {trials} trials: one op named "
-              f"{named / trials:.1%} (goal 0 %); verdict 'spread' {spread / trials:.1%}")
+        print(
+            f"4. Every op 2 % slower, {k}+{k} samples, {label}, {trials} trials: one op named "
+            f"{named / trials:.1%} (goal 0 %); verdict 'spread' {spread / trials:.1%}"
+        )
 
 
 def attribution(matrices: int) -> None:
@@ -268,14 +278,20 @@ def example(trials: int, k: int) -> None:
             out = diff_traces(kept[0], kept[1])
             shutil.rmtree(tmp, ignore_errors=True)
         d = out.diff
-        ok = d is not None and d.verdict == "op" and d.cause is not None and d.cause.op == "aten::mm"
+        ok = (
+            d is not None and d.verdict == "op" and d.cause is not None and d.cause.op == "aten::mm"
+        )
         right += ok
         head = d.summary().splitlines()[:2] if d is not None else [out.error]
-        print(f"   trial {t + 1}: {'ok' if ok else 'MISSED'}: {' / '.join(h.strip() for h in head)}")
+        print(
+            f"   trial {t + 1}: {'ok' if ok else 'MISSED'}: {' / '.join(h.strip() for h in head)}"
+        )
     load = os.getloadavg()[0]
-    print(f"6. The example's workload, {k}+{k} interleaved runs per trial: aten::mm named 'one "
-          f"op' with the largest share in {right} of {trials} trials (goal >= 9 of 10); "
-          f"{time.perf_counter() - t0:.0f} s, load {load:.1f} at the end")
+    print(
+        f"6. The example's workload, {k}+{k} interleaved runs per trial: aten::mm named 'one "
+        f"op' with the largest share in {right} of {trials} trials (goal >= 9 of 10); "
+        f"{time.perf_counter() - t0:.0f} s, load {load:.1f} at the end"
+    )
 
 
 def main() -> None:
@@ -284,7 +300,11 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=400)
     ap.add_argument("--matrices", type=int, default=500)
     ap.add_argument("--samples", type=int, default=3, help="profiled samples per build")
-    ap.add_argument("--parts", default="12345", help="which parts to run (6: the example's real workload, minutes)")
+    ap.add_argument(
+        "--parts",
+        default="12345",
+        help="which parts to run (6: the example's real workload, minutes)",
+    )
     ap.add_argument("--steps", type=int, default=STEPS, help="steps per trace in parts 2-3")
     args = ap.parse_args()
     STEPS = args.steps

@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 import pytest
-from accelmatrix_testkit.chrome_traces import SynthOp, make_ops, synth_profile
 
 from accelmatrix.history.profile_diff import diff_profiles
+from accelmatrix_testkit.chrome_traces import SynthOp, make_ops, synth_profile
 
 STEPS = 100
 
@@ -135,9 +135,7 @@ def test_intervals_cover_the_planted_change_on_a_noisy_host() -> None:
 
 def test_the_stored_json_has_no_nan_and_keeps_the_findings() -> None:
     ops = _ops()
-    d = diff_profiles(
-        _samples(ops, 80), _samples(ops, 90, intermittent={ops[0].name: (0.4, 2.0)})
-    )
+    d = diff_profiles(_samples(ops, 80), _samples(ops, 90, intermittent={ops[0].name: (0.4, 2.0)}))
     doc = json.loads(json.dumps(d.as_json(top=3), allow_nan=False))
     assert doc["tails"] and doc["tails"][0]["op"] == ops[0].name and doc["tails"][0]["finding"]
     assert doc["base_samples"] == 3 and doc["samples_from"] == "traces"

@@ -361,7 +361,9 @@ def diff_profiles(
     se_d, df_d = _welch(log_s[None, ia], log_s[None, ib])
     dlog = float(log_s[ib].mean() - log_s[ia].mean())
     t_d = _tq(df_d[0])
-    drift, drift_lo, drift_hi = (math.expm1(x) for x in (dlog, dlog - t_d * se_d[0], dlog + t_d * se_d[0]))
+    drift, drift_lo, drift_hi = (
+        math.expm1(x) for x in (dlog, dlog - t_d * se_d[0], dlog + t_d * se_d[0])
+    )
     base_total = float(n[:, ia].mean(axis=1).sum())
 
     se_step, df_step = _welch(step_t[None, ia], step_t[None, ib])
@@ -399,9 +401,7 @@ def diff_profiles(
     # Bonferroni over the ops: is any op beside the first beyond its noise?
     t_bonf = _tq(df_e, level=1 - (1 - LEVEL) / max(len(keys), 1))
     beyond = excess - t_bonf * se_e > 0
-    verdict = _verdict(
-        rows, order, beyond, (lo_total, d_total), (drift_lo, drift), base_total
-    )
+    verdict = _verdict(rows, order, beyond, (lo_total, d_total), (drift_lo, drift), base_total)
     tails = _tails(keys, mats, k_a, scale)
     if verdict == "no_regression" and any(t.finding for t in tails):
         verdict = "intermittent"
@@ -586,7 +586,10 @@ def _tails(
         axis=1,
     )
     p90 = np.stack(
-        [np.quantile(x / s, TAIL_QUANTILE, axis=1) for (x, _, _), s in zip(mats, scale, strict=True)],
+        [
+            np.quantile(x / s, TAIL_QUANTILE, axis=1)
+            for (x, _, _), s in zip(mats, scale, strict=True)
+        ],
         axis=1,
     )
     steps = np.array([x.shape[1] for x, _, _ in mats], dtype=float)
@@ -597,7 +600,9 @@ def _tails(
     zb = stats.norm.ppf(1 - (1 - LEVEL) / 2 / int(has.sum()))
     # Intermittent: the new build still takes the fast path in most steps (an op slower in
     # every step is its mean's row, not a slow path).
-    found = has & (rise >= MIN_SLOW_SHARE) & (rise - zb * se > 0) & (fb.mean(axis=1) <= MAX_SLOW_SHARE)
+    found = (
+        has & (rise >= MIN_SLOW_SHARE) & (rise - zb * se > 0) & (fb.mean(axis=1) <= MAX_SLOW_SHARE)
+    )
     lo, hi = rise - z95 * se, rise + z95 * se
     names = list(keys)
     out = [

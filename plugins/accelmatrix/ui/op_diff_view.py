@@ -388,7 +388,7 @@ def _tails_table(tails: list[TailRow]) -> str:
         + f'</td><td class="num">{esc(_ms(t.threshold_us))}</td>'
         f'<td class="num">{esc(_pct(t.base_slow, sign=False))}</td>'
         f'<td class="num">{esc(_pct(t.new_slow, sign=False))}'
-        f'{esc(_interval(t.slow_lo, t.slow_hi, sign=True))}</td>'
+        f"{esc(_interval(t.slow_lo, t.slow_hi, sign=True))}</td>"
         f'<td class="num">{esc(_ms(t.base_p90_us))} &rarr; {esc(_ms(t.new_p90_us))}</td></tr>'
         for t in tails
     )
@@ -525,7 +525,9 @@ def _op_line(r: OpRow) -> str:
     else:
         text = f"{name} self time {_ms(r.delta_us, sign=True)} per step ({_pct(r.delta_pct)})"
     if r.share is not None:
-        text += f", {_pct(r.share, sign=False)}{_interval(r.share_lo, r.share_hi)} of the regression"
+        text += (
+            f", {_pct(r.share, sign=False)}{_interval(r.share_lo, r.share_hi)} of the regression"
+        )
     return text
 
 
