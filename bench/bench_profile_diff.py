@@ -46,7 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests")]
 
-from accelmatrix.history.attribution import attribute  # noqa: E402
+from accelmatrix.history.attribution import attribute, noise_chi2  # noqa: E402
 from accelmatrix.history.profile_diff import diff_profiles, diff_traces  # noqa: E402
 from accelmatrix_testkit.cause_matrix import CAUSES, plant  # noqa: E402
 from accelmatrix_testkit.chrome_traces import make_ops, synth_profile, synth_trace  # noqa: E402
@@ -294,6 +294,32 @@ def example(trials: int, k: int) -> None:
     )
 
 
+def calibration(matrices: int) -> None:
+    """Part 5b: the noise threshold by the matrix's size (attribution.noise_chi2): the share
+    of pure-noise matrices given a cause (goal: about NOISE_FALSE_RATE), and the right
+    class of a 3 % code or machine-kind change, 4 nights after, with the re-test."""
+    print(
+        f"5b. Attribution calibrated by size, {matrices} matrices each, 4 nights after, no re-test"
+    )
+    print(f"   {'models x kinds x runtimes':>26}  {'threshold':>9}  {'noise given a cause':>19}"
+          f"  {'code right':>10}  {'machine kind right':>18}")  # fmt: skip
+    for models, kinds, runtimes in ((2, 2, 2), (4, 3, 2), (8, 3, 2), (16, 4, 3)):
+        rng = np.random.default_rng(models * 100 + kinds * 10 + runtimes)
+        rates = []
+        for cause in ("noise", "code", "machine_kind"):
+            right = 0
+            for _ in range(matrices):
+                p = plant(rng, cause, models=models, kinds=kinds, runtimes=runtimes)
+                a = attribute(p.change, p.siblings, workload_axes={"model"})
+                right += a.cause == p.cause and (p.value is None or a.value == p.value)
+            rates.append(right / matrices)
+        thr = noise_chi2(models, 3)
+        size = f"{models} x {kinds} x {runtimes}"
+        print(
+            f"   {size:>26}  {thr:>9.1f}  {1 - rates[0]:>19.1%}  {rates[1]:>10.1%}  {rates[2]:>18.1%}"
+        )
+
+
 def main() -> None:
     global STEPS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -319,6 +345,7 @@ def main() -> None:
         even(args.trials // 4, args.samples)
     if "5" in args.parts:
         attribution(args.matrices)
+        calibration(args.matrices)
     if "6" in args.parts:
         example(10, args.samples)
 
