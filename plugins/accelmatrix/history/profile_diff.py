@@ -520,7 +520,11 @@ def _typical(x: np.ndarray) -> np.ndarray:
     of a 0.5 ms matmul, 3x its mean in one trace of the example), and the time lands in
     whichever op was running; the mean of one sample then moves more than the regression
     does, and no number of samples makes the interval useful. The median stays put with up
-    to half the steps interrupted. Nothing is dropped from what the diff reports: the step
+    to half the steps interrupted, and for symmetric jitter it is the mean. A lower
+    quantile would hold with more steps interrupted (at load 10-12 on the 2 cores the
+    median missed the example's doubled matmul in 2 of 3 trials, bench part 6), but it
+    reads a change that scales the op (x 1.5) short by the op's spread below its mean,
+    and the intervals then miss the planted change (tests/test_profile_samples.py). Nothing is dropped from what the diff reports: the step
     time and each op's ``mean_delta_us`` are plain means, and a slow path taken in fewer
     than half the steps, which the median does not see, is what the slow-step rows
     (``TailDelta``) are for."""
