@@ -29,26 +29,27 @@ WRITE = (
 )
 
 
-def test_the_driver_keeps_one_trace_per_build(tmp_path: Path, monkeypatch) -> None:
+def test_the_driver_keeps_per_build_traces_of_each_build(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     plan = {
-        "order": [0, 1, 1, 0],
+        "order": [0, 1, 1, 0, 0, 1, 1, 0],
         "runs": [
             {"build": "n-1", "argv": [sys.executable, "-c", WRITE], "env": {"WHO": "a"}},
             {"build": "n/2", "argv": [sys.executable, "-c", WRITE], "env": {"WHO": "b"}},
         ],
-        "keep": {"glob": "out/*.pt.trace.json", "per_build": 1, "into": PROFILES_DIR},
+        "keep": {"glob": "out/*.pt.trace.json", "per_build": 3, "into": PROFILES_DIR},
     }
     assert interleave.main([json.dumps(plan)]) == 0
     kept = tmp_path / PROFILES_DIR
-    assert (kept / "n-1" / "0-step.pt.trace.json").read_text() == "a0"
-    assert (kept / "n_2" / "1-step.pt.trace.json").read_text() == "b1"
-    assert sorted(p.name for p in kept.rglob("*.json")) == [
-        "0-step.pt.trace.json",
-        "1-step.pt.trace.json",
-    ]
+    # the first 3 samples of each build, interleaved as run (a: 0, 3, 4; b: 1, 2, 5)
+    assert {p.name: p.read_text() for p in (kept / "n-1").iterdir()} == {
+        "0-step.pt.trace.json": "a0", "3-step.pt.trace.json": "a3", "4-step.pt.trace.json": "a4",
+    }  # fmt: skip
+    assert {p.name: p.read_text() for p in (kept / "n_2").iterdir()} == {
+        "1-step.pt.trace.json": "b1", "2-step.pt.trace.json": "b2", "5-step.pt.trace.json": "b5",
+    }  # fmt: skip
     # the later samples' trace stays where the workload wrote it (the last one's)
-    assert (tmp_path / "out" / "step.pt.trace.json").read_text() == "a3"
+    assert (tmp_path / "out" / "step.pt.trace.json").read_text() == "a7"
 
 
 def test_a_suite_with_traces_plans_sessions_that_keep_them() -> None:
@@ -73,8 +74,27 @@ def test_a_suite_with_traces_plans_sessions_that_keep_them() -> None:
     )  # fmt: skip
     (cell,) = expand_followup(traced, "nightly_perf", fu, params={"slow_from": "2026-03-07"}).cells
     plan = json.loads(cell.workload.run[3])
-    assert plan["keep"] == {"glob": "out/*.pt.trace.json", "per_build": 1, "into": PROFILES_DIR}
+    assert plan["keep"] == {"glob": "out/*.pt.trace.json", "per_build": 3, "into": PROFILES_DIR}
     assert f"{PROFILES_DIR}/**" in cell.workload.artifacts
+    five = traced.model_copy(
+        update={
+            "workload": traced.workload.model_copy(
+                update={
+                    "metrics": [
+                        *suite.workload.metrics,
+                        *parse_metric_sources(
+                            [{"type": "profiler_trace", "glob": "out/*.pt.trace.json",
+                              "profiled_samples": 5}]
+                        ),
+                    ]
+                }
+            )
+        }
+    )  # fmt: skip
+    (cell5,) = expand_followup(five, "nightly_perf", fu, params={"slow_from": "2026-03-07"}).cells
+    assert json.loads(cell5.workload.run[3])["keep"]["per_build"] == 5
+    with pytest.raises(Exception, match="profiled_samples"):
+        parse_metric_sources([{"type": "profiler_trace", "profiled_samples": 0}])
     (plain,) = expand_followup(suite, "nightly_perf", fu, params={"slow_from": "2026-03-07"}).cells
     assert "keep" not in json.loads(plain.workload.run[3])
 

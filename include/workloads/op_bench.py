@@ -22,7 +22,7 @@ Output, as the suite's metrics read it:
   ``log_regex`` series the history and the re-test follow);
 * ``out/op_bench.pt.trace.json``: a Chrome trace of ``--profile-steps`` steps with
   ``ProfilerStep#<n>`` around each and the ops' input shapes (the ``profiler_trace``
-  source; a re-test keeps one per build for the diff).
+  source; a re-test keeps those of 3 samples per build for the diff).
 
 The profiler is the autograd profiler on kineto, driven by hand: ``torch.profiler.profile``
 imports ``torch._inductor`` when it writes the trace, 2-3 s of CPU per run on two cores

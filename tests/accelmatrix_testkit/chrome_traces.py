@@ -108,10 +108,20 @@ def synth_profile(
     step_cv: float = 0.01,
     outside_us: float = 30.0,
     seed: int = 0,
+    op_noise: float = 0.0,
+    intermittent: dict[str, tuple[float, float]] | None = None,
+    interrupts: tuple[float, float] = (0.0, 0.0),
 ) -> OpProfile:
     """What ``op_trace.read_profile`` gives for ``synth_trace``'s trace of the same
     arguments (the same model of jitter, drawn in another order), built directly: the
-    bench's thousands of ranking trials need the frames, not 50 MB of JSON each."""
+    bench's thousands of ranking trials need the frames, not 50 MB of JSON each.
+
+    A noisy host, beyond that model: ``op_noise`` scales each op of this trace by its own
+    log-normal factor (sd ``op_noise``: an op a few percent dearer in one trace than the
+    next); ``intermittent`` maps an op to (share of steps, factor): in that share of the
+    steps, drawn at random, the op takes ``factor`` x as long (a recompile, a sync);
+    ``interrupts`` is (share of steps, fraction of the step): in that share of the steps
+    the OS takes that much of the step, landing in one op drawn by its time."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
@@ -119,9 +129,14 @@ def synth_profile(
     sigma = float(np.sqrt(np.log(1 + cv * cv)))
     step_factor = (1 + drift) * rng.lognormal(0.0, step_cv, size=steps)
     names, shapes, self_us, calls = [], [], [], []
+    intermittent = intermittent or {}
     for o in ops:
         draws = rng.lognormal(-sigma * sigma / 2, sigma, size=(steps, o.calls))
-        t = o.us * scale.get(o.name, 1.0) * step_factor * draws.sum(axis=1)
+        f = scale.get(o.name, 1.0) * (rng.lognormal(0.0, op_noise) if op_noise else 1.0)
+        t = o.us * f * step_factor * draws.sum(axis=1)
+        if o.name in intermittent:
+            share, factor = intermittent[o.name]
+            t = np.where(rng.random(steps) < share, t * factor, t)
         names.append(o.name)
         shapes.append(o.dims.replace(" ", ""))
         self_us.append(t)
@@ -137,6 +152,11 @@ def synth_profile(
     calls.append(1)
     k = len(names)
     values = np.stack(self_us)  # op x step
+    if interrupts[0] > 0:
+        hit = np.flatnonzero(rng.random(steps) < interrupts[0])
+        weight = values.mean(axis=1) / values.mean(axis=1).sum()
+        victims = rng.choice(k, size=len(hit), p=weight)
+        values[victims, hit] += interrupts[1] * values[:, hit].sum(axis=0)
     ops_frame = pd.DataFrame(
         {
             "step": pd.Series(np.tile(np.arange(steps), k), dtype="int64"),

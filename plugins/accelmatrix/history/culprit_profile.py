@@ -1,10 +1,12 @@
 """The culprit report's op-level diff: the traces a re-test kept, found and compared.
 
-A re-test session of a suite that collects profiler traces keeps one profiled sample per
-build (``backends/interleave.py``, under ``spec.followup.PROFILES_DIR`` of the session
-cell's collected files). When the re-test ends with a culprit (or a confirmed suspect),
-``profile_for`` diffs the last good build's traces against the culprit's
-(``history.profile_diff``), pooled over every session of the re-test, and ``attach``
+A re-test session of a suite that collects profiler traces keeps the first few profiled
+samples of each build, interleaved like the timed ones (the ``profiled_samples`` of the
+suite's ``profiler_trace`` metric, default 3; ``backends/interleave.py``, under
+``spec.followup_plan.PROFILES_DIR`` of the session cell's collected files). When the
+re-test ends with a culprit (or a confirmed suspect), ``profile_for`` diffs the last good
+build's traces against the culprit's (``history.profile_diff``: each trace one sample, the
+intervals from the spread between them), over every session of the re-test, and ``attach``
 stores the diff's JSON with each target's decision, so the change's report,
 ``changepoints --suite --json`` and the alert carry it. A suite without traces gets
 nothing (no diff, no message); a trace that cannot be read gets one message in the

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field, ValidationError
 
 from accelmatrix.backends import interleave
+from accelmatrix.metrics.source_models import ProfilerTraceSource
 from accelmatrix.spec.cell import CellSpec
 from accelmatrix.spec.plan import Plan, PlanError, expand
 from accelmatrix.spec.suite import Suite
@@ -60,7 +61,8 @@ MAX_SESSION_BUILDS = 8
 MAX_SESSION_SAMPLES = 512
 _RETEST = ",retest="
 # Where a session keeps each build's profiler traces (backends/interleave.py), relative to
-# the work dir and so to the session cell's collected files, and how many samples' worth.
+# the work dir and so to the session cell's collected files. How many samples' worth is the
+# suite's profiler_trace metric's ``profiled_samples``.
 PROFILES_DIR = "out/accelmatrix-profiles"
 PROFILES_PER_BUILD = 1
 _M = TypeVar("_M", bound=Model)
@@ -227,12 +229,14 @@ def _session_cell(
         env = {k: v for k, v in c.workload.env.items() if base.workload.env.get(k) != v}
         runs.append({"build": build, "argv": c.workload.run, "env": env})
     doc: dict[str, Any] = {"order": order, "runs": runs}
-    traces = [m.glob for m in base.workload.metrics if m.type == "profiler_trace"]
+    traces = [m for m in base.workload.metrics if isinstance(m, ProfilerTraceSource)]
     artifacts = list(base.workload.artifacts)
     if traces:
-        # One profiled sample per build is kept for the culprit report's op-level diff
-        # (history.culprit_profile); the next sample would overwrite it.
-        doc["keep"] = {"glob": traces[0], "per_build": PROFILES_PER_BUILD, "into": PROFILES_DIR}
+        # The first profiled samples of each build (the metric's ``profiled_samples``,
+        # interleaved like the timed ones) are kept for the culprit report's op-level diff
+        # (history.culprit_profile); a later sample would overwrite them.
+        per_build = traces[0].profiled_samples
+        doc["keep"] = {"glob": traces[0].glob, "per_build": per_build, "into": PROFILES_DIR}
         artifacts.append(f"{PROFILES_DIR}/**")
     plan = json.dumps(doc, separators=(",", ":"))
     driver = Path(interleave.__file__).read_text(encoding="utf-8")

@@ -67,8 +67,9 @@ CAUSE_TEXT = {
 VERDICT_TEXT = {
     "op": "one op explains most of it",
     "spread": "spread over every op: no single op (a slower machine, clock or runtime)",
-    "several": "several ops, none explains half of it",
-    "no_regression": "the culprit's trace is not slower",
+    "several": "several ops, none clears the others",
+    "intermittent": "an op is slow in some steps only (see its slow-step row)",
+    "no_regression": "the traces show no regression beyond their noise",
 }
 
 
@@ -86,6 +87,26 @@ class OpRow(msgspec.Struct, frozen=True):
     excess_us: float = 0.0
     share: float | None = None
     status: str = "changed"  # changed | new | gone
+    # 95 % intervals across the profiled samples (None: a diff stored before they were)
+    excess_lo: float | None = None
+    excess_hi: float | None = None
+    share_lo: float | None = None
+    share_hi: float | None = None
+
+
+class TailRow(msgspec.Struct, frozen=True):
+    """An intermittent slow path (``profile_diff.TailDelta``): the share of steps over the
+    op's slow threshold in both builds, and its p90."""
+
+    op: str
+    shapes: str = ""
+    threshold_us: float = 0.0
+    base_slow: float = 0.0
+    new_slow: float = 0.0
+    slow_lo: float | None = None
+    slow_hi: float | None = None
+    base_p90_us: float = 0.0
+    new_p90_us: float = 0.0
 
 
 class StoredDiff(msgspec.Struct, frozen=True):
@@ -109,6 +130,10 @@ class StoredDiff(msgspec.Struct, frozen=True):
     rows: list[OpRow] = []
     base_peak_memory_bytes: float | None = None
     new_peak_memory_bytes: float | None = None
+    base_samples: int = 1
+    new_samples: int = 1
+    samples_from: str = "traces"
+    tails: list[TailRow] = []
 
 
 class SiblingRow(msgspec.Struct, frozen=True):
@@ -339,10 +364,48 @@ def _diff_html(c: CellReport, chart_id: str) -> str:
         f'<p class="opdiff-head" data-verdict="{esc(d.verdict or "")}">Ops, last good '
         f"{builds}: {step}: <b>{esc(verdict)}</b>{esc(mem)}. "
         f'<span class="meta">Self time per step, {d.base_steps} and {d.new_steps} profiled '
-        "steps; the share is of the ops' summed &Delta;; ranked by what each op changed "
-        "beyond the common drift.</span></p>"
+        f"steps in {d.base_samples} and {d.new_samples} "
+        + ("samples" if d.samples_from == "traces" else "blocks of one trace")
+        + "; the share is of the ops' summed change beyond the common drift, with its 95 % "
+        "interval across the samples; ranked by that change.</span></p>"
     )
-    return head + render_bars(d.rows[:CHART_OPS], chart_id) + _table(d.rows) + _traces_html(c)
+    return (
+        head
+        + render_bars(d.rows[:CHART_OPS], chart_id)
+        + _table(d.rows)
+        + _tails_table(d.tails)
+        + _traces_html(c)
+    )
+
+
+def _tails_table(tails: list[TailRow]) -> str:
+    """The intermittent slow paths: an op slower in some steps only."""
+    if not tails:
+        return ""
+    body = "".join(
+        f'<tr class="tail-row" data-op="{esc(t.op)}"><td>{esc(t.op)}'
+        + (f'<span class="sub">{esc(t.shapes)}</span>' if t.shapes else "")
+        + f'</td><td class="num">{esc(_ms(t.threshold_us))}</td>'
+        f'<td class="num">{esc(_pct(t.base_slow, sign=False))}</td>'
+        f'<td class="num">{esc(_pct(t.new_slow, sign=False))}'
+        f"{esc(_interval(t.slow_lo, t.slow_hi, sign=True))}</td>"
+        f'<td class="num">{esc(_ms(t.base_p90_us))} &rarr; {esc(_ms(t.new_p90_us))}</td></tr>'
+        for t in tails
+    )
+    return (
+        '<h4>Intermittent slow paths</h4><table class="changes opdiff tails"><thead><tr>'
+        "<th>op</th><th>slow above</th><th>slow steps, last good</th>"
+        "<th>slow steps, culprit (rise, 95 %)</th><th>p90 per step</th></tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
+def _interval(lo: float | None, hi: float | None, *, sign: bool = False) -> str:
+    if not (_finite(lo) and _finite(hi)):
+        return ""
+    assert lo is not None and hi is not None
+    f = "{:+.0f}" if sign else "{:.0f}"
+    return f" [{f.format(lo * 100)}, {f.format(hi * 100)}]"
 
 
 def _table(rows: list[OpRow]) -> str:
@@ -355,7 +418,8 @@ def _table(rows: list[OpRow]) -> str:
         f'<td class="num">{esc(_ms(r.new_us))}</td>'
         f'<td class="num delta">{esc(_ms(r.delta_us, sign=True))}</td>'
         f'<td class="num">{esc(_pct(r.delta_pct))}</td>'
-        f'<td class="num share">{esc(_pct(r.share, sign=False))}</td>'
+        f'<td class="num share">{esc(_pct(r.share, sign=False))}'
+        f"{esc(_interval(r.share_lo, r.share_hi))}</td>"
         f"<td>{esc(r.status if r.status != 'changed' else '')}</td></tr>"
         for r in rows
     )
@@ -461,7 +525,9 @@ def _op_line(r: OpRow) -> str:
     else:
         text = f"{name} self time {_ms(r.delta_us, sign=True)} per step ({_pct(r.delta_pct)})"
     if r.share is not None:
-        text += f", {_pct(r.share, sign=False)} of the regression"
+        text += (
+            f", {_pct(r.share, sign=False)}{_interval(r.share_lo, r.share_hi)} of the regression"
+        )
     return text
 
 
