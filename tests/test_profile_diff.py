@@ -32,6 +32,15 @@ def _step(x, w, *, culprit: bool, timer: list[float] | None = None) -> None:
     perf_counter around the calls, for steps run without the profiler."""
     import torch
 
+    # The step's other work, a dozen small ops on a 64 x 64 tensor that the culprit leaves
+    # alone: the host scale is read from the median op (history.profile_diff), and with
+    # only the matmul's neighbours (which a second matmul's cache traffic slows too) the
+    # doubled matmul reads as "every op slower" on a busy host, as in op_bench.py.
+    a = torch.layer_norm(x[:64, :64], (64,))
+    a = torch.softmax(torch.tanh(a), dim=-1)
+    a = torch.sigmoid(a * 0.5 + 1.0)
+    a = torch.sqrt(torch.exp(torch.abs(a)))
+    torch.clamp(torch.neg(a), -1.0, 1.0).mean()
     t = time.perf_counter()
     h = torch.mm(x, w)
     if culprit:
@@ -97,20 +106,32 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[P
 
     On a host loaded well past its cores (other jobs' test suites), the profiler's own cost
     inside an op grows and one recording can read the matmul 25-30 % dearer than the
-    unprofiled timing; like the re-test, which adds pairs while undecided, the recording
-    is taken again (up to 3 times) until the diff's figure for the matmul agrees with the
-    timing. The ranking and the new op are asserted on every recording taken."""
+    unprofiled timing, or so noisy that the diff cannot tell the builds apart (the step's
+    interval across the samples spans zero). Like the re-test, which adds pairs while
+    undecided, the recording is taken again (up to 3 times) until the diff measured the
+    regression and its figure for the matmul agrees with the timing. Every recording
+    taken must blame no other op; when none decided, the tests are skipped with the
+    figures (not decided), never passed on data that decided nothing."""
     torch = pytest.importorskip("torch")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one core: the timing does not depend on the other tests
+    seen: list[str] = []
     try:
         d = tmp_path_factory.mktemp("traces")
         for attempt in range(3):
             good, bad, cost = _record(d, attempt)
             diff = diff_traces(good, bad).diff
-            assert diff is not None and diff.rows[0].op == "aten::mm", diff and diff.summary()
-            if abs(diff.rows[0].delta_us - cost) <= 0.2 * cost:
+            assert diff is not None
+            assert diff.cause is None or diff.cause.op == "aten::mm", diff.summary()
+            seen.append(diff.summary().splitlines()[0])
+            if (
+                diff.delta_ops_lo > 0
+                and diff.rows[0].op == "aten::mm"
+                and abs(diff.rows[0].delta_us - cost) <= 0.2 * cost
+            ):
                 break
+        else:
+            pytest.skip(f"the host too busy for 3 recordings to decide: {seen}")
     finally:
         torch.set_num_threads(threads)
     return good, bad, cost
