@@ -270,3 +270,104 @@ def test_the_benchs_frames_match_the_reader_on_the_same_model() -> None:
     b = drawn.ops.groupby(["op", "shapes"])["self_us"].sum() / drawn.n_steps
     assert sorted(a.index) == sorted(b.index)
     assert np.allclose(a.sort_index(), b.sort_index(), rtol=0.05)
+
+
+def _nested_trace(*, culprit: bool, seed: int, steps: int = 20) -> bytes:
+    """Hand-made kineto events: each step calls six small ops and aten::mm directly; the
+    culprit's step also calls a new aten::matmul that runs aten::reshape and another
+    aten::mm (the same shapes) inside it."""
+    rng = np.random.default_rng(seed)
+    ev: list[dict] = []
+    mm = {"Input Dims": [[256, 384], [384, 384]]}
+    t = 0.0
+    for s in range(steps):
+        start = t
+        t += 5
+        for j in range(6):
+            dur = 20 * (1 + j) * (1 + rng.normal(0, 0.02))
+            ev.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{j}", "pid": 1, "tid": 1,
+                       "ts": t, "dur": dur})  # fmt: skip
+            t += dur + 1
+        dur = 400 * (1 + rng.normal(0, 0.02))
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                   "ts": t, "dur": dur, "args": mm})  # fmt: skip
+        t += dur + 1
+        if culprit:
+            inner = 400 * (1 + rng.normal(0, 0.02))
+            outer = inner + 30
+            ev += [
+                {"ph": "X", "cat": "cpu_op", "name": "aten::matmul", "pid": 1, "tid": 1,
+                 "ts": t, "dur": outer},
+                {"ph": "X", "cat": "cpu_op", "name": "aten::reshape", "pid": 1, "tid": 1,
+                 "ts": t + 5, "dur": 10},
+                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                 "ts": t + 20, "dur": inner, "args": mm},
+            ]  # fmt: skip
+            t += outer + 1
+        t += 5
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1,
+                   "tid": 1, "ts": start, "dur": t - start})  # fmt: skip
+        t += 2
+    return json.dumps({"traceEvents": ev}).encode()
+
+
+def test_a_new_op_takes_in_the_ops_it_calls_and_an_unchanged_op_is_not_blamed() -> None:
+    """The culprit adds aten::matmul, which calls aten::reshape and aten::mm; aten::mm's
+    own direct calls did not change. The report has one row, aten::matmul with the ops it
+    calls, holding the whole new cost (its inclusive time), named the one op; aten::mm
+    is not credited with the time it spends inside the new op."""
+    base = [profile_from_bytes(_nested_trace(culprit=False, seed=s)) for s in range(3)]
+    new = [profile_from_bytes(_nested_trace(culprit=True, seed=10 + s)) for s in range(3)]
+    nested = new[0].nested
+    assert nested is not None
+    pairs = set(zip(nested["op"], nested["child"], strict=True))
+    assert pairs == {("aten::matmul", "aten::reshape"), ("aten::matmul", "aten::mm")}
+    d = diff_profiles(base, new)
+    first = d.rows[0]
+    assert first.op == "aten::matmul" and first.status == "new", d.summary()
+    assert first.children == ("aten::mm", "aten::reshape")
+    assert first.new_us == pytest.approx(430, rel=0.05)  # 400 + 10 + its own 20
+    assert d.verdict == "op" and d.cause == first, d.summary()
+    assert first.share_lo is not None and first.share_lo > 0.9
+    mm = next(r for r in d.rows if r.op == "aten::mm")
+    assert abs(mm.excess_us) < 0.05 * first.new_us and (mm.share or 0) < 0.05, d.summary()
+    assert all(r.op != "aten::reshape" for r in d.rows)  # inside the new op only
+    assert "aten::matmul (with the ops it calls: aten::mm, aten::reshape) new" in d.summary()
+
+
+def test_real_traces_roll_a_new_matmuls_children_into_it(tmp_path: Path) -> None:
+    """A real kineto trace: the culprit adds torch.matmul on a 3-d tensor, which torch
+    folds into aten::mm inside aten::matmul; the step's own aten::mm is unchanged. The
+    nesting is read from the real trace and aten::matmul's row takes aten::mm's time in."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    x, w = torch.randn(N, K), torch.randn(K, K)
+    x3 = x.reshape(2, N // 2, K)
+
+    def record(path: Path, *, culprit: bool) -> None:
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(wait=0, warmup=1, active=5, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+        ) as prof:
+            for _ in range(6):
+                torch.mm(x, w)
+                if culprit:
+                    torch.matmul(x3, w)
+                prof.step()
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    record(good, culprit=False)
+    record(bad, culprit=True)
+    p = read_profile(bad)
+    assert p.nested is not None
+    assert ("aten::matmul", "aten::mm") in set(zip(p.nested["op"], p.nested["child"], strict=True))
+    d = diff_traces(good, bad).diff
+    assert d is not None
+    row = next(r for r in d.rows if r.op == "aten::matmul")
+    assert row.status == "new" and "aten::mm" in row.children, d.summary()
+    mm = next(r for r in d.rows if r.op == "aten::mm")
+    # the new matmul's inner mm (about as long as the step's own) is in its row, not mm's
+    assert row.new_us > 0.6 * mm.new_us, d.summary()
+    assert mm.calls_new == pytest.approx(mm.calls_base), d.summary()

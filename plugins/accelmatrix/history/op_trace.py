@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "NESTED_CHILD",
+    "NESTED_PARENT",
     "OUTSIDE_OPS",
     "OpProfile",
     "TraceError",
@@ -66,6 +68,9 @@ OUTSIDE_OPS = "[step, outside any op]"
 HOST_OP_CATS = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
 # Device events: no nesting, the whole duration is the op's; step by their launch.
 DEVICE_OP_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# ``OpProfile.nested``'s key columns: the op around, and the op inside it.
+NESTED_PARENT = ("op", "shapes", "where")
+NESTED_CHILD = ("child", "child_shapes", "child_where")
 # Timestamps are µs with ns decimals, ts and dur each rounded: ends and starts this close
 # are taken as equal.
 _EPS_US = 2e-3
@@ -105,12 +110,17 @@ class OpProfile:
     absent from a step has no row there (the diff counts it as 0 in that step).
     ``peak_memory_bytes``: the highest ``Total Allocated`` of the ``[memory]`` events within
     the steps, None when the trace was recorded without ``profile_memory``.
+    ``nested``: one row per (step, op, shapes, where, child, child_shapes, child_where)
+    with the ``self_us`` and ``calls`` of ``child`` inside ``op`` (any depth below it,
+    host ops only): what the diff needs to report an op new in the culprit together with the ops it
+    calls, as one row (its inclusive time). None when not read from a trace.
     """
 
     source: str
     steps: pd.DataFrame
     ops: pd.DataFrame
     peak_memory_bytes: float | None = None
+    nested: pd.DataFrame | None = None
 
     @property
     def n_steps(self) -> int:
@@ -153,18 +163,25 @@ def merge_profiles(profiles: Sequence[OpProfile]) -> OpProfile:
         raise TraceError("no trace to read")
     if len(profiles) == 1:
         return profiles[0]
-    steps, ops, offset = [], [], 0
+    steps, ops, renumbers, offset = [], [], [], 0
     for p in profiles:
         renumber = {s: offset + i for i, s in enumerate(p.steps["step"].tolist())}
+        renumbers.append(renumber)
         steps.append(p.steps.assign(step=p.steps["step"].map(renumber)))
         ops.append(p.ops.assign(step=p.ops["step"].map(renumber)))
         offset += len(renumber)
+    nested = [
+        p.nested.assign(step=p.nested["step"].map(renumber))
+        for p, renumber in zip(profiles, renumbers, strict=True)
+        if p.nested is not None
+    ]
     peaks = [p.peak_memory_bytes for p in profiles if p.peak_memory_bytes is not None]
     return OpProfile(
         source=", ".join(p.source for p in profiles),
         steps=pd.concat(steps, ignore_index=True),
         ops=pd.concat(ops, ignore_index=True),
         peak_memory_bytes=max(peaks) if peaks else None,
+        nested=pd.concat(nested, ignore_index=True) if nested else None,
     )
 
 
@@ -234,20 +251,40 @@ def _aggregate(events: list[_Event], source: str) -> OpProfile:
             cell[0] += self_us
             cell[1] += 1.0
 
+    # (step index, ancestor op key, op key) -> [the op's self µs, calls] inside that ancestor
+    inside: dict[tuple[int, tuple[str, str, str], tuple[str, str, str]], list[float]] = {}
+
     for rows in threads.values():
         rows.sort(key=lambda e: (e.ts, -e.dur))
         # stack of [end, event, child time, step]
         stack: list[list[Any]] = []
 
-        def close(frame: list[Any]) -> None:
+        def close(frame: list[Any], around: list[list[Any]]) -> None:
             ev, children, step = frame[1], frame[2], frame[3]
             if step is None:
                 return
             own = max(ev.dur - children, 0.0)
             if ev.name.startswith(STEP_PREFIX):
                 add(step, (OUTSIDE_OPS, "", "cpu"), own)
-            else:
-                add(step, key(ev, "cpu"), own)
+                return
+            k = key(ev, "cpu")
+            add(step, k, own)
+            # Every op open around it (the stack, its ancestors; the step's root aside).
+            seen: set[tuple[str, str, str]] = {k}
+            for up in around:
+                if up[3] != step or up[1].name.startswith(STEP_PREFIX):
+                    continue
+                ka = key(up[1], "cpu")
+                if ka in seen:  # an op inside itself (recursion): counted once
+                    continue
+                seen.add(ka)
+                slot = (step, ka, k)
+                cell = inside.get(slot)
+                if cell is None:
+                    inside[slot] = [own, 1.0]
+                else:
+                    cell[0] += own
+                    cell[1] += 1.0
 
         for ev in rows:
             # The open op is not this one's parent when it ended before this one began, or
@@ -256,7 +293,7 @@ def _aggregate(events: list[_Event], source: str) -> OpProfile:
             while stack and (
                 stack[-1][0] <= ev.ts + _EPS_US or ev.ts + ev.dur > stack[-1][0] + _EPS_US
             ):
-                close(stack.pop())
+                close(stack.pop(), stack)
             if stack:
                 stack[-1][2] += ev.dur
             step = step_at(ev.ts)
@@ -264,7 +301,7 @@ def _aggregate(events: list[_Event], source: str) -> OpProfile:
                 correlated[ev.args.correlation] = step
             stack.append([ev.ts + ev.dur, ev, 0.0, step])
         while stack:
-            close(stack.pop())
+            close(stack.pop(), stack)
 
     for ev in device:
         corr = ev.args.correlation if ev.args is not None else None
@@ -292,7 +329,25 @@ def _aggregate(events: list[_Event], source: str) -> OpProfile:
             "dur_us": pd.Series([e - s for s, e, _ in steps], dtype="float64"),
         }
     )
-    return OpProfile(source=source, steps=step_frame, ops=ops, peak_memory_bytes=peak)
+    pairs = list(inside.items())
+    nested = pd.DataFrame(
+        {
+            "step": pd.Series([numbers[s] for (s, _, _), _ in pairs], dtype="int64"),
+            **{
+                col: pd.Series([k[j] for (_, k, _), _ in pairs], dtype="string")
+                for j, col in enumerate(NESTED_PARENT)
+            },
+            **{
+                col: pd.Series([k[j] for (_, _, k), _ in pairs], dtype="string")
+                for j, col in enumerate(NESTED_CHILD)
+            },
+            "self_us": pd.Series([v[0] for _, v in pairs], dtype="float64"),
+            "calls": pd.Series([v[1] for _, v in pairs], dtype="int64"),
+        }
+    )
+    return OpProfile(
+        source=source, steps=step_frame, ops=ops, peak_memory_bytes=peak, nested=nested
+    )
 
 
 def _steps(events: list[_Event], source: str) -> list[tuple[float, float, int]]:

@@ -73,7 +73,13 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from accelmatrix.history.op_trace import OpProfile, TraceError, read_profile
+from accelmatrix.history.op_trace import (
+    NESTED_CHILD,
+    NESTED_PARENT,
+    OpProfile,
+    TraceError,
+    read_profile,
+)
 
 __all__ = [
     "CAUSE_SHARE",
@@ -140,6 +146,9 @@ class OpDelta:
     share_lo: float | None = None
     share_hi: float | None = None
     mean_delta_us: float = math.nan  # the change of the plain mean over every step
+    # For an op new in the culprit (or gone from it): the ops it calls, whose self time
+    # inside it is in this row (its inclusive time), not in theirs.
+    children: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line: ``aten::addmm self time +1.90 ms [+1.60, +2.20] per step (+38 %),
@@ -148,6 +157,9 @@ class OpDelta:
         name = self.op + (f" {self.shapes}" if self.shapes else "")
         if self.where != "cpu":
             name += f" ({self.where})"
+        if self.children:
+            more = f" and {len(self.children) - 3} more" if len(self.children) > 3 else ""
+            name += f" (with the ops it calls: {', '.join(self.children[:3])}{more})"
         if self.status == "new":
             text = f"{name} new in the culprit, {_ms(self.new_us)} per step"
         elif self.status == "gone":
@@ -323,6 +335,7 @@ def diff_profiles(
         raise TraceError("an op diff needs at least one trace of each build")
     if any(p.n_steps == 0 for p in a_list + b_list):
         raise TraceError("an op diff needs at least one profiled step in each trace")
+    a_list, b_list, rolled = _roll_in_children(a_list, b_list)
     keys = _keys(a_list + b_list)
     from_steps = len(a_list) < 2 or len(b_list) < 2
     a_mats = _samples(a_list, keys)
@@ -406,6 +419,7 @@ def diff_profiles(
                 excess_hi=float(hi_e[i]),
                 share_lo=None if share_lo is None else float(share_lo[i]),
                 share_hi=None if share_hi is None else float(share_hi[i]),
+                children=tuple(rolled.get(names[i], ())),
             )
         )
     # Bonferroni over the ops: is any op beside the first beyond its noise?
@@ -472,6 +486,81 @@ def _verdict(
     ):
         return "op"
     return "several"
+
+
+def _roll_in_children(
+    base: list[OpProfile], new: list[OpProfile]
+) -> tuple[list[OpProfile], list[OpProfile], dict[tuple[str, str, str], list[str]]]:
+    """An op new in the culprit (in no base sample), and one gone from it, takes in the
+    self time of the ops it calls: one row, "aten::bmm (with the ops it calls) new",
+    holds what the new code costs, and an op that did not change is not credited with
+    the time it spends inside the new one (aten::mm called by a new aten::bmm would
+    otherwise read as aten::mm slower). Only the outermost such op takes its children in
+    (a new op inside a new op is one of its children). Returns the profiles with their
+    ``ops`` so adjusted and, per op that took children in, their names."""
+    keys_of = [set(_keys([p])) for p in (*base, *new)]
+    in_base = set().union(*keys_of[: len(base)])
+    in_new = set().union(*keys_of[len(base) :])
+    rolled: dict[tuple[str, str, str], list[str]] = {}
+    out = []
+    for group, only in ((base, in_base - in_new), (new, in_new - in_base)):
+        done = []
+        for p in group:
+            done.append(_roll(p, only, rolled) if only and p.nested is not None else p)
+        out.append(done)
+    return out[0], out[1], {k: sorted(set(v)) for k, v in rolled.items()}
+
+
+def _roll(
+    p: OpProfile,
+    only: set[tuple[str, str, str]],
+    rolled: dict[tuple[str, str, str], list[str]],
+) -> OpProfile:
+    """``p`` with the children's self time inside each outermost op of ``only`` moved into
+    that op's row (see ``_roll_in_children``)."""
+    import pandas as pd
+
+    nested = p.nested
+    assert nested is not None
+    parent = list(nested[list(NESTED_PARENT)].itertuples(index=False, name=None))
+    child = list(nested[list(NESTED_CHILD)].itertuples(index=False, name=None))
+    inner = {c for a, c in zip(parent, child, strict=True) if a in only and c in only}
+    outer = only - inner
+    take = np.fromiter((a in outer for a in parent), dtype=bool, count=len(parent))
+    if not take.any():
+        return p
+    moved = nested[take]
+    for a, c in zip(
+        (x for x, t in zip(parent, take, strict=True) if t),
+        (x for x, t in zip(child, take, strict=True) if t),
+        strict=True,
+    ):
+        rolled.setdefault(a, []).append(c[0])
+    cols = ["step", "op", "shapes", "where"]
+    # The time moves into the op; the calls leave the child (the op's calls are its own).
+    into = moved.groupby(["step", *NESTED_PARENT], as_index=False)["self_us"].sum()
+    into["gone_calls"] = 0
+    out_of = (
+        moved.groupby(["step", *NESTED_CHILD], as_index=False)[["self_us", "calls"]]
+        .sum()
+        .rename(
+            columns={**dict(zip(NESTED_CHILD, NESTED_PARENT, strict=True)), "calls": "gone_calls"}
+        )
+    )
+    out_of["self_us"] = -out_of["self_us"]
+    delta = pd.concat([into, out_of], ignore_index=True).groupby(cols, as_index=False).sum()
+    ops = p.ops.merge(delta.rename(columns={"self_us": "moved"}), on=cols, how="left")
+    ops["self_us"] = (ops["self_us"] + ops["moved"].fillna(0.0)).clip(lower=0.0)
+    ops["calls"] = (ops["calls"] - ops["gone_calls"].fillna(0).astype("int64")).clip(lower=0)
+    # A child called only inside the new op leaves no row of its own (it is in that row).
+    ops = ops[(ops["calls"] > 0) | ops["moved"].isna()].drop(columns=["moved", "gone_calls"])
+    return OpProfile(
+        source=p.source,
+        steps=p.steps,
+        ops=ops.reset_index(drop=True),
+        peak_memory_bytes=p.peak_memory_bytes,
+        nested=p.nested,
+    )
 
 
 def _keys(profiles: list[OpProfile]) -> dict[tuple[str, str, str], int]:
