@@ -38,7 +38,7 @@ base median and the 90th percentile, compared across the samples; a tail row is 
 when the slow share rose by at least ``MIN_SLOW_SHARE`` with its lower bound above zero at
 the Bonferroni-corrected level (40 ops tested, so one chance finding per diff is not
 allowed), the new build still takes the fast path in most steps (``MAX_SLOW_SHARE``), and
-the op's plain mean grew by at least ``MATERIAL_SHARE`` of the step's ops time.
+the op takes at least ``TAIL_MIN_US`` in a typical base step.
 Its variance is quasi-binomial (``_slow_var``).
 
 Verdicts, by intervals:
@@ -108,9 +108,9 @@ FALLBACK_BLOCKS = 3
 # A sample's mean of an op is never taken as more precise than this fraction of it
 # (identical samples, or a constant op, would give a zero variance).
 MIN_REL_SD = 0.002
-# An op's change is material from this share of the base build's ops time per step on:
-# only then is it ranked among the changes beyond their noise, or a slow path a finding.
-MATERIAL_SHARE = 0.01
+# An op's slow steps are read only when its typical base step takes at least this (µs):
+# below it, "1.5x slower" is the profiler's per-call cost and the timer's resolution.
+TAIL_MIN_US = 5.0
 # A step of an op is "slow" above this multiple of the op's median in the base build ...
 SLOW_FACTOR = 1.5
 # ... and a rise in the share of slow steps is a finding from this size on, while the new
@@ -220,7 +220,7 @@ class ProfileDiff:
     delta_ops_us: float  # the ops' summed excess: the regression the rows' shares divide
     drift: float  # the new build's host scale over the base's, - 1
     verdict: Verdict
-    rows: list[OpDelta] = field(default_factory=list)  # beyond noise and material first, by excess
+    rows: list[OpDelta] = field(default_factory=list)  # see diff_profiles' ranking
     base_peak_memory_bytes: float | None = None
     new_peak_memory_bytes: float | None = None
     base_samples: int = 1
@@ -388,13 +388,16 @@ def diff_profiles(
     d_t = t_b - t_a
     t_st = _tq(df_step[0])
 
-    # Ranked: the ops whose change is beyond their noise *and* material first, then the
-    # rest, each by excess. Material: at least ``MATERIAL_SHARE`` of the step's ops time;
-    # a µs-long op a fifth slower, however sure, is not what on-call should read first.
+    # Ranked: when the traces decide the regression (its interval above zero), the ops
+    # whose change is beyond their noise first, then the rest, each by excess. When they
+    # do not, nothing is "beyond noise" in a sense worth ranking by: of 40 ops two pass a
+    # 95 % interval by chance, and a µs-long op a fifth slower, held by a tight interval,
+    # would head the list above a matmul whose +0.5 ms spans zero; the rows are then by
+    # excess alone, and the verdict says the traces decided nothing.
     plain_delta = plain[:, ib].mean(axis=1) - plain[:, ia].mean(axis=1)
-    base_ops = float(m[:, ia].mean(axis=1).sum())
-    material = np.abs(excess) >= MATERIAL_SHARE * base_ops
-    order = np.lexsort((-excess, ~((lo_e > 0) & material)))
+    order = (
+        np.lexsort((-excess, ~(lo_e > 0))) if lo_total > 0 else np.argsort(-excess, kind="stable")
+    )
     names = list(keys)
     rows = []
     for i in order:
@@ -426,7 +429,7 @@ def diff_profiles(
     t_bonf = _tq(df_e, level=1 - (1 - LEVEL) / max(len(keys), 1))
     beyond = excess - t_bonf * se_e > 0
     verdict = _verdict(rows, order, beyond, (lo_total, d_total), (drift_lo, drift), base_total)
-    tails = _tails(keys, mats, k_a, scale, plain_delta >= MATERIAL_SHARE * base_ops)
+    tails = _tails(keys, mats, k_a, scale)
     if verdict == "no_regression" and any(t.finding for t in tails):
         verdict = "intermittent"
     return ProfileDiff(
@@ -673,17 +676,17 @@ def _tails(
     mats: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
     k_a: int,
     scale: np.ndarray,
-    material: np.ndarray,
 ) -> list[TailDelta]:
     """Per op that ran in the base build: the share of steps slower than ``SLOW_FACTOR`` x
     its base median (each sample's values divided by its host scale) and the p90, compared
-    across samples; findings first, then by the rise. Only an op whose plain mean grew
-    by a ``material`` amount can be a finding: a µs-long op's slow steps are timer
-    noise (a 1 µs view op is "1.5x slow" at 1.5 µs)."""
+    across samples; findings first, then by the rise. Only an op of at least
+    ``TAIL_MIN_US`` in a typical base step can be a finding: a µs-long op's slow steps are
+    the profiler's own per-call cost and the timer's resolution (a 1 µs view op is "1.5x
+    slow" at 1.5 µs, and on a loaded host in half its steps)."""
     base = np.concatenate([x for x, _, _ in mats[:k_a]], axis=1)
     ran = base > 0
     med = np.array([np.median(r[g]) if g.any() else 0.0 for r, g in zip(base, ran, strict=True)])
-    has = med > 0
+    has = med >= TAIL_MIN_US
     if not has.any():
         return []
     thr = SLOW_FACTOR * med
@@ -707,11 +710,7 @@ def _tails(
     # Intermittent: the new build still takes the fast path in most steps (an op slower in
     # every step is its mean's row, not a slow path).
     found = (
-        has
-        & material
-        & (rise >= MIN_SLOW_SHARE)
-        & (rise - zb * se > 0)
-        & (fb.mean(axis=1) <= MAX_SLOW_SHARE)
+        has & (rise >= MIN_SLOW_SHARE) & (rise - zb * se > 0) & (fb.mean(axis=1) <= MAX_SLOW_SHARE)
     )
     lo, hi = rise - z95 * se, rise + z95 * se
     names = list(keys)
