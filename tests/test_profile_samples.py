@@ -140,3 +140,28 @@ def test_the_stored_json_has_no_nan_and_keeps_the_findings() -> None:
     assert doc["tails"] and doc["tails"][0]["op"] == ops[0].name and doc["tails"][0]["finding"]
     assert doc["base_samples"] == 3 and doc["samples_from"] == "traces"
     assert all(not isinstance(v, float) or math.isfinite(v) for v in doc["rows"][0].values())
+
+
+def test_traces_that_decide_nothing_rank_by_change_and_name_no_op() -> None:
+    """A busy host: each sample's matmul (half the step) is disturbed by +-30 %,
+    so the regression's interval spans zero; a 5 µs op is 30 % slower in every culprit
+    sample, a sure but trivial change. The report names no op and says the traces show
+    no regression beyond their noise, and that small op does not head the list above
+    the matmul's larger (unsure) change."""
+    ops = _ops()
+    small = min((o for o in ops[1:]), key=lambda o: o.us * o.calls)
+    # the matmul's level per sample: +17 % on average in the culprit, +-30 % between samples
+    base = [
+        synth_profile(ops, steps=STEPS, seed=40 + j, scale={"aten::mm": f})
+        for j, f in enumerate((0.7, 1.3, 1.0))
+    ]
+    new = [
+        synth_profile(ops, steps=STEPS, seed=50 + j, scale={"aten::mm": f, small.name: 1.3})
+        for j, f in enumerate((1.4, 0.9, 1.2))
+    ]
+    d = diff_profiles(base, new)
+    assert d.delta_ops_lo <= 0 and d.verdict == "no_regression", d.summary()
+    assert d.cause is None and "no regression beyond their noise" in d.summary()
+    tiny = next(r for r in d.rows if r.op == small.name)
+    assert tiny.excess_lo > 0  # sure, on its own
+    assert d.rows[0].excess_us == max(r.excess_us for r in d.rows) and d.rows[0] != tiny
