@@ -229,7 +229,7 @@ def even(trials: int, k: int) -> None:
 
 def attribution(matrices: int) -> None:
     print(
-        f"4. Attribution, 4 models x 3 kinds x 2 runtimes, 3 % changes, 2 % noise, {matrices} matrices per cause"
+        f"5. Attribution, 4 models x 3 kinds x 2 runtimes, 3 % changes, 2 % noise, {matrices} matrices per cause"
     )
     print(f"   {'nights after':>12} {'re-test':>8}  " + "  ".join(f"{c:>15}" for c in CAUSES))
     for after in (1, 2, 4):
