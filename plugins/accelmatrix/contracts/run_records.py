@@ -1,6 +1,8 @@
 """The records of a suite run as the results store returns them: the run, its cells, their
 metrics and check verdicts, a perf point of a trend, and a janitor decision; and the metric
-value a cell's collect step hands the store (``MetricValue``).
+value a cell's collect step hands the store (``MetricValue``). Two narrow records are the
+cross-run reads of the history page: a cell's state in one run (``CellStateRecord``) and a
+run's cell count and cost (``RunCellTotals``).
 
 Each is a frozen ``msgspec.Struct`` whose fields are the columns of its table in
 ``accelmatrix.results.schema`` (same names, same order; a test keeps them in step), built
@@ -20,15 +22,23 @@ import msgspec
 from accelmatrix.contracts.json_types import JsonObject
 
 __all__ = [
+    "FOLLOWUP_RUN_TYPES",
     "CellRecord",
+    "CellStateRecord",
     "CheckRecord",
     "HistoryRows",
     "MetricRecord",
     "MetricValue",
     "PerfPoint",
     "ReapedRecord",
+    "RunCellTotals",
     "RunRecord",
 ]
+
+# The run types (``RunRecord.run_type``) of a suite's follow-up runs: re-tests of named builds
+# for a confirmation or a bisect step. They are never points of the suite's perf series.
+# Stated here, beside the record, so a page can name them without the database schema.
+FOLLOWUP_RUN_TYPES = ("confirm", "bisect", "compare")
 
 
 class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +86,29 @@ class CellRecord(msgspec.Struct, frozen=True, kw_only=True):
     cost: float | None = None
     data_docs: str | None = None
     updated_at: datetime | None = None
+
+
+class CellStateRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A cell's state in one run: the four columns of ``cells`` a grid of cells x runs needs
+    (``ResultsStore.cell_states_of_runs``). Not a ``CellRecord``: a month of nights of a
+    1,024-cell suite is 30,000 rows, read for each history page, and the whole row
+    (axes JSON, messages, timings) is several times more to read and decode."""
+
+    run_id: str
+    cell_id: str
+    cell_index: int | None = None
+    state: str = "planned"
+    quarantined: bool = False
+
+
+class RunCellTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """How many cells a run has and what they cost together (``cells``, summed by the
+    database: ``ResultsStore.cell_totals_of_runs``). ``cost`` is None when no cell of the
+    run recorded one."""
+
+    run_id: str
+    cells: int
+    cost: float | None = None
 
 
 class MetricRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,10 +18,12 @@ from sqlalchemy.engine import Row
 from accelmatrix.contracts.change_records import ChangeGroup, ChangePoint, Confirmation
 from accelmatrix.contracts.run_records import (
     CellRecord,
+    CellStateRecord,
     CheckRecord,
     MetricRecord,
     PerfPoint,
     ReapedRecord,
+    RunCellTotals,
     RunRecord,
 )
 from accelmatrix.contracts.series_records import AlertRecord, BoundsRecord, SeriesStatus
@@ -34,6 +36,7 @@ __all__ = [
     "alert_record",
     "bounds_record",
     "cell_record",
+    "cell_state_record",
     "change_group",
     "change_point",
     "check_record",
@@ -42,6 +45,7 @@ __all__ = [
     "perf_point",
     "records_frame",
     "reaped_record",
+    "run_cell_totals",
     "run_record",
     "series_status_record",
 ]
@@ -53,6 +57,24 @@ def run_record(row: Row) -> RunRecord:
 
 def cell_record(row: Row) -> CellRecord:
     return CellRecord(**row._mapping)
+
+
+def cell_state_record(row: Row) -> CellStateRecord:
+    """From a row of (run_id, cell_id, cell_index, state, quarantined)."""
+    run_id, cell_id, cell_index, state, quarantined = row
+    return CellStateRecord(
+        run_id=run_id,
+        cell_id=cell_id,
+        cell_index=cell_index,
+        state=state,
+        quarantined=bool(quarantined),
+    )
+
+
+def run_cell_totals(row: Row) -> RunCellTotals:
+    """From a row of (run_id, count of cells, sum of their cost)."""
+    run_id, n, cost = row
+    return RunCellTotals(run_id=run_id, cells=int(n), cost=cost)
 
 
 def metric_record(row: Row) -> MetricRecord:

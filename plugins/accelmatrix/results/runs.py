@@ -11,7 +11,7 @@ prefix (``accelmatrix_confirm__`` ...: a run refused before its plan recorded a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 from sqlalchemy import (
@@ -30,11 +30,23 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from accelmatrix.contracts.json_types import JsonObject
-from accelmatrix.contracts.run_records import CellRecord, ReapedRecord, RunRecord
+from accelmatrix.contracts.run_records import (
+    CellRecord,
+    CellStateRecord,
+    ReapedRecord,
+    RunCellTotals,
+    RunRecord,
+)
 from accelmatrix.results import schema
 from accelmatrix.results.core import StoreCore
 from accelmatrix.results.fence import StepTry, SupersededTry
-from accelmatrix.results.row_records import cell_record, reaped_record, run_record
+from accelmatrix.results.row_records import (
+    cell_record,
+    cell_state_record,
+    reaped_record,
+    run_cell_totals,
+    run_record,
+)
 from accelmatrix.results.schema import (
     CELL_FIELDS,
     RUN_FIELDS,
@@ -275,6 +287,78 @@ class RunCellStore(StoreCore):
             stmt = stmt.limit(limit)
         with self._reading() as conn:
             return [run_record(r) for r in conn.execute(stmt)]
+
+    def latest_runs(self, dag_id: str, limit: int) -> list[RunRecord]:
+        """The suite's latest ``limit`` runs, follow-up runs aside (``suite_runs``), newest
+        first in the order of the builds tested: by logical date (a run without one by its
+        start, else its creation), then build (``runtime_version``), then start, then run id.
+
+        The history page's columns (ui/history.py): a backfill of last week's builds started
+        today takes the place of its dates, and two runs of one date stand in build order.
+        ``get_runs`` orders by time alone, for the run picker and the "latest run"."""
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        c = runs.c
+        when = func.coalesce(c.logical_date, c.started_at, c.created_at)
+        stmt = (
+            select(runs)
+            .where(c.dag_id == dag_id, suite_runs())
+            .order_by(when.desc(), c.runtime_version.desc(), c.started_at.desc(), c.run_id.desc())
+            .limit(limit)
+        )
+        with self._reading() as conn:
+            return [run_record(r) for r in conn.execute(stmt)]
+
+    def cell_states_of_runs(self, dag_id: str, run_ids: Collection[str]) -> list[CellStateRecord]:
+        """Each cell's state, plan index and quarantine in each of the given runs of the DAG,
+        in no particular order; a cell missing from a run has no record for it.
+
+        The history page's grid of cells x runs (ui/history.py): one query over ``cells``
+        reading four columns, not the whole row ``get_cells`` reads run by run (30,720 rows
+        for 1,024 cells x 30 runs, against the page's 1 s goal: bench/bench_page.py)."""
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        if not run_ids:
+            return []
+        c = cells.c
+        stmt = select(c.run_id, c.cell_id, c.cell_index, c.state, c.quarantined).where(
+            c.dag_id == dag_id, c.run_id.in_(sorted(set(run_ids)))
+        )
+        with self._reading() as conn:
+            return [cell_state_record(r) for r in conn.execute(stmt)]
+
+    def cell_totals_of_runs(self, dag_id: str, run_ids: Collection[str]) -> list[RunCellTotals]:
+        """Per given run of the DAG that has cells: how many, and their summed cost.
+
+        The history page's re-tests section (a follow-up run's samples and what they cost),
+        counted and summed by the database rather than reading every cell of each run."""
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        if not run_ids:
+            return []
+        c = cells.c
+        stmt = (
+            select(c.run_id, func.count(), func.sum(c.cost))
+            .where(c.dag_id == dag_id, c.run_id.in_(sorted(set(run_ids))))
+            .group_by(c.run_id)
+        )
+        with self._reading() as conn:
+            return [run_cell_totals(r) for r in conn.execute(stmt)]
+
+    def builds_of_runs(self, dag_id: str, run_ids: Collection[str]) -> dict[str, str]:
+        """run_id -> build tested (``runtime_version``) of the given runs of the DAG; a run
+        without one is left out.
+
+        The trend charts' points name their build (ui/trend_model.py), and ``perf_points``
+        does not carry it: one narrow read of two columns of ``runs``."""
+        self._check_id("dag_id", dag_id, schema.ID_LEN)
+        if not run_ids:
+            return {}
+        c = runs.c
+        stmt = select(c.run_id, c.runtime_version).where(
+            c.dag_id == dag_id,
+            c.run_id.in_(sorted(set(run_ids))),
+            c.runtime_version.is_not(None),
+        )
+        with self._reading() as conn:
+            return {run_id: build for run_id, build in conn.execute(stmt)}
 
     def get_cells(self, dag_id: str, run_id: str) -> list[CellRecord]:
         """Every cell of the run, in plan order (cell_index, then cell_id)."""

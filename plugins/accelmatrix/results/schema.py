@@ -41,6 +41,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 from accelmatrix.cell_state import CellState
+from accelmatrix.contracts.run_records import FOLLOWUP_RUN_TYPES as FOLLOWUP_RUN_TYPES
 
 # Airflow caps dag_id/run_id at 250 characters; cell ids join every axis label, so they get
 # more room. Lengths are enforced in Python too (see store.py) so an over-long id fails the
@@ -411,9 +412,8 @@ change_groups = Table(
     sqlite_autoincrement=True,
 )
 
-# The run types (runs.run_type) of a suite's follow-up runs: re-tests of named builds for a
-# confirmation or a bisect step. They are never points of the suite's perf series.
-FOLLOWUP_RUN_TYPES = ("confirm", "bisect", "compare")
+# FOLLOWUP_RUN_TYPES (imported above): the run types (runs.run_type) of a suite's follow-up
+# runs, stated with the run record (contracts/run_records.py).
 
 # The re-test of one suspect group (accelmatrix.history.followup): a confirm run of the suite
 # (last good and suspect build, interleaved, repeated), more rounds while undecided, then a

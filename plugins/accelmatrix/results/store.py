@@ -8,6 +8,8 @@ construct.
 
 from __future__ import annotations
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from accelmatrix.results.change_points import ChangePointStore
 from accelmatrix.results.history_queries import HistoryQueries
 from accelmatrix.results.measurements import MeasurementStore
@@ -18,7 +20,11 @@ from accelmatrix.results.schema import SCALAR_STEP
 from accelmatrix.results.series_status import SeriesAlertStore
 from accelmatrix.results.stored_bounds import BoundsStore
 
-__all__ = ["ResultsStore", "SCALAR_STEP"]
+__all__ = ["ResultsStore", "ResultsStoreError", "SCALAR_STEP"]
+
+# What a store call raises when the database fails (unreachable, locked past the retries, a
+# broken schema): callers outside accelmatrix.results catch this name, never SQLAlchemy's.
+ResultsStoreError = SQLAlchemyError
 
 
 class ResultsStore(
