@@ -63,7 +63,7 @@ from accelmatrix.notifications.pull_request import (
     set_status_quietly,
 )
 from accelmatrix.results.pull_requests import PullRequestRun
-from accelmatrix.results.store import ResultsStore
+from accelmatrix.results.store import ResultsStore, ResultsStoreError
 from accelmatrix.spec.followup_plan import COMPARE_KEY
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.suite_error import SuiteError
@@ -228,8 +228,6 @@ async def receive(request: Request, store: Callable[[], ResultsStore]) -> Respon
 def handle(headers: dict[str, str], body: bytes, store: ResultsStore) -> Outcome:
     """One delivery's answer (module docstring); ``headers`` lower-cased. The work, if any,
     is queued."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         d = decide(headers, body, webhook_secret, suite_triggers)
     except SecretUnavailable as e:
@@ -244,7 +242,7 @@ def handle(headers: dict[str, str], body: bytes, store: ResultsStore) -> Outcome
     try:
         if not store.record_delivery(d.delivery_id, d.event):
             return Outcome(409, f"delivery {d.delivery_id} was handled before: nothing started")
-    except SQLAlchemyError as e:
+    except ResultsStoreError as e:
         log.warning("delivery %s not recorded (%s): answered 503", d.delivery_id, e)
         return Outcome(503, "the results store did not answer: nothing done; redeliver it")
     if d.status != 202 or d.pull_request is None:

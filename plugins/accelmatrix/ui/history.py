@@ -44,8 +44,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sqlalchemy import func, select
-
 from accelmatrix.contracts.change_records import (
     OPEN_STATES,
     TRIAGE_STATES,
@@ -53,13 +51,11 @@ from accelmatrix.contracts.change_records import (
     ChangePoint,
     Confirmation,
 )
-from accelmatrix.contracts.run_records import RunRecord
+from accelmatrix.contracts.run_records import FOLLOWUP_RUN_TYPES, RunRecord
 from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.evaluation.bounds import bounds_key, load_bounds, row_in_force
 from accelmatrix.history.bounds_job import reason_line, suite_bounds_files
-from accelmatrix.results import schema
-from accelmatrix.results.row_records import run_record
-from accelmatrix.results.runs import FOLLOWUP_PARAM, suite_runs
+from accelmatrix.results.runs import FOLLOWUP_PARAM
 from accelmatrix.ui import op_diff_view
 from accelmatrix.ui.grid import LABELS, esc, q
 from accelmatrix.ui.model import cell_kind, run_finished, run_time
@@ -127,7 +123,7 @@ class ChangeEntry:
     state_by: str | None
     state_at: datetime | None
     note: str | None
-    # The group's re-test (results.schema.confirmations), if one was started.
+    # The group's re-test (the store's confirmations), if one was started.
     retest: Confirmation | None = None
 
     @property
@@ -205,22 +201,18 @@ def load_history(
         return None
     pos = {r.run_id: i for i, r in enumerate(runs)}
     finished = [run_finished(r) for r in runs]
-    c = schema.cells.c
-    stmt = select(c.run_id, c.cell_id, c.cell_index, c.state, c.quarantined).where(
-        c.dag_id == dag_id, c.run_id.in_(list(pos))
-    )
     rows: dict[str, Row] = {}
-    with store._reading() as conn:  # noqa: SLF001 - one read-only query, no store API for it
-        for run_id, cid, index, state, quarantined in conn.execute(stmt):
-            i = pos[run_id]
-            row = rows.get(cid)
-            if row is None:
-                row = rows[cid] = Row(cid, (1 << 30, cid), [None] * len(runs))
-            state = state or "planned"
-            kind = cell_kind(state, bool(quarantined), False, finished=finished[i])
-            row.squares[i] = (kind, state, index)
-            if index is not None and i >= row.order_run:  # the latest plan's order wins
-                row.order, row.order_run = (index, cid), i
+    for sq in store.cell_states_of_runs(dag_id, pos):
+        i = pos[sq.run_id]
+        cid, index = sq.cell_id, sq.cell_index
+        row = rows.get(cid)
+        if row is None:
+            row = rows[cid] = Row(cid, (1 << 30, cid), [None] * len(runs))
+        state = sq.state or "planned"
+        kind = cell_kind(state, sq.quarantined, False, finished=finished[i])
+        row.squares[i] = (kind, state, index)
+        if index is not None and i >= row.order_run:  # the latest plan's order wins
+            row.order, row.order_run = (index, cid), i
     # As triage left them: accepting a change clears its cells' regression mark at once.
     regressions = {r.cell_id for r in stored_verdicts(store, dag_id) if r.status == "regression"}
     for row in rows.values():
@@ -292,16 +284,7 @@ def runs_in_order(store: ResultsStore, dag_id: str, n_runs: int) -> list[RunReco
     without one by its start), then build (``runtime_version``), then start: the order of
     the builds tested, whenever the runs happened to execute. Follow-up runs (re-tests,
     ``results.runs.is_followup``) are no column: they have their own section."""
-    r = schema.runs.c
-    when = func.coalesce(r.logical_date, r.started_at, r.created_at)
-    stmt = (
-        select(schema.runs)
-        .where(r.dag_id == dag_id, suite_runs())
-        .order_by(when.desc(), r.runtime_version.desc(), r.started_at.desc(), r.run_id.desc())
-        .limit(n_runs)
-    )
-    with store._reading() as conn:  # noqa: SLF001 - one read-only query, no store API for it
-        runs = [run_record(row) for row in conn.execute(stmt)]
+    runs = store.latest_runs(dag_id, n_runs)
     epoch = datetime.min.replace(tzinfo=UTC)
     return sorted(
         runs,
@@ -333,14 +316,10 @@ def load_retests(store: ResultsStore, dag_id: str) -> tuple[list[RetestRun], int
         for run_id in [*(conf.run_ids or []), conf.run_id]:
             if run_id:
                 by_run[str(run_id)] = conf
-    c = schema.cells.c
-    stmt = (
-        select(c.run_id, func.count(), func.sum(c.cost))
-        .where(c.dag_id == dag_id, c.run_id.in_([r.run_id for r in rows]))
-        .group_by(c.run_id)
-    )
-    with store._reading() as conn:  # noqa: SLF001 - one read-only query, no store API for it
-        counts = {run_id: (int(n), cost) for run_id, n, cost in conn.execute(stmt)}
+    counts = {
+        t.run_id: (t.cells, t.cost)
+        for t in store.cell_totals_of_runs(dag_id, [r.run_id for r in rows])
+    }
     out = []
     for r in rows:
         block = (r.params or {}).get(FOLLOWUP_PARAM)
@@ -348,7 +327,7 @@ def load_retests(store: ResultsStore, dag_id: str) -> tuple[list[RetestRun], int
         conf = by_run.get(r.run_id)
         if conf is None and isinstance(block.get("confirmation"), int):
             conf = by_id.get(block["confirmation"])
-        kind = r.run_type if r.run_type in schema.FOLLOWUP_RUN_TYPES else None
+        kind = r.run_type if r.run_type in FOLLOWUP_RUN_TYPES else None
         kind = kind or block.get("kind") or _kind_of_run_id(r.run_id) or "re-test"
         n, cost = counts.get(r.run_id, (0, None))
         out.append(
@@ -367,7 +346,7 @@ def load_retests(store: ResultsStore, dag_id: str) -> tuple[list[RetestRun], int
 
 
 def _kind_of_run_id(run_id: str) -> str | None:
-    for kind in schema.FOLLOWUP_RUN_TYPES:
+    for kind in FOLLOWUP_RUN_TYPES:
         if run_id.startswith(f"accelmatrix_{kind}__"):
             return kind
     return None

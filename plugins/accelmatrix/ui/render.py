@@ -10,10 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from accelmatrix.contracts.run_records import RunRecord
+from accelmatrix.contracts.run_records import FOLLOWUP_RUN_TYPES, RunRecord
 from accelmatrix.reports.verdicts import CellVerdicts, lead_html
 from accelmatrix.results.runs import is_followup
-from accelmatrix.results.schema import FOLLOWUP_RUN_TYPES
 from accelmatrix.ui import history, oncall, op_diff_view, theme, trend
 from accelmatrix.ui.grid import esc, q, render_grid, render_legend
 from accelmatrix.ui.model import RunView, SuiteSummary, run_finished, run_time

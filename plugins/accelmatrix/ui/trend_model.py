@@ -28,7 +28,6 @@ from accelmatrix.evaluation.bounds import BoundsError, load_bounds_in_force
 from accelmatrix.history.changes import tracked_metrics
 from accelmatrix.history.frame import history
 from accelmatrix.history.regression import classify
-from accelmatrix.results import schema
 from accelmatrix.spec.checks.training import StepTimeWithinBoundsCheck
 from accelmatrix.spec.include_paths import include_file
 from accelmatrix.spec.loader import load_suite, resolve_suite
@@ -122,16 +121,7 @@ def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime)
 def _builds(store: ResultsStore, dag_id: str, run_ids: set[str]) -> dict[str, str]:
     """run_id -> runtime_version (the build a run tested) of the window's runs: one narrow
     read of the runs table (``perf_points`` does not carry it)."""
-    if not run_ids:
-        return {}
-    from sqlalchemy import select
-
-    r = schema.runs.c
-    stmt = select(r.run_id, r.runtime_version).where(
-        r.dag_id == dag_id, r.run_id.in_(sorted(run_ids)), r.runtime_version.is_not(None)
-    )
-    with store._reading() as conn:  # noqa: SLF001 - one narrow read, no store API for it
-        return {run_id: build for run_id, build in conn.execute(stmt)}
+    return store.builds_of_runs(dag_id, run_ids)
 
 
 def attach_changes(
