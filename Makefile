@@ -53,9 +53,9 @@ demo: venv $(AIRFLOW_HOME)/.migrated
 # tests share its fixtures). Most long tests wait on an Airflow scheduler, a workload or an
 # emulator's delay, so a third worker fills the time the cores would sit idle: 923 s with 3
 # against 1,054 s with 2 for the 888 tests, both beside other test runs
-# (BENCHMARKS.md, "Test suite"). Each worker may run an Airflow of its own (~1.7 GB of
-# memory; 3 workers: 6 GB used of 24 when sampled); TEST_WORKERS=0 runs the suite in one
-# process.
+# (docs/performance.md, "Three workers, and the fault matrix on two stacks"). Each worker
+# may run an Airflow of its own (~1.7 GB of memory; 3 workers: 6 GB used of 24 when
+# sampled); TEST_WORKERS=0 runs the suite in one process.
 # --no-loadscope-reorder: xdist would otherwise hand out the files with the most tests
 # first, which put the longest ones (one to six tests each) last, with one worker idle
 # for ~10 minutes at the end; tests/conftest.py orders the files longest first instead.
@@ -78,7 +78,8 @@ check: lint
 # workers, a stack each (--dist loadgroup, the tests' xdist_group marks): one runs the
 # per-cell faults and the cloud-API outage, then the metadata DB restarted mid-run on a
 # Celery stack of its own; the other the other run-level faults, one after another. 9-11
-# min here (19 min beside another make test); BENCHMARKS.md, "Test suite".
+# min here (19 min beside another make test); docs/performance.md, "Three workers, and
+# the fault matrix on two stacks".
 # ACCELMATRIX_REQUIRE_SERVERS: a missing sshd (or any server) fails the run instead of skipping.
 RELIABILITY_WORKERS ?= 2
 reliability: venv

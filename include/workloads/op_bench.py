@@ -13,8 +13,9 @@ culprit's names ``aten::mm`` first, most of the regression.
 Real timings, not simulated ones (nightly_bench.py sleeps for a drawn step time): the
 culprit report diffs real profiler traces, and those only show the op that a real step
 ran. The matmul dominates the step so the doubling (about +65 % of the step) stands far
-beyond a shared host's night-to-night noise (3-6 %, BENCHMARKS.md); nothing here depends
-on the date beyond which side of ``DATE`` the build is on.
+beyond a shared host's night-to-night noise (3-6 %, docs/performance.md, "The example:
+op_regression on a real scheduler"); nothing here depends on the date beyond which side of
+``DATE`` the build is on.
 
 Output, as the suite's metrics read it:
 
