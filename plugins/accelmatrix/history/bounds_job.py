@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
+from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.contracts.series_records import BoundsRecord, BoundsValues
 from accelmatrix.evaluation.bounds import (
     MIN_RELATIVE_HALF_WIDTH,
@@ -316,7 +317,7 @@ def maintenance_recenter(
     confidence_level: float,
     min_samples: int,
     now: datetime | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The maintenance DAG's ``recenter_bounds`` task: every file (relative to the include
     dir, no ``..``; none given: every bounds file a suite's checks read), one report line
     per benchmark; returns a JSON-able summary."""
@@ -347,7 +348,7 @@ def maintenance_recenter(
     return out
 
 
-def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
+def maintenance_history(*, now: datetime | None = None) -> JsonObject:
     """The maintenance DAG's ``analyse_history`` task, for every suite with runs in the
     store: ``history_pass.analyse_suite`` over each series' whole history (the gate looks
     only at the last ``history.window`` points), with the suite's own settings when its
@@ -407,7 +408,7 @@ def recenter_accepted(
     points: list[ChangePoint],
     *,
     by: str = "accelmatrix",
-    change: dict[str, Any] | None = None,
+    change: JsonObject | None = None,
     note: str | None = None,
 ) -> list[str]:
     """Re-center the bounds of accepted change points' benchmarks onto their new level.

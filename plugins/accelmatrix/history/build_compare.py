@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
+from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.history.changes import tracked_metrics
 from accelmatrix.history.compare import DIFFERENT, SAME, Comparison, compare, judge
 from accelmatrix.history.session import pairs_of, read_samples, values_of
@@ -35,6 +36,7 @@ from accelmatrix.spec.followup_plan import Followup, session_cell_id
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import Suite
 
 __all__ = ["BuildComparison", "MetricComparison", "compare_run", "table", "write_report"]
 
@@ -53,7 +55,7 @@ class MetricComparison:
     worse: bool | None  # different, and in the metric's worse direction
     comparison: Comparison
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = asdict(self)
         out["comparison"] = _jsonable(self.comparison.as_dict())
         return out
@@ -77,7 +79,7 @@ class BuildComparison:
     def slower(self) -> list[MetricComparison]:
         return [r for r in self.results if r.worse]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "dag_id": self.dag_id,
             "run_id": self.run_id,
@@ -93,7 +95,7 @@ class BuildComparison:
 
 
 def compare_run(
-    store: ResultsStore, suite: Any, dag_id: str, run_id: str, fu: Followup
+    store: ResultsStore, suite: Suite, dag_id: str, run_id: str, fu: Followup
 ) -> BuildComparison:
     """The comparison a compare run's sessions measured."""
     base, head = fu.builds[0], fu.builds[-1]

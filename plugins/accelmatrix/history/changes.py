@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from accelmatrix.contracts import change_records
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup
@@ -35,8 +35,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import HistorySpec, Suite
 
 log = logging.getLogger(__name__)
+
+# One row of a pandas frame (``DataFrame.to_dict("records")``): column -> cell, each cell of
+# its column's type (str, float, Timestamp, ...); Any because a frame's columns are not typed.
+FrameRow: TypeAlias = "dict[str, Any]"
 
 __all__ = [
     "ChangeUpdate",
@@ -68,7 +73,7 @@ RETRACT_MISSES = 2
 CONFIRMED_STATES = ("confirmed", "found", "ambiguous")
 
 
-def tracked_metrics(suite: Any) -> dict[str, str]:
+def tracked_metrics(suite: Suite) -> dict[str, str]:
     """metric -> statistic of its steps, for every metric a check of ``suite`` judges and
     every metric its ``history.track`` adds."""
     out: dict[str, str] = {}
@@ -80,7 +85,7 @@ def tracked_metrics(suite: Any) -> dict[str, str]:
     return out
 
 
-def detector_for(spec: Any) -> Detector:
+def detector_for(spec: HistorySpec) -> Detector:
     """The default detector with the suite's ``history`` overrides."""
     overrides = {
         k: getattr(spec, k)
@@ -318,7 +323,7 @@ STORED_FIELDS = (
 
 
 def match(
-    found: list[dict[str, Any]],
+    found: list[FrameRow],
     stored: list[change_records.ChangePoint],
     series: pd.DataFrame,
     *,
@@ -422,7 +427,7 @@ class ChangeUpdate:
 def update_changes(
     store: ResultsStore,
     dag_id: str,
-    spec: Any,
+    spec: HistorySpec,
     tracked: dict[str, str],
     *,
     full: bool = False,
@@ -454,7 +459,7 @@ def _window_start(store: ResultsStore, dag_id: str, window: int) -> datetime | N
 def _update(
     store: ResultsStore,
     dag_id: str,
-    spec: Any,
+    spec: HistorySpec,
     tracked: dict[str, str],
     *,
     full: bool,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
 from accelmatrix.contracts.change_records import Confirmation
+from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.history.attribution import (
     NIGHTS_AFTER,
     WORKLOAD_AXES,
@@ -94,7 +95,7 @@ def profile_for(
     return diff_traces(a, b)
 
 
-def attach(row: Confirmation, decision: dict[str, dict[str, Any]] | None) -> None:
+def attach(row: Confirmation, decision: dict[str, JsonObject] | None) -> None:
     """Add each target's op-level diff (or its one-line error) to ``decision`` in place,
     for a re-test that ended with a culprit or a confirmed suspect. Never raises: the diff
     is evidence beside the verdict, not part of it."""
@@ -132,7 +133,7 @@ def _as_json(out: DiffOutcome, good: str, bad: str) -> dict[str, Any]:
 def attach_attribution(
     store: ResultsStore,
     row: Confirmation,
-    decision: dict[str, dict[str, Any]] | None,
+    decision: dict[str, JsonObject] | None,
     *,
     reproduced: bool,
 ) -> None:

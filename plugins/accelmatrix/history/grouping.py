@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from accelmatrix.contracts.change_records import PLACED_BY_RETEST, ChangeGroup, ChangePoint
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
@@ -262,9 +263,9 @@ def _np64(t: Any) -> Any:
     return np.datetime64(as_utc(t).replace(tzinfo=None), "ns")
 
 
-def as_utc(t: Any) -> datetime:
+def as_utc(t: datetime | np.datetime64 | str) -> datetime:
     """An aware UTC datetime from a datetime or pandas Timestamp (naive taken as UTC: the
-    history frame's times are UTC)."""
+    history frame's times are UTC; a numpy datetime64 or an ISO string too)."""
     import pandas as pd
 
     ts = pd.Timestamp(t)

@@ -16,13 +16,12 @@ classifies its bounded series.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelmatrix.history.changes import ChangeUpdate, tracked_metrics, update_changes
-from accelmatrix.history.followup import start_confirmations
+from accelmatrix.history.followup import Trigger, start_confirmations
 from accelmatrix.history.series import classify_suite, rules_of
 from accelmatrix.notifications import dedup as alerts
 from accelmatrix.spec.suite import HistorySpec, RegressionRules
@@ -30,7 +29,9 @@ from accelmatrix.spec.suite import HistorySpec, RegressionRules
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from accelmatrix.contracts.json_types import JsonObject
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import Suite
 
 __all__ = ["HistoryPass", "analyse_suite"]
 
@@ -47,12 +48,12 @@ class HistoryPass:
 def analyse_suite(
     store: ResultsStore,
     dag_id: str,
-    suite: Any | None,
+    suite: Suite | None,
     *,
     full: bool,
     now: datetime | None = None,
-    retest: Callable[[str, dict[str, Any]], bool] | None = None,
-    params: dict[str, Any] | None = None,
+    retest: Trigger | None = None,
+    params: JsonObject | None = None,
 ) -> HistoryPass:
     """The pass (module docstring). ``suite``: the loaded suite, or None for a suite whose
     file is gone or invalid (default settings, nothing notified). ``full``: the whole

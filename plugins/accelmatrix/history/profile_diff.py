@@ -73,6 +73,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.history.op_trace import (
     NESTED_CHILD,
     NESTED_PARENT,
@@ -286,7 +287,7 @@ class ProfileDiff:
             lines.append(f"  peak memory {d / 2**20:+.1f} MiB")
         return "\n".join(lines)
 
-    def as_json(self, top: int = 10) -> dict[str, Any]:
+    def as_json(self, top: int = 10) -> JsonObject:
         """A JSON-ready dict with the first ``top`` rows, every new/gone op among the first
         50, and the tail rows that are findings (what the store keeps and
         ``changepoints --json`` prints); NaN bounds become None."""

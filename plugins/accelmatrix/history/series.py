@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import RegressionRules
 
 log = logging.getLogger(__name__)
 
 __all__ = ["classify_suite", "rules_of"]
 
 
-def rules_of(spec: Any) -> tuple[Rules, int]:
+def rules_of(spec: RegressionRules) -> tuple[Rules, int]:
     """(Rules, window_days) from a suite's ``regression:`` block (spec.suite.RegressionRules)."""
     return (
         Rules(
