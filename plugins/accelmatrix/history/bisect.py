@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accelmatrix.contracts.change_records import FOUND
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL
 
 __all__ = ["AMBIGUOUS", "FOUND", "RUNNING", "Search", "split_line", "spread"]
 
-FOUND = "found"
+# FOUND lives with the record (contracts.change_records).
 AMBIGUOUS = "ambiguous"
 RUNNING = "running"
 

@@ -41,7 +41,6 @@ from accelmatrix.evaluation.bounds import (
     load_bounds,
 )
 from accelmatrix.history.frame import history
-from accelmatrix.history.history_pass import analyse_suite
 from accelmatrix.results import results_store
 from accelmatrix.spec.include_paths import include_file
 from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
@@ -345,32 +344,6 @@ def maintenance_recenter(
             "kept": rep.kept,
             "changes": [c.line() for c in rep.changes],
         }
-    return out
-
-
-def maintenance_history(*, now: datetime | None = None) -> JsonObject:
-    """The maintenance DAG's ``analyse_history`` task, for every suite with runs in the
-    store: ``history_pass.analyse_suite`` over each series' whole history (the gate looks
-    only at the last ``history.window`` points), with the suite's own settings when its
-    suite file still exists (defaults if not)."""
-
-    store = results_store()
-    paths = {p.stem: p for p in suite_files(settings.suites_dir())}
-    out: dict[str, Any] = {}
-    for dag_id in store.suite_dag_ids():
-        suite = None
-        if dag_id in paths:
-            try:
-                suite = load_suite(paths[dag_id])
-            except SuiteError as e:
-                log.warning("%s: default history settings (suite invalid: %s)", dag_id, e)
-        done = analyse_suite(store, dag_id, suite, full=True, now=now)
-        summary: dict[str, Any] = {}
-        if done.update is not None:
-            summary["changes"] = done.update.line()
-        assert done.verdicts is not None  # a full pass always classifies
-        summary["series"] = {k: int(v) for k, v in done.verdicts["status"].value_counts().items()}
-        out[dag_id] = summary
     return out
 
 

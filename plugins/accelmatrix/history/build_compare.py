@@ -13,7 +13,7 @@ delta, and a verdict judged by the size of the change (``judge``: DIFFERENT beyo
 what the comparison cost. ``write_report`` leaves ``compare.json`` and ``compare.html``
 in the run's directory, beside its report.
 
-The metrics compared are those the suite's history follows (``changes.tracked_metrics``),
+The metrics compared are those the suite's history follows (``series.tracked_metrics``),
 or, for a suite that follows none, every metric its workload's log reports.
 """
 
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
 from accelmatrix.contracts.json_types import JsonObject
-from accelmatrix.history.changes import tracked_metrics
 from accelmatrix.history.compare import DIFFERENT, SAME, Comparison, compare, judge
+from accelmatrix.history.series import tracked_metrics
 from accelmatrix.history.session import pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.spec.followup_plan import Followup, session_cell_id

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from accelmatrix.results.store import ResultsStore
-    from accelmatrix.spec.suite import HistorySpec, Suite
+    from accelmatrix.spec.suite import HistorySpec
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ __all__ = [
     "detector_for",
     "find_changes",
     "match",
-    "tracked_metrics",
     "update_changes",
 ]
 
@@ -71,18 +70,6 @@ RETRACT_MISSES = 2
 # Re-test verdicts (history.followup) after which a change is real, whatever the detector
 # says of its tail later (a one-night suspect is never re-found by it).
 CONFIRMED_STATES = ("confirmed", "found", "ambiguous")
-
-
-def tracked_metrics(suite: Suite) -> dict[str, str]:
-    """metric -> statistic of its steps, for every metric a check of ``suite`` judges and
-    every metric its ``history.track`` adds."""
-    out: dict[str, str] = {}
-    for check in suite.checks:
-        metric = getattr(check, "metric", None)
-        if isinstance(metric, str) and metric:
-            out.setdefault(metric, "median")
-    out.update(suite.history.track)
-    return out
 
 
 def detector_for(spec: HistorySpec) -> Detector:
@@ -434,7 +421,7 @@ def update_changes(
     hist: pd.DataFrame | None = None,
 ) -> ChangeUpdate:
     """Find the change points of ``dag_id``'s series of the ``tracked`` metrics (see
-    ``tracked_metrics``) and bring the store up to date: matched changes updated, new
+    ``series.tracked_metrics``) and bring the store up to date: matched changes updated, new
     ones inserted and grouped, retracted ones deleted. ``spec`` is the suite's ``history``
     block (spec.suite_parts.HistorySpec); ``hist`` the suite's history (read when not
     given)."""

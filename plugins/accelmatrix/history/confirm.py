@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from accelmatrix.contracts.change_records import CONFIRMED, NOT_REPRODUCED
 from accelmatrix.history.changepoints import noise_sigma
 from accelmatrix.history.sequential import ONE_SIDED_ALPHA, critical_z
 
@@ -47,8 +48,7 @@ __all__ = [
     "newest_point_suspect",
 ]
 
-CONFIRMED = "confirmed"
-NOT_REPRODUCED = "not_reproduced"
+# CONFIRMED and NOT_REPRODUCED live with the record (contracts.change_records).
 UNDECIDED = "undecided"
 
 

@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import Confirmation
+from accelmatrix.contracts.change_records import (
+    CONFIRMED,
+    FOUND,
+    NOT_REPRODUCED,
+    Confirmation,
+)
 from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.history.attribution import (
     NIGHTS_AFTER,
@@ -31,8 +36,6 @@ from accelmatrix.history.attribution import (
     attribute,
     siblings_from_history,
 )
-from accelmatrix.history.bisect import FOUND
-from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED
 from accelmatrix.history.frame import history
 from accelmatrix.history.profile_diff import DiffOutcome, diff_traces
 from accelmatrix.spec.followup_plan import PROFILES_DIR, session_cell_id

@@ -46,7 +46,12 @@ from typing import TYPE_CHECKING, Any
 from msgspec.structs import replace
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint, Confirmation
+from accelmatrix.contracts.change_records import (
+    NOT_REPRODUCED_BY,
+    OPEN_STATES,
+    ChangePoint,
+    Confirmation,
+)
 from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spread
@@ -54,7 +59,6 @@ from accelmatrix.history.builds import BuildsError, builds_between
 from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
 from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
 from accelmatrix.history.culprit_profile import attach, attach_attribution, refresh_attributions
-from accelmatrix.history.grouping import NOT_REPRODUCED_BY
 from accelmatrix.history.placement import nights as suite_nights
 from accelmatrix.history.placement import place
 from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of

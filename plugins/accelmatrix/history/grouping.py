@@ -24,7 +24,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.contracts.change_records import PLACED_BY_RETEST, ChangeGroup, ChangePoint
+from accelmatrix.contracts.change_records import (
+    NOT_REPRODUCED_BY,
+    PLACED_BY_RETEST,
+    ChangeGroup,
+    ChangePoint,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,9 +39,6 @@ __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
 
 # Who closes a group whose change points were all taken back (history.changes).
 RETRACTED_BY = "accelmatrix"
-# Who closes a group whose change the re-runs did not reproduce (history.followup). Such a
-# group says nothing about a later change near its night: a new change never joins it.
-NOT_REPRODUCED_BY = "accelmatrix-confirm"
 # Change points of one direction at most this many points apart (in their series) are
 # taken as one night's cause.
 NEAR = 3

@@ -20,11 +20,23 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from accelmatrix.results.store import ResultsStore
-    from accelmatrix.spec.suite import RegressionRules
+    from accelmatrix.spec.suite import RegressionRules, Suite
 
 log = logging.getLogger(__name__)
 
-__all__ = ["classify_suite", "rules_of"]
+__all__ = ["classify_suite", "rules_of", "tracked_metrics"]
+
+
+def tracked_metrics(suite: Suite) -> dict[str, str]:
+    """metric -> statistic of its steps, for every metric a check of ``suite`` judges and
+    every metric its ``history.track`` adds."""
+    out: dict[str, str] = {}
+    for check in suite.checks:
+        metric = getattr(check, "metric", None)
+        if isinstance(metric, str) and metric:
+            out.setdefault(metric, "median")
+    out.update(suite.history.track)
+    return out
 
 
 def rules_of(spec: RegressionRules) -> tuple[Rules, int]:
