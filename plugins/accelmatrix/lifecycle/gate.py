@@ -15,10 +15,10 @@ from accelmatrix.cleanup.janitor import reap_run
 from accelmatrix.contracts.run_records import CellRecord, RunRecord
 from accelmatrix.evaluation.run_table import validate_run
 from accelmatrix.evidence import evidence_url
-from accelmatrix.history.build_compare import compare_run, table, write_report
-from accelmatrix.history.change_report import changes_table, confirmation_line
-from accelmatrix.history.followup import NOTIFY_STATES, advance
-from accelmatrix.history.history_pass import analyse_suite
+from accelmatrix.history.changes.change_report import changes_table, confirmation_line
+from accelmatrix.history.changes.history_pass import analyse_suite
+from accelmatrix.history.retests.build_compare import compare_run, table, write_report
+from accelmatrix.history.retests.followup import NOTIFY_STATES, advance
 from accelmatrix.lifecycle.plan_step import params_text
 from accelmatrix.notifications import dedup as alerts
 from accelmatrix.notifications import transport as notify
@@ -259,7 +259,7 @@ def _history_and_alerts(
 def _advance_followup(
     suite: Any, ref: RunRef, run: RunRecord, followup: Any, sinks: list[Any]
 ) -> None:
-    """A follow-up run's gate: move its re-test on (``history.followup.advance``); when it
+    """A follow-up run's gate: move its re-test on (``history.retests.followup.advance``); when it
     ended in a state that notifies, its group is notified now, with the verdict."""
 
     store = results_store()

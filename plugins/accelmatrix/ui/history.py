@@ -56,7 +56,7 @@ from accelmatrix.contracts.change_records import (
 from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.evaluation.bounds import bounds_key, load_bounds, row_in_force
-from accelmatrix.history.bounds_job import reason_line, suite_bounds_files
+from accelmatrix.history.bounds.bounds_job import reason_line, suite_bounds_files
 from accelmatrix.results import schema
 from accelmatrix.results.row_records import run_record
 from accelmatrix.results.runs import FOLLOWUP_PARAM, suite_runs

@@ -10,7 +10,7 @@ need more than a window to stand out.
 ``match``         found vs stored: a change re-found within one point of where it was
                   stored is the same change (its triage is kept); an untriaged one no
                   longer found is retracted (a 2-night blip at the end that went away)
-``group``         one group per cause (``history.grouping``), one notification per group
+``group``         one group per cause (``history.series.grouping``), one notification per group
 """
 
 from __future__ import annotations
@@ -24,12 +24,18 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from accelmatrix.contracts import change_records
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup
-from accelmatrix.history.changepoints import DEFAULT, ChangePoint, Detector, Segment, detect_many
-from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
-from accelmatrix.history.followup import ACTIVE_STATES, NOTIFY_STATES
-from accelmatrix.history.frame import history
-from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
-from accelmatrix.history.placement import keep_placement, settle
+from accelmatrix.history.retests.confirm import SUSPECT_BASELINE, newest_point_suspect
+from accelmatrix.history.retests.followup import ACTIVE_STATES, NOTIFY_STATES
+from accelmatrix.history.retests.placement import keep_placement, settle
+from accelmatrix.history.series.changepoints import (
+    DEFAULT,
+    ChangePoint,
+    Detector,
+    Segment,
+    detect_many,
+)
+from accelmatrix.history.series.frame import history
+from accelmatrix.history.series.grouping import RETRACTED_BY, as_utc, regroup
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,7 +73,7 @@ MIN_HISTORY = 8
 RETRACT_AFTER = 8
 # ... and only once it was missing from this many passes in a row.
 RETRACT_MISSES = 2
-# Re-test verdicts (history.followup) after which a change is real, whatever the detector
+# Re-test verdicts (history.retests.followup) after which a change is real, whatever the detector
 # says of its tail later (a one-night suspect is never re-found by it).
 CONFIRMED_STATES = ("confirmed", "found", "ambiguous")
 
@@ -91,7 +97,7 @@ def find_changes(
     suspects: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(change points, series): the change points of every (cell, metric) series of
-    ``hist`` (a ``history.frame.history`` frame), over its last ``window`` points (None:
+    ``hist`` (a ``history.series.frame.history`` frame), over its last ``window`` points (None:
     all), and one row per series analysed (cell_id, metric, machine, points, and
     ``times``: its points' logical dates as UTC datetime64 values, oldest first).
 
@@ -102,7 +108,7 @@ def find_changes(
     ``suspects``: also report a series whose newest point alone lies
     ``confirm.SUSPECT_SIGMAS`` worse than the nights before it (``newest_point_suspect``)
     and where the detector reports nothing in the newest points: a one-point change at the
-    end, for the re-test to confirm or reject the same night (``history.followup``).
+    end, for the re-test to confirm or reject the same night (``history.retests.followup``).
 
     Series are cut from one sorted frame as NumPy slices: a pandas group per series costs
     ~2 ms, which is seconds for a 1,024-cell run's 3,072 series (bench/bench_history.py).
@@ -223,7 +229,7 @@ def _weak_regressions(
     weak: list[ChangePoint], found: list[ChangePoint], higher_is_better: bool
 ) -> list[ChangePoint]:
     """The permissive detector's regressions that the reporting one did not place within a
-    point of: candidates for the re-test (history.followup), never a page by themselves."""
+    point of: candidates for the re-test (history.retests.followup), never a page by themselves."""
     out = []
     for cp in weak:
         worse = (cp.after.median > cp.before.median) != higher_is_better

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.contracts.series_records import SeriesStatus
-from accelmatrix.history.frame import history
-from accelmatrix.history.regression import Rules, classify
+from accelmatrix.history.series.frame import history
+from accelmatrix.history.series.regression import Rules, classify
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,7 +64,7 @@ def classify_suite(
     """Classify every bounded series of ``dag_id`` in the window, store and return them.
 
     ``regression`` means the series has an open regression change point
-    (``open_regressions``: (cell, metric) pairs, from ``history.changes``); points out of
+    (``open_regressions``: (cell, metric) pairs, from ``history.changes.changes``); points out of
     bounds at the end without one are ``suspicious``: bounds say "unusual", only a change
     point says "moved". Without ``open_regressions`` the bounds rules alone decide.
 

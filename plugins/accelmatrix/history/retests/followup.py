@@ -14,8 +14,8 @@ longer). So one session both confirms the change and, in a range that short, nam
 first bad build.
 
 At the session's gate, ``advance`` reads each session cell's samples from its log
-(``history.session``), pools them with the earlier sessions' pairs, and judges by the
-**size** of the change (``history.compare``):
+(``history.retests.session``), pools them with the earlier sessions' pairs, and judges by the
+**size** of the change (``history.retests.compare``):
 
     confirming --suspect build undecided, under max_pairs--> confirming (another session)
     confirming --suspect at the old level--> not_reproduced (closed as invalid: no page)
@@ -54,14 +54,18 @@ from accelmatrix.contracts.change_records import (
 )
 from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.contracts.run_records import RunRecord
-from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spread
-from accelmatrix.history.builds import BuildsError, builds_between
-from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
-from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
-from accelmatrix.history.culprit_profile import attach, attach_attribution, refresh_attributions
-from accelmatrix.history.placement import nights as suite_nights
-from accelmatrix.history.placement import place
-from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
+from accelmatrix.history.culprits.culprit_profile import (
+    attach,
+    attach_attribution,
+    refresh_attributions,
+)
+from accelmatrix.history.retests.bisect import AMBIGUOUS, FOUND, Search, split_line, spread
+from accelmatrix.history.retests.builds import BuildsError, builds_between
+from accelmatrix.history.retests.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
+from accelmatrix.history.retests.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
+from accelmatrix.history.retests.placement import nights as suite_nights
+from accelmatrix.history.retests.placement import place
+from accelmatrix.history.retests.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.pricing import estimate_cost as estimate
 from accelmatrix.spec.followup_plan import (
@@ -794,7 +798,7 @@ def _finish(store: ResultsStore, row: Confirmation, state: str, **fields: Any) -
         decision := values.get("decision") or row.decision
     ):
         # The culprit report: the cause's class from the sibling cells, and the op-level
-        # diff where the sessions kept profiler traces (history.culprit_profile).
+        # diff where the sessions kept profiler traces (history.culprits.culprit_profile).
         values["decision"] = {k: dict(v) for k, v in decision.items()}
         whole = replace(row, **values)
         attach_attribution(store, whole, values["decision"], reproduced=state != NOT_REPRODUCED)
@@ -807,7 +811,7 @@ def _finish(store: ResultsStore, row: Confirmation, state: str, **fields: Any) -
     store.save_confirmation(row.dag_id, id=row.id, **values)
     if state in (FOUND, CONFIRMED) and values.get("culprit"):
         # One change, one first bad build: the change, its group and its summary move to
-        # the build the re-test proved (history.placement).
+        # the build the re-test proved (history.retests.placement).
         place(store, replace(row, **values), suite_nights(store, row.dag_id))
     for t in row.targets:
         p = store.get_change_points(ids=[t["change_id"]])

@@ -142,7 +142,7 @@ def confirmation_line(c: Confirmation) -> str:
 
 def _culprit_report(decision: dict[str, Any]) -> str:
     """The cause's class and the first op that got slower, from what
-    ``history.culprit_profile`` stored with the decision (first target that has them)."""
+    ``history.culprits.culprit_profile`` stored with the decision (first target that has them)."""
     text = ""
     attribution = next((d["attribution"] for d in decision.values() if d.get("attribution")), None)
     if attribution:

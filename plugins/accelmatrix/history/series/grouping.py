@@ -13,7 +13,7 @@ night or two off) form a group, classified by where its members are:
 
 A change point found a night later than its siblings (a smaller effect needs more points)
 joins their group instead of opening another, and takes the group's triage state. The
-group is re-classified as it grows; it is notified once (history.changes decides when).
+group is re-classified as it grows; it is notified once (history.changes.changes decides when).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
 
-# Who closes a group whose change points were all taken back (history.changes).
+# Who closes a group whose change points were all taken back (history.changes.changes).
 RETRACTED_BY = "accelmatrix"
 # Change points of one direction at most this many points apart (in their series) are
 # taken as one night's cause.
@@ -76,7 +76,7 @@ def regroup(
     own, not a member that the group's earlier verdict ("undecided") silences.
 
     ``points`` and ``groups`` are the suite's stored rows; ``series`` is the frame of the
-    series analysed (``history.changes.find_changes``): their machines and point times,
+    series analysed (``history.changes.changes.find_changes``): their machines and point times,
     which say which cells ran on a night and where a point's neighbours are.
     """
     times = _times_by_series(series)

@@ -5,8 +5,8 @@ the CLI (``python -m accelmatrix compare``), over REST (a run's conf), or a pull
 run. The run's plan holds one session cell per selected cell: one machine each, both
 builds set up once on it and run interleaved (A B B A), ``pairs`` samples of each.
 
-At the run's gate, ``compare_run`` reads every session's samples (``history.session``)
-and compares the builds per cell and metric (``history.compare``): both medians and n, the
+At the run's gate, ``compare_run`` reads every session's samples (``history.retests.session``)
+and compares the builds per cell and metric (``history.retests.compare``): both medians and n, the
 change with its bootstrap 95 % interval, the paired Wilcoxon test, Mann-Whitney U, Cliff's
 delta, and a verdict judged by the size of the change (``judge``: DIFFERENT beyond
 ``history.confirm.min_change``, SAME inside it, UNKNOWN when the pairs cannot tell), with
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
 from accelmatrix.contracts.json_types import JsonObject
-from accelmatrix.history.compare import DIFFERENT, SAME, Comparison, compare, judge
-from accelmatrix.history.series import tracked_metrics
-from accelmatrix.history.session import pairs_of, read_samples, values_of
+from accelmatrix.history.retests.compare import DIFFERENT, SAME, Comparison, compare, judge
+from accelmatrix.history.retests.session import pairs_of, read_samples, values_of
+from accelmatrix.history.series.series import tracked_metrics
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.spec.followup_plan import Followup, session_cell_id
 

@@ -40,7 +40,7 @@ from accelmatrix.evaluation.bounds import (
     compute_bounds,
     load_bounds,
 )
-from accelmatrix.history.frame import history
+from accelmatrix.history.series.frame import history
 from accelmatrix.results import results_store
 from accelmatrix.spec.include_paths import include_file
 from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
