@@ -10,8 +10,8 @@ The fleet (every figure is a parameter):
 * builds differ by themselves, each by a uniform offset within +-``--build-noise``
   (1.5 %), on top of the change under test.
 
-Two ways to take the same samples, judged by the same code (``history.compare``,
-``history.bisect.Search``, the controller's rules: sessions of ``pairs`` pairs, another
+Two ways to take the same samples, judged by the same code (``history.retests.compare``,
+``history.retests.bisect.Search``, the controller's rules: sessions of ``pairs`` pairs, another
 session while undecided, up to ``max_pairs``):
 
 * **one machine**: the re-test's design: one machine per session, the builds in
@@ -32,12 +32,12 @@ Printed:
    with no step, pages per 1,000 points (goal <= 1).
 4. The decision line: a confirm whose true change is 0.5x, 1x and 1.5x its line, at one
    look of ``max_pairs`` and at every look of ``pairs`` up to ``max_pairs``, judged at
-   1.96 each look (as before ``history.sequential``) and with the error spent over the
+   1.96 each look (as before ``history.retests.sequential``) and with the error spent over the
    looks; and groups of 4 targets on the line. Goal: the wrong side no more often than
    the one-look 2.5 % + 1 point at the most looks.
 
 Every verdict is judged as the controller judges it (``Policy.critical`` over the looks
-so far, ``history.sequential``).
+so far, ``history.retests.sequential``).
 
 Seeds are fixed so two runs print the same figures; ``--seed`` changes them.
 
@@ -57,12 +57,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spread  # noqa: E402
-from accelmatrix.history.changepoints import DEFAULT, detect_many  # noqa: E402
-from accelmatrix.history.changes import candidates_detector  # noqa: E402
-from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, compare, level  # noqa: E402
-from accelmatrix.history.confirm import Policy, newest_point_suspect  # noqa: E402
-from accelmatrix.history.followup import SANDWICH_AFTER, SANDWICH_BEFORE  # noqa: E402
+from accelmatrix.history.changes.changes import candidates_detector  # noqa: E402
+from accelmatrix.history.retests.bisect import AMBIGUOUS, FOUND, Search, split_line, spread  # noqa: E402
+from accelmatrix.history.retests.compare import NEW_LEVEL, OLD_LEVEL, compare, level  # noqa: E402
+from accelmatrix.history.retests.confirm import Policy, newest_point_suspect  # noqa: E402
+from accelmatrix.history.retests.followup import SANDWICH_AFTER, SANDWICH_BEFORE  # noqa: E402
+from accelmatrix.history.series.changepoints import DEFAULT, detect_many  # noqa: E402
 from accelmatrix.spec.followup_plan import MAX_SESSION_BUILDS, session_order  # noqa: E402
 
 
@@ -154,7 +154,7 @@ def confirm_trial(rng, change, claimed, fleet, policy, paired, build_noise=False
 
 def bisect_trial(rng, change, fleet, policy, paired, n_builds=8):
     """(named build or None, the culprit, sessions, most pairs of a build) of one
-    re-test over ``n_builds`` builds (the last good first), as history.followup runs it."""
+    re-test over ``n_builds`` builds (the last good first), as history.retests.followup runs it."""
     builds = [f"b{i}" for i in range(n_builds)]
     culprit = int(rng.integers(1, n_builds))
     off = fleet.build_noise
@@ -203,7 +203,7 @@ def candidates(x: np.ndarray) -> list[tuple[int, float]]:
         if cp.change > 0 and not any(abs(cp.index - s.index) <= 1 for s in strict):
             out.append((cp.index, abs(cp.change)))
     if not any(i >= len(x) - 3 for i, _ in out):
-        # Against the level since the last change the detector reports (history.changes).
+        # Against the level since the last change the detector reports (history.changes.changes).
         since = max((cp.index for cp in strict), default=0)
         hit = newest_point_suspect(x[since:])
         if hit is not None:
@@ -227,7 +227,7 @@ def history_trial(rng, step_sigmas, fleet, policy, before=8, after=7, sigma=0.02
                 continue
             tested.append(idx)
             # The sandwich: the builds around the change, SANDWICH_BEFORE / _AFTER nights
-            # more where there are nights (history.followup._sandwich); the confirm judges
+            # more where there are nights (history.retests.followup._sandwich); the confirm judges
             # its two ends (every build between is tested in the same session).
             lo = max(0, idx - 1 - SANDWICH_BEFORE)
             hi = min(night - 1, idx + SANDWICH_AFTER)

@@ -5,8 +5,8 @@ script that prints, not a timed test; every figure says which goal it answers:
 
 ``bounds``       Bounds re-computation + the old bounds-window classification over a
                  1,000,000-row history of 1,000 series: <= 10 s (issue 6). The history has
-                 the columns ``history.frame.history`` returns and
-                 ``history.regression.classify`` reads; some series regressed, flaky or
+                 the columns ``history.series.frame.history`` returns and
+                 ``history.series.regression.classify`` reads; some series regressed, flaky or
                  drifting, so every verdict occurs. Prints JSON with seconds per phase.
 ``maintenance``  The maintenance DAG's full pass: 10,000 series of 365 points (level ~100,
                  noise CV 2 %, a few % of them with a step), ``detect_many`` over all of
@@ -132,8 +132,8 @@ def bench_bounds(rows: int, series: int, confidence: float) -> None:
     import pandas  # noqa: F401 - counted apart from the work
     import scipy.stats  # noqa: F401
 
-    from accelmatrix.history.bounds_job import bounds_table
-    from accelmatrix.history.regression import Rules, classify
+    from accelmatrix.history.bounds.bounds_job import bounds_table
+    from accelmatrix.history.series.regression import Rules, classify
 
     t_import = time.perf_counter() - t0
     h = synthetic(rows, series)
@@ -188,7 +188,7 @@ def perf_series(count: int, points: int, *, step_share: float, seed: int):
 
 
 def history_frame(values, cells: list[str], metrics: list[str], machines: list[str]):
-    """A frame with the columns ``find_changes`` reads, as ``history.frame.history`` gives
+    """A frame with the columns ``find_changes`` reads, as ``history.series.frame.history`` gives
     them (plain object strings, UTC times): one row per (night, series), nights oldest first.
     Series i is (cells[i], metrics[i]) on machines[i]."""
     import numpy as np
@@ -223,8 +223,8 @@ def history_frame(values, cells: list[str], metrics: list[str], machines: list[s
 
 def bench_maintenance(series: int, points: int) -> None:
 
-    from accelmatrix.history.changepoints import detect_many
-    from accelmatrix.history.changes import find_changes
+    from accelmatrix.history.changes.changes import find_changes
+    from accelmatrix.history.series.changepoints import detect_many
 
     print(f"== maintenance full pass: {series:,} series x {points} points")
     values, at = perf_series(series, points, step_share=0.03, seed=1)
@@ -401,9 +401,9 @@ def plant_night_public(store, dag_id: str, cells, kinds, values, n: int) -> None
 
 def bench_gate(models: int, nights: int, store_pass: bool) -> None:
 
-    from accelmatrix.history.changepoints import detect_many
-    from accelmatrix.history.changes import find_changes, update_changes
-    from accelmatrix.history.frame import history
+    from accelmatrix.history.changes.changes import find_changes, update_changes
+    from accelmatrix.history.series.changepoints import detect_many
+    from accelmatrix.history.series.frame import history
     from accelmatrix.results.store import ResultsStore
     from accelmatrix.spec.suite_parts import HistorySpec
 
@@ -486,9 +486,9 @@ def grouping_seed(seed: int, confirm: bool = False) -> dict:
     notifies once its re-test confirmed it or could not."""
     import numpy as np
 
-    from accelmatrix.history.changepoints import DEFAULT
-    from accelmatrix.history.changes import groups_to_notify, update_changes
-    from accelmatrix.history.followup import advance, start_confirmations
+    from accelmatrix.history.changes.changes import groups_to_notify, update_changes
+    from accelmatrix.history.retests.followup import advance, start_confirmations
+    from accelmatrix.history.series.changepoints import DEFAULT
     from accelmatrix.results.store import ResultsStore
     from accelmatrix.spec.followup_plan import FOLLOWUP_KEY, Followup
     from accelmatrix.spec.loader import load_suite

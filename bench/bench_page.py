@@ -236,7 +236,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-page-") as d:
         env = {**os.environ, "ACCELMATRIX_HOME": d, "ACCELMATRIX_SUITES_DIR": d}
         os.environ.update(env)
-        from accelmatrix.history.series import classify_suite
+        from accelmatrix.history.series.series import classify_suite
         from accelmatrix.results.store import ResultsStore
         from accelmatrix_testkit.matrix_results import synthetic_suite
 

@@ -49,8 +49,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests")]
 
-from accelmatrix.history.attribution import attribute, noise_chi2  # noqa: E402
-from accelmatrix.history.profile_diff import diff_profiles, diff_traces  # noqa: E402
+from accelmatrix.history.culprits.attribution import attribute, noise_chi2  # noqa: E402
+from accelmatrix.history.culprits.profile_diff import diff_profiles, diff_traces  # noqa: E402
 from accelmatrix_testkit.cause_matrix import CAUSES, plant  # noqa: E402
 from accelmatrix_testkit.chrome_traces import make_ops, synth_profile, synth_trace  # noqa: E402
 
@@ -61,7 +61,7 @@ _COST = """
 import resource, sys, time
 sys.path.insert(0, {plugins!r})
 t = time.perf_counter()
-from accelmatrix.history.profile_diff import diff_traces
+from accelmatrix.history.culprits.profile_diff import diff_traces
 imported = time.perf_counter() - t
 t, c = time.perf_counter(), time.process_time()
 out = diff_traces({a!r}, {b!r})

@@ -3,9 +3,9 @@
 
 bench_confirm and bench_changepoints judge the detector and the re-test on series handed
 to them whole. Users read what the pipeline makes of the nights as they arrive: each
-nightly run's gate looks at the history it finds when it ends (``history.history_pass``:
+nightly run's gate looks at the history it finds when it ends (``history.changes.history_pass``:
 the window's change points, the candidates and the newest-point rule, the re-tests), the
-re-test's sessions run and are judged at their own gates (``history.followup.advance``),
+re-test's sessions run and are judged at their own gates (``history.retests.followup.advance``),
 and the maintenance DAG looks at the whole history now and then. This bench drives that
 real code (a real SQLite results store, the planted sessions' logs read back by the
 session reader) in the orders Airflow produces:
@@ -26,7 +26,7 @@ run in every order.
 Printed per order and step size (in sigmas of the night-to-night noise): offline (the gate's
 detectors, given the whole series at the end in one piece, place a regression within a
 night of the step: what the pipeline should match), found (a change on the stepped series), confirmed (its re-test reproduced it), the first bad build the
-story names (the change's build, which a re-test's culprit moves: ``history.placement``)
+story names (the change's build, which a re-test's culprit moves: ``history.retests.placement``)
 right / a neighbour / wrong / none, stories that name two builds, pages on the noise
 series per 1,000 points, re-tests per 1,000 points, and the gate's cost per night.
 

@@ -58,7 +58,7 @@ with DAG(
 
     @task(retries=0)
     def recenter_bounds() -> dict:
-        from accelmatrix.history.bounds_job import maintenance_recenter
+        from accelmatrix.history.bounds.bounds_job import maintenance_recenter
 
         p = get_current_context()["params"]
         return maintenance_recenter(
@@ -71,7 +71,7 @@ with DAG(
 
     @task(retries=0)
     def analyse_history() -> dict:
-        from accelmatrix.history.bounds_job import maintenance_history
+        from accelmatrix.history.changes.history_pass import maintenance_history
 
         return maintenance_history(now=_end())
 

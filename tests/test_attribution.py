@@ -1,4 +1,4 @@
-"""Attribution across the matrix (history.attribution) on planted matrices."""
+"""Attribution across the matrix (history.culprits.attribution) on planted matrices."""
 
 from __future__ import annotations
 
@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 
 from accelmatrix.contracts.change_records import Confirmation
-from accelmatrix.history.attribution import (
+from accelmatrix.history.culprits.attribution import (
     CellDelta,
     attribute,
     noise_chi2,
     siblings_from_history,
 )
-from accelmatrix.history.culprit_profile import (
+from accelmatrix.history.culprits.culprit_profile import (
     ATTRIBUTION_KEY,
     attach_attribution,
     refresh_attributions,
 )
-from accelmatrix.history.frame import history
+from accelmatrix.history.series.frame import history
 from accelmatrix_testkit.cause_matrix import CAUSES, plant
 from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accelmatrix.history.compare import DIFFERENT, SAME, UNKNOWN
+from accelmatrix.history.retests.compare import DIFFERENT, SAME, UNKNOWN
 from accelmatrix.spec.followup_plan import COMPARE_KEY
 from accelmatrix.spec.loader import load_suite
 from accelmatrix.spec.params import check_run_conf

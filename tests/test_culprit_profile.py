@@ -1,5 +1,5 @@
 """The culprit report's op-level diff, wired: a re-test session keeps one trace per build
-(backends/interleave.py, planned by spec.followup), history.culprit_profile finds and diffs
+(backends/interleave.py, planned by spec.followup), history.culprits.culprit_profile finds and diffs
 them when the re-test names a culprit, and the alert carries the top ops."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from accelmatrix import settings
 from accelmatrix.backends import interleave
 from accelmatrix.contracts.change_records import Confirmation
-from accelmatrix.history.culprit_profile import PROFILE_KEY, attach, build_dir
+from accelmatrix.history.culprits.culprit_profile import PROFILE_KEY, attach, build_dir
 from accelmatrix.metrics.source_models import parse_metric_sources
 from accelmatrix.notifications.transport import _profile_lines
 from accelmatrix.spec.followup_plan import PROFILES_DIR, Followup, expand_followup, session_cell_id
@@ -174,7 +174,7 @@ def test_one_build_without_a_trace_says_which(tmp_path: Path, monkeypatch, missi
 
 
 def test_the_report_line_names_the_cause_and_the_top_op(tmp_path: Path, monkeypatch) -> None:
-    from accelmatrix.history.change_report import confirmation_line
+    from accelmatrix.history.changes.change_report import confirmation_line
 
     slow = _slow_culprit(tmp_path, monkeypatch)
     row, decision = _row(["model=small"])

@@ -17,10 +17,10 @@ from test_tiered_ci import Receiver, _conn
 
 from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.evaluation.bounds import compute_bounds, load_bounds_in_force
-from accelmatrix.history.bounds_job import bounds_table, recenter
-from accelmatrix.history.frame import HISTORY_COLUMNS, history
-from accelmatrix.history.regression import Rules
-from accelmatrix.history.series import classify_suite
+from accelmatrix.history.bounds.bounds_job import bounds_table, recenter
+from accelmatrix.history.series.frame import HISTORY_COLUMNS, history
+from accelmatrix.history.series.regression import Rules
+from accelmatrix.history.series.series import classify_suite
 from accelmatrix.notifications import dedup as alerts
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.notify import AlertSink

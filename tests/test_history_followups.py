@@ -8,7 +8,7 @@ follow-up sample, ``model=small,build=...,repeat=1``) and a column per follow-up
 suite's landing page opened the newest follow-up run, whose 30-day chart hid the backfill;
 an accepted change kept its cell's "regression" badge. Planted in a real (temporary)
 results store the way the lifecycle records runs, the gate its verdicts and change points,
-and history.followup its re-tests."""
+and history.retests.followup its re-tests."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 from test_history_page import Svg
 
 from accelmatrix.contracts.series_records import SeriesStatus
-from accelmatrix.history.triage import apply_triage
+from accelmatrix.history.changes.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import history, model, render
 from accelmatrix_testkit.matrix_results import PlantedCell, plant_run

@@ -1,11 +1,11 @@
-"""Series verdicts of accelmatrix.history.regression on small hand-made histories."""
+"""Series verdicts of accelmatrix.history.series.regression on small hand-made histories."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from accelmatrix.history.regression import Rules, classify
+from accelmatrix.history.series.regression import Rules, classify
 
 
 def history(series: dict[str, list[float]], lower=1.0, upper=2.0) -> pd.DataFrame:

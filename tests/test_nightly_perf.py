@@ -116,7 +116,7 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     the page stores the new level in the results store: the bounds file in include/ is
     never written."""
     from accelmatrix.evaluation.bounds import load_bounds
-    from accelmatrix.history.followup import ACTIVE_STATES
+    from accelmatrix.history.retests.followup import ACTIVE_STATES
     from accelmatrix.results.store import ResultsStore
     from accelmatrix_testkit import AirflowStack
 
@@ -238,7 +238,7 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     cp = max(points, key=lambda p: abs(p.effect or 0))
     assert cp.direction == "regression" and 0.02 < cp.change < 0.08, cp
     # One change, one first bad build: the change, its group and its summary name the
-    # re-test's culprit (history.placement), whatever night the detector placed it on.
+    # re-test's culprit (history.retests.placement), whatever night the detector placed it on.
     assert cp.runtime_version == retest.culprit, (cp, retest.culprit)
     assert group.runtime_version == retest.culprit, group
     assert f"from build {retest.culprit}" in group.summary, group.summary
@@ -253,7 +253,7 @@ def test_backfill_of_fourteen_builds_names_the_first_slow_one(tmp_path):
     assert len(sent) == 1, sent
     assert f"nightly-{slow.isoformat()}" in sent[0]["text"]
     # The culprit report's class: the suite's one cell has no siblings, and the re-test
-    # reproduced the change on one machine: the code (history.attribution).
+    # reproduced the change on one machine: the code (history.culprits.attribution).
     (attribution,) = [d["attribution"] for d in retest.decision.values() if "attribution" in d]
     assert attribution["cause"] == "code" and "reproduced it" in attribution["reason"]
     assert "*Cause* the code" in json.dumps(sent[0]), sent[0]  # the message's body

@@ -1,9 +1,9 @@
 """The culprit report on the history page (issue 42: "shown on the change's page, a table
 and a bar chart"): a re-test's stored op-level diff and cause class rendered below the
 change list, from a real (temporary) results store. The diff is the one
-history.culprit_profile computes from traces kept in a bisect session's evidence (generated
+history.culprits.culprit_profile computes from traces kept in a bisect session's evidence (generated
 kineto-shaped traces: one op 60 % slower, one op new in the culprit); the class the one
-history.attribution reads from the planted nights."""
+history.culprits.attribution reads from the planted nights."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from test_history_page import APP, DAG, DATES, FIRST_BAD, Svg, plant_backfill
 
 from accelmatrix import settings
-from accelmatrix.history import culprit_profile
-from accelmatrix.history.culprit_profile import attach, attach_attribution, build_dir
+from accelmatrix.history.culprits import culprit_profile
+from accelmatrix.history.culprits.culprit_profile import attach, attach_attribution, build_dir
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.followup_plan import PROFILES_DIR, session_cell_id
 from accelmatrix.ui import files, history, op_diff_view, render
@@ -27,7 +27,7 @@ CELL = "c=a"
 RUN = "accelmatrix_bisect__1_1"
 GOOD = f"nightly-{DATES[FIRST_BAD - 1]:%Y-%m-%d}"
 BAD = f"nightly-{DATES[FIRST_BAD]:%Y-%m-%d}"
-# A target's verdict as history.followup stores it (_decision), before the culprit report.
+# A target's verdict as history.retests.followup stores it (_decision), before the culprit report.
 VERDICT = {
     "verdict": "new_level", "change": 0.05, "n_good": 10, "n_suspect": 10,
     "median_good": 1.0, "median_suspect": 1.05, "p_worse": 0.001,

@@ -19,8 +19,8 @@ import pytest
 from test_nightly_perf import _runs, _wait_all
 from test_tiered_ci import Receiver, _conn
 
-from accelmatrix.history.followup import ACTIVE_STATES
-from accelmatrix.history.profile_diff import diff_traces
+from accelmatrix.history.culprits.profile_diff import diff_traces
+from accelmatrix.history.retests.followup import ACTIVE_STATES
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.followup_plan import PROFILES_DIR, Followup, expand_followup
 from accelmatrix.spec.loader import load_suite

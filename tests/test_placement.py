@@ -1,4 +1,4 @@
-"""One change, one first bad build (history.placement), against a real SQLite results store.
+"""One change, one first bad build (history.retests.placement), against a real SQLite results store.
 
 A planted 6 % step lands on night 12; the detector places it; a re-test then proves a
 different first bad build (a night early, as a bisect among builds that differ by
@@ -13,10 +13,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from accelmatrix.contracts.change_records import PLACED_BY_RETEST
-from accelmatrix.history.change_report import changes_json, changes_table
-from accelmatrix.history.changes import update_changes
-from accelmatrix.history.grouping import as_utc
-from accelmatrix.history.placement import night_of, place
+from accelmatrix.history.changes.change_report import changes_json, changes_table
+from accelmatrix.history.changes.changes import update_changes
+from accelmatrix.history.retests.placement import night_of, place
+from accelmatrix.history.series.grouping import as_utc
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.loader import load_suite
 from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix

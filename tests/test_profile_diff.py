@@ -1,4 +1,4 @@
-"""The op-level diff of two profiler traces (history.op_trace, history.profile_diff).
+"""The op-level diff of two profiler traces (history.culprits.op_trace, history.culprits.profile_diff).
 
 Real torch.profiler traces of a tiny CPU model in two builds: the culprit does its matmul
 twice and adds a copy. The diff must rank the matmul first with a Δ within 20 % of what
@@ -16,8 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelmatrix.history.op_trace import OUTSIDE_OPS, TraceError, profile_from_bytes, read_profile
-from accelmatrix.history.profile_diff import ProfileDiff, diff_profiles, diff_traces
+from accelmatrix.history.culprits.op_trace import (
+    OUTSIDE_OPS,
+    TraceError,
+    profile_from_bytes,
+    read_profile,
+)
+from accelmatrix.history.culprits.profile_diff import ProfileDiff, diff_profiles, diff_traces
 from accelmatrix_testkit.chrome_traces import make_ops, synth_profile, synth_trace
 
 ROUNDS, STEPS = 6, 10  # per build: 6 traces of 10 steps, the builds interleaved A B B A
@@ -33,7 +38,7 @@ def _step(x, w, *, culprit: bool, timer: list[float] | None = None) -> None:
     import torch
 
     # The step's other work, a dozen small ops on a 64 x 64 tensor that the culprit leaves
-    # alone: the host scale is read from the median op (history.profile_diff), and with
+    # alone: the host scale is read from the median op (history.culprits.profile_diff), and with
     # only the matmul's neighbours (which a second matmul's cache traffic slows too) the
     # doubled matmul reads as "every op slower" on a busy host, as in op_bench.py.
     a = torch.layer_norm(x[:64, :64], (64,))

@@ -1,4 +1,4 @@
-"""The op diff over several profiled samples per build (history.profile_diff): intervals
+"""The op diff over several profiled samples per build (history.culprits.profile_diff): intervals
 across samples, verdicts judged by them, and intermittent slow paths kept as findings.
 
 Generated samples with known answers (accelmatrix_testkit.chrome_traces.synth_profile):
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from accelmatrix.history.profile_diff import diff_profiles
+from accelmatrix.history.culprits.profile_diff import diff_profiles
 from accelmatrix_testkit.chrome_traces import SynthOp, make_ops, synth_profile
 
 STEPS = 100

@@ -1,10 +1,10 @@
-"""Repeated looks and several targets keep the re-test's error rates (history.sequential).
+"""Repeated looks and several targets keep the re-test's error rates (history.retests.sequential).
 
 The re-test judges its pooled pairs after every session of 10 pairs, up to 40: the same
 question asked up to four times. These tests put the true change exactly on the decision
 line (where any verdict is wrong) and at half and one and a half times it, and count the
 wrong verdicts over every look the controller takes (``Policy.critical`` as
-``history.followup`` calls it), and over groups of four targets of which any one confirms.
+``history.retests.followup`` calls it), and over groups of four targets of which any one confirms.
 Generated pairs: per-sample noise 2 % (the log ratio of a pair ~2.8 %), fixed seeds.
 """
 
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from accelmatrix.history.compare import (
+from accelmatrix.history.retests.compare import (
     DIFFERENT,
     MIN_PAIRS_TWO_SIDED,
     NEW_LEVEL,
@@ -25,8 +25,8 @@ from accelmatrix.history.compare import (
     level,
     min_pairs,
 )
-from accelmatrix.history.confirm import Policy
-from accelmatrix.history.sequential import ONE_SIDED_ALPHA, critical_z, fractions_of
+from accelmatrix.history.retests.confirm import Policy
+from accelmatrix.history.retests.sequential import ONE_SIDED_ALPHA, critical_z, fractions_of
 
 CLAIMED = 0.04
 POLICY = Policy()  # 10 pairs a session, 40 at most, line min(claimed / 2, 2 %)

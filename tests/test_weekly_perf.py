@@ -31,7 +31,7 @@ def _runs(stack) -> list[dict]:
 
 def _settled(stack, store, timeout: float) -> dict:
     """Wait until every run is finished and the re-test reached a final state."""
-    from accelmatrix.history.followup import ACTIVE_STATES
+    from accelmatrix.history.retests.followup import ACTIVE_STATES
 
     deadline = time.monotonic() + timeout
     while True:

@@ -51,7 +51,7 @@ def step(x: torch.Tensor, w: torch.Tensor, z: torch.Tensor, *, slow: bool) -> fl
     # The step's other work: a dozen small ops on a 64 x 64 tensor (normalisation,
     # activations), a few µs each, which the doubled matmul leaves alone. A real step has
     # many ops besides its slow one; the op-level diff reads the re-test host's common
-    # drift from the median op (history.profile_diff), and with only the matmul's own
+    # drift from the median op (history.culprits.profile_diff), and with only the matmul's own
     # neighbours (which a second matmul's cache traffic slows too) it read the doubled
     # matmul as "every op slower" on a busy host, 4 times in 15.
     a = torch.layer_norm(z, (SMALL,))

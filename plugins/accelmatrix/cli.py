@@ -26,11 +26,11 @@ import msgspec
 from accelmatrix import settings
 from accelmatrix.demo import run_suite
 from accelmatrix.evaluation.bounds import BoundsError, bounds_key, export_text, load_bounds
-from accelmatrix.history.bounds_job import reason_line
-from accelmatrix.history.change_report import changes_json, changes_table
-from accelmatrix.history.changepoints import detect
-from accelmatrix.history.csv_series import SeriesFileError, read_series
-from accelmatrix.history.triage import TRIAGE_STATES, apply_triage
+from accelmatrix.history.bounds.bounds_job import reason_line
+from accelmatrix.history.changes.change_report import changes_json, changes_table
+from accelmatrix.history.changes.triage import TRIAGE_STATES, apply_triage
+from accelmatrix.history.series.changepoints import detect
+from accelmatrix.history.series.csv_series import SeriesFileError, read_series
 from accelmatrix.notifications.pull_request import report_run
 from accelmatrix.results import results_store
 from accelmatrix.results.store import ResultsStore

@@ -1,4 +1,4 @@
-"""Planted matrices of per-cell changes with a known cause (history.attribution).
+"""Planted matrices of per-cell changes with a known cause (history.culprits.attribution).
 
 models x machine kinds x runtimes cells; the cause moves the cells it owns by ``effect`` %
 (each model by its own factor in 0.7-1.3: a big model feels a slow machine more), every cell
@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from accelmatrix.history.attribution import CellDelta
+from accelmatrix.history.culprits.attribution import CellDelta
 
 __all__ = ["CAUSES", "Planted", "plant"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accelmatrix.history.op_trace import OUTSIDE_OPS, OpProfile
+from accelmatrix.history.culprits.op_trace import OUTSIDE_OPS, OpProfile
 
 __all__ = ["SynthOp", "make_ops", "synth_profile", "synth_trace"]
 

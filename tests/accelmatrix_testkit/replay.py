@@ -1,8 +1,8 @@
 """The perf-history pipeline replayed night by night, as Airflow feeds it, with known answers.
 
 Each nightly run's gate looks at the history it finds when it ends
-(``history.history_pass``), the re-tests it starts run and are judged at their own gates
-(``history.followup.advance``), and the maintenance DAG looks at the whole history now and
+(``history.changes.history_pass``), the re-tests it starts run and are judged at their own gates
+(``history.retests.followup.advance``), and the maintenance DAG looks at the whole history now and
 then. ``trial`` drives that real code over a real SQLite results store, the sessions'
 logs planted from the known truth (``perf_matrix``), in one of Airflow's arrival orders
 (``ORDERS``), for a generated suite (``scenario``). Used by tests/test_replay.py and
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from accelmatrix.history.changepoints import DEFAULT
-from accelmatrix.history.changes import find_changes, groups_to_notify
-from accelmatrix.history.followup import advance
-from accelmatrix.history.frame import history
-from accelmatrix.history.grouping import as_utc
-from accelmatrix.history.history_pass import analyse_suite
+from accelmatrix.history.changes.changes import find_changes, groups_to_notify
+from accelmatrix.history.changes.history_pass import analyse_suite
+from accelmatrix.history.retests.followup import advance
+from accelmatrix.history.series.changepoints import DEFAULT
+from accelmatrix.history.series.frame import history
+from accelmatrix.history.series.grouping import as_utc
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.followup_plan import FOLLOWUP_KEY, Followup
 from accelmatrix.spec.loader import load_suite
@@ -256,7 +256,7 @@ def trial(sc: Scenario, order: str, lag: int = 0) -> Outcome:
 def offline_found(p: Pipeline, cell: str, step_at: int) -> bool:
     """Whether the gate's detectors, given the stepped series whole (every night that
     arrived, oldest first), report a regression within a night of the step: what the
-    pipeline should match (``history.changes.find_changes`` with the candidates)."""
+    pipeline should match (``history.changes.changes.find_changes`` with the candidates)."""
     hist = history(p.store, metric=None, dag_id=p.pm.dag_id, stats={"step_time": "median"})
     hist = hist[hist["cell_id"] == cell]
     found, _series = find_changes(

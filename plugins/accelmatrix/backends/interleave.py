@@ -13,7 +13,7 @@ stdout and stderr passed through line by line, between two marker lines:
     ##accelmatrix-sample {"i": 3, "build": "nightly-2026-03-07", "event": "begin"}
     ##accelmatrix-sample {"i": 3, "build": "nightly-2026-03-07", "event": "end", "exit": 0, "seconds": 0.52}
 
-accelmatrix.history.session splits the collected log at these lines and reads each
+accelmatrix.history.retests.session splits the collected log at these lines and reads each
 sample's metrics from its own part. A sample that exits non-zero ends the session with its
 exit code: a build that crashes is a failure to show, not a sample.
 
@@ -22,7 +22,7 @@ Profiles. When the plan says ``"keep": {"glob": "out/*.pt.trace.json", "per_buil
 sample wrote that match the glob are moved to ``<into>/<build>/<sample>-<name>``, up to
 ``per_build`` samples per build: the next sample of any build would overwrite them, and
 the culprit report diffs the last good build's trace against the culprit's
-(accelmatrix.history.culprit_profile). The session collects ``<into>/**``.
+(accelmatrix.history.culprits.culprit_profile). The session collects ``<into>/**``.
 """
 
 import json

@@ -17,7 +17,18 @@ import msgspec
 
 from accelmatrix.contracts.json_types import JsonObject, JsonValue
 
-__all__ = ["TRIAGE_STATES", "OPEN_STATES", "ChangeGroup", "ChangePoint", "Confirmation"]
+__all__ = [
+    "CONFIRMED",
+    "FOUND",
+    "NOT_REPRODUCED",
+    "NOT_REPRODUCED_BY",
+    "OPEN_STATES",
+    "PLACED_BY_RETEST",
+    "TRIAGE_STATES",
+    "ChangeGroup",
+    "ChangePoint",
+    "Confirmation",
+]
 
 # Perfherder's alert states, cut to the ones a perf history of one team needs:
 # untriaged        nobody looked yet (new change points start here)
@@ -34,6 +45,16 @@ OPEN_STATES = ("untriaged", "acknowledged")
 
 # ``ChangePoint.placed_by`` of a change moved to the first bad build its re-test proved.
 PLACED_BY_RETEST = "retest"
+# ``Confirmation.state`` of a finished re-test that later steps read (the culprit report,
+# placement): the suspect change reproduced on one machine (history.retests.confirm), it did
+# not, or a bisect found the first bad build (history.retests.bisect).
+CONFIRMED = "confirmed"
+NOT_REPRODUCED = "not_reproduced"
+FOUND = "found"
+# ``ChangeGroup.state_by`` of a group whose change the re-runs did not reproduce
+# (history.retests.followup). Such a group says nothing about a later change near its
+# night: a new change never joins it (history.series.grouping).
+NOT_REPRODUCED_BY = "accelmatrix-confirm"
 
 
 class ChangePoint(msgspec.Struct, frozen=True, kw_only=True):

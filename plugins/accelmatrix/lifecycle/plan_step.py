@@ -22,7 +22,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from accelmatrix.cell_state import CellState, RunState
-from accelmatrix.history.followup import refused_by_plan
+from accelmatrix.history.retests.followup import refused_by_plan
 from accelmatrix.pricing import BudgetExceeded, check_budget, hourly_price
 from accelmatrix.results import results_store
 from accelmatrix.spec.cell import CellSpec

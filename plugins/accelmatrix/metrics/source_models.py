@@ -170,7 +170,7 @@ class ProfilerTraceSource(_Source):
         "step_time", pattern=METRIC_NAME_RE, max_length=128
     )
     # How many samples of each build a re-test keeps this trace of, for the culprit
-    # report's op-level diff (history.profile_diff): its intervals come from the spread
+    # report's op-level diff (history.culprits.profile_diff): its intervals come from the spread
     # between them, so one trace on a busy host does not decide which op is blamed.
     profiled_samples: Annotated[int, Field(ge=1, le=20)] = 3
 

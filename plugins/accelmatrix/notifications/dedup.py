@@ -1,6 +1,6 @@
 """Per-cell alerts with deduplication: one alert per (suite, cell), stored in ``alerts``;
 and the delivery of change groups (``deliver_groups``): a perf regression is alerted once
-per cause (history.grouping), not per cell, so the gate passes no ``regressions`` here.
+per cause (history.series.grouping), not per cell, so the gate passes no ``regressions`` here.
 
 The run-level webhook (transport.py) says "this run failed" once per run; on-call needs
 something quieter: a cell failing every night is one alert whose recurrence count grows,

@@ -7,7 +7,7 @@ last writes the whole story and an earlier commit's comment is replaced, never a
 
 * the cells and their states, and each failed check with expected against observed;
 * the head's perf against the base commit (Δ %, 95 % interval, verdict by size), measured
-  on one machine per cell with the two builds interleaved (``history.build_compare``);
+  on one machine per cell with the two builds interleaved (``history.retests.build_compare``);
 * links: the matrix page, the run's report, the comparison;
 * a verdict for every case (``verdict_of``): "Safe to merge" only when every cell that is
   not quarantined passed and, when the suite asks for a comparison, every metric was
@@ -51,7 +51,9 @@ ATTEMPTS = 3
 BACKOFF_S = 1.0
 MAX_CELL_ROWS = 60
 MAX_CHECK_ROWS = 30
-COMPARE_JSON = "compare.json"  # history.build_compare.REPORT_JSON: written by the compare gate
+COMPARE_JSON = (
+    "compare.json"  # history.retests.build_compare.REPORT_JSON: written by the compare gate
+)
 
 
 @dataclass(frozen=True)

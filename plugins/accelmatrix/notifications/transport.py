@@ -256,7 +256,7 @@ def send_alert(sink: Any, alert: dict[str, Any], store: Any = None) -> int:
     return int(notifier.status or 0)
 
 
-# -- change groups (accelmatrix.history.grouping decides what; these say it) ----------------
+# -- change groups (accelmatrix.history.series.grouping decides what; these say it) ----------------
 def history_url(dag_id: str, group_id: int | None = None, base_url: str | None = None) -> str:
     """The suite's history page on the matrix page (the trend charts and the group list)."""
     if base_url is None:
@@ -273,7 +273,7 @@ def group_event(
     confirmation: Confirmation | None = None,
 ) -> dict[str, Any]:
     """The notification of a change group: the cause, its size, builds and links, and its
-    re-test (``history.followup``): verdict, culprit build, bisect steps."""
+    re-test (``history.retests.followup``): verdict, culprit build, bisect steps."""
     dag_id = group.dag_id
     retest = None
     if confirmation is not None:
@@ -363,7 +363,7 @@ def group_text(ev: dict[str, Any]) -> tuple[str, str]:
 
 
 def _profile_lines(decision: dict[str, Any]) -> list[str]:
-    """The culprit report (history.culprit_profile stores it with the decision, its text
+    """The culprit report (history.culprits.culprit_profile stores it with the decision, its text
     ready): the cause's class with its sibling evidence, and the op-level diff of the
     culprit against the last good build (the verdict and the top 3 ops, or why there is
     none). Each line once: targets of one cell share their traces."""

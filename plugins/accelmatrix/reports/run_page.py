@@ -49,7 +49,7 @@ def write_run_index(
         if (run_dir / "data_docs" / "index.html").exists()
         else ""
     )
-    # A compare run's report of the two builds (history.build_compare), once written.
+    # A compare run's report of the two builds (history.retests.build_compare), once written.
     if (run_dir / "compare.html").exists():
         run_docs += ' (<a href="compare.html">comparison of the two builds</a>)'
     # The page leads with the cells' verdicts (reports/verdicts.py).

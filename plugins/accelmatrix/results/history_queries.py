@@ -47,7 +47,7 @@ class HistoryQueries(StoreCore):
         until: Any = None,
         extra_metrics: Any = (),
     ) -> HistoryRows:
-        """The records perf history is built from (see accelmatrix.history.frame).
+        """The records perf history is built from (see accelmatrix.history.series.frame).
 
         The runs, cells, metrics and checks, restricted
         to runs of ``dag_id``/``suite`` whose logical date is in [since, until], metric rows

@@ -270,7 +270,7 @@ series_status = Table(
     "series_status",
     metadata,
     # One verdict per (suite, benchmark, cell, metric) series, replaced per suite each time
-    # the suite's history is classified (accelmatrix.history.series).
+    # the suite's history is classified (accelmatrix.history.series.series).
     Column("dag_id", String(ID_LEN), nullable=False),
     Column("benchmark", String(NAME_LEN), nullable=False),
     Column("cell_id", String(CELL_ID_LEN), nullable=False),
@@ -311,7 +311,7 @@ alerts = Table(
     PrimaryKeyConstraint("dag_id", "cell_id", name="pk_alerts"),
 )
 
-# A change point of a perf series (accelmatrix.history.changes): where one metric of one
+# A change point of a perf series (accelmatrix.history.changes.changes): where one metric of one
 # cell moved to a new level, found by the detector over the series ordered by logical date.
 # Keyed by the series and the first run at the new level; the detector may move that run by
 # one point as more nights arrive (the row is updated, its triage kept).
@@ -352,15 +352,15 @@ change_points = Table(
     Column("state_at", UtcDateTime, nullable=True),
     Column("note", Text, nullable=True),
     # Passes in a row that analysed its series without finding it again: a report is taken
-    # back only after two (history.changes.RETRACT_MISSES), so a change at the edge of
+    # back only after two (history.changes.changes.RETRACT_MISSES), so a change at the edge of
     # significance does not flicker out and back in, losing its group and its triage.
     Column("missing", Integer, nullable=False, default=0),
-    # The re-test of this change (accelmatrix.history.followup): confirmed | not_reproduced |
+    # The re-test of this change (accelmatrix.history.retests.followup): confirmed | not_reproduced |
     # undecided | failed | refused, and the decision (both samples' medians, spread, p).
     Column("confirm_state", String(LABEL_LEN), nullable=True),
     Column("confirm", JsonText, nullable=True),
     # Who placed the change on its night: None, the detector; "retest", the re-test that
-    # proved its first bad build (history.placement), with the detector's own placement
+    # proved its first bad build (history.retests.placement), with the detector's own placement
     # kept beside it for audit (detected_*; the detector's latest, as it re-finds it).
     Column("placed_by", String(LABEL_LEN), nullable=True),
     Column("detected_run_id", String(ID_LEN), nullable=True),
@@ -375,7 +375,7 @@ change_points = Table(
     sqlite_autoincrement=True,
 )
 
-# One cause behind the change points of one night (accelmatrix.history.grouping): a build
+# One cause behind the change points of one night (accelmatrix.history.series.grouping): a build
 # that moved many cells, a machine kind that moved while the others stayed flat, or a
 # single series. One notification per group; triage of a group applies to its members.
 change_groups = Table(
@@ -415,7 +415,7 @@ change_groups = Table(
 # FOLLOWUP_RUN_TYPES (imported above): the run types (runs.run_type) of a suite's follow-up
 # runs, stated with the run record (contracts/run_records.py).
 
-# The re-test of one suspect group (accelmatrix.history.followup): a confirm run of the suite
+# The re-test of one suspect group (accelmatrix.history.retests.followup): a confirm run of the suite
 # (last good and suspect build, interleaved, repeated), more rounds while undecided, then a
 # bisect of the builds in between, one suite run per step. One row per group at most: the
 # unique key is what keeps a re-run gate or a restarted scheduler from starting a second.
@@ -478,7 +478,7 @@ reaped = Table(
     Index("ix_reaped_at", "at"),
 )
 
-# Step-time bounds re-centered by accelmatrix (history.bounds_job): the bounds files under
+# Step-time bounds re-centered by accelmatrix (history.bounds.bounds_job): the bounds files under
 # include/ are the initial baseline and are never written (a deployment's include/ comes
 # from git). Append-only: each re-centering adds one row per benchmark; the newest row of a
 # (file, benchmark), by id, is in force while the file still holds the values it was made

@@ -1,5 +1,5 @@
 """A follow-up run: the suite re-testing named builds on its suspect cells, one machine per
-cell (``accelmatrix.history.followup`` starts them; this module plans them).
+cell (``accelmatrix.history.retests.followup`` starts them; this module plans them).
 
 A follow-up run is an ordinary run of the suite's DAG whose ``conf`` carries the block
 ``accelmatrix_followup``. Its plan holds **one cell per suspect cell**: one machine,
@@ -8,7 +8,7 @@ and run ``pairs`` times, interleaved in palindromes (A B B A, or G X Y S S Y X G
 bisect of four builds). In a palindrome every build's mean position is the same, so a
 machine that drifts (warms up, throttles, gets a noisy neighbour) hits every build alike;
 and each sample sits next to a sample of the first build, so the machine's own speed
-cancels in their ratio (``history.compare``). Before this design every sample was a cell
+cancels in their ratio (``history.retests.compare``). Before this design every sample was a cell
 with a machine of its own: 22x the samples' time, and machine-to-machine variance (2-4 %
 on real fleets) mixed into a 2-5 % question.
 
@@ -54,7 +54,7 @@ FOLLOWUP_KEY = "accelmatrix_followup"
 # The conf block that asks for a comparison of two builds (REST, the CLI, the page).
 COMPARE_KEY = "accelmatrix_compare"
 # The most builds one session tests: a bisect range up to this long is searched in one
-# session; a longer one is narrowed a session at a time (history.followup).
+# session; a longer one is narrowed a session at a time (history.retests.followup).
 MAX_SESSION_BUILDS = 8
 # The most samples one session runs (all builds together): its workload timeout is the
 # suite's times this, so a cap keeps a runaway plan from holding a machine for days.
@@ -68,7 +68,7 @@ PROFILES_PER_BUILD = 1
 _M = TypeVar("_M", bound=Model)
 # The checks a session cell keeps: those that judge each sample alike (its exit, its log).
 # A perf bound or a step count over the whole session would judge every build's samples
-# together; the re-test's own verdict (history.compare) is what judges the builds.
+# together; the re-test's own verdict (history.retests.compare) is what judges the builds.
 SESSION_CHECKS = frozenset({"exit_status", "log_contains", "log_not_contains"})
 
 
@@ -105,13 +105,13 @@ def followup_of(conf: dict[str, Any] | None) -> Followup | None:
 class CompareRequest(Model):
     """The ``accelmatrix_compare`` block of a run's conf: "is build ``head`` slower than
     build ``base`` on these cells?", answered by one session per cell (both builds on one
-    machine, interleaved) and ``history.build_compare``."""
+    machine, interleaved) and ``history.retests.build_compare``."""
 
     base: Annotated[str, Field(min_length=1, max_length=250)]
     head: Annotated[str, Field(min_length=1, max_length=250)]
     cells: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] = ["*"]
     # 8: the fewest pairs whose two-sided exact Wilcoxon p can reach the compare's 0.01
-    # (history.compare.MIN_PAIRS_TWO_SIDED); at 7 the answer could never be DIFFERENT.
+    # (history.retests.compare.MIN_PAIRS_TWO_SIDED); at 7 the answer could never be DIFFERENT.
     pairs: Annotated[int, Field(ge=8, le=200)] = 10
 
 
@@ -234,7 +234,7 @@ def _session_cell(
     if traces:
         # The first profiled samples of each build (the metric's ``profiled_samples``,
         # interleaved like the timed ones) are kept for the culprit report's op-level diff
-        # (history.culprit_profile); a later sample would overwrite them.
+        # (history.culprits.culprit_profile); a later sample would overwrite them.
         per_build = traces[0].profiled_samples
         doc["keep"] = {"glob": traces[0].glob, "per_build": per_build, "into": PROFILES_DIR}
         artifacts.append(f"{PROFILES_DIR}/**")

@@ -272,7 +272,7 @@ class Budget(Model):
 
 
 class RegressionRules(Model):
-    """How the suite's perf series are classified after each run (history/regression.py)."""
+    """How the suite's perf series are classified after each run (history/series/regression.py)."""
 
     window_days: PositiveInt = 30
     min_points: PositiveInt = 3
@@ -292,14 +292,14 @@ class ConfirmSpec(Model):
     Each suspect cell gets one machine for the re-test: the last good build, the suspect
     build and the builds between them (up to 8 per session) are set up on it once and run
     ``pairs`` times each, interleaved (A B B A ...). Their verdict is judged by the size of
-    the change (accelmatrix.history.compare). An undecided re-test adds ``pairs`` more per
+    the change (accelmatrix.history.retests.compare). An undecided re-test adds ``pairs`` more per
     build in another session, up to ``max_pairs``. Every session is an ordinary run of the
     suite's DAG, under its pools and budget; ``max_usd`` caps each one's estimated cost,
     ``max_cells`` how many of a group's cells are re-tested (the largest changes first).
     """
 
     enabled: bool = Field(True, description="re-test suspect changes before notifying")
-    # 7 pairs is the fewest whose exact Wilcoxon p-value can reach 0.01 (history.compare).
+    # 7 pairs is the fewest whose exact Wilcoxon p-value can reach 0.01 (history.retests.compare).
     pairs: Annotated[int, Field(ge=7, le=50)] = Field(
         10, description="samples of each build per session, each next to the last good build's"
     )

@@ -54,7 +54,7 @@ from accelmatrix.contracts.change_records import (
 from accelmatrix.contracts.run_records import FOLLOWUP_RUN_TYPES, RunRecord
 from accelmatrix.contracts.series_records import BoundsRecord
 from accelmatrix.evaluation.bounds import bounds_key, load_bounds, row_in_force
-from accelmatrix.history.bounds_job import reason_line, suite_bounds_files
+from accelmatrix.history.bounds.bounds_job import reason_line, suite_bounds_files
 from accelmatrix.results.runs import FOLLOWUP_PARAM
 from accelmatrix.ui import op_diff_view
 from accelmatrix.ui.grid import LABELS, esc, q

@@ -25,9 +25,9 @@ from accelmatrix import settings
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
 from accelmatrix.contracts.series_records import SeriesStatus
 from accelmatrix.evaluation.bounds import BoundsError, load_bounds_in_force
-from accelmatrix.history.changes import tracked_metrics
-from accelmatrix.history.frame import history
-from accelmatrix.history.regression import classify
+from accelmatrix.history.series.frame import history
+from accelmatrix.history.series.regression import classify
+from accelmatrix.history.series.series import tracked_metrics
 from accelmatrix.spec.checks.training import StepTimeWithinBoundsCheck
 from accelmatrix.spec.include_paths import include_file
 from accelmatrix.spec.loader import load_suite, resolve_suite

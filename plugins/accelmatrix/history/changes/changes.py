@@ -10,7 +10,7 @@ need more than a window to stand out.
 ``match``         found vs stored: a change re-found within one point of where it was
                   stored is the same change (its triage is kept); an untriaged one no
                   longer found is retracted (a 2-night blip at the end that went away)
-``group``         one group per cause (``history.grouping``), one notification per group
+``group``         one group per cause (``history.series.grouping``), one notification per group
 """
 
 from __future__ import annotations
@@ -20,30 +20,40 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from accelmatrix.contracts import change_records
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup
-from accelmatrix.history.changepoints import DEFAULT, ChangePoint, Detector, Segment, detect_many
-from accelmatrix.history.confirm import SUSPECT_BASELINE, newest_point_suspect
-from accelmatrix.history.followup import ACTIVE_STATES, NOTIFY_STATES
-from accelmatrix.history.frame import history
-from accelmatrix.history.grouping import RETRACTED_BY, as_utc, regroup
-from accelmatrix.history.placement import keep_placement, settle
+from accelmatrix.history.retests.confirm import SUSPECT_BASELINE, newest_point_suspect
+from accelmatrix.history.retests.followup import ACTIVE_STATES, NOTIFY_STATES
+from accelmatrix.history.retests.placement import keep_placement, settle
+from accelmatrix.history.series.changepoints import (
+    DEFAULT,
+    ChangePoint,
+    Detector,
+    Segment,
+    detect_many,
+)
+from accelmatrix.history.series.frame import history
+from accelmatrix.history.series.grouping import RETRACTED_BY, as_utc, regroup
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import HistorySpec
 
 log = logging.getLogger(__name__)
+
+# One row of a pandas frame (``DataFrame.to_dict("records")``): column -> cell, each cell of
+# its column's type (str, float, Timestamp, ...); Any because a frame's columns are not typed.
+FrameRow: TypeAlias = "dict[str, Any]"
 
 __all__ = [
     "ChangeUpdate",
     "detector_for",
     "find_changes",
     "match",
-    "tracked_metrics",
     "update_changes",
 ]
 
@@ -63,24 +73,12 @@ MIN_HISTORY = 8
 RETRACT_AFTER = 8
 # ... and only once it was missing from this many passes in a row.
 RETRACT_MISSES = 2
-# Re-test verdicts (history.followup) after which a change is real, whatever the detector
+# Re-test verdicts (history.retests.followup) after which a change is real, whatever the detector
 # says of its tail later (a one-night suspect is never re-found by it).
 CONFIRMED_STATES = ("confirmed", "found", "ambiguous")
 
 
-def tracked_metrics(suite: Any) -> dict[str, str]:
-    """metric -> statistic of its steps, for every metric a check of ``suite`` judges and
-    every metric its ``history.track`` adds."""
-    out: dict[str, str] = {}
-    for check in suite.checks:
-        metric = getattr(check, "metric", None)
-        if isinstance(metric, str) and metric:
-            out.setdefault(metric, "median")
-    out.update(suite.history.track)
-    return out
-
-
-def detector_for(spec: Any) -> Detector:
+def detector_for(spec: HistorySpec) -> Detector:
     """The default detector with the suite's ``history`` overrides."""
     overrides = {
         k: getattr(spec, k)
@@ -99,7 +97,7 @@ def find_changes(
     suspects: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(change points, series): the change points of every (cell, metric) series of
-    ``hist`` (a ``history.frame.history`` frame), over its last ``window`` points (None:
+    ``hist`` (a ``history.series.frame.history`` frame), over its last ``window`` points (None:
     all), and one row per series analysed (cell_id, metric, machine, points, and
     ``times``: its points' logical dates as UTC datetime64 values, oldest first).
 
@@ -110,7 +108,7 @@ def find_changes(
     ``suspects``: also report a series whose newest point alone lies
     ``confirm.SUSPECT_SIGMAS`` worse than the nights before it (``newest_point_suspect``)
     and where the detector reports nothing in the newest points: a one-point change at the
-    end, for the re-test to confirm or reject the same night (``history.followup``).
+    end, for the re-test to confirm or reject the same night (``history.retests.followup``).
 
     Series are cut from one sorted frame as NumPy slices: a pandas group per series costs
     ~2 ms, which is seconds for a 1,024-cell run's 3,072 series (bench/bench_history.py).
@@ -231,7 +229,7 @@ def _weak_regressions(
     weak: list[ChangePoint], found: list[ChangePoint], higher_is_better: bool
 ) -> list[ChangePoint]:
     """The permissive detector's regressions that the reporting one did not place within a
-    point of: candidates for the re-test (history.followup), never a page by themselves."""
+    point of: candidates for the re-test (history.retests.followup), never a page by themselves."""
     out = []
     for cp in weak:
         worse = (cp.after.median > cp.before.median) != higher_is_better
@@ -318,7 +316,7 @@ STORED_FIELDS = (
 
 
 def match(
-    found: list[dict[str, Any]],
+    found: list[FrameRow],
     stored: list[change_records.ChangePoint],
     series: pd.DataFrame,
     *,
@@ -422,14 +420,14 @@ class ChangeUpdate:
 def update_changes(
     store: ResultsStore,
     dag_id: str,
-    spec: Any,
+    spec: HistorySpec,
     tracked: dict[str, str],
     *,
     full: bool = False,
     hist: pd.DataFrame | None = None,
 ) -> ChangeUpdate:
     """Find the change points of ``dag_id``'s series of the ``tracked`` metrics (see
-    ``tracked_metrics``) and bring the store up to date: matched changes updated, new
+    ``series.tracked_metrics``) and bring the store up to date: matched changes updated, new
     ones inserted and grouped, retracted ones deleted. ``spec`` is the suite's ``history``
     block (spec.suite_parts.HistorySpec); ``hist`` the suite's history (read when not
     given)."""
@@ -454,7 +452,7 @@ def _window_start(store: ResultsStore, dag_id: str, window: int) -> datetime | N
 def _update(
     store: ResultsStore,
     dag_id: str,
-    spec: Any,
+    spec: HistorySpec,
     tracked: dict[str, str],
     *,
     full: bool,

@@ -13,20 +13,33 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix.contracts.series_records import SeriesStatus
-from accelmatrix.history.frame import history
-from accelmatrix.history.regression import Rules, classify
+from accelmatrix.history.series.frame import history
+from accelmatrix.history.series.regression import Rules, classify
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import RegressionRules, Suite
 
 log = logging.getLogger(__name__)
 
-__all__ = ["classify_suite", "rules_of"]
+__all__ = ["classify_suite", "rules_of", "tracked_metrics"]
 
 
-def rules_of(spec: Any) -> tuple[Rules, int]:
+def tracked_metrics(suite: Suite) -> dict[str, str]:
+    """metric -> statistic of its steps, for every metric a check of ``suite`` judges and
+    every metric its ``history.track`` adds."""
+    out: dict[str, str] = {}
+    for check in suite.checks:
+        metric = getattr(check, "metric", None)
+        if isinstance(metric, str) and metric:
+            out.setdefault(metric, "median")
+    out.update(suite.history.track)
+    return out
+
+
+def rules_of(spec: RegressionRules) -> tuple[Rules, int]:
     """(Rules, window_days) from a suite's ``regression:`` block (spec.suite.RegressionRules)."""
     return (
         Rules(
@@ -51,7 +64,7 @@ def classify_suite(
     """Classify every bounded series of ``dag_id`` in the window, store and return them.
 
     ``regression`` means the series has an open regression change point
-    (``open_regressions``: (cell, metric) pairs, from ``history.changes``); points out of
+    (``open_regressions``: (cell, metric) pairs, from ``history.changes.changes``); points out of
     bounds at the end without one are ``suspicious``: bounds say "unusual", only a change
     point says "moved". Without ``open_regressions`` the bounds rules alone decide.
 

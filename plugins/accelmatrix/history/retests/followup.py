@@ -14,8 +14,8 @@ longer). So one session both confirms the change and, in a range that short, nam
 first bad build.
 
 At the session's gate, ``advance`` reads each session cell's samples from its log
-(``history.session``), pools them with the earlier sessions' pairs, and judges by the
-**size** of the change (``history.compare``):
+(``history.retests.session``), pools them with the earlier sessions' pairs, and judges by the
+**size** of the change (``history.retests.compare``):
 
     confirming --suspect build undecided, under max_pairs--> confirming (another session)
     confirming --suspect at the old level--> not_reproduced (closed as invalid: no page)
@@ -46,17 +46,26 @@ from typing import TYPE_CHECKING, Any
 from msgspec.structs import replace
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint, Confirmation
+from accelmatrix.contracts.change_records import (
+    NOT_REPRODUCED_BY,
+    OPEN_STATES,
+    ChangePoint,
+    Confirmation,
+)
+from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.contracts.run_records import RunRecord
-from accelmatrix.history.bisect import AMBIGUOUS, FOUND, Search, split_line, spread
-from accelmatrix.history.builds import BuildsError, builds_between
-from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
-from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
-from accelmatrix.history.culprit_profile import attach, attach_attribution, refresh_attributions
-from accelmatrix.history.grouping import NOT_REPRODUCED_BY
-from accelmatrix.history.placement import nights as suite_nights
-from accelmatrix.history.placement import place
-from accelmatrix.history.session import Sample, pairs_of, read_samples, values_of
+from accelmatrix.history.culprits.culprit_profile import (
+    attach,
+    attach_attribution,
+    refresh_attributions,
+)
+from accelmatrix.history.retests.bisect import AMBIGUOUS, FOUND, Search, split_line, spread
+from accelmatrix.history.retests.builds import BuildsError, builds_between
+from accelmatrix.history.retests.compare import NEW_LEVEL, OLD_LEVEL, Comparison, compare, level
+from accelmatrix.history.retests.confirm import CONFIRMED, NOT_REPRODUCED, UNDECIDED, Policy
+from accelmatrix.history.retests.placement import nights as suite_nights
+from accelmatrix.history.retests.placement import place
+from accelmatrix.history.retests.session import Sample, pairs_of, read_samples, values_of
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.pricing import estimate_cost as estimate
 from accelmatrix.spec.followup_plan import (
@@ -70,6 +79,8 @@ from accelmatrix.spec.followup_plan import (
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import Suite
+    from accelmatrix.spec.suite_parts import ConfirmSpec
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +113,12 @@ MAX_NEW_PER_RUN = 4
 # How a build's level reads on the page and in the steps.
 STEP_VERDICT = {NEW_LEVEL: "bad", OLD_LEVEL: "good"}
 
-# (run_id, conf) -> True if the run was created, False if it already existed.
-Trigger = Callable[[str, dict[str, Any]], bool]
+# (run_id, conf) -> True if the run was created, False if it already existed. The conf is
+# the run's JSON (Airflow's dag_run.conf).
+Trigger = Callable[[str, JsonObject], bool]
 
 
-def policy_of(spec: Any) -> Policy:
+def policy_of(spec: ConfirmSpec) -> Policy:
     """The test policy of a suite's ``history.confirm`` block."""
     return Policy(pairs=spec.pairs, max_pairs=spec.max_pairs, min_change=spec.min_change)
 
@@ -121,9 +133,9 @@ def run_id_for(kind: str, confirmation_id: int, round_: int) -> str:
 
 def start_confirmations(
     store: ResultsStore,
-    suite: Any,
+    suite: Suite,
     dag_id: str,
-    params: dict[str, Any],
+    params: JsonObject,
     trigger: Trigger,
 ) -> list[Confirmation]:
     """Start the re-test of every open regression group of ``dag_id`` that has none and was
@@ -293,7 +305,7 @@ def _sandwich(nights: list[RunRecord], p: ChangePoint) -> tuple[str | None, str 
     )
 
 
-def _range(suite: Any, dag_id: str, good: str, suspect: str) -> tuple[list[str], str | None]:
+def _range(suite: Suite, dag_id: str, good: str, suspect: str) -> tuple[list[str], str | None]:
     """Every build from ``good`` to ``suspect``, and why only the two ends when the builds
     between cannot be listed (the re-test then confirms without naming a culprit between)."""
     try:
@@ -344,19 +356,19 @@ def _same_cause(
     return None
 
 
-def _per_sample(suite: Any, metric: str) -> bool:
+def _per_sample(suite: Suite, metric: str) -> bool:
     """Whether the session can tell the samples of ``metric`` apart (a log metric)."""
     return any(isinstance(s, LogRegexSource) and s.name == metric for s in suite.workload.metrics)
 
 
 def _launch(
     store: ResultsStore,
-    suite: Any,
+    suite: Suite,
     row: Confirmation,
     kind: str,
     session_builds: list[str],
     cells: list[str],
-    params: dict[str, Any],
+    params: JsonObject,
     trigger: Trigger,
     **fields: Any,
 ) -> None:
@@ -409,7 +421,7 @@ def _launch(
     log.info("%s session %s %s", kind, run_id, "started" if created else "already exists")
 
 
-def estimate_cost(suite: Any, dag_id: str, fu: Followup, params: dict[str, Any]) -> float:
+def estimate_cost(suite: Suite, dag_id: str, fu: Followup, params: JsonObject) -> float:
     """The session's estimated cost, as the plan's budget check computes it."""
 
     user = {k: v for k, v in params.items() if k in suite.params}
@@ -435,11 +447,11 @@ def refused_by_plan(
 
 def advance(
     store: ResultsStore,
-    suite: Any,
+    suite: Suite,
     dag_id: str,
     run_id: str,
     fu: Followup,
-    params: dict[str, Any],
+    params: JsonObject,
     trigger: Trigger,
 ) -> Confirmation | None:
     """At a session's gate: add its samples, decide, and start the next session or finish.
@@ -472,7 +484,7 @@ def advance(
 
 
 def _read_session(
-    suite: Any, dag_id: str, run_id: str, fu: Followup, targets: list[dict[str, Any]]
+    suite: Suite, dag_id: str, run_id: str, fu: Followup, targets: list[dict[str, Any]]
 ) -> tuple[dict[str, list[list[object]]], list[str]]:
     """target key -> the session's sample rows; and what went wrong in the session."""
     out: dict[str, list[list[object]]] = {}
@@ -538,9 +550,9 @@ def _decision(
 
 def _after_confirm(
     store: ResultsStore,
-    suite: Any,
+    suite: Suite,
     row: Confirmation,
-    params: dict[str, Any],
+    params: JsonObject,
     trigger: Trigger,
     problems: list[str],
 ) -> Confirmation:
@@ -631,9 +643,9 @@ def _after_confirm(
 
 def _after_search(
     store: ResultsStore,
-    suite: Any,
+    suite: Suite,
     row: Confirmation,
-    params: dict[str, Any],
+    params: JsonObject,
     trigger: Trigger,
     state: str | None = None,
 ) -> Confirmation:
@@ -786,7 +798,7 @@ def _finish(store: ResultsStore, row: Confirmation, state: str, **fields: Any) -
         decision := values.get("decision") or row.decision
     ):
         # The culprit report: the cause's class from the sibling cells, and the op-level
-        # diff where the sessions kept profiler traces (history.culprit_profile).
+        # diff where the sessions kept profiler traces (history.culprits.culprit_profile).
         values["decision"] = {k: dict(v) for k, v in decision.items()}
         whole = replace(row, **values)
         attach_attribution(store, whole, values["decision"], reproduced=state != NOT_REPRODUCED)
@@ -799,7 +811,7 @@ def _finish(store: ResultsStore, row: Confirmation, state: str, **fields: Any) -
     store.save_confirmation(row.dag_id, id=row.id, **values)
     if state in (FOUND, CONFIRMED) and values.get("culprit"):
         # One change, one first bad build: the change, its group and its summary move to
-        # the build the re-test proved (history.placement).
+        # the build the re-test proved (history.retests.placement).
         place(store, replace(row, **values), suite_nights(store, row.dag_id))
     for t in row.targets:
         p = store.get_change_points(ids=[t["change_id"]])

@@ -9,6 +9,9 @@ DAG. They differ only in scope, so the order of the steps lives here once:
 3. one notification per new regression group due one (``notifications.dedup``);
 4. the series verdicts the page shows (``series.classify_suite``).
 
+``maintenance_history`` is the maintenance DAG's task: the pass over every suite's whole
+history.
+
 A suite that follows no metric is skipped by a gate without importing pandas (about a
 second at the end of every run of a functional suite); the maintenance pass still
 classifies its bounded series.
@@ -16,23 +19,30 @@ classifies its bounded series.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from accelmatrix.history.changes import ChangeUpdate, tracked_metrics, update_changes
-from accelmatrix.history.followup import start_confirmations
-from accelmatrix.history.series import classify_suite, rules_of
+from accelmatrix import settings
+from accelmatrix.contracts.json_types import JsonObject
+from accelmatrix.history.changes.changes import ChangeUpdate, update_changes
+from accelmatrix.history.retests.followup import Trigger, start_confirmations
+from accelmatrix.history.series.series import classify_suite, rules_of, tracked_metrics
 from accelmatrix.notifications import dedup as alerts
+from accelmatrix.results import results_store
+from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
 from accelmatrix.spec.suite import HistorySpec, RegressionRules
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import Suite
 
-__all__ = ["HistoryPass", "analyse_suite"]
+log = logging.getLogger(__name__)
+
+__all__ = ["HistoryPass", "analyse_suite", "maintenance_history"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +57,12 @@ class HistoryPass:
 def analyse_suite(
     store: ResultsStore,
     dag_id: str,
-    suite: Any | None,
+    suite: Suite | None,
     *,
     full: bool,
     now: datetime | None = None,
-    retest: Callable[[str, dict[str, Any]], bool] | None = None,
-    params: dict[str, Any] | None = None,
+    retest: Trigger | None = None,
+    params: JsonObject | None = None,
 ) -> HistoryPass:
     """The pass (module docstring). ``suite``: the loaded suite, or None for a suite whose
     file is gone or invalid (default settings, nothing notified). ``full``: the whole
@@ -82,3 +92,29 @@ def analyse_suite(
         open_regressions=update.open_regressions if update else None,
     )
     return HistoryPass(update, verdicts)
+
+
+def maintenance_history(*, now: datetime | None = None) -> JsonObject:
+    """The maintenance DAG's ``analyse_history`` task, for every suite with runs in the
+    store: ``analyse_suite`` over each series' whole history (the gate looks
+    only at the last ``history.window`` points), with the suite's own settings when its
+    suite file still exists (defaults if not)."""
+
+    store = results_store()
+    paths = {p.stem: p for p in suite_files(settings.suites_dir())}
+    out: JsonObject = {}
+    for dag_id in store.suite_dag_ids():
+        suite = None
+        if dag_id in paths:
+            try:
+                suite = load_suite(paths[dag_id])
+            except SuiteError as e:
+                log.warning("%s: default history settings (suite invalid: %s)", dag_id, e)
+        done = analyse_suite(store, dag_id, suite, full=True, now=now)
+        summary: JsonObject = {}
+        if done.update is not None:
+            summary["changes"] = done.update.line()
+        assert done.verdicts is not None  # a full pass always classifies
+        summary["series"] = {k: int(v) for k, v in done.verdicts["status"].value_counts().items()}
+        out[dag_id] = summary
+    return out

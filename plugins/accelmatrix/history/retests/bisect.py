@@ -4,7 +4,7 @@ A nightly suite tests one build a night, but a detector's change point is uncert
 night or two, and a weekly suite, skipped nights or per-commit builds leave several
 untested builds between the last good run and the first bad one. Each build of that range
 gets a **level**: measured on the re-test's machine against the last good build
-(``history.compare.level``), it sits at the old level, at the new one (nearer the
+(``history.retests.compare.level``), it sits at the old level, at the new one (nearer the
 confirmed change than no change), or is not yet known.
 
 Pinpoint halves the range one build at a time because each of its steps costs a new
@@ -12,7 +12,7 @@ machine. Here a session runs up to ``spec.followup.MAX_SESSION_BUILDS`` builds o
 machine, so the search tests every build of a short range at once, and a long one at
 evenly spaced builds (a k-ary search: the range shrinks by the number of builds tested
 per session, not by two). ``Search`` is pure state over the levels found so far; the
-controller (``history.followup``) runs the sessions and keeps the levels in the store.
+controller (``history.retests.followup``) runs the sessions and keeps the levels in the store.
 
 The culprit is the first build at the new level after the last at the old one, once they
 are neighbours. A build at the new level before one at the old level is a change that
@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelmatrix.history.compare import NEW_LEVEL, OLD_LEVEL
+from accelmatrix.contracts.change_records import FOUND
+from accelmatrix.history.retests.compare import NEW_LEVEL, OLD_LEVEL
 
 __all__ = ["AMBIGUOUS", "FOUND", "RUNNING", "Search", "split_line", "spread"]
 
-FOUND = "found"
+# FOUND lives with the record (contracts.change_records).
 AMBIGUOUS = "ambiguous"
 RUNNING = "running"
 

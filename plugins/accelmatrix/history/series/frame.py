@@ -10,7 +10,7 @@ ref and run type. ``time`` is the logical date (the run's start for a run withou
 Keyed by logical date: a logical date tested twice under different run ids (a manual
 re-test of a nightly, a second backfill) keeps only the latest run's rows, so a re-run
 replaces the history point instead of adding a second one. The columns SERIES_KEY, time,
-value, lower and upper are what ``history.regression.classify`` reads.
+value, lower and upper are what ``history.series.regression.classify`` reads.
 """
 
 from __future__ import annotations

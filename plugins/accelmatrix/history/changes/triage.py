@@ -4,7 +4,7 @@ The page and the CLI both come here, so a decision has one effect wherever it is
 the state is stored with who and when (``ResultsStore.set_triage``); a group's state
 applies to every change point in it; accepting a change makes its new level the
 baseline, so the bounds of its benchmark are re-centered onto it at once
-(``history.bounds_job.recenter_accepted``) instead of at the next maintenance run: stored
+(``history.bounds.bounds_job.recenter_accepted``) instead of at the next maintenance run: stored
 in the results store with who accepted it, when, the change and the note, never written
 to the bounds file (include/ comes from git).
 Permission checks are the caller's: the page asks Airflow's auth manager for edit access
@@ -24,7 +24,7 @@ from accelmatrix.contracts.change_records import (
     ChangeGroup,
     ChangePoint,
 )
-from accelmatrix.history.bounds_job import recenter_accepted
+from accelmatrix.history.bounds.bounds_job import recenter_accepted
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore

@@ -69,7 +69,7 @@ NEW_LEVEL, OLD_LEVEL = "new_level", "old_level"
 ALPHA = 0.01
 CONFIDENCE = 0.95
 # The critical z of the CONFIDENCE interval (each side 2.5 %): a caller that looks more
-# than once (history.sequential) widens it about the estimate to its own critical value.
+# than once (history.retests.sequential) widens it about the estimate to its own critical value.
 Z_INTERVAL = 1.959963984540054
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -130,7 +130,7 @@ class Comparison:
     ) -> tuple[float, float]:
         """(ci_low, ci_high) with each side's distance from the estimate scaled, in log
         space, from the interval's own critical value (``Z_INTERVAL``) to ``z_low`` /
-        ``z_high`` (None: as it is). A sequential decision (history.sequential) judges a
+        ``z_high`` (None: as it is). A sequential decision (history.retests.sequential) judges a
         look by a critical value above 1.96; the bootstrap's shape (its skew) is kept."""
         if math.isnan(self.change):
             return self.ci_low, self.ci_high
@@ -214,9 +214,9 @@ def level(
     at the level a change of ``claimed`` (relative, taken by size, worse in the metric's
     direction) moved to, or at the old one? The line between them is half the claim, or
     ``line`` (oriented, relative to base) when the caller knows both levels better than
-    the base alone does (``history.bisect.split_line``). ``z_new`` / ``z_old``: the
+    the base alone does (``history.retests.bisect.split_line``). ``z_new`` / ``z_old``: the
     critical value each verdict's side of the interval is judged at (a re-test's look,
-    ``history.sequential``; None: the one-look 1.96)."""
+    ``history.retests.sequential``; None: the one-look 1.96)."""
     if c.pairs < min_pairs(alpha, two_sided=False) or math.isnan(c.change):
         return UNKNOWN
     _change, lo, hi, p_worse = c.oriented(higher_is_better, z_lo=z_new, z_hi=z_old)

@@ -19,6 +19,7 @@ from accelmatrix.contracts.change_records import (
     ChangePoint,
     Confirmation,
 )
+from accelmatrix.contracts.json_types import JsonObject
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -92,7 +93,7 @@ def changes_table(store: ResultsStore, dag_id: str, *, only_open: bool = True) -
     return "\n".join(lines)
 
 
-def changes_json(store: ResultsStore, dag_id: str) -> dict[str, Any]:
+def changes_json(store: ResultsStore, dag_id: str) -> JsonObject:
     """Every change group of the suite with its change points (JSON-able)."""
     groups = ordered_groups(store.get_change_groups(dag_id))
     points = store.get_change_points(dag_id)
@@ -141,7 +142,7 @@ def confirmation_line(c: Confirmation) -> str:
 
 def _culprit_report(decision: dict[str, Any]) -> str:
     """The cause's class and the first op that got slower, from what
-    ``history.culprit_profile`` stored with the decision (first target that has them)."""
+    ``history.culprits.culprit_profile`` stored with the decision (first target that has them)."""
     text = ""
     attribution = next((d["attribution"] for d in decision.values() if d.get("attribution")), None)
     if attribution:

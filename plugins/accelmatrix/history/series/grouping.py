@@ -13,7 +13,7 @@ night or two off) form a group, classified by where its members are:
 
 A change point found a night later than its siblings (a smaller effect needs more points)
 joins their group instead of opening another, and takes the group's triage state. The
-group is re-classified as it grows; it is notified once (history.changes decides when).
+group is re-classified as it grows; it is notified once (history.changes.changes decides when).
 """
 
 from __future__ import annotations
@@ -24,18 +24,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.contracts.change_records import PLACED_BY_RETEST, ChangeGroup, ChangePoint
+from accelmatrix.contracts.change_records import (
+    NOT_REPRODUCED_BY,
+    PLACED_BY_RETEST,
+    ChangeGroup,
+    ChangePoint,
+)
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
 
-# Who closes a group whose change points were all taken back (history.changes).
+# Who closes a group whose change points were all taken back (history.changes.changes).
 RETRACTED_BY = "accelmatrix"
-# Who closes a group whose change the re-runs did not reproduce (history.followup). Such a
-# group says nothing about a later change near its night: a new change never joins it.
-NOT_REPRODUCED_BY = "accelmatrix-confirm"
 # Change points of one direction at most this many points apart (in their series) are
 # taken as one night's cause.
 NEAR = 3
@@ -73,7 +76,7 @@ def regroup(
     own, not a member that the group's earlier verdict ("undecided") silences.
 
     ``points`` and ``groups`` are the suite's stored rows; ``series`` is the frame of the
-    series analysed (``history.changes.find_changes``): their machines and point times,
+    series analysed (``history.changes.changes.find_changes``): their machines and point times,
     which say which cells ran on a night and where a point's neighbours are.
     """
     times = _times_by_series(series)
@@ -262,9 +265,9 @@ def _np64(t: Any) -> Any:
     return np.datetime64(as_utc(t).replace(tzinfo=None), "ns")
 
 
-def as_utc(t: Any) -> datetime:
+def as_utc(t: datetime | np.datetime64 | str) -> datetime:
     """An aware UTC datetime from a datetime or pandas Timestamp (naive taken as UTC: the
-    history frame's times are UTC)."""
+    history frame's times are UTC; a numpy datetime64 or an ISO string too)."""
     import pandas as pd
 
     ts = pd.Timestamp(t)

@@ -5,15 +5,15 @@ the CLI (``python -m accelmatrix compare``), over REST (a run's conf), or a pull
 run. The run's plan holds one session cell per selected cell: one machine each, both
 builds set up once on it and run interleaved (A B B A), ``pairs`` samples of each.
 
-At the run's gate, ``compare_run`` reads every session's samples (``history.session``)
-and compares the builds per cell and metric (``history.compare``): both medians and n, the
+At the run's gate, ``compare_run`` reads every session's samples (``history.retests.session``)
+and compares the builds per cell and metric (``history.retests.compare``): both medians and n, the
 change with its bootstrap 95 % interval, the paired Wilcoxon test, Mann-Whitney U, Cliff's
 delta, and a verdict judged by the size of the change (``judge``: DIFFERENT beyond
 ``history.confirm.min_change``, SAME inside it, UNKNOWN when the pairs cannot tell), with
 what the comparison cost. ``write_report`` leaves ``compare.json`` and ``compare.html``
 in the run's directory, beside its report.
 
-The metrics compared are those the suite's history follows (``changes.tracked_metrics``),
+The metrics compared are those the suite's history follows (``series.tracked_metrics``),
 or, for a suite that follows none, every metric its workload's log reports.
 """
 
@@ -27,14 +27,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
-from accelmatrix.history.changes import tracked_metrics
-from accelmatrix.history.compare import DIFFERENT, SAME, Comparison, compare, judge
-from accelmatrix.history.session import pairs_of, read_samples, values_of
+from accelmatrix.contracts.json_types import JsonObject
+from accelmatrix.history.retests.compare import DIFFERENT, SAME, Comparison, compare, judge
+from accelmatrix.history.retests.session import pairs_of, read_samples, values_of
+from accelmatrix.history.series.series import tracked_metrics
 from accelmatrix.metrics.source_models import LogRegexSource
 from accelmatrix.spec.followup_plan import Followup, session_cell_id
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
+    from accelmatrix.spec.suite import Suite
 
 __all__ = ["BuildComparison", "MetricComparison", "compare_run", "table", "write_report"]
 
@@ -53,7 +55,7 @@ class MetricComparison:
     worse: bool | None  # different, and in the metric's worse direction
     comparison: Comparison
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         out = asdict(self)
         out["comparison"] = _jsonable(self.comparison.as_dict())
         return out
@@ -77,7 +79,7 @@ class BuildComparison:
     def slower(self) -> list[MetricComparison]:
         return [r for r in self.results if r.worse]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "dag_id": self.dag_id,
             "run_id": self.run_id,
@@ -93,7 +95,7 @@ class BuildComparison:
 
 
 def compare_run(
-    store: ResultsStore, suite: Any, dag_id: str, run_id: str, fu: Followup
+    store: ResultsStore, suite: Suite, dag_id: str, run_id: str, fu: Followup
 ) -> BuildComparison:
     """The comparison a compare run's sessions measured."""
     base, head = fu.builds[0], fu.builds[-1]

@@ -1,4 +1,4 @@
-"""A re-test session's samples, read back from its log, and paired for ``history.compare``.
+"""A re-test session's samples, read back from its log, and paired for ``history.retests.compare``.
 
 The session cell's workload (``backends/interleave.py``) runs every build of the re-test
 on one machine, in palindromes, and writes marker lines around each sample. Its log is
@@ -7,7 +7,7 @@ collected like any cell's (``output.log`` in the cell's artifacts, whatever the 
 suite's own metric sources (``metrics.sources.collect_metrics``, the code collect uses), so
 a re-test measures exactly what the nightly measured. Only log sources can be told apart
 per sample: a metrics file the workload writes is overwritten by the next sample, so a
-series read from a file is refused when the re-test starts (``history.followup``).
+series read from a file is refused when the re-test starts (``history.retests.followup``).
 
 A sample's value is the metric's statistic over its steps (``history.track``: median by
 default), as a nightly point is. Samples are pooled over rounds (each round is a session

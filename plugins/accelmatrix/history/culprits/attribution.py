@@ -280,7 +280,7 @@ def siblings_from_history(
     higher_is_better: bool = False,
 ) -> list[CellDelta]:
     """Every cell's Δ around ``change_time``, from a perf-history frame of one metric
-    (``history.frame.history``: ``cell_id``, ``machine``, ``axes``, ``time``, ``value``).
+    (``history.series.frame.history``: ``cell_id``, ``machine``, ``axes``, ``time``, ``value``).
 
     Δ is the mean of the first ``after`` nights from ``change_time`` on against the median
     of the last ``before`` nights before it, in %, positive when worse. Its standard error

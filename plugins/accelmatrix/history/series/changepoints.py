@@ -4,7 +4,7 @@ A series is one metric of one cell over runs, oldest first. The detector answers
 every change: the index of the first point at the new level, the points before and after
 (n, mean, median, std), the relative change of the medians, the shift in units of the
 series' own noise (``effect``) and a p-value. Like Apache Otava it is a small, pure
-function of an array; the store and Airflow are elsewhere (``history.changes``).
+function of an array; the store and Airflow are elsewhere (``history.changes.changes``).
 
 How it decides, and why each step is there:
 
@@ -163,7 +163,7 @@ def detect_many(
 
 def noise_sigma(values: Sequence[float] | np.ndarray, detector: Detector = DEFAULT) -> float:
     """The noise scale ``detect`` measures a series' shifts in (step 1 of the module doc),
-    for callers that judge one new point against the series (``history.confirm``)."""
+    for callers that judge one new point against the series (``history.retests.confirm``)."""
     raw = np.asarray(values, dtype=np.float64)[None, :]
     sigma = _noise_sigma(raw, detector.min_relative_sigma, detector.noise_lag)
     clean = _replace_outliers(raw, sigma, detector.outlier)

@@ -4,7 +4,7 @@ change to it.
 The detector places a step on the night its statistics split best; with a small step among
 builds that differ by themselves, that is often a night late or early. The re-test then
 runs the builds around it on one machine and proves which build is the first at the new
-level (``history.followup``: a bisect, or a confirm of two adjacent builds). Left alone, the
+level (``history.retests.followup``: a bisect, or a confirm of two adjacent builds). Left alone, the
 change, its group's summary, the alert, the history page and the CLI would keep naming the
 detector's night next to the re-test's culprit: two first bad builds for one change.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from accelmatrix.contracts.change_records import PLACED_BY_RETEST, ChangePoint, Confirmation
 from accelmatrix.contracts.run_records import RunRecord
-from accelmatrix.history.grouping import as_utc, summary
+from accelmatrix.history.series.grouping import as_utc, summary
 
 if TYPE_CHECKING:
     from accelmatrix.results.store import ResultsStore
@@ -43,7 +43,7 @@ __all__ = [
     "settle",
 ]
 
-# The re-test states whose culprit is proved (history.followup's FOUND and CONFIRMED).
+# The re-test states whose culprit is proved (history.retests.followup's FOUND and CONFIRMED).
 PLACING_STATES = ("found", "confirmed")
 # The fields that say where a change is: the re-test's, once it placed it.
 PLACEMENT_FIELDS = (

@@ -5,7 +5,7 @@ samples of each build, interleaved like the timed ones (the ``profiled_samples``
 suite's ``profiler_trace`` metric, default 3; ``backends/interleave.py``, under
 ``spec.followup_plan.PROFILES_DIR`` of the session cell's collected files). When the
 re-test ends with a culprit (or a confirmed suspect), ``profile_for`` diffs the last good
-build's traces against the culprit's (``history.profile_diff``: each trace one sample, the
+build's traces against the culprit's (``history.culprits.profile_diff``: each trace one sample, the
 intervals from the spread between them), over every session of the re-test, and ``attach``
 stores the diff's JSON with each target's decision, so the change's report,
 ``changepoints --suite --json`` and the alert carry it. A suite without traces gets
@@ -23,17 +23,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import Confirmation
-from accelmatrix.history.attribution import (
+from accelmatrix.contracts.change_records import (
+    CONFIRMED,
+    FOUND,
+    NOT_REPRODUCED,
+    Confirmation,
+)
+from accelmatrix.contracts.json_types import JsonObject
+from accelmatrix.history.culprits.attribution import (
     NIGHTS_AFTER,
     WORKLOAD_AXES,
     attribute,
     siblings_from_history,
 )
-from accelmatrix.history.bisect import FOUND
-from accelmatrix.history.confirm import CONFIRMED, NOT_REPRODUCED
-from accelmatrix.history.frame import history
-from accelmatrix.history.profile_diff import DiffOutcome, diff_traces
+from accelmatrix.history.culprits.profile_diff import DiffOutcome, diff_traces
+from accelmatrix.history.series.frame import history
 from accelmatrix.spec.followup_plan import PROFILES_DIR, session_cell_id
 
 if TYPE_CHECKING:
@@ -52,7 +56,7 @@ log = logging.getLogger(__name__)
 
 # The key of the diff (or its error) in a target's decision.
 PROFILE_KEY = "profile"
-# ... and of the cause's class with its sibling evidence (history.attribution).
+# ... and of the cause's class with its sibling evidence (history.culprits.attribution).
 ATTRIBUTION_KEY = "attribution"
 # The re-test states whose class is read again as nights arrive.
 REREAD_STATES = (FOUND, CONFIRMED, NOT_REPRODUCED)
@@ -94,7 +98,7 @@ def profile_for(
     return diff_traces(a, b)
 
 
-def attach(row: Confirmation, decision: dict[str, dict[str, Any]] | None) -> None:
+def attach(row: Confirmation, decision: dict[str, JsonObject] | None) -> None:
     """Add each target's op-level diff (or its one-line error) to ``decision`` in place,
     for a re-test that ended with a culprit or a confirmed suspect. Never raises: the diff
     is evidence beside the verdict, not part of it."""
@@ -104,7 +108,7 @@ def attach(row: Confirmation, decision: dict[str, dict[str, Any]] | None) -> Non
         return
     done: dict[str, dict[str, Any] | None] = {}
     for t in row.targets or []:
-        key = f"{t['cell_id']}|{t['metric']}"  # history.followup's key of a target
+        key = f"{t['cell_id']}|{t['metric']}"  # history.retests.followup's key of a target
         if key not in decision:
             continue
         cell = t["cell_id"]
@@ -132,13 +136,13 @@ def _as_json(out: DiffOutcome, good: str, bad: str) -> dict[str, Any]:
 def attach_attribution(
     store: ResultsStore,
     row: Confirmation,
-    decision: dict[str, dict[str, Any]] | None,
+    decision: dict[str, JsonObject] | None,
     *,
     reproduced: bool,
 ) -> None:
     """Add each target's cause class (code, machine kind, axis value, noise) with the
     sibling cells' evidence to ``decision`` in place: the cells of the suite's nightly
-    history around the change's night (``history.attribution``). Workload axes are those
+    history around the change's night (``history.culprits.attribution``). Workload axes are those
     named in ``WORKLOAD_AXES``. Never raises: evidence beside the verdict."""
     if not decision:
         return

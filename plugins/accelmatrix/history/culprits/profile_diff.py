@@ -3,7 +3,7 @@
 A confirmed regression says "build X is 5 % slower". On-call's next question is where,
 and the answer is in the traces the re-test kept: several profiled samples per build,
 interleaved with the other build's (``backends/interleave.py``), each aggregated to self
-time per op per step (``history.op_trace``) and compared op by op.
+time per op per step (``history.culprits.op_trace``) and compared op by op.
 
 Why several samples, each kept whole. One trace on a busy host can be a few percent slower
 than the next for reasons that belong to no build (another job, a warmer cache, a clock),
@@ -73,7 +73,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from accelmatrix.history.op_trace import (
+from accelmatrix.contracts.json_types import JsonObject
+from accelmatrix.history.culprits.op_trace import (
     NESTED_CHILD,
     NESTED_PARENT,
     OpProfile,
@@ -286,7 +287,7 @@ class ProfileDiff:
             lines.append(f"  peak memory {d / 2**20:+.1f} MiB")
         return "\n".join(lines)
 
-    def as_json(self, top: int = 10) -> dict[str, Any]:
+    def as_json(self, top: int = 10) -> JsonObject:
         """A JSON-ready dict with the first ``top`` rows, every new/gone op among the first
         50, and the tail rows that are findings (what the store keeps and
         ``changepoints --json`` prints); NaN bounds become None."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
 from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
+from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.contracts.series_records import BoundsRecord, BoundsValues
 from accelmatrix.evaluation.bounds import (
     MIN_RELATIVE_HALF_WIDTH,
@@ -39,8 +40,7 @@ from accelmatrix.evaluation.bounds import (
     compute_bounds,
     load_bounds,
 )
-from accelmatrix.history.frame import history
-from accelmatrix.history.history_pass import analyse_suite
+from accelmatrix.history.series.frame import history
 from accelmatrix.results import results_store
 from accelmatrix.spec.include_paths import include_file
 from accelmatrix.spec.loader import SuiteError, load_suite, suite_files
@@ -316,7 +316,7 @@ def maintenance_recenter(
     confidence_level: float,
     min_samples: int,
     now: datetime | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The maintenance DAG's ``recenter_bounds`` task: every file (relative to the include
     dir, no ``..``; none given: every bounds file a suite's checks read), one report line
     per benchmark; returns a JSON-able summary."""
@@ -344,32 +344,6 @@ def maintenance_recenter(
             "kept": rep.kept,
             "changes": [c.line() for c in rep.changes],
         }
-    return out
-
-
-def maintenance_history(*, now: datetime | None = None) -> dict[str, Any]:
-    """The maintenance DAG's ``analyse_history`` task, for every suite with runs in the
-    store: ``history_pass.analyse_suite`` over each series' whole history (the gate looks
-    only at the last ``history.window`` points), with the suite's own settings when its
-    suite file still exists (defaults if not)."""
-
-    store = results_store()
-    paths = {p.stem: p for p in suite_files(settings.suites_dir())}
-    out: dict[str, Any] = {}
-    for dag_id in store.suite_dag_ids():
-        suite = None
-        if dag_id in paths:
-            try:
-                suite = load_suite(paths[dag_id])
-            except SuiteError as e:
-                log.warning("%s: default history settings (suite invalid: %s)", dag_id, e)
-        done = analyse_suite(store, dag_id, suite, full=True, now=now)
-        summary: dict[str, Any] = {}
-        if done.update is not None:
-            summary["changes"] = done.update.line()
-        assert done.verdicts is not None  # a full pass always classifies
-        summary["series"] = {k: int(v) for k, v in done.verdicts["status"].value_counts().items()}
-        out[dag_id] = summary
     return out
 
 
@@ -407,7 +381,7 @@ def recenter_accepted(
     points: list[ChangePoint],
     *,
     by: str = "accelmatrix",
-    change: dict[str, Any] | None = None,
+    change: JsonObject | None = None,
     note: str | None = None,
 ) -> list[str]:
     """Re-center the bounds of accepted change points' benchmarks onto their new level.

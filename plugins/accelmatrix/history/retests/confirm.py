@@ -7,7 +7,7 @@ a lone bad night, a noisy host or a two-night blip look the same as a real step 
 nights arrive. Chromeperf's answer (its "sandwich" verification) is to re-run both builds
 now, interleaved, and let a statistical test decide before anybody is paged. Here both
 builds, and the builds between them, run on **one machine per suspect cell**
-(``spec.followup``), and ``history.compare`` judges them by the size of the change:
+(``spec.followup``), and ``history.retests.compare`` judges them by the size of the change:
 
 * **confirmed**: the suspect build sits at the new level (its interval against the last
   good build lies beyond half the claimed change, and significantly so);
@@ -19,7 +19,7 @@ builds, and the builds between them, run on **one machine per suspect cell**
 
 Each look at the pooled pairs is judged at the critical value that keeps the verdict's
 error rate over every look the re-test may take, and over every series of the group
-(``Policy.critical``, ``history.sequential``): a change on the line is called wrong no
+(``Policy.critical``, ``history.retests.sequential``): a change on the line is called wrong no
 more often after four sessions than after one.
 
 ``Policy`` is the suite's ``history.confirm`` block in the controller's terms. Its
@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accelmatrix.history.changepoints import noise_sigma
-from accelmatrix.history.sequential import ONE_SIDED_ALPHA, critical_z
+from accelmatrix.contracts.change_records import CONFIRMED, NOT_REPRODUCED
+from accelmatrix.history.retests.sequential import ONE_SIDED_ALPHA, critical_z
+from accelmatrix.history.series.changepoints import noise_sigma
 
 __all__ = [
     "CONFIRMED",
@@ -47,8 +48,7 @@ __all__ = [
     "newest_point_suspect",
 ]
 
-CONFIRMED = "confirmed"
-NOT_REPRODUCED = "not_reproduced"
+# CONFIRMED and NOT_REPRODUCED live with the record (contracts.change_records).
 UNDECIDED = "undecided"
 
 
@@ -73,7 +73,7 @@ class Policy:
         """(z_new, z_old): the critical values a build's interval is judged at after looks
         at ``looks`` pooled pairs (every session so far, oldest first), up to
         ``max_pairs``, so that each verdict keeps its one-look error rate however many
-        sessions it took (``history.sequential``). ``targets``: the series judged together,
+        sessions it took (``history.retests.sequential``). ``targets``: the series judged together,
         any of which confirms the group (the new level's side is shared among them); the
         old level needs every one of them, so its side is not."""
         z_new = critical_z(looks, self.max_pairs, ONE_SIDED_ALPHA / max(1, targets))

@@ -1,0 +1,1 @@
+"""Step-time bounds re-centered from the perf history (``bounds_job``, the entry)."""
