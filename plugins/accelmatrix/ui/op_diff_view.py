@@ -3,9 +3,9 @@ what kind of cause the matrix points to.
 
 A re-test that names a culprit stores, with each target's decision
 (``history.culprit_profile``), the op-level diff of the last good build's profiler trace
-against the culprit's (``history.profile_diff.ProfileDiff.as_json``, or the one line saying
+against the culprit's (``history.culprits.profile_diff.ProfileDiff.as_json``, or the one line saying
 why there is none) and the cause's class with its sibling evidence
-(``history.attribution``). The alert prints the top 3 ops; this module renders the rest
+(``history.culprits.attribution``). The alert prints the top 3 ops; this module renders the rest
 for the change's entry, server-side, as the other pages are (their CSP allows no script):
 
 * the class (the code, a machine kind, an axis value, noise), why, and the sibling cells
@@ -73,7 +73,7 @@ VERDICT_TEXT = {
 }
 
 
-# -- what the store holds (history.profile_diff / history.attribution as JSON) -------------
+# -- what the store holds (history.culprits.profile_diff / history.culprits.attribution as JSON) -------------
 class OpRow(msgspec.Struct, frozen=True):
     """One ranked op of the diff (``profile_diff.OpDelta``), per step, in µs."""
 
@@ -203,7 +203,7 @@ def culprit_report(
     for key, d in decision.items():
         if not isinstance(d, Mapping) or (PROFILE_KEY not in d and ATTRIBUTION_KEY not in d):
             continue
-        cell_id, _, metric = str(key).partition("|")  # history.followup's target key
+        cell_id, _, metric = str(key).partition("|")  # history.retests.followup's target key
         metrics.setdefault(cell_id, []).append(metric)
         known = classes.setdefault(cell_id, [])
         a = _decode(d.get(ATTRIBUTION_KEY), StoredClass, key)

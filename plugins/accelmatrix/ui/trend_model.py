@@ -86,7 +86,7 @@ History = dict[tuple[str, str, str], list[Point]]
 
 
 def _history(store: ResultsStore, dag_id: str, since: datetime, until: datetime) -> History:
-    """The perf-check points of the window, keyed like ``history.frame.history`` (the
+    """The perf-check points of the window, keyed like ``history.series.frame.history`` (the
     check's judged value and bounds; a logical date tested twice keeps only the run that
     started last), without pandas: the page's common path never needs it."""
     rows = store.perf_points(dag_id, since=since, until=until)
@@ -159,7 +159,7 @@ def tracked_trends(
 ) -> list[Trend]:
     """Charts of the metrics the suite's ``history.track`` adds that no perf check judges
     (no bounds: no band, no verdict), read the way the change-point detector reads them
-    (``history.frame.history`` with the suite's per-metric statistic over steps), so the
+    (``history.series.frame.history`` with the suite's per-metric statistic over steps), so the
     points drawn are the points analysed. Only when the suite file loads and tracks such
     a metric: pandas is imported then, never on the common path."""
     try:

@@ -184,7 +184,7 @@ def refresh_attributions(store: ResultsStore, dag_id: str) -> int:
 
     Why: a re-test ends the night its suspect lands, when each sibling's Δ rests on one
     night: a 3 % change is then barely beyond a 2 % night's noise, and the class is right
-    in 66-92 % of planted matrices against 99 % with four nights (BENCHMARKS.md). The gate
+    in 68-94 % of planted matrices against 98-100 % with four nights (BENCHMARKS.md). The gate
     calls this each night, so the stored class (the page, ``changepoints --json``) firms
     up as the nights arrive; the alert already sent keeps the first reading."""
     done = 0
