@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The change-point detector on generated perf-like series with known answers.
 
-Prints, for the default detector (accelmatrix.history.series.changepoints.DEFAULT):
+Prints, for the default detector (accelmatrix.history.series.detector.DEFAULT):
 
 * false change points per 1,000 points on series with no change, offline (the whole
   series analysed once, as the maintenance job does) and online (every prefix analysed,
@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from accelmatrix.history.series.changepoints import DEFAULT, Detector, detect_many  # noqa: E402
+from accelmatrix.history.series.detector import DEFAULT, Detector, detect_many  # noqa: E402
 
 LEVEL, SIGMA = 100.0, 2.0  # CV 2 %
 GOALS = {10.0: 1, 6.0: 2, 4.0: 3, 2.5: 6}  # step size (sigma) -> median delay goal

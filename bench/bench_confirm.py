@@ -57,12 +57,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from accelmatrix.history.changes.changes import candidates_detector  # noqa: E402
+from accelmatrix.history.change_points.tracking import candidates_detector  # noqa: E402
 from accelmatrix.history.retests.bisect import AMBIGUOUS, FOUND, Search, split_line, spread  # noqa: E402
 from accelmatrix.history.retests.compare import NEW_LEVEL, OLD_LEVEL, compare, level  # noqa: E402
 from accelmatrix.history.retests.confirm import Policy, newest_point_suspect  # noqa: E402
 from accelmatrix.history.retests.followup import SANDWICH_AFTER, SANDWICH_BEFORE  # noqa: E402
-from accelmatrix.history.series.changepoints import DEFAULT, detect_many  # noqa: E402
+from accelmatrix.history.series.detector import DEFAULT, detect_many  # noqa: E402
 from accelmatrix.spec.followup_plan import MAX_SESSION_BUILDS, session_order  # noqa: E402
 
 
@@ -203,7 +203,8 @@ def candidates(x: np.ndarray) -> list[tuple[int, float]]:
         if cp.change > 0 and not any(abs(cp.index - s.index) <= 1 for s in strict):
             out.append((cp.index, abs(cp.change)))
     if not any(i >= len(x) - 3 for i, _ in out):
-        # Against the level since the last change the detector reports (history.changes.changes).
+        # Against the level since the last change the detector reports
+        # (history.change_points.tracking).
         since = max((cp.index for cp in strict), default=0)
         hit = newest_point_suspect(x[since:])
         if hit is not None:

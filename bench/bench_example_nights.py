@@ -9,9 +9,9 @@ find the step whatever the day brings. Each series is ``--good`` nights at level
 ``--bad`` nights at ``--step`` (1.65: the doubled matmul's +65 %), each night times
 1 + N(0, noise). The gate's pass runs night by night, as in the backfill: the reporting
 detector with the suite's settings (``history.min_change`` 0.1), the permissive
-candidates and the newest-point rule (``history.changes.changes.find_changes``'s suspects). A
-trial counts as found when a pass flags the first slow night or later, and as a false
-start when one flags a regression before it.
+candidates and the newest-point rule (``history.change_points.tracking.find_changes``'s
+suspects). A trial counts as found when a pass flags the first slow night or later, and as a
+false start when one flags a regression before it.
 
     .venv/bin/python bench/bench_example_nights.py [--trials 1000] [--seed 3]
 """
@@ -23,9 +23,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from accelmatrix.history.changes.changes import candidates_detector
+from accelmatrix.history.change_points.tracking import candidates_detector
 from accelmatrix.history.retests.confirm import newest_point_suspect
-from accelmatrix.history.series.changepoints import DEFAULT, detect
+from accelmatrix.history.series.detector import DEFAULT, detect
 
 SETTINGS = ((3, 3), (4, 2), (4, 3), (4, 4), (5, 3), (5, 4), (6, 3))
 NOISE = (0.05, 0.10)

@@ -223,8 +223,8 @@ def history_frame(values, cells: list[str], metrics: list[str], machines: list[s
 
 def bench_maintenance(series: int, points: int) -> None:
 
-    from accelmatrix.history.changes.changes import find_changes
-    from accelmatrix.history.series.changepoints import detect_many
+    from accelmatrix.history.change_points.tracking import find_changes
+    from accelmatrix.history.series.detector import detect_many
 
     print(f"== maintenance full pass: {series:,} series x {points} points")
     values, at = perf_series(series, points, step_share=0.03, seed=1)
@@ -401,8 +401,8 @@ def plant_night_public(store, dag_id: str, cells, kinds, values, n: int) -> None
 
 def bench_gate(models: int, nights: int, store_pass: bool) -> None:
 
-    from accelmatrix.history.changes.changes import find_changes, update_changes
-    from accelmatrix.history.series.changepoints import detect_many
+    from accelmatrix.history.change_points.tracking import find_changes, update_changes
+    from accelmatrix.history.series.detector import detect_many
     from accelmatrix.history.series.frame import history
     from accelmatrix.results.store import ResultsStore
     from accelmatrix.spec.suite_parts import HistorySpec
@@ -486,9 +486,9 @@ def grouping_seed(seed: int, confirm: bool = False) -> dict:
     notifies once its re-test confirmed it or could not."""
     import numpy as np
 
-    from accelmatrix.history.changes.changes import groups_to_notify, update_changes
+    from accelmatrix.history.change_points.tracking import groups_to_notify, update_changes
     from accelmatrix.history.retests.followup import advance, start_confirmations
-    from accelmatrix.history.series.changepoints import DEFAULT
+    from accelmatrix.history.series.detector import DEFAULT
     from accelmatrix.results.store import ResultsStore
     from accelmatrix.spec.followup_plan import FOLLOWUP_KEY, Followup
     from accelmatrix.spec.loader import load_suite

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The perf-history pipeline replayed night by night, as Airflow feeds it, with known answers.
 
-bench_confirm and bench_changepoints judge the detector and the re-test on series handed
-to them whole. Users read what the pipeline makes of the nights as they arrive: each
-nightly run's gate looks at the history it finds when it ends (``history.changes.history_pass``:
-the window's change points, the candidates and the newest-point rule, the re-tests), the
-re-test's sessions run and are judged at their own gates (``history.retests.followup.advance``),
-and the maintenance DAG looks at the whole history now and then. This bench drives that
-real code (a real SQLite results store, the planted sessions' logs read back by the
-session reader) in the orders Airflow produces:
+bench_confirm and bench_changepoints judge the detector and the re-test on series handed to
+them whole. Users read what the pipeline makes of the nights as they arrive: each nightly
+run's gate looks at the history it finds when it ends
+(``history.change_points.history_pass``: the window's change points, the candidates and the
+newest-point rule, the re-tests), the re-test's sessions run and are judged at their own
+gates (``history.retests.followup.advance``), and the maintenance DAG looks at the whole
+history now and then. This bench drives that real code (a real SQLite results store, the
+planted sessions' logs read back by the session reader) in the orders Airflow produces:
 
 * ``in_order``: one night after the other (cron);
 * ``backfill2``: a backfill with two runs at a time, each pair finishing in either order;

@@ -61,7 +61,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from accelmatrix.history.series.changepoints import DEFAULT, Detector, detect  # noqa: E402
+from accelmatrix.history.series.detector import DEFAULT, Detector, detect  # noqa: E402
 
 MARGIN = 5
 # The detector's fields that the command line can set (all optional; unset = DEFAULT).

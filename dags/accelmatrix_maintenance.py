@@ -71,7 +71,7 @@ with DAG(
 
     @task(retries=0)
     def analyse_history() -> dict:
-        from accelmatrix.history.changes.history_pass import maintenance_history
+        from accelmatrix.history.change_points.history_pass import maintenance_history
 
         return maintenance_history(now=_end())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accelmatrix.contracts.change_records import Confirmation
+from accelmatrix.contracts.change_point_records import Confirmation
 from accelmatrix.history.culprits.attribution import (
     CellDelta,
     attribute,

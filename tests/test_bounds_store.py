@@ -186,7 +186,7 @@ def test_accepting_a_change_stores_the_bounds_and_the_check_judges_with_them(inc
     from test_evaluation import make_cell, series
 
     from accelmatrix.evaluation import evaluate_cell
-    from accelmatrix.history.changes.triage import apply_triage
+    from accelmatrix.history.change_points.triage import apply_triage
     from accelmatrix.results import results_store
     from accelmatrix.spec.checks import parse_checks
 
@@ -228,7 +228,7 @@ def test_accepting_a_change_stores_the_bounds_and_the_check_judges_with_them(inc
 def test_accepting_again_moves_the_stored_bounds_not_the_files(include):
     """A second accepted change re-centers from the bounds in force (the stored ones),
     width kept, and appends a row; the history keeps both."""
-    from accelmatrix.history.changes.triage import apply_triage
+    from accelmatrix.history.change_points.triage import apply_triage
     from accelmatrix.results import results_store
 
     store = results_store()
@@ -261,7 +261,7 @@ def test_accepting_again_moves_the_stored_bounds_not_the_files(include):
 
 # -- the pages -------------------------------------------------------------------------------
 def test_pages_show_the_bounds_in_force_with_who_when_why_and_the_earlier_rows(include):
-    from accelmatrix.history.changes.triage import apply_triage
+    from accelmatrix.history.change_points.triage import apply_triage
     from accelmatrix.results import results_store
     from accelmatrix.ui.history import HistoryView, load_bounds_entries, render_bounds
     from accelmatrix.ui.trend_model import current_bounds
@@ -313,7 +313,7 @@ def test_pages_show_the_bounds_in_force_with_who_when_why_and_the_earlier_rows(i
 # -- export -----------------------------------------------------------------------------------
 def test_export_prints_the_file_with_the_stored_bounds_and_its_comments(include, capsys):
     from accelmatrix.cli import main
-    from accelmatrix.history.changes.triage import apply_triage
+    from accelmatrix.history.change_points.triage import apply_triage
     from accelmatrix.results import results_store
 
     assert main(["bounds", "export", KEY]) == 0

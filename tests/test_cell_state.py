@@ -8,7 +8,7 @@ from pathlib import Path
 
 from accelmatrix import cell_state
 from accelmatrix.cell_state import CellState, RunState
-from accelmatrix.contracts.change_records import TRIAGE_STATES
+from accelmatrix.contracts.change_point_records import TRIAGE_STATES
 from accelmatrix.results.store import ResultsStore
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "accelmatrix"

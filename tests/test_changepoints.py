@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from accelmatrix.history.series.changepoints import DEFAULT, Detector, detect, detect_many
+from accelmatrix.history.series.detector import DEFAULT, Detector, detect, detect_many
 
 LEVEL, SIGMA = 100.0, 2.0
 
@@ -124,7 +124,7 @@ def test_segmentation_agrees_with_ruptures_pelt() -> None:
     the same standardised, cleaned series."""
     import ruptures  # requirements-dev.txt
 
-    from accelmatrix.history.series import changepoints as cpm
+    from accelmatrix.history.series import detector as cpm
 
     rng = np.random.default_rng(4)
     for trial in range(15):

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelmatrix.contracts.change_records import ChangeGroup, Confirmation
+from accelmatrix.contracts.change_point_records import ChangeGroup, Confirmation
 from accelmatrix.contracts.run_records import MetricValue
-from accelmatrix.history.changes.change_report import changes_json, changes_table
-from accelmatrix.history.changes.changes import groups_to_notify, update_changes
+from accelmatrix.history.change_points.report import changes_json, changes_table
+from accelmatrix.history.change_points.tracking import groups_to_notify, update_changes
 from accelmatrix.history.retests.bisect import AMBIGUOUS, FOUND, RUNNING, Search, spread
 from accelmatrix.history.retests.builds import BuildsError, builds_between, date_template
 from accelmatrix.history.retests.compare import (
@@ -39,7 +39,7 @@ from accelmatrix.history.retests.compare import (
 from accelmatrix.history.retests.confirm import newest_point_suspect
 from accelmatrix.history.retests.followup import advance, start_confirmations
 from accelmatrix.history.retests.session import pairs_of, read_samples
-from accelmatrix.history.series.changepoints import DEFAULT
+from accelmatrix.history.series.detector import DEFAULT
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.followup_plan import (
     FOLLOWUP_KEY,
@@ -144,7 +144,7 @@ def test_a_build_slow_by_itself_just_after_a_step_is_not_a_second_suspect() -> N
     second page for the one cause."""
     import pandas as pd
 
-    from accelmatrix.history.changes.changes import find_changes
+    from accelmatrix.history.change_points.tracking import find_changes
 
     rng = np.random.default_rng(7)
     nights = pd.date_range("2026-03-01", periods=13, freq="D", tz="UTC")

@@ -14,7 +14,7 @@ import pytest
 
 from accelmatrix import settings
 from accelmatrix.backends import interleave
-from accelmatrix.contracts.change_records import Confirmation
+from accelmatrix.contracts.change_point_records import Confirmation
 from accelmatrix.history.culprits.culprit_profile import PROFILE_KEY, attach, build_dir
 from accelmatrix.metrics.source_models import parse_metric_sources
 from accelmatrix.notifications.transport import _profile_lines
@@ -174,7 +174,7 @@ def test_one_build_without_a_trace_says_which(tmp_path: Path, monkeypatch, missi
 
 
 def test_the_report_line_names_the_cause_and_the_top_op(tmp_path: Path, monkeypatch) -> None:
-    from accelmatrix.history.changes.change_report import confirmation_line
+    from accelmatrix.history.change_points.report import confirmation_line
 
     slow = _slow_culprit(tmp_path, monkeypatch)
     row, decision = _row(["model=small"])

@@ -21,7 +21,7 @@ import pytest
 from test_history_page import Svg
 
 from accelmatrix.contracts.series_records import SeriesStatus
-from accelmatrix.history.changes.triage import apply_triage
+from accelmatrix.history.change_points.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import history, model, render
 from accelmatrix_testkit.matrix_results import PlantedCell, plant_run

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from accelmatrix.contracts.change_records import ChangePoint
+from accelmatrix.contracts.change_point_records import ChangePoint
 from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import history, model, render

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from test_history_page import DAG, Planted, Svg, plant_backfill
 
-from accelmatrix.contracts.change_records import ChangeGroup
+from accelmatrix.contracts.change_point_records import ChangeGroup
 from accelmatrix.results.store import ResultsStore
 from accelmatrix_testkit import AirflowStack
 

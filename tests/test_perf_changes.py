@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelmatrix.contracts.change_records import ChangeGroup
+from accelmatrix.contracts.change_point_records import ChangeGroup
 from accelmatrix.contracts.run_records import MetricValue
 from accelmatrix.history.bounds.bounds_job import recenter
-from accelmatrix.history.changes.changes import update_changes
-from accelmatrix.history.changes.triage import apply_triage
+from accelmatrix.history.change_points.tracking import update_changes
+from accelmatrix.history.change_points.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.spec.suite_parts import HistorySpec
 from accelmatrix_testkit.perf_matrix import Cause, PerfMatrix

@@ -12,9 +12,9 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from accelmatrix.contracts.change_records import PLACED_BY_RETEST
-from accelmatrix.history.changes.change_report import changes_json, changes_table
-from accelmatrix.history.changes.changes import update_changes
+from accelmatrix.contracts.change_point_records import PLACED_BY_RETEST
+from accelmatrix.history.change_points.report import changes_json, changes_table
+from accelmatrix.history.change_points.tracking import update_changes
 from accelmatrix.history.retests.placement import night_of, place
 from accelmatrix.history.series.grouping import as_utc
 from accelmatrix.results.store import ResultsStore

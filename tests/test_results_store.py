@@ -602,7 +602,7 @@ def test_generic_dialect_fallback_upserts(db_path: Path) -> None:
 def test_records_are_their_tables_columns() -> None:
     """Each typed record of the store is its table's columns, same names and order: the
     row becomes the record as it is (results/row_records.py), and nothing re-maps it."""
-    from accelmatrix.contracts import change_records, run_records, series_records
+    from accelmatrix.contracts import change_point_records, run_records, series_records
     from accelmatrix.results import schema
 
     pairs = [
@@ -611,9 +611,9 @@ def test_records_are_their_tables_columns() -> None:
         (run_records.MetricRecord, schema.metrics),
         (run_records.CheckRecord, schema.checks),
         (run_records.ReapedRecord, schema.reaped),
-        (change_records.ChangePoint, schema.change_points),
-        (change_records.ChangeGroup, schema.change_groups),
-        (change_records.Confirmation, schema.confirmations),
+        (change_point_records.ChangePoint, schema.change_points),
+        (change_point_records.ChangeGroup, schema.change_groups),
+        (change_point_records.Confirmation, schema.confirmations),
         (series_records.SeriesStatus, schema.series_status),
         (series_records.AlertRecord, schema.alerts),
         (series_records.BoundsRecord, schema.bounds),

@@ -27,10 +27,10 @@ from accelmatrix import settings
 from accelmatrix.demo import run_suite
 from accelmatrix.evaluation.bounds import BoundsError, bounds_key, export_text, load_bounds
 from accelmatrix.history.bounds.bounds_job import reason_line
-from accelmatrix.history.changes.change_report import changes_json, changes_table
-from accelmatrix.history.changes.triage import TRIAGE_STATES, apply_triage
-from accelmatrix.history.series.changepoints import detect
+from accelmatrix.history.change_points.report import changes_json, changes_table
+from accelmatrix.history.change_points.triage import TRIAGE_STATES, apply_triage
 from accelmatrix.history.series.csv_series import SeriesFileError, read_series
+from accelmatrix.history.series.detector import detect
 from accelmatrix.notifications.pull_request import report_run
 from accelmatrix.results import results_store
 from accelmatrix.results.store import ResultsStore

@@ -1,11 +1,11 @@
 """The perf-history pipeline replayed night by night, as Airflow feeds it, with known answers.
 
 Each nightly run's gate looks at the history it finds when it ends
-(``history.changes.history_pass``), the re-tests it starts run and are judged at their own gates
-(``history.retests.followup.advance``), and the maintenance DAG looks at the whole history now and
-then. ``trial`` drives that real code over a real SQLite results store, the sessions'
-logs planted from the known truth (``perf_matrix``), in one of Airflow's arrival orders
-(``ORDERS``), for a generated suite (``scenario``). Used by tests/test_replay.py and
+(``history.change_points.history_pass``), the re-tests it starts run and are judged at their
+own gates (``history.retests.followup.advance``), and the maintenance DAG looks at the whole
+history now and then. ``trial`` drives that real code over a real SQLite results store, the
+sessions' logs planted from the known truth (``perf_matrix``), in one of Airflow's arrival
+orders (``ORDERS``), for a generated suite (``scenario``). Used by tests/test_replay.py and
 bench/bench_replay.py, so both measure the same thing.
 """
 
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from accelmatrix.history.changes.changes import find_changes, groups_to_notify
-from accelmatrix.history.changes.history_pass import analyse_suite
+from accelmatrix.history.change_points.history_pass import analyse_suite
+from accelmatrix.history.change_points.tracking import find_changes, groups_to_notify
 from accelmatrix.history.retests.followup import advance
-from accelmatrix.history.series.changepoints import DEFAULT
+from accelmatrix.history.series.detector import DEFAULT
 from accelmatrix.history.series.frame import history
 from accelmatrix.history.series.grouping import as_utc
 from accelmatrix.results.store import ResultsStore
@@ -256,7 +256,7 @@ def trial(sc: Scenario, order: str, lag: int = 0) -> Outcome:
 def offline_found(p: Pipeline, cell: str, step_at: int) -> bool:
     """Whether the gate's detectors, given the stepped series whole (every night that
     arrived, oldest first), report a regression within a night of the step: what the
-    pipeline should match (``history.changes.changes.find_changes`` with the candidates)."""
+    pipeline should match (``history.change_points.tracking.find_changes`` with the candidates)."""
     hist = history(p.store, metric=None, dag_id=p.pm.dag_id, stats={"step_time": "median"})
     hist = hist[hist["cell_id"] == cell]
     found, _series = find_changes(

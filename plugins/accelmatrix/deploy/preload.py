@@ -63,8 +63,8 @@ TASK_SIDE_MODULES = (
     # at the run's serial end, every run (bench_lifecycle, 2026-11-28).
     "accelmatrix.spec.loader",
     "accelmatrix.spec.followup_plan",
-    "accelmatrix.history.changes.changes",
-    "accelmatrix.history.changes.change_report",
+    "accelmatrix.history.change_points.tracking",
+    "accelmatrix.history.change_points.report",
     "accelmatrix.history.series.series",
     "accelmatrix.history.retests.followup",
     "accelmatrix.notifications.dedup",

@@ -1,4 +1,4 @@
-"""The gate's perf history: the suite's change points and re-tests (``history.changes``'s
+"""The gate's perf history: the suite's change points and re-tests (``history.change_points``'s
 pass, ``history.retests.followup`` for a re-test's own runs, a compare run's report) and its
 per-cell alerts. After the verdict, never able to change it: a problem here is logged."""
 
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.evidence import evidence_url
-from accelmatrix.history.changes.change_report import changes_table, confirmation_line
-from accelmatrix.history.changes.history_pass import analyse_suite
+from accelmatrix.history.change_points.history_pass import analyse_suite
+from accelmatrix.history.change_points.report import changes_table, confirmation_line
 from accelmatrix.history.retests.build_compare import compare_run, table, write_report
 from accelmatrix.history.retests.followup import NOTIFY_STATES, advance
 from accelmatrix.lifecycle.gate_cells import run_dir_of

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from accelmatrix.contracts.change_records import ChangeGroup
+from accelmatrix.contracts.change_point_records import ChangeGroup
 from accelmatrix.contracts.run_records import CellRecord
 from accelmatrix.notifications import transport as notify
 

@@ -20,7 +20,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-from accelmatrix.contracts.change_records import ChangeGroup, ChangePoint, Confirmation
+from accelmatrix.contracts.change_point_records import ChangeGroup, ChangePoint, Confirmation
 from accelmatrix.masking import mask_connection
 from accelmatrix.metrics.junit import parse_junit_glob
 from accelmatrix.notifications.notifiers import GithubIssueNotifier, HttpJsonNotifier, NotifyError

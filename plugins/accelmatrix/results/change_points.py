@@ -19,7 +19,7 @@ from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import IntegrityError
 
-from accelmatrix.contracts.change_records import (
+from accelmatrix.contracts.change_point_records import (
     OPEN_STATES,
     TRIAGE_STATES,
     ChangeGroup,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from sqlalchemy.engine import Row
 
-from accelmatrix.contracts.change_records import ChangeGroup, ChangePoint, Confirmation
+from accelmatrix.contracts.change_point_records import ChangeGroup, ChangePoint, Confirmation
 from accelmatrix.contracts.run_records import (
     CellRecord,
     CellStateRecord,

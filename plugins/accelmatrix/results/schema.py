@@ -311,8 +311,9 @@ alerts = Table(
     PrimaryKeyConstraint("dag_id", "cell_id", name="pk_alerts"),
 )
 
-# A change point of a perf series (accelmatrix.history.changes.changes): where one metric of one
-# cell moved to a new level, found by the detector over the series ordered by logical date.
+# A change point of a perf series (accelmatrix.history.change_points.tracking): where one
+# metric of one cell moved to a new level, found by the detector over the series ordered by
+# logical date.
 # Keyed by the series and the first run at the new level; the detector may move that run by
 # one point as more nights arrive (the row is updated, its triage kept).
 change_points = Table(
@@ -352,8 +353,8 @@ change_points = Table(
     Column("state_at", UtcDateTime, nullable=True),
     Column("note", Text, nullable=True),
     # Passes in a row that analysed its series without finding it again: a report is taken
-    # back only after two (history.changes.changes.RETRACT_MISSES), so a change at the edge of
-    # significance does not flicker out and back in, losing its group and its triage.
+    # back only after two (history.change_points.tracking.RETRACT_MISSES), so a change at the
+    # edge of significance does not flicker out and back in, losing its group and its triage.
     Column("missing", Integer, nullable=False, default=0),
     # The re-test of this change (accelmatrix.history.retests.followup): confirmed | not_reproduced |
     # undecided | failed | refused, and the decision (both samples' medians, spread, p).

@@ -1,9 +1,9 @@
 """``ResultsStore``: every read and write of accelmatrix's results database, one handle.
 
 The code is split by concern (core.py: engine, locks, migrations, validation; runs.py;
-measurements.py; series.py; history_queries.py; changes.py; stored_bounds.py; pull_requests.py); this class
-joins them so callers keep one object with the same methods, picklable and cheap to
-construct.
+measurements.py; series_status.py; history_queries.py; change_points.py; stored_bounds.py;
+pull_requests.py); this class joins them so callers keep one object with the same methods,
+picklable and cheap to construct.
 """
 
 from __future__ import annotations

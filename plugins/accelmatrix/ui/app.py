@@ -21,7 +21,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from accelmatrix.history.changes.triage import apply_triage
+from accelmatrix.history.change_points.triage import apply_triage
 from accelmatrix.results.store import ResultsStore
 from accelmatrix.ui import (
     cell_page,

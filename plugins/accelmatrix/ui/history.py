@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from accelmatrix.contracts.change_records import (
+from accelmatrix.contracts.change_point_records import (
     OPEN_STATES,
     TRIAGE_STATES,
     ChangeGroup,

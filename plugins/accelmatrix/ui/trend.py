@@ -17,7 +17,7 @@ import math
 from datetime import UTC, datetime
 from urllib.parse import quote
 
-from accelmatrix.contracts.change_records import ChangePoint
+from accelmatrix.contracts.change_point_records import ChangePoint
 from accelmatrix.ui.grid import esc
 from accelmatrix.ui.trend_model import Point, Series, Trend
 

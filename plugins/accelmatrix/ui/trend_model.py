@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec.structs import replace
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
+from accelmatrix.contracts.change_point_records import OPEN_STATES, ChangePoint
 from accelmatrix.contracts.series_records import SeriesStatus
 from accelmatrix.evaluation.bounds import BoundsError, load_bounds_in_force
 from accelmatrix.history.series.frame import history

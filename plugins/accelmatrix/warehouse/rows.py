@@ -31,7 +31,7 @@ from typing import Literal
 
 import msgspec
 
-from accelmatrix.contracts.change_records import ChangeGroup, ChangePoint, Confirmation
+from accelmatrix.contracts.change_point_records import ChangeGroup, ChangePoint, Confirmation
 from accelmatrix.contracts.run_records import CellRecord, CheckRecord, MetricRecord, RunRecord
 
 __all__ = [

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import OPEN_STATES, ChangePoint
+from accelmatrix.contracts.change_point_records import OPEN_STATES, ChangePoint
 from accelmatrix.contracts.json_types import JsonObject
 from accelmatrix.contracts.series_records import BoundsRecord, BoundsValues
 from accelmatrix.evaluation.bounds import (

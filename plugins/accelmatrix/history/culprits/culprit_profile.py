@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import (
+from accelmatrix.contracts.change_point_records import (
     CONFIRMED,
     FOUND,
     NOT_REPRODUCED,

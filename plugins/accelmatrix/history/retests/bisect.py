@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelmatrix.contracts.change_records import FOUND
+from accelmatrix.contracts.change_point_records import FOUND
 from accelmatrix.history.retests.compare import NEW_LEVEL, OLD_LEVEL
 
 __all__ = ["AMBIGUOUS", "FOUND", "RUNNING", "Search", "split_line", "spread"]
 
-# FOUND lives with the record (contracts.change_records).
+# FOUND lives with the record (contracts.change_point_records).
 AMBIGUOUS = "ambiguous"
 RUNNING = "running"
 

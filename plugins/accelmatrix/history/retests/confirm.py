@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accelmatrix.contracts.change_records import CONFIRMED, NOT_REPRODUCED
+from accelmatrix.contracts.change_point_records import CONFIRMED, NOT_REPRODUCED
 from accelmatrix.history.retests.sequential import ONE_SIDED_ALPHA, critical_z
-from accelmatrix.history.series.changepoints import noise_sigma
+from accelmatrix.history.series.detector import noise_sigma
 
 __all__ = [
     "CONFIRMED",
@@ -48,7 +48,7 @@ __all__ = [
     "newest_point_suspect",
 ]
 
-# CONFIRMED and NOT_REPRODUCED live with the record (contracts.change_records).
+# CONFIRMED and NOT_REPRODUCED live with the record (contracts.change_point_records).
 UNDECIDED = "undecided"
 
 
@@ -101,7 +101,7 @@ def newest_point_suspect(
     """(claimed relative change, effect in sigmas) when the newest of ``values`` (finite,
     oldest first) lies ``sigmas`` noise sigmas worse than the median of the nights before
     it; None otherwise. The noise scale is the change-point detector's, from the nights
-    before (``changepoints.noise_sigma``), so the newest point cannot hide in its own
+    before (``detector.noise_sigma``), so the newest point cannot hide in its own
     noise estimate."""
     x = _finite(values)
     if len(x) < SUSPECT_MIN_HISTORY + 1:

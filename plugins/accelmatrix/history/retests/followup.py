@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec.structs import replace
 
 from accelmatrix import settings
-from accelmatrix.contracts.change_records import (
+from accelmatrix.contracts.change_point_records import (
     NOT_REPRODUCED_BY,
     OPEN_STATES,
     ChangePoint,
@@ -782,7 +782,7 @@ def _record_on_points(
         if d is None:
             continue
         if not store.get_change_points(ids=[t["change_id"]]):
-            # Taken back by a pass before the re-test was (kept since: changes.py holds
+            # Taken back by a pass before the re-test was (kept since: tracking.py holds
             # a re-tested change), or deleted by hand: the verdict stays on the re-test.
             log.warning("re-test %s: change point %s is gone", row.id, t["change_id"])
             continue

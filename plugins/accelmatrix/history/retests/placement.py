@@ -23,7 +23,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from accelmatrix.contracts.change_records import PLACED_BY_RETEST, ChangePoint, Confirmation
+from accelmatrix.contracts.change_point_records import PLACED_BY_RETEST, ChangePoint, Confirmation
 from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.history.series.grouping import as_utc, summary
 

@@ -13,7 +13,8 @@ night or two off) form a group, classified by where its members are:
 
 A change point found a night later than its siblings (a smaller effect needs more points)
 joins their group instead of opening another, and takes the group's triage state. The
-group is re-classified as it grows; it is notified once (history.changes.changes decides when).
+group is re-classified as it grows; it is notified once (history.change_points.tracking
+decides when).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from accelmatrix.contracts.change_records import (
+from accelmatrix.contracts.change_point_records import (
     NOT_REPRODUCED_BY,
     PLACED_BY_RETEST,
     ChangeGroup,
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupPlan", "as_utc", "classify", "regroup", "summary"]
 
-# Who closes a group whose change points were all taken back (history.changes.changes).
+# Who closes a group whose change points were all taken back
+# (history.change_points.tracking).
 RETRACTED_BY = "accelmatrix"
 # Change points of one direction at most this many points apart (in their series) are
 # taken as one night's cause.
@@ -76,8 +78,8 @@ def regroup(
     own, not a member that the group's earlier verdict ("undecided") silences.
 
     ``points`` and ``groups`` are the suite's stored rows; ``series`` is the frame of the
-    series analysed (``history.changes.changes.find_changes``): their machines and point times,
-    which say which cells ran on a night and where a point's neighbours are.
+    series analysed (``history.change_points.tracking.find_changes``): their machines and point
+    times, which say which cells ran on a night and where a point's neighbours are.
     """
     times = _times_by_series(series)
     retested = retested or {}

@@ -64,9 +64,9 @@ def classify_suite(
     """Classify every bounded series of ``dag_id`` in the window, store and return them.
 
     ``regression`` means the series has an open regression change point
-    (``open_regressions``: (cell, metric) pairs, from ``history.changes.changes``); points out of
-    bounds at the end without one are ``suspicious``: bounds say "unusual", only a change
-    point says "moved". Without ``open_regressions`` the bounds rules alone decide.
+    (``open_regressions``: (cell, metric) pairs, from ``history.change_points.tracking``);
+    points out of bounds at the end without one are ``suspicious``: bounds say "unusual",
+    only a change point says "moved". Without ``open_regressions`` the bounds rules alone decide.
 
     Returns (verdicts, history): one row per series, and the history they came from.
     """

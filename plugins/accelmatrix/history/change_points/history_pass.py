@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from accelmatrix import settings
 from accelmatrix.contracts.json_types import JsonObject
-from accelmatrix.history.changes.changes import ChangeUpdate, update_changes
+from accelmatrix.history.change_points.tracking import ChangeUpdate, update_changes
 from accelmatrix.history.retests.followup import Trigger, start_confirmations
 from accelmatrix.history.series.series import classify_suite, rules_of, tracked_metrics
 from accelmatrix.notifications import dedup as alerts

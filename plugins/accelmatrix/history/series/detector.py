@@ -4,7 +4,7 @@ A series is one metric of one cell over runs, oldest first. The detector answers
 every change: the index of the first point at the new level, the points before and after
 (n, mean, median, std), the relative change of the medians, the shift in units of the
 series' own noise (``effect``) and a p-value. Like Apache Otava it is a small, pure
-function of an array; the store and Airflow are elsewhere (``history.changes.changes``).
+function of an array; the store and Airflow are elsewhere (``history.change_points.tracking``).
 
 How it decides, and why each step is there:
 

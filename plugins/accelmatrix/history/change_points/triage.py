@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from accelmatrix.contracts.change_records import (
+from accelmatrix.contracts.change_point_records import (
     OPEN_STATES,
     TRIAGE_STATES,
     ChangeGroup,

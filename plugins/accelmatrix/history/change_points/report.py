@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from accelmatrix.contracts.change_records import (
+from accelmatrix.contracts.change_point_records import (
     OPEN_STATES,
     PLACED_BY_RETEST,
     ChangeGroup,

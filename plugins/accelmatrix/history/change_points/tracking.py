@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from accelmatrix.contracts import change_records
-from accelmatrix.contracts.change_records import OPEN_STATES, ChangeGroup
+from accelmatrix.contracts import change_point_records
+from accelmatrix.contracts.change_point_records import OPEN_STATES, ChangeGroup
 from accelmatrix.history.retests.confirm import SUSPECT_BASELINE, newest_point_suspect
 from accelmatrix.history.retests.followup import ACTIVE_STATES, NOTIFY_STATES
 from accelmatrix.history.retests.placement import keep_placement, settle
-from accelmatrix.history.series.changepoints import (
+from accelmatrix.history.series.detector import (
     DEFAULT,
     ChangePoint,
     Detector,
@@ -284,9 +284,9 @@ class Matched:
 
     insert: list[dict[str, Any]] = field(default_factory=list)
     update: dict[int, dict[str, Any]] = field(default_factory=dict)
-    retract: list[change_records.ChangePoint] = field(default_factory=list)
+    retract: list[change_point_records.ChangePoint] = field(default_factory=list)
     # not found, not yet retracted
-    missed: list[change_records.ChangePoint] = field(default_factory=list)
+    missed: list[change_point_records.ChangePoint] = field(default_factory=list)
 
 
 STORED_FIELDS = (
@@ -317,7 +317,7 @@ STORED_FIELDS = (
 
 def match(
     found: list[FrameRow],
-    stored: list[change_records.ChangePoint],
+    stored: list[change_point_records.ChangePoint],
     series: pd.DataFrame,
     *,
     retract_after: int | None = None,
@@ -333,7 +333,7 @@ def match(
     which a 60-point window cannot always see).
     """
     out = Matched()
-    by_series: dict[tuple[str, str], list[change_records.ChangePoint]] = {}
+    by_series: dict[tuple[str, str], list[change_point_records.ChangePoint]] = {}
     for s in stored:
         by_series.setdefault((s.cell_id, s.metric), []).append(s)
     used: set[int] = set()
@@ -552,9 +552,9 @@ def _update(
 
 
 def _leave_stale_retest(
-    stored: change_records.ChangePoint,
+    stored: change_point_records.ChangePoint,
     values: dict[str, Any],
-    retests: dict[int, change_records.Confirmation],
+    retests: dict[int, change_point_records.Confirmation],
 ) -> dict[str, Any]:
     """A change the detector now places on a build its group's finished re-test never ran,
     when that re-test did not find it real: it leaves the group and the verdict (fields to
