@@ -572,8 +572,17 @@ def test_a_25_mib_log_streams_and_is_collected_whole(cluster, tmp_path):
         if st.done:
             break
         time.sleep(0.5)
-    lines, offset = b.read_logs(h, offset)
-    seen += len(lines)
+    # The job is done; the follower may still be spooling the last file (a loaded host lags
+    # seconds behind a 25 MiB burst): read on, as collect's settle waits, up to 30 s.
+    deadline = time.monotonic() + 30
+    while True:
+        lines, offset = b.read_logs(h, offset)
+        for line in lines:
+            assert line[:8] == f"{seen:08d}", (line[:20], seen)
+            seen += 1
+        if seen >= n or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert st.exit_code == 0 and seen == n and offset == n * width, (st, seen, offset)
     (pod,) = [k.split("/", 1)[1] for k in state(cluster)["pods"] if r.job_name in k]
     log = cluster.emulator.container_logs[(NS, pod, CONTAINER)]
