@@ -23,7 +23,13 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from accelmatrix.contracts.change_point_records import PLACED_BY_RETEST, ChangePoint, Confirmation
+from accelmatrix.contracts.change_point_records import (
+    CONFIRMED,
+    FOUND,
+    PLACED_BY_RETEST,
+    ChangePoint,
+    Confirmation,
+)
 from accelmatrix.contracts.run_records import RunRecord
 from accelmatrix.history.series.grouping import as_utc, summary
 
@@ -43,8 +49,8 @@ __all__ = [
     "settle",
 ]
 
-# The re-test states whose culprit is proved (history.retests.followup's FOUND and CONFIRMED).
-PLACING_STATES = ("found", "confirmed")
+# The re-test states whose culprit is proved.
+PLACING_STATES = (FOUND, CONFIRMED)
 # The fields that say where a change is: the re-test's, once it placed it.
 PLACEMENT_FIELDS = (
     "run_id",
